@@ -1,0 +1,1 @@
+"""The `srollout` command line: thin Typer modules, one per subcommand."""

@@ -1,0 +1,1 @@
+"""Text environments: the TextEnv protocol, ALFWorld on the real engine, generated games, ReAct."""

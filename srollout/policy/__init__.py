@@ -1,0 +1,1 @@
+"""Policies behind one interface: transformers (CPU/GPU, KV cache, LoRA), vLLM, and non-LLM experts."""

@@ -1,0 +1,85 @@
+"""The Policy protocol the rollout engine drives.
+
+The engine keeps many trajectories in flight (every live trajectory of every group in the
+pool) and asks the policy for one response per live trajectory per tick, in one call, so a
+batched backend can generate for all of them at once. The policy keeps per-trajectory state
+(conversation tokens, KV cache, RNG) between calls, keyed by ``TrajKey``, and hands back the
+trajectory's token ids and action mask when the engine ends it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class TrajKey(NamedTuple):
+    """Identifies one trajectory in flight: group_id (str) and traj_idx (0..G-1)."""
+
+    group_id: str
+    traj_idx: int
+
+
+@dataclass(frozen=True)
+class ActRequest:
+    """One trajectory's turn.
+
+    key: which trajectory.
+    step: 1-based environment step this response will act in.
+    seed: the trajectory's sampling seed (same value every step; the policy seeds its
+        per-trajectory RNG from it at step 1, so gated and ungated runs match up to step K).
+    system: the system prompt (sent at every step; a stateful backend uses it only at step 1).
+    user: this step's user turn (the observation o_step, formatted by the ReAct protocol).
+    admissible: admissible actions in the current state (non-LLM policies use them).
+    expert_plan: the planner's plan from the current state, or () (expert policies use it).
+    """
+
+    key: TrajKey
+    step: int
+    seed: int
+    system: str
+    user: str
+    admissible: tuple[str, ...] = ()
+    expert_plan: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActResponse:
+    """The policy's raw text for one request, with its cost.
+
+    n_prompt_tokens: tokens newly fed to the model for this turn (prefill), 0 for non-LLMs.
+    n_gen_tokens: tokens generated for this response, 0 for non-LLMs.
+    """
+
+    text: str
+    n_prompt_tokens: int = 0
+    n_gen_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TrajectoryTokens:
+    """The whole multi-turn token sequence of one trajectory, for training.
+
+    token_ids: [L] ints, the exact sequence the model saw and produced.
+    action_mask: [L] bools, True where the policy generated the token (assistant responses),
+        False where the prompt or the environment injected it.
+    """
+
+    token_ids: list[int]
+    action_mask: list[bool]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Generates one response per live trajectory per call.
+
+    ``act`` receives every live trajectory's request of this tick and returns responses in the
+    same order; ``finish`` ends a trajectory (done, T_max, or cut by the gate), frees its state
+    and returns its tokens (None for non-LLM policies).
+    """
+
+    name: str
+
+    def act(self, requests: list[ActRequest]) -> list[ActResponse]: ...
+
+    def finish(self, key: TrajKey) -> TrajectoryTokens | None: ...
