@@ -1,0 +1,358 @@
+"""Gate rules: decide at step K whether to cut a group (paper Eq. "gate", App. "OR-rule").
+
+- R1 (default, the paper's production gate): cut iff d_K < d_L.
+- R3 (OR-rule extension): cut iff d_K < d_L or τ_K >= t_high.
+
+A cut group stops rolling out at step K and is dropped from the GRPO batch. Gates are saved as
+``gate.json`` (``{"kind": ..., "version": ..., ...}``); :func:`load_gate` dispatches on "kind"
+through a registry so that other gate kinds (learned, adaptive) can be added with
+:func:`register_gate_kind` without touching the loaders.
+
+Usage inside your own trainer::
+
+    from srollout.core.gate import should_cut
+    if should_cut(actions_by_traj, K=10, d_L=0.12):  # after step K of a group
+        ...  # stop the group's trajectories, drop the group from the GRPO batch
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from srollout.core.signals import (
+    GroupSignals,
+    compute_signals,
+    prefix_edit_distance,
+    termination_fraction,
+)
+from srollout.errors import SrolloutError
+
+RULES = ("r1", "r3")
+GATE_FILE_VERSION = 1
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """What the rollout engine needs from any gate kind: the step K and a decision."""
+
+    K: int
+
+    def decide(self, signals: GroupSignals) -> bool: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _as_unit_float(value: Any, name: str) -> float:
+    """``value`` as a float in [0, 1], or SrolloutError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise SrolloutError(f"{name} must be a number in [0, 1], got {value!r}")
+    x = float(value)
+    if not 0.0 <= x <= 1.0:  # also rejects nan
+        raise SrolloutError(f"{name} must be in [0, 1], got {value}")
+    return x
+
+
+def _as_step(value: Any, name: str = "K") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise SrolloutError(f"{name} must be an integer step >= 1, got {value!r}")
+    return int(value)
+
+
+def _is_missing(value: Any) -> bool:
+    """None, or nan (a null t_high read back from a sweep table)."""
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """A threshold gate evaluated at step K.
+
+    rule: "r1" (cut iff d_K < d_L) or "r3" (cut iff d_K < d_L or τ_K >= t_high).
+    K: the evaluation step (paper: 10). d_L: the edit-distance threshold in [0, 1] (paper: 0.12);
+    d_L = 0 never fires on d_K (d_K >= 0). t_high: the τ_K threshold in [0, 1], r3 only.
+    """
+
+    rule: str = "r1"
+    K: int = 10
+    d_L: float = 0.12
+    t_high: float | None = None
+
+    def __post_init__(self) -> None:
+        rule = self.rule.lower() if isinstance(self.rule, str) else self.rule
+        if rule not in RULES:
+            raise SrolloutError(f"gate rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        object.__setattr__(self, "rule", rule)
+        object.__setattr__(self, "K", _as_step(self.K))
+        object.__setattr__(self, "d_L", _as_unit_float(self.d_L, "d_L"))
+        if rule == "r3":
+            if _is_missing(self.t_high):
+                raise SrolloutError(
+                    "rule r3 needs t_high in [0, 1] (cut iff d_K < d_L or tau_K >= t_high)"
+                )
+            object.__setattr__(self, "t_high", _as_unit_float(self.t_high, "t_high"))
+        elif _is_missing(self.t_high):
+            object.__setattr__(self, "t_high", None)
+        else:
+            # R3 silently on when R1 was meant is a known mistake of the reference code; the
+            # reverse (a t_high that is silently ignored) is refused just as loudly.
+            raise SrolloutError(
+                f"t_high={self.t_high} is only used by rule r3; pass rule='r3' or drop t_high"
+            )
+
+    def decide(self, signals: GroupSignals) -> bool:
+        """True iff the group is cut, given its signals at step K."""
+        return self.decide_values(signals.prefix_edit_distance_mean, signals.termination_fraction)
+
+    def decide_values(self, d_K: float, tau_K: float | None = None) -> bool:
+        """The decision from the two numbers the rules read (τ_K needed by r3 only). nan d_K: no cut."""
+        if d_K < self.d_L:
+            return True
+        if self.rule == "r3":
+            if tau_K is None:
+                raise SrolloutError("rule r3 needs tau_K (termination_fraction)")
+            return bool(tau_K >= self.t_high)
+        return False
+
+    def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
+        """Vectorised :meth:`decide_values` over N groups: bool[N] (nan d_K never cuts)."""
+        d = np.asarray(d_K, dtype=np.float64)
+        cut = d < self.d_L
+        if self.rule == "r3":
+            if tau_K is None:
+                raise SrolloutError("rule r3 needs tau_K (termination_fraction)")
+            cut |= np.asarray(tau_K, dtype=np.float64) >= self.t_high
+        return cut
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """Decide from the raw group: G action lists (see ``compute_signals``), only the first K used.
+
+        Computes only what the rule reads (d_K, and τ_K for r3); ``observations`` are validated
+        when given, for gates that will read them.
+        """
+        if observations is not None:
+            return self.decide(compute_signals(actions, self.K, observations))
+        d_k = prefix_edit_distance(actions, self.K)
+        if d_k < self.d_L:
+            return True
+        return self.rule == "r3" and termination_fraction(actions, self.K) >= self.t_high
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gate.json content."""
+        return {
+            "kind": "threshold",
+            "version": GATE_FILE_VERSION,
+            "rule": self.rule,
+            "K": self.K,
+            "d_L": self.d_L,
+            "t_high": self.t_high,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> GateRule:
+        """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict."""
+        body = _check_header(d, "threshold", source)
+        _check_keys(body, required=("rule", "K", "d_L"), optional=("t_high",), source=source)
+        try:
+            return cls(rule=body["rule"], K=body["K"], d_L=body["d_L"], t_high=body.get("t_high"))
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write gate.json atomically; returns the path."""
+        return _write_json_atomic(self.to_dict(), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> GateRule:
+        """Read a threshold gate.json (SrolloutError if the file holds another kind)."""
+        gate = load_gate(path)
+        if not isinstance(gate, cls):
+            raise SrolloutError(
+                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a threshold gate"
+            )
+        return gate
+
+    @classmethod
+    def never(cls, K: int = 10) -> GateRule:
+        """An R1 gate that never fires (d_L = 0 and d_K >= 0): gated training equals plain GRPO."""
+        return cls(rule="r1", K=K, d_L=0.0)
+
+
+@dataclass(frozen=True)
+class FixedGate:
+    """A gate whose decision does not depend on the group: always cut, or never (for tests/A-B)."""
+
+    cut: bool
+    K: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cut, (bool, np.bool_)):
+            raise SrolloutError(f"FixedGate.cut must be true or false, got {self.cut!r}")
+        object.__setattr__(self, "cut", bool(self.cut))
+        object.__setattr__(self, "K", _as_step(self.K))
+
+    def decide(self, signals: GroupSignals) -> bool:
+        return self.cut
+
+    def decide_values(self, d_K: float, tau_K: float | None = None) -> bool:
+        return self.cut
+
+    def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
+        return np.full(np.shape(d_K), self.cut, dtype=bool)
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        return self.cut
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "fixed", "version": GATE_FILE_VERSION, "cut": self.cut, "K": self.K}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> FixedGate:
+        body = _check_header(d, "fixed", source)
+        _check_keys(body, required=("cut",), optional=("K",), source=source)
+        try:
+            return cls(cut=body["cut"], K=body.get("K", 10))
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        return _write_json_atomic(self.to_dict(), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> FixedGate:
+        gate = load_gate(path)
+        if not isinstance(gate, cls):
+            raise SrolloutError(
+                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a fixed gate"
+            )
+        return gate
+
+
+# kind -> from_dict(d, source). A new gate kind registers itself here.
+_GATE_KINDS: dict[str, Callable[[Mapping[str, Any], str], Gate]] = {
+    "threshold": GateRule.from_dict,
+    "fixed": FixedGate.from_dict,
+}
+
+
+def register_gate_kind(kind: str, from_dict: Callable[[Mapping[str, Any], str], Gate]) -> None:
+    """Make :func:`load_gate` understand ``{"kind": kind, ...}`` files."""
+    _GATE_KINDS[kind] = from_dict
+
+
+def gate_from_dict(d: Mapping[str, Any], source: str = "gate") -> Gate:
+    """Build any registered gate kind from its dict (the parsed gate.json)."""
+    if not isinstance(d, Mapping):
+        raise SrolloutError(f"{source}: a gate must be a JSON object, got {type(d).__name__}")
+    kind = d.get("kind")
+    if kind not in _GATE_KINDS:
+        known = ", ".join(sorted(_GATE_KINDS))
+        raise SrolloutError(f"{source}: unknown gate kind {kind!r} (known: {known})")
+    return _GATE_KINDS[kind](d, source)
+
+
+def load_gate(path: str | Path) -> Gate:
+    """Read a gate.json of any registered kind. Missing/unreadable/bad files raise SrolloutError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "gate.json"  # a sweep run directory
+    if not path.exists():
+        raise SrolloutError(f"{path}: no such gate file (write one with `srollout sweep`)")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SrolloutError(f"{path}: cannot read gate file ({type(err).__name__})") from None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SrolloutError(
+            f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from None
+    return gate_from_dict(d, str(path))
+
+
+def _check_header(d: Mapping[str, Any], kind: str, source: str) -> dict[str, Any]:
+    if not isinstance(d, Mapping):
+        raise SrolloutError(f"{source}: a gate must be a JSON object, got {type(d).__name__}")
+    if d.get("kind") != kind:
+        raise SrolloutError(f"{source}: expected a {kind!r} gate, got kind {d.get('kind')!r}")
+    version = d.get("version", GATE_FILE_VERSION)
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 1 <= version <= GATE_FILE_VERSION
+    ):
+        raise SrolloutError(
+            f"{source}: gate file version {version!r} is not supported (this srollout reads <= {GATE_FILE_VERSION})"
+        )
+    return {k: v for k, v in d.items() if k not in ("kind", "version")}
+
+
+def _check_keys(
+    body: Mapping[str, Any], required: Sequence[str], optional: Sequence[str], source: str
+) -> None:
+    missing = [k for k in required if k not in body]
+    if missing:
+        raise SrolloutError(f"{source}: gate is missing {', '.join(repr(k) for k in missing)}")
+    unknown = sorted(set(body) - set(required) - set(optional))
+    if unknown:
+        raise SrolloutError(
+            f"{source}: unknown gate field(s) {', '.join(repr(k) for k in unknown)}"
+        )
+
+
+def _write_json_atomic(obj: Mapping[str, Any], path: Path) -> Path:
+    """Temp file in the same directory + rename, so a crash never leaves half a gate.json.
+
+    (``srollout.schemas.write_json`` does the same but imports polars, which the core avoids.)
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@lru_cache(maxsize=64)
+def _cached_rule(rule: str, K: int, d_L: float, t_high: float | None) -> GateRule:
+    return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high)
+
+
+def should_cut(
+    actions_by_traj: Sequence[Sequence[str]],
+    K: int = 10,
+    d_L: float = 0.12,
+    observations: Sequence[Sequence[str]] | None = None,
+    rule: str = "r1",
+    t_high: float | None = None,
+) -> bool:
+    """One call for your own trainer: cut this group at step K?
+
+    actions_by_traj: G >= 2 lists of normalised actions (trajectory i's actions in step order; a
+    list shorter than K = that trajectory ended). Returns True iff the gate fires (R1: d_K < d_L;
+    R3: also τ_K >= t_high). Bad parameters raise SrolloutError.
+    """
+    try:
+        gate = _cached_rule(rule, K, d_L, t_high)
+    except TypeError:  # unhashable argument: let the validation say what is wrong
+        gate = GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high)
+    return gate.should_cut(actions_by_traj, observations)

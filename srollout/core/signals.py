@@ -1,0 +1,340 @@
+"""The seven mid-rollout divergence signals of a group at step K (paper §4.2, App. "Full
+mid-rollout signal definitions").
+
+A group is G partial trajectories; ``actions[i]`` is the (normalised) action sequence of
+trajectory i in step order. At step K every signal looks at the first K steps only:
+
+- prefixes shorter than K (the trajectory ended before step K) are padded with :data:`END` to
+  length K, so "finished" differs from "still acting" (the convention of the paper's numbers);
+- a_K, the action at step K, is END for a trajectory that ended before step K; o_K, the
+  observation the agent acted on to choose a_K (o_1 = initial observation), likewise.
+
+=========================== ====== ==========================================================
+signal                      symbol definition (all in [0, 1]; 0 = the G trajectories agree)
+=========================== ====== ==========================================================
+prefix_edit_distance_mean   d_K    mean over the C(G,2) pairs of Levenshtein(a_i,1:K, a_j,1:K)
+                                   over actions (one action = one symbol), / the longer length
+                                   (= K after padding)
+action_bigram_jaccard_mean         mean over pairs of 1 - |B_i ∩ B_j| / |B_i ∪ B_j|, B_i the set
+                                   of consecutive action pairs of the padded prefix (two empty
+                                   sets, possible only at K = 1, have distance 0)
+unique_prefix_ratio                #distinct padded prefixes / G
+unique_action_ratio                #distinct a_K / G
+action_entropy                     Shannon entropy of the a_K distribution / log G
+obs_unique_ratio                   #distinct o_K / G (nan when no observations are given)
+termination_fraction        τ_K    #(trajectories with fewer than K actions) / G
+=========================== ====== ==========================================================
+
+Edit distance: the Levenshtein package (and ``rapidfuzz.process.cdist``, the C++ engine it
+wraps) accepts sequences of hashable items and compares them item by item, so the padded
+action tuples are passed as they are: one action is one symbol ("go to desk 1" vs "go to desk
+2" is one substitution, not one character). Items are compared by their Python hash, so two
+different actions whose 64-bit string hashes collide would count as equal (odds ~ 2^-64 per
+pair of actions; accepted).
+
+Speed: the gate runs these at step K of every group, so :func:`compute_signals` first collapses
+identical prefixes (converged groups, the ones the gate cuts, have few distinct prefixes) and
+computes pairwise quantities over distinct prefixes weighted by their counts; from a few
+distinct prefixes on, all edit distances come from one ``cdist`` call, and for many, bigram
+Jaccard from a numpy incidence product. ``benchmarks/bench_core.py`` measures it against the
+targets (≤ 50 µs per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain, count, repeat
+from operator import add, mul, sub, truediv
+
+import Levenshtein
+import numpy as np
+from rapidfuzz.distance import Levenshtein as _rf_levenshtein
+from rapidfuzz.process import cdist
+
+from srollout.errors import SrolloutError
+
+try:  # Counter's C counting loop, without Counter's Python-level overhead
+    from collections import _count_elements  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - other Python implementations
+
+    def _count_elements(mapping: dict, iterable: Iterable) -> None:
+        for x in iterable:
+            mapping[x] = mapping.get(x, 0) + 1
+
+
+END = "<END>"
+
+# From this many distinct prefixes on, edit distances go to one rapidfuzz.process.cdist call
+# (the C++ engine behind the Levenshtein package) and bigram Jaccard to a numpy incidence
+# product; below, per-pair calls are cheaper than their setup (benchmarks/bench_core.py).
+_CDIST_FROM = 4
+_NUMPY_JACCARD_FROM = 7
+_END_PAD_LEN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSignals:
+    """The seven signals of one group at one step K, under the paper's names (floats in [0, 1])."""
+
+    prefix_edit_distance_mean: float
+    action_bigram_jaccard_mean: float
+    unique_prefix_ratio: float
+    unique_action_ratio: float
+    action_entropy: float
+    obs_unique_ratio: float
+    termination_fraction: float
+
+    def as_dict(self) -> dict[str, float]:
+        """``{signal name: value}`` in the order of ``srollout.schemas.SIGNAL_NAMES``."""
+        return {
+            "prefix_edit_distance_mean": self.prefix_edit_distance_mean,
+            "action_bigram_jaccard_mean": self.action_bigram_jaccard_mean,
+            "unique_prefix_ratio": self.unique_prefix_ratio,
+            "unique_action_ratio": self.unique_action_ratio,
+            "action_entropy": self.action_entropy,
+            "obs_unique_ratio": self.obs_unique_ratio,
+            "termination_fraction": self.termination_fraction,
+        }
+
+
+def _check_group(actions: Sequence[Sequence[str]], K: int) -> int:
+    """Validate the group and K; return G."""
+    if isinstance(K, bool) or not isinstance(K, (int, np.integer)):
+        raise SrolloutError(f"K must be an integer step >= 1, got {K!r}")
+    if K < 1:
+        raise SrolloutError(f"K must be >= 1, got {K}")
+    if isinstance(actions, str):
+        raise SrolloutError(
+            "actions must be a list of action lists (one per trajectory), got one string"
+        )
+    G = len(actions)
+    if G < 2:
+        raise SrolloutError(f"a group needs G >= 2 trajectories to measure divergence, got {G}")
+    if str in set(map(type, actions)):
+        # A string here would be sliced into characters and silently give nonsense signals.
+        i = next(i for i, a in enumerate(actions) if isinstance(a, str))
+        raise SrolloutError(f"actions[{i}] is a string; pass each trajectory as a list of actions")
+    return G
+
+
+def _prefix_counts(actions: Sequence[Sequence[str]], K: int) -> dict[tuple[str, ...], int]:
+    """Distinct K-prefixes (unpadded, as tuples) and how many trajectories share each."""
+    counts: dict[tuple[str, ...], int] = {}
+    _count_elements(counts, [tuple(a[:K]) for a in actions])
+    return counts
+
+
+_END_PAD = (END,) * _END_PAD_LEN
+
+
+def _padded(prefixes: Sequence[tuple[str, ...]], K: int) -> list[tuple[str, ...]]:
+    """Each prefix END-padded to length K (a trajectory that ended differs from one still acting)."""
+    pad = _END_PAD if K <= _END_PAD_LEN else (END,) * K
+    return [p if len(p) == K else p + pad[: K - len(p)] for p in prefixes]
+
+
+def _edit_distance_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
+    """Sum over trajectory pairs of the action-level edit distance, via distinct prefixes.
+
+    prefixes: U distinct padded prefixes (tuples of actions); counts: [U] trajectories sharing
+    each. The Levenshtein package compares sequences of hashable items element by element, so
+    one action is one symbol ("go to desk 1" vs "go to desk 2" is one substitution).
+    """
+    U = len(prefixes)
+    if U < 2:
+        return 0.0
+    if U >= _CDIST_FROM:
+        # The same algorithm as Levenshtein.distance, all U*U pairs in one C call.
+        dist = cdist(prefixes, prefixes, scorer=_rf_levenshtein.distance, dtype=np.int32, workers=1)
+        if len(counts) == sum(counts):  # every prefix distinct: plain sum over pairs
+            return float(dist.sum()) / 2.0
+        c = np.asarray(counts, dtype=np.float64)
+        return float(c @ dist @ c) / 2.0
+    lev = Levenshtein.distance
+    total = 0
+    for i in range(U - 1):
+        total += counts[i] * sum(
+            map(mul, counts[i + 1 :], map(lev, repeat(prefixes[i]), prefixes[i + 1 :]))
+        )
+    return float(total)
+
+
+def _bigram_jaccard_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
+    """Sum over trajectory pairs of the bigram Jaccard distance, via distinct prefixes.
+
+    prefixes: U distinct padded prefixes of equal length K; counts: [U].
+    """
+    U = len(prefixes)
+    if U < 2 or len(prefixes[0]) < 2:
+        # Identical prefixes, or K = 1 (no bigrams: two empty sets have distance 0).
+        return 0.0
+    if U >= _NUMPY_JACCARD_FROM:
+        return _bigram_jaccard_sum_numpy(prefixes, counts)
+    sets = [set(zip(p, p[1:], strict=False)) for p in prefixes]
+    sizes = [len(b) for b in sets]
+    # Sum of the Jaccard *similarities* |B_i ∩ B_j| / |B_i ∪ B_j| over pairs (operator maps keep
+    # the pair loop in C); pairs sharing no bigram add nothing.
+    similarity = 0.0
+    for i in range(U - 1):
+        inters = list(map(len, map(sets[i].intersection, sets[i + 1 :])))
+        if any(inters):
+            unions = map(sub, map(add, repeat(sizes[i]), sizes[i + 1 :]), inters)
+            sims = map(truediv, inters, unions)
+            similarity += counts[i] * sum(map(mul, counts[i + 1 :], sims))
+    n = sum(counts)
+    n_pairs = (n * n - sum(map(mul, counts, counts))) // 2
+    return n_pairs - similarity
+
+
+# (U, K) -> (row, position) indices of the within-prefix bigrams in the flattened group.
+_BIGRAM_INDEX: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _bigram_jaccard_sum_numpy(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
+    """:func:`_bigram_jaccard_sum` for many distinct prefixes: one bigram incidence product.
+
+    Every bigram of the flattened group gets an exact integer column (the U-1 bigrams that
+    straddle two prefixes get columns too, never filled); inc[u, col] = 1 marks prefix u's set
+    (a repeated bigram fills the same cell: set semantics); intersections = inc @ inc.T.
+    """
+    U, K = len(prefixes), len(prefixes[0])
+    flat = list(chain.from_iterable(prefixes))
+    bigrams = list(zip(flat, flat[1:], strict=False))
+    column = dict(zip(dict.fromkeys(bigrams), count(), strict=False))
+    cols = np.fromiter(map(column.__getitem__, bigrams), dtype=np.intp, count=len(bigrams))
+    index = _BIGRAM_INDEX.get((U, K))
+    if index is None:
+        pos = (np.arange(U)[:, None] * K + np.arange(K - 1)).ravel()
+        index = _BIGRAM_INDEX.setdefault((U, K), (np.repeat(np.arange(U), K - 1), pos))
+    inc = np.zeros((U, len(column)))
+    inc[index[0], cols[index[1]]] = 1.0
+    inter = inc @ inc.T
+    size = inter.diagonal()
+    # Padded prefixes of length >= 2 have >= 1 bigram, so every union is >= 1.
+    sim = inter / (size[:, None] + size - inter)  # diagonal = 1
+    if len(counts) == sum(counts):
+        return U * (U - 1) / 2 - (float(sim.sum()) - U) / 2
+    c = np.asarray(counts, dtype=np.float64)
+    same = float(c @ c)
+    return (float(c.sum()) ** 2 - same) / 2 - (float(c @ sim @ c) - same) / 2
+
+
+def prefix_edit_distance(actions: Sequence[Sequence[str]], K: int) -> float:
+    """d_K alone: mean pairwise action-level Levenshtein distance of the END-padded K-prefixes / K.
+
+    actions: G action lists (any lengths; only the first K are used). Returns a float in [0, 1].
+    Raises SrolloutError if G < 2 or K < 1.
+    """
+    G = _check_group(actions, K)
+    counts = _prefix_counts(actions, K)
+    if len(counts) == 1:
+        return 0.0
+    return _edit_distance_sum(_padded(list(counts), K), list(counts.values())) / (
+        K * G * (G - 1) / 2
+    )
+
+
+def _unique_ratio_and_entropy(items: Sequence[str], G: int) -> tuple[float, float]:
+    """(#distinct / G, Shannon entropy / log G) of G symbols."""
+    counts: dict[str, int] = {}
+    _count_elements(counts, items)
+    if len(counts) == 1:
+        return 1 / G, 0.0
+    entropy = 0.0
+    for c in counts.values():
+        p = c / G
+        entropy -= p * math.log(p)
+    # Clip: rounding can put a uniform split a hair above log G.
+    return len(counts) / G, min(entropy / math.log(G), 1.0)
+
+
+def compute_signals(
+    actions: Sequence[Sequence[str]],
+    K: int,
+    observations: Sequence[Sequence[str]] | None = None,
+    done: Sequence[bool] | None = None,
+) -> GroupSignals:
+    """All seven signals of a group at step K.
+
+    Args:
+        actions: G action lists, ``actions[i][t]`` = a_{i,t+1}; a list shorter than K means the
+            trajectory ended before step K. Only the first K actions are used.
+        K: the evaluation step (1-based), K >= 1.
+        observations: optional G lists, ``observations[i][t]`` = the observation trajectory i
+            acted on at step t+1 (o_1 = initial observation); needs at least min(K, len(actions[i]))
+            entries. Without it ``obs_unique_ratio`` is nan.
+        done: optional G flags (trajectory has ended), only used to check that every trajectory
+            with fewer than K actions is marked done.
+
+    Returns:
+        GroupSignals. Raises SrolloutError on G < 2, K < 1 or inconsistent inputs.
+    """
+    G = _check_group(actions, K)
+    counts = _prefix_counts(actions, K)
+    U = len(counts)
+    lens = [len(a) for a in actions]
+
+    if done is not None:
+        if len(done) != G:
+            raise SrolloutError(f"done has {len(done)} flags for a group of G={G} trajectories")
+        for i, n in enumerate(lens):
+            if n < K and not done[i]:
+                raise SrolloutError(
+                    f"trajectory {i} has only {n} actions at K={K} but is not done; "
+                    "signals at step K need K actions from every running trajectory"
+                )
+
+    if U == 1:
+        d_k = jaccard = 0.0
+    else:
+        padded = _padded(list(counts), K)
+        c = list(counts.values())
+        n_pairs = G * (G - 1) / 2
+        d_k = _edit_distance_sum(padded, c) / (K * n_pairs)
+        jaccard = _bigram_jaccard_sum(padded, c) / n_pairs
+
+    a_k = [a[K - 1] if n >= K else END for a, n in zip(actions, lens, strict=False)]
+    unique_action, entropy = _unique_ratio_and_entropy(a_k, G)
+
+    if observations is None:
+        obs_unique = math.nan
+    else:
+        if isinstance(observations, str) or len(observations) != G:
+            raise SrolloutError(f"observations must hold one list per trajectory (G={G})")
+        if str in set(map(type, observations)):
+            raise SrolloutError(
+                "observations must hold one list of observations per trajectory, got a string"
+            )
+        try:
+            o_k = [o[K - 1] if n >= K else END for o, n in zip(observations, lens, strict=False)]
+        except (IndexError, TypeError):
+            raise SrolloutError(_observation_error(observations, lens, K)) from None
+        obs_unique = len(set(o_k)) / G
+
+    terminated = sum(1 for n in lens if n < K)
+    return GroupSignals(
+        prefix_edit_distance_mean=d_k,
+        action_bigram_jaccard_mean=jaccard,
+        unique_prefix_ratio=U / G,
+        unique_action_ratio=unique_action,
+        action_entropy=entropy,
+        obs_unique_ratio=obs_unique,
+        termination_fraction=terminated / G,
+    )
+
+
+def _observation_error(observations: Sequence[Sequence[str]], lens: Sequence[int], K: int) -> str:
+    """The one-line message for observations that do not cover step K."""
+    for i, (o, n) in enumerate(zip(observations, lens, strict=False)):
+        if n >= K and (not hasattr(o, "__len__") or len(o) < K):
+            got = len(o) if hasattr(o, "__len__") else type(o).__name__
+            return f"observations[{i}] needs the {K} observations the agent acted on, got {got}"
+    return "observations must be one list of observation strings per trajectory"
+
+
+def termination_fraction(actions: Sequence[Sequence[str]], K: int) -> float:
+    """τ_K alone: share of the G trajectories with fewer than K actions (ended before step K)."""
+    G = _check_group(actions, K)
+    return sum(1 for a in actions if len(a) < K) / G

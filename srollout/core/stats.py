@@ -1,0 +1,372 @@
+"""Statistics for the analysis and the A/B claims (paper §4.3, App. "Bootstrap confidence
+intervals"): Spearman's ρ with its t-test p-value, AUROC as Mann–Whitney U, seeded percentile
+bootstrap (plain and paired), exact McNemar test.
+
+All functions are numpy + scipy.stats (for the t and binomial distributions only); the bootstrap
+resamples rows with one ``numpy.random.Generator(PCG64(seed))`` so that same seed = same interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from srollout.errors import SrolloutError
+
+# Cells of the resampled-index matrix [rows, N] held in memory at once: bounds memory at about
+# 4 bytes * _CHUNK_CELLS (plus the gathered values) whatever n_resamples and N are.
+_CHUNK_CELLS = 4_000_000
+
+
+class SpearmanResult(NamedTuple):
+    rho: float
+    p_value: float
+    n: int
+
+
+class BootstrapCI(NamedTuple):
+    estimate: float
+    low: float
+    high: float
+    n_resamples: int
+    level: float
+
+
+class PairedBootstrap(NamedTuple):
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    n: int
+
+
+class McNemarResult(NamedTuple):
+    b01: int
+    b10: int
+    statistic: float
+    p_value: float
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of a 1-D array, ties get the average of their ranks (scipy's 'average')."""
+    x = np.asarray(x)
+    n = x.size
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    # Start of each run of equal values; a run [s, e) gets rank (s + 1 + e) / 2.
+    new = np.empty(n, dtype=bool)
+    if n:
+        new[0] = True
+        new[1:] = xs[1:] != xs[:-1]
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], n)
+    avg = (starts + 1 + ends) / 2.0
+    ranks = np.empty(n, dtype=np.float64)
+    ranks[order] = np.repeat(avg, ends - starts)
+    return ranks
+
+
+def _paired_finite(x: ArrayLike, y: ArrayLike, nan_policy: str) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(x, dtype=np.float64).ravel()
+    b = np.asarray(y, dtype=np.float64).ravel()
+    if a.size != b.size:
+        raise SrolloutError(f"paired samples have different lengths ({a.size} vs {b.size})")
+    if nan_policy not in ("omit", "propagate"):
+        raise SrolloutError(f"nan_policy must be 'omit' or 'propagate', got {nan_policy!r}")
+    if nan_policy == "omit":
+        keep = ~(np.isnan(a) | np.isnan(b))
+        a, b = a[keep], b[keep]
+    return a, b
+
+
+def spearman(x: ArrayLike, y: ArrayLike, nan_policy: str = "omit") -> SpearmanResult:
+    """Spearman's ρ of paired samples x, y: [n] with the two-sided p-value of scipy.stats.spearmanr.
+
+    ρ is Pearson's r of the average-tie ranks; p from t = ρ·sqrt((n-2)/(1-ρ²)) with n-2 degrees
+    of freedom. nan ρ (and p) when a side is constant or n < 2; p is nan for n < 3.
+    nan_policy "omit" drops pairs with a nan (n counts the pairs used); "propagate" returns nan.
+    """
+    a, b = _paired_finite(x, y, nan_policy)
+    n = int(a.size)
+    nan = SpearmanResult(math.nan, math.nan, n)
+    if n < 2 or np.isnan(a).any() or np.isnan(b).any():
+        return nan
+    ra = rankdata(a)
+    rb = rankdata(b)
+    ra -= ra.mean()
+    rb -= rb.mean()
+    denom = math.sqrt(float(ra @ ra) * float(rb @ rb))
+    if denom == 0.0:
+        return nan
+    rho = max(-1.0, min(1.0, float(ra @ rb) / denom))
+    if n < 3:
+        return SpearmanResult(rho, math.nan, n)
+    dof = n - 2
+    if abs(rho) == 1.0:
+        return SpearmanResult(rho, 0.0, n)
+    from scipy.stats import t as student_t
+
+    t_stat = rho * math.sqrt(dof / ((1.0 - rho) * (1.0 + rho)))
+    return SpearmanResult(rho, float(2.0 * student_t.sf(abs(t_stat), dof)), n)
+
+
+def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
+    """Area under the ROC curve of ``scores`` for the positive class (labels True / 1).
+
+    = U / (n_pos · n_neg), U the Mann–Whitney statistic of the positives: the probability that a
+    random positive scores above a random negative, ties counting 1/2. Rows with a nan score are
+    dropped; nan when a class is empty.
+    """
+    s = np.asarray(scores, dtype=np.float64).ravel()
+    lab = np.asarray(labels).ravel()
+    if s.size != lab.size:
+        raise SrolloutError(f"scores and labels have different lengths ({s.size} vs {lab.size})")
+    keep = ~np.isnan(s)
+    s, pos = s[keep], lab[keep].astype(bool)
+    n_pos = int(pos.sum())
+    n_neg = int(pos.size - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    ranks = rankdata(s)
+    u = float(ranks[pos].sum()) - n_pos * (n_pos + 1) / 2.0
+    return u / (n_pos * n_neg)
+
+
+def _check_level(level: float, n_resamples: int) -> None:
+    if not 0.0 < level < 1.0:
+        raise SrolloutError(f"confidence level must be in (0, 1), got {level}")
+    if (
+        isinstance(n_resamples, bool)
+        or not isinstance(n_resamples, (int, np.integer))
+        or n_resamples < 1
+    ):
+        raise SrolloutError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+
+
+def _resample_indices(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Bootstrap row indices in chunks [rows, n]; the same (n, n_resamples, seed) gives the same
+    sequence whichever statistic consumes it, so vectorised and per-resample paths agree."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    rows = max(1, _CHUNK_CELLS // max(n, 1))
+    done = 0
+    while done < n_resamples:
+        b = min(rows, n_resamples - done)
+        # int32 indices: a third of the generation time of int64 and half the memory.
+        yield rng.integers(0, n, size=(b, n), dtype=np.int32)
+        done += b
+
+
+def _as_rows(data: ArrayLike, name: str = "data") -> np.ndarray:
+    x = np.asarray(data, dtype=np.float64)
+    if x.ndim not in (1, 2) or x.shape[0] == 0:
+        raise SrolloutError(
+            f"{name} must be a non-empty array of shape [N] or [N, k], got shape {x.shape}"
+        )
+    return x
+
+
+def _batched_mean(xb: np.ndarray) -> np.ndarray:
+    return xb.mean(axis=1)
+
+
+def _bootstrap_stats(
+    x: np.ndarray,
+    statistic: Callable[[np.ndarray], float] | None,
+    batched: bool,
+    n_resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """The statistic on each of n_resamples resamples of the rows of x: [n_resamples]."""
+    if statistic is None:
+        if x.ndim != 1:
+            raise SrolloutError(
+                "data of shape [N, k] needs a statistic (the default is the mean of [N] data)"
+            )
+        statistic, batched = _batched_mean, True
+    out = np.empty(n_resamples, dtype=np.float64)
+    pos = 0
+    for idx in _resample_indices(x.shape[0], n_resamples, seed):
+        b = idx.shape[0]
+        if batched:
+            vals = np.asarray(statistic(x[idx]), dtype=np.float64)
+            if vals.shape != (b,):
+                raise SrolloutError(
+                    f"a batched statistic must return one value per resample, shape {(b,)}, got {vals.shape}"
+                )
+            out[pos : pos + b] = vals
+        else:
+            out[pos : pos + b] = [statistic(x[r]) for r in idx]
+        pos += b
+    return out
+
+
+def _estimate(
+    x: np.ndarray, statistic: Callable[[np.ndarray], float] | None, batched: bool
+) -> float:
+    if statistic is None:
+        return float(x.mean())
+    if batched:
+        return float(np.asarray(statistic(x[None]), dtype=np.float64).reshape(-1)[0])
+    return float(statistic(x))
+
+
+def _percentiles(stats: np.ndarray, level: float) -> tuple[float, float]:
+    alpha = (1.0 - level) / 2.0
+    finite = stats[~np.isnan(stats)]
+    if finite.size == 0:
+        return math.nan, math.nan
+    low, high = np.quantile(finite, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def bootstrap_ci(
+    data: ArrayLike,
+    statistic: Callable[[np.ndarray], float] | None = None,
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+    batched: bool = False,
+) -> BootstrapCI:
+    """Seeded percentile bootstrap CI of ``statistic`` over the rows of ``data``.
+
+    data: [N] or [N, k]; rows are resampled with replacement (a row is one task/group, so the
+    k columns of a row stay together). statistic: row-array -> float; None = mean of [N] data.
+
+    Vectorised path: with ``statistic=None``, or with ``batched=True`` and a statistic that takes
+    a batch of resamples [B, N] (or [B, N, k]) and returns [B] — write it over the last axes, e.g.
+    the share of steps saved ``lambda x: 1 - x[..., 1].sum(-1) / x[..., 0].sum(-1)``. A batched
+    statistic is also called once on ``data[None]`` for the estimate. Otherwise the statistic is
+    called once per resample. Both paths see the same resamples. nan resample values are dropped.
+    """
+    _check_level(level, n_resamples)
+    x = _as_rows(data)
+    stats = _bootstrap_stats(x, statistic, batched, n_resamples, seed)
+    low, high = _percentiles(stats, level)
+    return BootstrapCI(_estimate(x, statistic, batched), low, high, int(n_resamples), float(level))
+
+
+def paired_bootstrap(
+    a: ArrayLike,
+    b: ArrayLike,
+    statistic: Callable[[np.ndarray], float] | None = None,
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+    batched: bool = False,
+) -> PairedBootstrap:
+    """Paired bootstrap of diff = stat(b) - stat(a) (b = treatment / gated arm, a = baseline).
+
+    a, b: [N] (or [N, k]) paired rows (same task and seeds in both arms); each resample draws the
+    same rows from both. statistic as in :func:`bootstrap_ci` (default mean). p_value is two-sided:
+    twice the share of resampled diffs on the other side of 0 from the observed diff (a resample
+    exactly at 0 counts as the other side), capped at 1; 1 when the observed diff is 0.
+    """
+    _check_level(level, n_resamples)
+    xa, xb = _as_rows(a, "a"), _as_rows(b, "b")
+    if xa.shape != xb.shape:
+        raise SrolloutError(f"paired samples have different shapes ({xa.shape} vs {xb.shape})")
+    if statistic is None and xa.ndim != 1:
+        raise SrolloutError(
+            "data of shape [N, k] needs a statistic (the default is the mean of [N] data)"
+        )
+    both = np.stack([xa, xb], axis=1)  # [N, 2, ...]: resampling rows keeps pairs together
+
+    if statistic is None:
+
+        def diff_stat(z: np.ndarray) -> np.ndarray:
+            return z[..., 1].mean(-1) - z[..., 0].mean(-1)
+
+        batched_diff = True
+    elif batched:
+
+        def diff_stat(z: np.ndarray) -> np.ndarray:
+            return np.asarray(statistic(z[:, :, 1]), dtype=np.float64) - np.asarray(
+                statistic(z[:, :, 0]), dtype=np.float64
+            )
+
+        batched_diff = True
+    else:
+
+        def diff_stat(z: np.ndarray) -> float:
+            return float(statistic(z[:, 1])) - float(statistic(z[:, 0]))
+
+        batched_diff = False
+
+    stats = _bootstrap_stats(both, diff_stat, batched_diff, n_resamples, seed)
+    diff = _estimate(both, diff_stat, batched_diff)
+    low, high = _percentiles(stats, level)
+    finite = stats[~np.isnan(stats)]
+    if diff == 0.0 or finite.size == 0:
+        p = 1.0
+    elif diff > 0:
+        p = min(1.0, 2.0 * float(np.mean(finite <= 0.0)))
+    else:
+        p = min(1.0, 2.0 * float(np.mean(finite >= 0.0)))
+    return PairedBootstrap(diff, low, high, p, int(xa.shape[0]))
+
+
+def relative_saving_ci(
+    baseline: ArrayLike,
+    gated: ArrayLike,
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> BootstrapCI:
+    """Bootstrap CI of the share saved, 1 - Σ gated / Σ baseline, over paired tasks (rows).
+
+    baseline, gated: [N] per-task costs (wall-clock s, generated tokens, env steps) on matched
+    seeds. This is the paper's "resample the task-level differences and recompute the
+    percentage saving" (App. "Bootstrap confidence intervals"), as a fraction.
+    """
+    base = np.asarray(baseline, dtype=np.float64).ravel()
+    gate = np.asarray(gated, dtype=np.float64).ravel()
+    if base.size != gate.size:
+        raise SrolloutError(f"paired samples have different lengths ({base.size} vs {gate.size})")
+    if base.size == 0:
+        raise SrolloutError("relative_saving_ci needs at least one paired task")
+    if base.sum() <= 0:
+        raise SrolloutError("the baseline costs sum to 0; no saving share is defined")
+    _check_level(level, n_resamples)
+    n = base.size
+    # Gathering the two columns separately is ~3x faster than the generic [B, N, 2] gather and
+    # gives the same numbers as bootstrap_ci with the batched share statistic (same resamples).
+    stats = np.empty(n_resamples, dtype=np.float64)
+    pos = 0
+    for idx in _resample_indices(n, n_resamples, seed):
+        tot = base[idx].sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats[pos : pos + idx.shape[0]] = np.where(
+                tot > 0, 1.0 - gate[idx].sum(axis=1) / tot, np.nan
+            )
+        pos += idx.shape[0]
+    low, high = _percentiles(stats, level)
+    return BootstrapCI(
+        1.0 - float(gate.sum() / base.sum()), low, high, int(n_resamples), float(level)
+    )
+
+
+def mcnemar(a_success: ArrayLike, b_success: ArrayLike) -> McNemarResult:
+    """Exact McNemar test of paired binary outcomes (e.g. per-task success of two arms).
+
+    b01 = #(a failed, b succeeded), b10 = #(a succeeded, b failed); under H0 the discordant
+    pairs split Binomial(b01 + b10, 1/2). statistic = min(b01, b10); two-sided exact p =
+    min(1, 2 · P[X <= min]) (1 when there are no discordant pairs).
+    """
+    a = np.asarray(a_success).ravel().astype(bool)
+    b = np.asarray(b_success).ravel().astype(bool)
+    if a.size != b.size:
+        raise SrolloutError(f"paired outcomes have different lengths ({a.size} vs {b.size})")
+    b01 = int(np.count_nonzero(~a & b))
+    b10 = int(np.count_nonzero(a & ~b))
+    n = b01 + b10
+    k = min(b01, b10)
+    if n == 0:
+        return McNemarResult(b01, b10, float(k), 1.0)
+    from scipy.stats import binom
+
+    p = min(1.0, 2.0 * float(binom.cdf(k, n, 0.5)))
+    return McNemarResult(b01, b10, float(k), p)

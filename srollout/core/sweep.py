@@ -1,0 +1,313 @@
+"""Sweep formulas (paper §4.4 Table "ablation", App. "Calibration against random-cut and oracle
+gates", App. "Setting the precision floor"), vectorised over a grid of gates.
+
+For N groups, a gate is a boolean cut vector; with the full (un-gated) zero-variance labels:
+
+- TP = cut zero-variance groups, FP = cut groups with reward variance; precision = TP / cut
+  (nan when nothing is cut), recall = TP / #zero-variance (nan when there is none);
+- safe savings = TP·(T_max − K) / (N·T_max)  (lossless: TPs have advantage 0);
+- raw savings  = cut·(T_max − K) / (N·T_max) (what rollout cost drops by, FPs included);
+- measured step savings = Σ remaining_steps[cut] / Σ total_steps, from the real environment
+  steps of each group (trajectories that end early save nothing), nan without step data;
+- adv_l2_kept = ||A_kept||₂ / ||A_full||₂ over the concatenated advantages of all groups.
+
+All shares are fractions (0.113 = 11.3 %).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from srollout.errors import SrolloutError
+
+# Precisions within this of the floor count as on it (16/20 must pass a 0.80 floor).
+_FLOOR_TOL = 1e-12
+
+
+class GateOutcome(NamedTuple):
+    """One gate's outcome on N groups (random_cut_baseline: means over draws, tp/fp as floats)."""
+
+    n_cut: int
+    tp: int
+    fp: int
+    precision: float
+    recall: float
+    safe_savings: float
+    raw_savings: float
+    measured_step_savings: float
+    adv_l2_kept: float
+
+
+class GridOutcome(NamedTuple):
+    """The GateOutcome fields for M gates at once, each an array [M]."""
+
+    n_cut: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    precision: np.ndarray
+    recall: np.ndarray
+    safe_savings: np.ndarray
+    raw_savings: np.ndarray
+    measured_step_savings: np.ndarray
+    adv_l2_kept: np.ndarray
+
+    def row(self, m: int) -> GateOutcome:
+        """Gate m as a GateOutcome of Python scalars."""
+        return GateOutcome(
+            int(self.n_cut[m]),
+            int(self.tp[m]),
+            int(self.fp[m]),
+            *(float(getattr(self, f)[m]) for f in GateOutcome._fields[3:]),
+        )
+
+
+def _check_steps(K: int, T_max: int) -> None:
+    for name, v in (("K", K), ("T_max", T_max)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise SrolloutError(f"{name} must be an integer >= 1, got {v!r}")
+    if K > T_max:
+        raise SrolloutError(
+            f"K={K} is beyond the horizon T_max={T_max}; the gate must act at K <= T_max"
+        )
+
+
+def _bool_vector(x: ArrayLike, name: str, n: int | None = None) -> np.ndarray:
+    v = np.asarray(x)
+    if v.ndim != 1:
+        raise SrolloutError(f"{name} must be a 1-D array over groups, got shape {v.shape}")
+    if v.dtype != bool:
+        if not np.all(np.isin(v, (0, 1))):
+            raise SrolloutError(f"{name} must hold booleans (or 0/1)")
+        v = v.astype(bool)
+    if n is not None and v.size != n:
+        raise SrolloutError(f"{name} has {v.size} entries, expected one per group ({n})")
+    return v
+
+
+def _float_vector(x: ArrayLike, name: str, n: int) -> np.ndarray:
+    v = np.asarray(x, dtype=np.float64)
+    if v.shape != (n,):
+        raise SrolloutError(f"{name} must have one entry per group ({n}), got shape {v.shape}")
+    return v
+
+
+def _group_sq_norms(advantages: Sequence[ArrayLike], n: int) -> np.ndarray:
+    if len(advantages) != n:
+        raise SrolloutError(f"advantages has {len(advantages)} groups, expected {n}")
+    return np.array([float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages])
+
+
+def evaluate_grid(
+    cut: ArrayLike,
+    zero_var: ArrayLike,
+    K: int,
+    T_max: int,
+    remaining_steps: ArrayLike | None = None,
+    total_steps: ArrayLike | None = None,
+    advantages: Sequence[ArrayLike] | None = None,
+) -> GridOutcome:
+    """Outcomes of M gates on N groups in one pass.
+
+    cut: bool[M, N] (or [N] for one gate), zero_var: bool[N] (full-outcome labels), K and T_max
+    in steps; remaining_steps[N] = real env steps the group's G trajectories took after step K,
+    total_steps[N] = real env steps of the whole group (give both or neither); advantages: N
+    arrays [G_g] of the groups' GRPO advantages (for adv_l2_kept; nan without).
+    """
+    _check_steps(K, T_max)
+    zv = _bool_vector(zero_var, "zero_var")
+    N = zv.size
+    c = np.asarray(cut)
+    if c.ndim == 1:
+        c = c[None, :]
+    if c.ndim != 2 or c.shape[1] != N:
+        raise SrolloutError(
+            f"cut must have shape [M, {N}] (one column per group), got {np.shape(cut)}"
+        )
+    c = c.astype(bool)
+    M = c.shape[0]
+    if N == 0:
+        raise SrolloutError("no groups to evaluate")
+
+    n_cut = c.sum(axis=1)
+    tp = (c @ zv.astype(np.int64)).astype(np.int64)
+    fp = n_cut - tp
+    n_zv = int(zv.sum())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(n_cut > 0, tp / np.maximum(n_cut, 1), np.nan)
+    recall = tp / n_zv if n_zv else np.full(M, np.nan)
+    per_cut = (T_max - K) / (N * T_max)
+    safe = tp * per_cut
+    raw = n_cut * per_cut
+
+    if (remaining_steps is None) != (total_steps is None):
+        raise SrolloutError(
+            "measured savings need both remaining_steps and total_steps (or neither)"
+        )
+    if remaining_steps is None:
+        measured = np.full(M, np.nan)
+    else:
+        rem = _float_vector(remaining_steps, "remaining_steps", N)
+        tot = _float_vector(total_steps, "total_steps", N)
+        if np.any(rem < 0) or np.any(rem > tot):
+            raise SrolloutError("remaining_steps must lie between 0 and the group's total_steps")
+        total = float(tot.sum())
+        measured = (c @ rem) / total if total > 0 else np.full(M, np.nan)
+
+    if advantages is None:
+        kept = np.full(M, np.nan)
+    else:
+        sq = _group_sq_norms(advantages, N)
+        full = float(sq.sum())
+        kept = np.sqrt((~c) @ sq / full) if full > 0 else np.full(M, np.nan)
+
+    return GridOutcome(
+        n_cut.astype(np.int64),
+        tp,
+        fp.astype(np.int64),
+        precision.astype(np.float64),
+        np.asarray(recall, dtype=np.float64),
+        np.asarray(safe, dtype=np.float64),
+        np.asarray(raw, dtype=np.float64),
+        np.asarray(measured, dtype=np.float64),
+        np.asarray(kept, dtype=np.float64),
+    )
+
+
+def evaluate_cuts(
+    cut: ArrayLike,
+    zero_var: ArrayLike,
+    K: int,
+    T_max: int,
+    remaining_steps: ArrayLike | None = None,
+    total_steps: ArrayLike | None = None,
+    advantages: Sequence[ArrayLike] | None = None,
+) -> GateOutcome:
+    """One gate's outcome: cut bool[N] against zero_var bool[N]; see :func:`evaluate_grid`."""
+    c = _bool_vector(cut, "cut")
+    return evaluate_grid(
+        c[None, :], zero_var, K, T_max, remaining_steps, total_steps, advantages
+    ).row(0)
+
+
+def threshold_cuts(
+    d_K: ArrayLike,
+    d_L_values: ArrayLike,
+    tau_K: ArrayLike | None = None,
+    t_high_values: ArrayLike | None = None,
+) -> np.ndarray:
+    """Cut matrix of a grid of threshold gates: bool[M, N].
+
+    R1 grid (tau_K/t_high_values None): row m cuts d_K < d_L_values[m], M = len(d_L_values).
+    R3 grid: rows run over the product (d_L, t_high), t_high fastest: row m = i·T + j cuts
+    d_K < d_L_values[i] or tau_K >= t_high_values[j]. nan d_K never cuts on the d clause.
+    """
+    d = np.asarray(d_K, dtype=np.float64).ravel()
+    dl = np.asarray(d_L_values, dtype=np.float64).ravel()
+    cut = d[None, :] < dl[:, None]
+    if (tau_K is None) != (t_high_values is None):
+        raise SrolloutError("an R3 grid needs both tau_K and t_high_values")
+    if tau_K is None:
+        return cut
+    tau = np.asarray(tau_K, dtype=np.float64).ravel()
+    if tau.size != d.size:
+        raise SrolloutError(f"tau_K has {tau.size} entries, d_K has {d.size}")
+    th = np.asarray(t_high_values, dtype=np.float64).ravel()
+    by_tau = tau[None, :] >= th[:, None]  # [T, N]
+    return (cut[:, None, :] | by_tau[None, :, :]).reshape(dl.size * th.size, d.size)
+
+
+def oracle_cuts(zero_var: ArrayLike) -> np.ndarray:
+    """The oracle gate: cut exactly the zero-variance groups at K. bool[N]."""
+    return _bool_vector(zero_var, "zero_var").copy()
+
+
+def random_cut_baseline(
+    n_cut: int,
+    zero_var: ArrayLike,
+    K: int,
+    T_max: int,
+    remaining_steps: ArrayLike | None = None,
+    total_steps: ArrayLike | None = None,
+    advantages: Sequence[ArrayLike] | None = None,
+    n_draws: int = 1000,
+    seed: int = 0,
+) -> GateOutcome:
+    """The random-cut policy at the same cut count: n_cut groups chosen uniformly without
+    replacement, n_draws times; every field is the mean over draws (tp, fp as floats)."""
+    zv = _bool_vector(zero_var, "zero_var")
+    N = zv.size
+    if isinstance(n_cut, bool) or not isinstance(n_cut, (int, np.integer)) or not 0 <= n_cut <= N:
+        raise SrolloutError(f"n_cut must be an integer in [0, {N}], got {n_cut!r}")
+    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
+        raise SrolloutError(f"n_draws must be a positive integer, got {n_draws!r}")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    # Ranks of iid uniforms are a uniform random permutation; the n_cut smallest are cut.
+    order = np.argsort(rng.random((n_draws, N)), axis=1)
+    cut = np.zeros((n_draws, N), dtype=bool)
+    np.put_along_axis(cut, order[:, :n_cut], True, axis=1)
+    grid = evaluate_grid(cut, zv, K, T_max, remaining_steps, total_steps, advantages)
+    with np.errstate(invalid="ignore"):
+        means = [float(np.mean(getattr(grid, f))) for f in GateOutcome._fields[1:]]
+    return GateOutcome(int(n_cut), *means)
+
+
+def _field(row: Any, name: str) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name)
+    return getattr(row, name, None)
+
+
+def choose_operating_point(rows: Any, precision_floor: float = 0.80) -> int | None:
+    """Index of the operating point: the largest safe_savings among rows with precision >= floor.
+
+    rows: a sequence of mappings or objects with ``precision`` and ``safe_savings`` (and
+    optionally ``d_L``), or a table with ``to_dicts()`` (a Polars DataFrame). Ties: higher
+    precision, then smaller d_L, then the earlier row. None when no row clears the floor (rows
+    with nan precision — nothing cut — never do).
+    """
+    if not 0.0 <= precision_floor <= 1.0:
+        raise SrolloutError(f"precision floor must be in [0, 1], got {precision_floor}")
+    if hasattr(rows, "to_dicts"):
+        rows = rows.to_dicts()
+    best: tuple[float, float, float] | None = None
+    best_i: int | None = None
+    for i, row in enumerate(rows):
+        p = _field(row, "precision")
+        s = _field(row, "safe_savings")
+        if p is None or s is None:
+            raise SrolloutError(f"sweep row {i} lacks precision or safe_savings")
+        p, s = float(p), float(s)
+        if math.isnan(p) or math.isnan(s) or p < precision_floor - _FLOOR_TOL:
+            continue
+        d_l = _field(row, "d_L")
+        d_l = math.inf if d_l is None or math.isnan(float(d_l)) else float(d_l)
+        # Rounded savings so that float noise between equal fractions does not break the tie.
+        key = (round(s, 12), p, -d_l)
+        if best is None or key > best:
+            best, best_i = key, i
+    return best_i
+
+
+def useful_groups_lost(precision: float, n_cut: int, n_nonzero_var: int) -> float:
+    """Worst-case share of useful (non-zero-variance) groups a gate cuts: (1−p)·|cut| / |nonzero-var|.
+
+    Paper App. "Setting the precision floor": p = 0.81, 21 cuts, 61 mixed groups → ≈ 6.5 %.
+    """
+    if n_nonzero_var <= 0:
+        raise SrolloutError("no non-zero-variance groups: the lost share is undefined")
+    return (1.0 - precision) * n_cut / n_nonzero_var
+
+
+def precision_floor_for(eta: float, n_nonzero_var: int, n_cut: int) -> float:
+    """The precision floor that bounds the worst-case useful-group loss by eta: 1 − η·|nonzero-var|/|cut|.
+
+    Paper: η = 0.10, 61 non-zero-variance groups, 21 cuts → ≈ 0.71 (so 0.80 is conservative).
+    """
+    if n_cut <= 0:
+        raise SrolloutError("n_cut must be > 0 to derive a precision floor")
+    return 1.0 - eta * n_nonzero_var / n_cut

@@ -1,0 +1,215 @@
+"""Unit tests of srollout.core.gate: rules, validation, gate.json round trip and bad files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from srollout.core.gate import FixedGate, GateRule, load_gate, register_gate_kind, should_cut
+from srollout.core.signals import GroupSignals, compute_signals
+from srollout.errors import SrolloutError
+
+
+def _signals(d: float, tau: float = 0.0) -> GroupSignals:
+    return GroupSignals(d, 0.5, 0.5, 0.5, 0.5, math.nan, tau)
+
+
+def test_r1_is_strict_threshold_on_d_k():
+    gate = GateRule("r1", K=10, d_L=0.12)
+    assert gate.decide(_signals(0.11))
+    assert not gate.decide(_signals(0.12))  # d_K < d_L, strictly
+    assert not gate.decide(_signals(0.5, tau=1.0))  # tau is ignored by R1
+    assert not gate.decide(_signals(math.nan))
+
+
+def test_r3_adds_termination_clause():
+    gate = GateRule("r3", K=10, d_L=0.12, t_high=0.9)
+    assert gate.decide(_signals(0.11, tau=0.0))
+    assert gate.decide(_signals(0.5, tau=0.9))  # tau_K >= t_high
+    assert not gate.decide(_signals(0.5, tau=0.875))
+
+
+def test_never_gate_never_fires_even_on_identical_group():
+    identical = [["go to desk 1"] * 10] * 8
+    assert compute_signals(identical, 10).prefix_edit_distance_mean == 0.0
+    assert not GateRule.never().should_cut(identical)
+    assert FixedGate(True).should_cut(identical)
+    assert not FixedGate(False).decide(_signals(0.0))
+
+
+def test_should_cut_hand_worked():
+    # 7 identical + 1 differing at step 3: d_3 = 7 pairs * (1/3) / 28 = 1/12 = 0.083 < 0.12.
+    shelf_1 = ["go to desk 1", "take pen 1 from desk 1", "go to shelf 1"]
+    shelf_2 = ["go to desk 1", "take pen 1 from desk 1", "go to shelf 2"]
+    group = [shelf_1] * 7 + [shelf_2]
+    assert should_cut(group, K=3, d_L=0.12)
+    assert not should_cut(group, K=3, d_L=0.08)
+    # Two of eight differ: 12 pairs * 1/3 / 28 = 0.143 -> no cut.
+    assert not should_cut([shelf_1] * 6 + [shelf_2] * 2, K=3, d_L=0.12)
+    # R3 fires on termination: 7 of 8 trajectories ended before K=3.
+    ended = [["look"]] * 7 + [["look", "inventory", "look"]]
+    assert should_cut(ended, K=3, d_L=0.01, rule="r3", t_high=0.8)
+    assert not should_cut(ended, K=3, d_L=0.01)
+    # With observations the full-signal path decides the same.
+    obs = [[f"o{t}" for t in range(3)] for _ in group]
+    assert should_cut(group, K=3, d_L=0.12, observations=obs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from("abcd"), max_size=6), min_size=2, max_size=10),
+    st.integers(1, 6),
+    st.floats(0, 1),
+    st.floats(0, 1),
+)
+def test_should_cut_agrees_with_decide(actions, K, d_L, t_high):
+    for gate in (GateRule("r1", K, d_L), GateRule("r3", K, d_L, t_high)):
+        s = compute_signals(actions, K)
+        assert gate.should_cut(actions) == gate.decide(s)
+        assert bool(
+            gate.decide_arrays([s.prefix_edit_distance_mean], [s.termination_fraction])[0]
+        ) == gate.decide(s)
+
+
+def test_decide_arrays_vectorised():
+    d = np.array([0.0, 0.05, 0.12, 0.5, np.nan])
+    tau = np.array([0.0, 0.0, 0.0, 1.0, 1.0])
+    assert GateRule("r1", d_L=0.12).decide_arrays(d).tolist() == [True, True, False, False, False]
+    assert GateRule("r3", d_L=0.12, t_high=0.9).decide_arrays(d, tau).tolist() == [
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
+    assert FixedGate(True).decide_arrays(d).tolist() == [True] * 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"rule": "r2"}, "one of r1, r3"),
+        ({"d_L": 1.5}, r"d_L must be in \[0, 1\]"),
+        ({"d_L": -0.1}, r"d_L must be in \[0, 1\]"),
+        ({"d_L": float("nan")}, r"d_L must be in \[0, 1\]"),
+        ({"d_L": "0.1"}, "d_L must be a number"),
+        ({"K": 0}, "K must be an integer step >= 1"),
+        ({"K": 2.0}, "K must be an integer step >= 1"),
+        ({"rule": "r3"}, "r3 needs t_high"),
+        ({"rule": "r3", "t_high": 1.2}, r"t_high must be in \[0, 1\]"),
+        ({"rule": "r1", "t_high": 0.9}, "only used by rule r3"),
+    ],
+)
+def test_bad_rule_values(kwargs, match):
+    with pytest.raises(SrolloutError, match=match) as err:
+        GateRule(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_rule_normalisation():
+    assert GateRule("R1").rule == "r1"
+    assert GateRule("r1", t_high=float("nan")).t_high is None  # a null t_high from a sweep table
+    assert isinstance(GateRule(K=np.int64(5)).K, int)
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        GateRule(),
+        GateRule("r3", K=15, d_L=0.2, t_high=0.9),
+        GateRule.never(5),
+        FixedGate(True, K=3),
+    ],
+)
+def test_save_load_round_trip(tmp_path, gate):
+    path = gate.save(tmp_path / "sub" / "gate.json")
+    assert load_gate(path) == gate
+    assert type(gate).load(path) == gate
+    assert load_gate(tmp_path / "sub") == gate  # a run directory holding gate.json
+    data = json.loads(path.read_text())
+    assert data["version"] == 1 and data["kind"] in ("threshold", "fixed")
+    assert not list((tmp_path / "sub").glob(".*.tmp"))  # atomic write leaves no temp file
+
+
+def test_gate_json_content(tmp_path):
+    data = json.loads(GateRule().save(tmp_path / "g.json").read_text())
+    assert data == {
+        "kind": "threshold",
+        "version": 1,
+        "rule": "r1",
+        "K": 10,
+        "d_L": 0.12,
+        "t_high": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "no such gate file"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"kind": "magic"}', "unknown gate kind 'magic'"),
+        ('{"rule": "r1", "K": 10, "d_L": 0.1}', "unknown gate kind None"),
+        ('{"kind": "threshold", "version": 1, "rule": "r1", "K": 10}', "missing 'd_L'"),
+        (
+            '{"kind": "threshold", "version": 1, "rule": "r1", "K": 10, "d_L": 0.1, "x": 1}',
+            "unknown gate field",
+        ),
+        (
+            '{"kind": "threshold", "version": 99, "rule": "r1", "K": 10, "d_L": 0.1}',
+            "version 99 is not supported",
+        ),
+        (
+            '{"kind": "threshold", "version": 1, "rule": "r1", "K": 10, "d_L": 3}',
+            r"d_L must be in \[0, 1\]",
+        ),
+        ('{"kind": "fixed", "version": 1, "cut": "yes"}', "true or false"),
+    ],
+)
+def test_bad_gate_files(tmp_path, content, match):
+    path = tmp_path / "gate.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SrolloutError, match=match) as err:
+        load_gate(path)
+    assert "\n" not in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_load_wrong_kind_for_class(tmp_path):
+    path = FixedGate(False).save(tmp_path / "gate.json")
+    with pytest.raises(SrolloutError, match="expected a threshold gate"):
+        GateRule.load(path)
+
+
+def test_registry_extends_loader(tmp_path, monkeypatch):
+    import srollout.core.gate as gate_module
+
+    monkeypatch.setattr(gate_module, "_GATE_KINDS", dict(gate_module._GATE_KINDS))  # no leak
+
+    class Learned(FixedGate):
+        pass
+
+    def from_dict(d, source):
+        return Learned(cut=bool(d["cut"]), K=int(d["K"]))
+
+    register_gate_kind("test-learned", from_dict)
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"kind": "test-learned", "cut": True, "K": 4}))
+    gate = load_gate(path)
+    assert isinstance(gate, Learned) and gate.K == 4 and gate.decide(_signals(0.9))
+
+
+def test_should_cut_bad_parameters():
+    with pytest.raises(SrolloutError, match="d_L"):
+        should_cut([["a"], ["b"]], K=1, d_L=2.0)
+    with pytest.raises(SrolloutError, match="r3 needs t_high"):
+        should_cut([["a"], ["b"]], K=1, rule="r3")
+    with pytest.raises(SrolloutError, match="G >= 2"):
+        should_cut([["a"]], K=1)

@@ -1,0 +1,210 @@
+"""Unit tests of srollout.core.stats: hand-worked values, scipy as oracle, bootstrap properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from srollout.core import stats as S
+from srollout.core.stats import (
+    auroc,
+    bootstrap_ci,
+    mcnemar,
+    paired_bootstrap,
+    rankdata,
+    relative_saving_ci,
+    spearman,
+)
+from srollout.errors import SrolloutError
+
+
+def test_spearman_hand_worked():
+    # x = 1,2,3; y = 1,3,2: rank differences 0,1,1 -> rho = 1 - 6*2/(3*8) = 0.5.
+    # n = 3, 1 dof: t = 0.5*sqrt(1/0.75) = 1/sqrt(3); the t(1) law is Cauchy,
+    # sf(t) = 1/2 - atan(t)/pi = 1/2 - 1/6, so p = 2*(1/3) = 2/3.
+    r = spearman([1, 2, 3], [1, 3, 2])
+    assert r.rho == pytest.approx(0.5)
+    assert r.p_value == pytest.approx(2 / 3)
+    assert r.n == 3
+
+
+def test_spearman_edge_cases():
+    assert spearman([1, 2, 3, 4], [2, 4, 6, 8]) == (1.0, 0.0, 4)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]).rho)  # constant side
+    two = spearman([1, 2], [2, 1])
+    assert two.rho == -1.0 and math.isnan(two.p_value)
+    # nan pairs are omitted by default, propagate on request.
+    r = spearman([1, 2, np.nan, 3], [1, 3, 5, 2])
+    assert r.n == 3 and r.rho == pytest.approx(0.5)
+    assert math.isnan(spearman([1, 2, np.nan, 3], [1, 3, 5, 2], nan_policy="propagate").rho)
+    with pytest.raises(SrolloutError, match="different lengths"):
+        spearman([1, 2], [1, 2, 3])
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+@settings(max_examples=60, deadline=None)
+@given(st.integers(3, 60), st.integers(0, 2**31 - 1), st.sampled_from([3, 10, 1000]))
+def test_spearman_matches_scipy(n, seed, levels):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, levels, n).astype(float)  # few levels: many ties
+    y = x * rng.choice([-1, 1]) + rng.integers(0, levels, n)
+    got = spearman(x, y)
+    want = scipy.stats.spearmanr(x, y)
+    if np.isnan(want.statistic):
+        assert np.isnan(got.rho)
+    else:
+        assert got.rho == pytest.approx(want.statistic, abs=1e-12)
+        assert got.p_value == pytest.approx(want.pvalue, rel=1e-9, abs=1e-300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=40))
+def test_rankdata_matches_scipy(values):
+    np.testing.assert_allclose(rankdata(np.array(values)), scipy.stats.rankdata(values))
+
+
+def test_auroc_hand_worked():
+    # positives 0.35, 0.8; negatives 0.1, 0.4: 0.35 beats 0.1 only, 0.8 beats both -> 3/4.
+    assert auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    assert auroc([0.5, 0.5], [True, False]) == pytest.approx(0.5)  # a tie counts 1/2
+    assert auroc([0.1, 0.9], [False, True]) == 1.0
+    assert math.isnan(auroc([0.1, 0.2], [1, 1]))
+    assert auroc([np.nan, 0.1, 0.9], [0, 0, 1]) == 1.0  # nan score dropped
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 80), st.integers(0, 2**31 - 1))
+def test_auroc_matches_mannwhitneyu(n, seed):
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.random(n), 1)  # ties
+    labels = rng.random(n) < 0.4
+    labels[0], labels[1] = True, False
+    u = scipy.stats.mannwhitneyu(scores[labels], scores[~labels]).statistic
+    assert auroc(scores, labels) == pytest.approx(u / (labels.sum() * (~labels).sum()), abs=1e-12)
+
+
+def test_bootstrap_constant_and_seeded():
+    ci = bootstrap_ci(np.full(10, 3.0), n_resamples=200)
+    assert (ci.estimate, ci.low, ci.high, ci.n_resamples, ci.level) == (3.0, 3.0, 3.0, 200, 0.95)
+    x = np.random.default_rng(1).normal(size=50)
+    assert bootstrap_ci(x, seed=5, n_resamples=500) == bootstrap_ci(x, seed=5, n_resamples=500)
+    assert bootstrap_ci(x, seed=5, n_resamples=500) != bootstrap_ci(x, seed=6, n_resamples=500)
+
+
+def test_bootstrap_width_of_a_mean():
+    # For N = 2000 standard normals the 95% CI of the mean is about ±1.96/sqrt(N) = ±0.0438.
+    x = np.random.default_rng(2).normal(size=2000)
+    ci = bootstrap_ci(x, n_resamples=4000)
+    assert ci.estimate == pytest.approx(x.mean())
+    assert (ci.high - ci.low) / 2 == pytest.approx(1.96 * x.std() / np.sqrt(2000), rel=0.1)
+
+
+def test_bootstrap_vectorised_equals_naive(monkeypatch):
+    x = np.random.default_rng(3).exponential(size=37)
+    fast = bootstrap_ci(x, n_resamples=1500, seed=9)
+    naive = bootstrap_ci(x, statistic=np.mean, n_resamples=1500, seed=9)
+    assert fast.low == pytest.approx(naive.low, abs=1e-12)
+    assert fast.high == pytest.approx(naive.high, abs=1e-12)
+    # Small chunks: the resamples are the same whichever way they are cut.
+    monkeypatch.setattr(S, "_CHUNK_CELLS", 37 * 7)
+    assert bootstrap_ci(x, n_resamples=1500, seed=9) == fast
+    # A batched 2-D statistic equals the same statistic called per resample.
+    rows = np.stack([x, x * 0.8 + 0.1], axis=1)
+
+    def share(z):
+        return 1 - z[..., 1].sum(-1) / z[..., 0].sum(-1)
+
+    b = bootstrap_ci(rows, share, n_resamples=800, seed=4, batched=True)
+    n = bootstrap_ci(rows, lambda z: float(share(z)), n_resamples=800, seed=4)
+    assert b == pytest.approx(n, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=60), st.integers(0, 1000))
+def test_bootstrap_ci_contains_estimate(values, seed):
+    ci = bootstrap_ci(values, n_resamples=2000, seed=seed)
+    tol = 1e-9 * (1 + max(abs(v) for v in values))  # rounding of equal means only
+    assert ci.low - tol <= ci.estimate <= ci.high + tol
+
+
+def test_bootstrap_bad_input():
+    with pytest.raises(SrolloutError, match="level"):
+        bootstrap_ci([1.0, 2.0], level=1.5)
+    with pytest.raises(SrolloutError, match="n_resamples"):
+        bootstrap_ci([1.0, 2.0], n_resamples=0)
+    with pytest.raises(SrolloutError, match="non-empty"):
+        bootstrap_ci([])
+    with pytest.raises(SrolloutError, match="needs a statistic"):
+        bootstrap_ci(np.ones((3, 2)))
+    with pytest.raises(SrolloutError, match="one value per resample"):
+        bootstrap_ci([1.0, 2.0], np.mean, batched=True)
+
+
+def test_paired_bootstrap_hand_worked():
+    a = np.arange(20, dtype=float)
+    r = paired_bootstrap(a, a + 1.0, n_resamples=300)
+    # Every resample shifts by exactly 1: diff = 1, CI [1, 1], no resample on the other side.
+    assert (r.diff, r.low, r.high, r.p_value, r.n) == pytest.approx((1.0, 1.0, 1.0, 0.0, 20))
+    same = paired_bootstrap(a, a, n_resamples=100)
+    assert same.diff == 0.0 and same.p_value == 1.0
+    neg = paired_bootstrap(a, a - 2.0, n_resamples=100)
+    assert neg.diff == pytest.approx(-2.0) and neg.p_value == 0.0
+
+
+def test_paired_bootstrap_noise_and_paths_agree():
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=60)
+    b = a + rng.normal(0.0, 1.0, size=60)  # no real effect
+    r = paired_bootstrap(a, b, n_resamples=2000)
+    assert r.low <= r.diff <= r.high and r.p_value > 0.05
+    # Paired resampling: the CI of the mean of b - a equals the plain bootstrap of b - a.
+    d = bootstrap_ci(b - a, n_resamples=2000)
+    assert (r.low, r.high) == pytest.approx((d.low, d.high), abs=1e-12)
+    naive = paired_bootstrap(a, b, statistic=np.mean, n_resamples=2000)
+    batched = paired_bootstrap(a, b, statistic=lambda z: z.mean(-1), n_resamples=2000, batched=True)
+    assert naive == pytest.approx(r, abs=1e-12) and batched == pytest.approx(r, abs=1e-12)
+    with pytest.raises(SrolloutError, match="different shapes"):
+        paired_bootstrap(a, b[:-1])
+
+
+def test_relative_saving_ci():
+    base = np.full(30, 10.0)
+    r = relative_saving_ci(base, np.full(30, 8.0), n_resamples=200)
+    assert (r.estimate, r.low, r.high) == pytest.approx((0.2, 0.2, 0.2))
+    rng = np.random.default_rng(6)
+    base = rng.uniform(50, 100, size=100)
+    gated = base * rng.uniform(0.7, 1.0, size=100)
+    r = relative_saving_ci(base, gated, n_resamples=1000)
+    assert r.estimate == pytest.approx(1 - gated.sum() / base.sum())
+    assert r.low < r.estimate < r.high
+    # The column-wise fast path equals the generic batched statistic on the same resamples.
+    generic = bootstrap_ci(
+        np.stack([base, gated], axis=1),
+        lambda z: 1 - z[..., 1].sum(-1) / z[..., 0].sum(-1),
+        n_resamples=1000,
+        batched=True,
+    )
+    assert tuple(r) == pytest.approx(tuple(generic), abs=1e-12)
+    with pytest.raises(SrolloutError, match="sum to 0"):
+        relative_saving_ci([0.0, 0.0], [1.0, 1.0])
+
+
+def test_mcnemar_hand_worked_and_scipy():
+    a = np.array([0, 0, 0, 0, 0, 1, 1, 0], dtype=bool)
+    b = np.array([1, 1, 1, 1, 1, 1, 1, 0], dtype=bool)
+    r = mcnemar(a, b)
+    # 5 discordant pairs all favour b: p = 2 * 0.5**5 = 0.0625.
+    assert (r.b01, r.b10, r.statistic) == (5, 0, 0.0)
+    assert r.p_value == pytest.approx(0.0625)
+    assert mcnemar(a, a).p_value == 1.0
+    rng = np.random.default_rng(8)
+    for _ in range(20):
+        x, y = rng.random(50) < 0.5, rng.random(50) < 0.6
+        r = mcnemar(x, y)
+        want = scipy.stats.binomtest(r.b01, r.b01 + r.b10, 0.5).pvalue if r.b01 + r.b10 else 1.0
+        assert r.p_value == pytest.approx(want, rel=1e-9)
