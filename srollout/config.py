@@ -38,3 +38,479 @@ def help_for(config_cls: type, name: str) -> str:
 
 
 # --- stage configs are appended below, one frozen dataclass per stage -------------------------
+
+
+# --- analyze / sweep (offline stages of §4.2–4.4) ----------------------------------------------
+
+
+def _check_K(values: tuple[int, ...], option: str) -> None:
+    from srollout.errors import SrolloutError
+
+    if not values:
+        raise SrolloutError(f"{option}: give at least one K")
+    bad = [k for k in values if k < 1]
+    if bad:
+        raise SrolloutError(f"{option}: K must be >= 1, got {bad[0]}")
+
+
+def _check_unit(values: tuple[float, ...], option: str) -> None:
+    from srollout.errors import SrolloutError
+
+    bad = [v for v in values if not 0.0 <= v <= 1.0]
+    if bad:
+        raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    """`srollout analyze`: how well mid-rollout divergence predicts zero-variance groups."""
+
+    input: Path = doc(Path("."), "A run directory, a steps.parquet or a signals.parquet (made by anyone).")
+    K: tuple[int, ...] | None = doc(None, "Steps K at which to compute the signals (comma list; default 5,10,15,20). From a signals table the default is every K present.")
+    gate_K: int = doc(PAPER_K, "K of the default gate used for the false-positive listing and the d_K figures.")
+    d_L: float = doc(PAPER_D_L, "Threshold d_L of the default gate (R1: cut iff d_K < d_L) for the false-positive listing.")
+    seed: int = doc(0, "Seed of the G=8 sub-samples drawn from larger groups (App. G16 panel).")
+    figures: bool = doc(True, "Save the PNG figures (heatmap, d_K histogram by label, d_K vs reward variance).")
+    out: Path | None = doc(None, "Run directory to write (default runs/analyze-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+
+    def __post_init__(self) -> None:
+        if self.K is not None:
+            _check_K(tuple(self.K), "--K")
+        _check_K((self.gate_K,), "--gate-K")
+        _check_unit((self.d_L,), "--d-L")
+
+
+SWEEP_RULES = ("r1", "r3", "both")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """`srollout sweep`: sweep gate thresholds and choose an operating point under a precision floor."""
+
+    input: Path = doc(Path("."), "A run directory, a steps.parquet or a signals.parquet (made by anyone).")
+    K: tuple[int, ...] = doc((PAPER_K,), "Gate step(s) K to sweep (one or a comma list).")
+    d_L_grid: tuple[float, ...] = doc(tuple(round(0.05 + 0.01 * i, 10) for i in range(14)), "Grid of d_L thresholds: start:stop:step (stop included) or a comma list.")
+    rule: str = doc("r1", "Gate rule: r1 (d_K < d_L), r3 (d_K < d_L or tau_K >= t_high) or both.")
+    t_high_grid: tuple[float, ...] = doc((0.8, 0.9, 1.0), "Grid of t_high for r3: start:stop:step (stop included) or a comma list.")
+    T_max: int = doc(PAPER_T_MAX, "Rollout horizon T_max (steps) of the paper's savings formulas.")
+    precision_floor: float = doc(PAPER_PRECISION_FLOOR, "Smallest precision TP/cut an operating point may have.")
+    n_boot: int = doc(10_000, "Bootstrap resamples (over groups) for the chosen point's confidence intervals.")
+    n_random: int = doc(1_000, "Seeded draws of the random-cut baseline (same number of cuts) per row.")
+    seed: int = doc(0, "Seed of the bootstrap and of the random-cut baseline.")
+    out: Path | None = doc(None, "Run directory to write (default runs/sweep-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        _check_K(tuple(self.K), "--K")
+        if not self.d_L_grid:
+            raise SrolloutError("--d-L-grid: the grid is empty")
+        _check_unit(tuple(self.d_L_grid), "--d-L-grid")
+        if self.rule not in SWEEP_RULES:
+            raise SrolloutError(f"--rule: expected one of {', '.join(SWEEP_RULES)}, got {self.rule!r}")
+        if self.rule != "r1":
+            if not self.t_high_grid:
+                raise SrolloutError("--t-high-grid: the grid is empty")
+            _check_unit(tuple(self.t_high_grid), "--t-high-grid")
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        too_late = [k for k in self.K if k > self.T_max]
+        if too_late:
+            raise SrolloutError(f"--K {too_late[0]} is larger than --T-max {self.T_max}")
+        _check_unit((self.precision_floor,), "--precision-floor")
+        if self.n_boot < 1 or self.n_random < 1:
+            raise SrolloutError("--n-boot and --n-random must be >= 1")
+
+
+def parse_int_list(text: str, option: str) -> tuple[int, ...]:
+    """``"5,10,15"`` -> ``(5, 10, 15)``; one clear SrolloutError on anything else."""
+    from srollout.errors import SrolloutError
+
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise SrolloutError(f"{option}: expected integers separated by commas, got {text!r}") from None
+    if len(set(values)) != len(values):
+        raise SrolloutError(f"{option}: repeated value in {text!r}")
+    return values
+
+
+def parse_grid(text: str, option: str) -> tuple[float, ...]:
+    """A float grid: ``"start:stop:step"`` (stop included within float tolerance) or ``"a,b,c"``.
+
+    ``"0.05:0.18:0.01"`` -> (0.05, 0.06, ..., 0.18), 14 values, each rounded to 10 decimals so
+    that 0.05 + 7*0.01 prints (and compares) as 0.12. Raises SrolloutError naming ``option``.
+    """
+    from srollout.errors import SrolloutError
+
+    text = str(text).strip()
+    malformed = f"{option}: malformed grid {text!r}; use start:stop:step (e.g. 0.05:0.18:0.01) or a comma list"
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise SrolloutError(malformed)
+            start, stop, step = (float(p) for p in parts)
+            if not step > 0 or stop < start or not all(map(_finite, (start, stop, step))):
+                raise SrolloutError(malformed)
+            n = int((stop - start) / step + 1e-9) + 1
+            if n > 100_000:
+                raise SrolloutError(f"{option}: grid {text!r} has {n} points; use a coarser step")
+            values = [round(start + i * step, 10) for i in range(n)]
+        else:
+            values = [float(p) for p in text.split(",")]
+            if not all(map(_finite, values)):
+                raise SrolloutError(malformed)
+    except ValueError:
+        raise SrolloutError(malformed) from None
+    if len(set(values)) != len(values):
+        raise SrolloutError(f"{option}: repeated value in {text!r}")
+    return tuple(values)
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+# --- collect (the rollout engine, §3 data collection) ------------------------------------------
+
+COLLECT_POLICIES = ("lm", "expert", "noisy-expert")
+COLLECT_BACKENDS = ("transformers", "vllm")
+GATE_RULES = ("r1", "r3")
+# `--quick`: a one-minute look (groups and T_max not given explicitly take these).
+QUICK_GROUPS = 8
+QUICK_T_MAX = 15
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals."""
+
+    groups: int = doc(100, "Number of groups (tasks) to roll out; group i plays task i of the task set (tasks repeat, with fresh seeds, past its end).")
+    G: int = doc(PAPER_G, "Trajectories per group (group size G).")
+    T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max); a trajectory that reaches it ends with ended_by=max_steps.")
+    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
+    top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy.")
+    seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx).")
+    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the embedded default policy, built on first use.")
+    adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
+    backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
+    tasks: str = doc("eval", "Task set to draw groups from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
+    policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
+    eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
+    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) to apply at its step K; off by default so outcomes are complete.")
+    K: int | None = doc(None, "Turn the gate on at step K (default d_L 0.12 and rule r1 when only some gate options are given).")
+    d_L: float | None = doc(None, "Gate threshold d_L: cut a group iff d_K < d_L (rule r1); turns the gate on.")
+    rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are recorded for every group (comma list; values above T_max are dropped).")
+    concurrency: int = doc(64, "Most trajectories in flight at once (a new group starts when G slots are free).")
+    out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out: finished groups are kept, the rest are rolled out.")
+    quick: bool = doc(False, f"A one-minute look: {QUICK_GROUPS} groups and T_max {QUICK_T_MAX} unless given explicitly.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        if self.groups < 1:
+            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
+        if self.G < 2:
+            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if not self.temperature >= 0.0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
+        if self.policy not in COLLECT_POLICIES:
+            raise SrolloutError(f"--policy: expected one of {', '.join(COLLECT_POLICIES)}, got {self.policy!r}")
+        if self.backend not in COLLECT_BACKENDS:
+            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
+        _check_unit((self.eps,), "--eps")
+        if self.model is not None and str(self.model) != "default" and not Path(self.model).is_dir():
+            raise SrolloutError(f"--model {self.model}: no such model directory")
+        if self.adapter is not None and not Path(self.adapter).is_dir():
+            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
+        if self.gate is not None and (self.K is not None or self.d_L is not None or self.t_high is not None):
+            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
+        if self.gate is not None and not Path(self.gate).is_file():
+            raise SrolloutError(f"--gate {self.gate}: no such file")
+        if self.K is not None:
+            _check_K((self.K,), "--K")
+            if self.K > self.T_max:
+                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if self.d_L is not None:
+            _check_unit((self.d_L,), "--d-L")
+        if self.rule not in GATE_RULES:
+            raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}")
+        if self.t_high is not None:
+            _check_unit((self.t_high,), "--t-high")
+        if self.rule == "r3" and self.t_high is None and self.gate is None:
+            raise SrolloutError("--rule r3 needs --t-high")
+        _check_K(tuple(self.signal_K), "--signal-K")
+        if self.concurrency < self.G:
+            raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts only when all G trajectories fit")
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+
+    @property
+    def gate_on(self) -> bool:
+        """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
+        return self.gate is not None or self.K is not None or self.d_L is not None or self.t_high is not None or self.rule != "r1"
+
+    def resume_key(self) -> dict[str, Any]:
+        """The fields that must match for --resume to continue a run (all but where/how to write)."""
+        skip = {"out", "overwrite", "resume", "concurrency"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+
+
+# --- policy (srollout/policy) -----------------------------------------------------------------
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Which policy a stage rolls out and how it samples."""
+
+    kind: str = doc("lm", "Policy: `lm` (a language model), `expert` or `noisy-expert` (planner-driven).")
+    model: str = doc("default", "`default` (built on first use) or a local Hugging Face model directory.")
+    adapter: str | None = doc(None, "A peft LoRA adapter directory to load on top of the model.")
+    backend: str = doc("transformers", "`transformers` (CPU/GPU, KV cache) or `vllm` (GPU, extra `gpu`).")
+    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature (0 = greedy).")
+    top_p: float = doc(1.0, "Nucleus sampling mass.")
+    max_new_tokens: int = doc(64, "Cap on the tokens of one response.")
+    device: str = doc("cpu", "Torch device of the transformers backend (`cpu`, `cuda`).")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """How the default policy is built (its hash names the cache directory)."""
+
+    seed: int = doc(0, "Seed of demonstrations, tokenizer data order, init and SFT.")
+    task_set: str = doc("train", "Task set the demonstrations are played on.")
+    difficulty: str = doc("small", "Room size preset of the generated games (small|medium|large|full).")
+    n_demo_tasks: int = doc(400, "Tasks played for demonstrations.")
+    demos_per_task: int = doc(2, "Noisy-expert episodes per task.")
+    noise: tuple[float, ...] = doc((0.1, 0.3), "Noise rates cycled over the episodes of a task.")
+    invalid_fraction: float = doc(0.5, "Share of noise actions that are invalid (answered 'Nothing happens.').")
+    vocab_size: int = doc(1024, "BPE vocabulary size.")
+    d_model: int = doc(192, "Hidden size.")
+    n_layers: int = doc(4, "Transformer layers.")
+    d_ff: int = doc(512, "MLP size.")
+    head_dim: int = doc(64, "Attention head size (vLLM kernels need 32/64/128...).")
+    gqa_groups: int = doc(3, "Query heads per key/value head.")
+    max_context: int = doc(4096, "Context length (max_position_embeddings).")
+    epochs: int = doc(1, "SFT epochs.")
+    lr: float = doc(3e-3, "Peak learning rate (AdamW, cosine).")
+    batch_tokens: int = doc(4096, "Padded tokens per SFT batch.")
+    bf16: bool = doc(False, "bf16 autocast during SFT (slower than fp32 on CPUs without bf16 units).")
+    threads: int = doc(2, "torch threads for the build.")
+
+
+# --- train-offpolicy / train-onpolicy (GRPO with the gate, §5.2–5.4) ---------------------------
+
+TRAIN_ARMS = ("baseline", "gated")
+LOSS_DENOMINATOR_CHOICES = ("paper", "token_mean", "seq_mean", "constant")
+
+
+def _check_training(cfg: Any) -> None:
+    """Checks shared by both training configs (lr, LoRA, loss denominator, gate)."""
+    from srollout.errors import SrolloutError
+
+    if not cfg.lr > 0:
+        raise SrolloutError(f"--lr must be > 0, got {cfg.lr}")
+    if cfg.lora_r < 1 or cfg.lora_alpha < 1:
+        raise SrolloutError(f"--lora-r and --lora-alpha must be >= 1, got {cfg.lora_r}, {cfg.lora_alpha}")
+    if not cfg.lora_targets:
+        raise SrolloutError("--lora-targets: give at least one module name")
+    if cfg.denominator not in LOSS_DENOMINATOR_CHOICES:
+        raise SrolloutError(f"--denominator: expected one of {', '.join(LOSS_DENOMINATOR_CHOICES)}, got {cfg.denominator!r}")
+    if cfg.denominator == "constant" and not (cfg.denominator_constant or 0) > 0:
+        raise SrolloutError("--denominator constant needs --denominator-constant > 0")
+    if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
+        raise SrolloutError(f"--clip-eps must lie in (0, 1), got {cfg.clip_eps}")
+    if cfg.kl_coef < 0:
+        raise SrolloutError(f"--kl-coef must be >= 0, got {cfg.kl_coef}")
+    if cfg.micro_batch < 1:
+        raise SrolloutError(f"--micro-batch must be >= 1, got {cfg.micro_batch}")
+    _check_K((cfg.K,), "--K")
+    _check_unit((cfg.d_L,), "--d-L")
+    if cfg.rule not in GATE_RULES:
+        raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {cfg.rule!r}")
+    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
+        raise SrolloutError("--rule r3 needs --t-high")
+    if cfg.t_high is not None:
+        _check_unit((cfg.t_high,), "--t-high")
+    if cfg.gate is not None and not Path(cfg.gate).is_file():
+        raise SrolloutError(f"--gate {cfg.gate}: no such file")
+    if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
+        raise SrolloutError(f"--model {cfg.model}: no such model directory")
+
+
+@dataclass(frozen=True)
+class TrainOffpolicyConfig:
+    """`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2)."""
+
+    buffer: Path = doc(Path("."), "A `collect` run directory (un-gated, LM policy: trajectories.parquet with token_ids/action_mask).")
+    steps: int = doc(20, "GRPO steps per arm.")
+    groups_per_step: int = doc(4, "Groups sampled from the buffer per step (the same groups in both arms).")
+    turns_per_traj: int = doc(8, "Most action turns sampled per trajectory (an item = one trajectory x one action turn).")
+    max_items: int = doc(128, "Most items per step: turns per trajectory = min(--turns-per-traj, max_items // (groups_per_step*G)). The paper states both 8 turns and 128 items with 4 groups of G=8 (4*8*8=256); pass 256 for 8 turns.")
+    lr: float = doc(5e-5, "AdamW learning rate (paper: 5e-5).")
+    lora_r: int = doc(8, "LoRA rank (paper Tier 2: 8).")
+    lora_alpha: int = doc(16, "LoRA alpha (paper Tier 2: 16).")
+    lora_targets: tuple[str, ...] = doc(("q_proj", "v_proj"), "LoRA target modules (comma list; paper Tier 2: q_proj,v_proj).")
+    denominator: str = doc("paper", "Loss denominator: paper (1/N trajectories), token_mean, seq_mean or constant.")
+    denominator_constant: float | None = doc(None, "The constant of --denominator constant (Dr. GRPO style).")
+    clip_eps: float | None = doc(None, "PPO ratio clipping epsilon (off by default, as in the paper).")
+    kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (0 = off, as in the paper).")
+    gate: Path | None = doc(None, "gate.json from `srollout sweep` (else --K/--d-L/--rule).")
+    K: int = doc(PAPER_K, "Gate step K.")
+    d_L: float = doc(PAPER_D_L, "Gate threshold d_L (rule r1: cut iff d_K < d_L).")
+    rule: str = doc("r1", "Gate rule: r1 or r3.")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    seed: int = doc(42, "Seed of the group/turn sampling and of the LoRA init (paper Tier 2: 42).")
+    model: Path | None = doc(None, "Model directory the buffer was collected with (default: the one in the buffer's manifest).")
+    micro_batch: int = doc(8, "Trajectories per forward/backward chunk (gradients accumulate; the step is the same).")
+    out: Path | None = doc(None, "Run directory to write (default runs/train-offpolicy-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        if not Path(self.buffer).is_dir():
+            raise SrolloutError(f"BUFFER {self.buffer}: not a directory (give a `srollout collect` run directory)")
+        for name in ("steps", "groups_per_step", "turns_per_traj", "max_items"):
+            if getattr(self, name) < 1:
+                raise SrolloutError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        _check_training(self)
+
+
+# Presets of `train-onpolicy` (values a run takes unless an option is given explicitly).
+ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's Tier 3: 60 iterations x 10 prompts, G=8, T_max=30, eval every 10 on 50 held-out tasks.
+    "paper": dict(iterations=60, prompts_per_iter=10, G=8, T_max=30, eval_every=10, n_eval=50,
+                  train_tasks=1000, K=PAPER_K, lr=5e-5, max_new_tokens=64),
+    # Fits 2 CPU cores with the embedded default policy (both arms of one seed in <= 45 min):
+    # fewer, shorter iterations; a larger lr because the default policy is tiny and the run short.
+    # Sized from a same-architecture (3.3M) policy: ~60 s rollout + ~15 s update per iteration of
+    # 6 groups x 8 x 20 steps on 2 free cores; 20 x 5 prompts per arm + 5 evaluations of 30 tasks.
+    "default": dict(iterations=20, prompts_per_iter=5, G=8, T_max=20, eval_every=10, n_eval=30,
+                    train_tasks=200, K=PAPER_K, lr=1e-3, max_new_tokens=48),
+    # Seconds, for tests and a first look (any model; T_max and K small).
+    "tiny": dict(iterations=3, prompts_per_iter=2, G=4, T_max=4, eval_every=2, n_eval=3,
+                 train_tasks=6, K=2, lr=1e-3, max_new_tokens=16),
+}
+
+
+@dataclass(frozen=True)
+class TrainOnpolicyConfig:
+    """`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3)."""
+
+    seeds: tuple[int, ...] = doc((7, 13, 23, 42), "Seeds (comma list); each runs both arms, one seed after another.")
+    preset: str = doc("default", "default (2 CPU cores, default policy), tiny (seconds) or paper (60x10, G=8, T_max=30, eval every 10 on 50).")
+    iterations: int = doc(20, "On-policy iterations per arm.")
+    prompts_per_iter: int = doc(5, "Prompts (groups) sampled per iteration (the same in both arms).")
+    G: int = doc(PAPER_G, "Trajectories per group.")
+    T_max: int = doc(20, "Step limit per trajectory (training and evaluation).")
+    temperature: float = doc(PAPER_TEMPERATURE, "Rollout sampling temperature (evaluation is greedy).")
+    eval_every: int = doc(10, "Greedy held-out evaluation every E iterations (and at iteration 0 and the last).")
+    n_eval: int = doc(30, "Held-out tasks evaluated (the first n of the held-out set).")
+    train_tasks: int = doc(200, "Size of the training task pool prompts are sampled from.")
+    train_set: str = doc("train", "Task set of the training prompts.")
+    eval_set: str = doc("heldout", "Task set of the held-out evaluation (disjoint from training).")
+    lr: float = doc(1e-3, "AdamW learning rate (paper: 5e-5, the paper preset; the default preset uses 1e-3 for the tiny default policy).")
+    lora_r: int = doc(16, "LoRA rank (paper Tier 3: 16).")
+    lora_alpha: int = doc(32, "LoRA alpha (paper Tier 3: 32).")
+    lora_targets: tuple[str, ...] = doc(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), "LoRA target modules (comma list).")
+    denominator: str = doc("paper", "Loss denominator: paper (1/N trajectories), token_mean, seq_mean or constant.")
+    denominator_constant: float | None = doc(None, "The constant of --denominator constant.")
+    clip_eps: float | None = doc(None, "PPO ratio clipping epsilon (off by default).")
+    kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (off by default).")
+    gate: Path | None = doc(None, "gate.json from `srollout sweep` (else --K/--d-L/--rule).")
+    K: int = doc(PAPER_K, "Gate step K.")
+    d_L: float = doc(PAPER_D_L, "Gate threshold d_L.")
+    rule: str = doc("r1", "Gate rule: r1 or r3.")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    model: Path | None = doc(None, "Local Hugging Face model directory, or default (the embedded default policy).")
+    max_new_tokens: int = doc(48, "Cap on the tokens of one response.")
+    concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
+    micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
+    arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (baseline, gated).")
+    out: Path | None = doc(None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out from its last per-iteration checkpoints.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        if not self.seeds:
+            raise SrolloutError("--seeds: give at least one seed")
+        if self.preset not in ONPOLICY_PRESETS:
+            raise SrolloutError(f"--preset: expected one of {', '.join(ONPOLICY_PRESETS)}, got {self.preset!r}")
+        for name in ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise SrolloutError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.G < 2:
+            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if self.K > self.T_max:
+            raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if not self.temperature >= 0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.concurrency < self.G:
+            raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G})")
+        bad = [a for a in self.arms if a not in TRAIN_ARMS]
+        if bad or not self.arms:
+            raise SrolloutError(f"--arms: expected a comma list of {', '.join(TRAIN_ARMS)}, got {','.join(self.arms)!r}")
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+        _check_training(self)
+
+    @classmethod
+    def from_preset(cls, preset: str = "default", **overrides: Any) -> TrainOnpolicyConfig:
+        """The preset's values, then every override that is not None."""
+        from srollout.errors import SrolloutError
+
+        if preset not in ONPOLICY_PRESETS:
+            raise SrolloutError(f"--preset: expected one of {', '.join(ONPOLICY_PRESETS)}, got {preset!r}")
+        values = {**ONPOLICY_PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(preset=preset, **values)
+
+    def resume_key(self) -> dict[str, Any]:
+        """Fields that must match for --resume (all but where/how to write and the seed list)."""
+        skip = {"out", "overwrite", "resume", "seeds", "concurrency"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"7,13,23,42"`` -> (7, 13, 23, 42): non-negative, distinct integers, else one SrolloutError."""
+    from srollout.errors import SrolloutError
+
+    seeds = parse_int_list(text, "--seeds")
+    if any(s < 0 for s in seeds):
+        raise SrolloutError(f"--seeds: seeds must be >= 0, got {text!r}")
+    return seeds
+
+
+def parse_names(text: str, option: str) -> tuple[str, ...]:
+    """``"q_proj, v_proj"`` -> ("q_proj", "v_proj"); empty items are an error."""
+    from srollout.errors import SrolloutError
+
+    names = tuple(p.strip() for p in str(text).split(","))
+    if not names or any(not n for n in names):
+        raise SrolloutError(f"{option}: expected names separated by commas, got {text!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Which games a stage plays (``srollout.envs.tasks.load_task_set`` arguments)."""
+
+    tasks: str = doc("eval", "Task set: generated `train` (1000) / `eval` (100) / `heldout` (100, unseen scenes), or an official split (`valid_seen`, `valid_unseen`, `valid_train`, `alfworld_train`) from $ALFWORLD_DATA.")
+    difficulty: str = doc("small", "Generated rooms: `small` (<=6 receptacles, 3 distractors), `medium` (10, 6), `large` (16, 10), `full` (whole FloorPlan, 15).")
+    n_tasks: int | None = doc(None, "Number of tasks (default: the set's size); the task-type mix stays the paper's.")
+    task_seed: int = doc(0, "0 = the standard sets; another value draws other games of the same kind.")
+    expert_plan: bool = doc(False, "Ask the planner for a plan after every step (only expert policies need it).")

@@ -1,9 +1,60 @@
-"""`srollout sweep`: Sweep gate thresholds, choose an operating point under a precision floor, write gate.json."""
+"""`srollout sweep`: sweep gate thresholds, choose an operating point under a precision floor
+(parse options -> SweepConfig -> run_sweep)."""
 
-from srollout.cli._unavailable import unavailable_command
+from __future__ import annotations
 
-register = unavailable_command(
-    "sweep",
-    "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.",
-    "being built.",
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from srollout.config import SweepConfig, help_for
+
+_DEFAULT = SweepConfig()
+
+HELP = (
+    "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.\n\n"
+    "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row per "
+    "rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), pareto.png "
+    "and report.md."
 )
+
+
+def _h(name: str) -> str:
+    return help_for(SweepConfig, name)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep", help=HELP, short_help=HELP.split("\n")[0])
+    def sweep(
+        input: Annotated[Path, typer.Argument(help=_h("input"), show_default=False)],
+        K: Annotated[str, typer.Option("--K", help=_h("K"))] = "10",
+        d_L_grid: Annotated[str, typer.Option("--d-L-grid", help=_h("d_L_grid"))] = "0.05:0.18:0.01",
+        rule: Annotated[str, typer.Option("--rule", help=_h("rule"))] = _DEFAULT.rule,
+        t_high_grid: Annotated[str, typer.Option("--t-high-grid", help=_h("t_high_grid"))] = "0.8:1.0:0.1",
+        T_max: Annotated[int, typer.Option("--T-max", help=_h("T_max"))] = _DEFAULT.T_max,
+        precision_floor: Annotated[float, typer.Option("--precision-floor", help=_h("precision_floor"))] = _DEFAULT.precision_floor,
+        n_boot: Annotated[int, typer.Option("--n-boot", help=_h("n_boot"))] = _DEFAULT.n_boot,
+        n_random: Annotated[int, typer.Option("--n-random", help=_h("n_random"))] = _DEFAULT.n_random,
+        seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
+        out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
+    ) -> None:
+        from srollout.config import parse_grid, parse_int_list
+        from srollout.stages.sweep import run_sweep
+
+        config = SweepConfig(
+            input=input,
+            K=parse_int_list(K, "--K"),
+            d_L_grid=parse_grid(d_L_grid, "--d-L-grid"),
+            rule=rule,
+            t_high_grid=parse_grid(t_high_grid, "--t-high-grid") if rule != "r1" else (),
+            T_max=T_max,
+            precision_floor=precision_floor,
+            n_boot=n_boot,
+            n_random=n_random,
+            seed=seed,
+            out=out,
+            overwrite=overwrite,
+        )
+        run_sweep(config)

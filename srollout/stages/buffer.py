@@ -1,0 +1,369 @@
+"""The offline rollout buffer read by `analyze` and `sweep`.
+
+The input is a run directory, a ``steps.parquet`` or a ``signals.parquet`` made by anyone:
+
+- from **steps** (a file, or a run directory holding one) the trajectories are rebuilt (actions in
+  step order; a trajectory with fewer than K steps has ended) and the seven signals are computed
+  here at the requested K with :func:`srollout.core.signals.compute_signals`; each trajectory's
+  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's reward variance σ_r² is the population
+  variance of those G final rewards, and the real step counts give the measured remaining steps
+  after K;
+- from **signals** the table is used as it is (then the K values present are the ones
+  available), with ``reward_var`` and ``label`` taken from it; a run directory that also holds
+  ``trajectories.parquet`` adds per-trajectory rewards and step counts.
+
+Observations: ``steps.observation`` at step t is the environment's answer to a_t, so the
+observation the agent acted on at step t is o_t = observation of step t−1, and o_1 (the initial
+observation, the same task text for every member of a group) is :data:`INITIAL_OBSERVATION`.
+
+Every check happens here, before a stage writes anything: a wrong file gets one line naming the
+file and the column (``SchemaError``), as does a group with fewer than 2 trajectories, a K outside
+the data, a gated (truncated) buffer whose labels would be wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from srollout import schemas
+from srollout.errors import SchemaError, SrolloutError
+from srollout.schemas import LABELS, SIGNAL_NAMES
+
+INITIAL_OBSERVATION = "<o_1>"
+
+# A signals table states only σ_r², so zero variance is σ_r² <= this (rewards are 0/1 or similar;
+# float noise in a variance of equal rewards is far below it).
+ZERO_VAR_ATOL = 1e-12
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Groups, their signals at each available K, and the trajectories when the input has them.
+
+    groups: one row per group, sorted by group_id — group_id, task_type, G (null if unknown),
+        reward_var (σ_r², population), label, zero_var, rewards (list of G final rewards or null),
+        n_steps (list of G real step counts or null), total_steps (sum of n_steps or null).
+    signals: one row per (group_id, K), the columns of ``schemas.SIGNALS`` plus zero_var.
+    trajectories: one row per trajectory (group_id, traj_idx, task_type, actions, observations,
+        reward, n_steps) when the input had steps, else None.
+    computed: the signals were computed here from steps (analyze then writes signals.parquet).
+    Ks: the K values the signals table holds, ascending.
+    """
+
+    source: Path
+    kind: str
+    groups: pl.DataFrame
+    signals: pl.DataFrame
+    trajectories: pl.DataFrame | None
+    computed: bool
+    Ks: tuple[int, ...]
+
+    @property
+    def n_groups(self) -> int:
+        return self.groups.height
+
+    @property
+    def has_step_counts(self) -> bool:
+        return self.groups["n_steps"].null_count() == 0
+
+    @property
+    def has_rewards(self) -> bool:
+        return self.groups["rewards"].null_count() == 0
+
+    def at_K(self, K: int) -> pl.DataFrame:
+        """One row per group (groups order) with its signals at K, plus remaining_steps =
+        Σ_i max(n_i − K, 0), the real environment steps its trajectories took after step K
+        (null without step counts), and total_steps."""
+        sig = self.signals.filter(pl.col("K") == K).drop(["task_type", "reward_var", "label", "zero_var"])
+        remaining = pl.col("n_steps").list.eval((pl.element() - K).clip(lower_bound=0)).list.sum()
+        return self.groups.join(sig, on="group_id", how="left", maintain_order="left").with_columns(
+            remaining_steps=pl.when(pl.col("n_steps").is_null()).then(None).otherwise(remaining).cast(pl.Int64)
+        )
+
+    def advantages(self) -> list[np.ndarray] | None:
+        """GRPO advantages A_i = (r_i − r̄)/(σ_r + ε) of every group (groups order), or None
+        without per-trajectory rewards."""
+        if not self.has_rewards:
+            return None
+        from srollout.core.grpo import group_advantages
+
+        return [group_advantages(np.asarray(r, dtype=float)) for r in self.groups["rewards"].to_list()]
+
+
+def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int]) -> Buffer:
+    """Read and check the input of `analyze`/`sweep`; compute the signals at K from steps.
+
+    K: the K values wanted (None: ``default_K`` from steps, every K present in a signals table).
+    Raises SrolloutError (one line) on a missing file, wrong schema, empty table, a group with
+    G < 2, a K outside the data or a buffer whose groups were cut by a gate.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SrolloutError(f"{path}: no such file or directory")
+    trajectories_file = None
+    if path.is_dir():
+        steps_file, signals_file = path / "steps.parquet", path / "signals.parquet"
+        groups_file = path / "groups.parquet"
+        if groups_file.exists():
+            _refuse_gated_groups(groups_file)
+        if (path / "trajectories.parquet").exists():
+            trajectories_file = path / "trajectories.parquet"
+        if steps_file.exists():
+            return _from_steps(path, steps_file, trajectories_file, K, default_K)
+        if signals_file.exists():
+            return _from_signals(path, signals_file, trajectories_file, K)
+        raise SrolloutError(f"{path}: no steps.parquet or signals.parquet in this directory")
+    try:
+        columns = pl.read_parquet_schema(path)
+    except Exception as err:  # polars raises several error types for a non-Parquet file
+        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
+    if path.name == "steps.parquet" or ("action" in columns and "step" in columns):
+        return _from_steps(path, path, None, K, default_K)
+    return _from_signals(path, path, None, K)
+
+
+def _refuse_gated_groups(groups_file: Path) -> None:
+    groups = schemas.read(groups_file, schemas.GROUPS)
+    cut = groups.filter(pl.col("cut").fill_null(False))
+    if cut.height:
+        raise SrolloutError(
+            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. {cut['group_id'][0]}); their labels "
+            "come from truncated rewards — analyze/sweep need un-gated rollouts (the baseline arm)"
+        )
+
+
+def _check_no_nulls(df: pl.DataFrame, columns: Sequence[str], source: Path) -> None:
+    for col in columns:
+        if df[col].null_count():
+            raise SchemaError(f"{source}: column '{col}' has {df[col].null_count()} missing value(s)")
+
+
+# --- from steps -------------------------------------------------------------------------------
+
+
+def trajectories_from_steps(steps: pl.DataFrame, source: Path) -> pl.DataFrame:
+    """One row per trajectory from a validated steps table: actions and observations-acted-on in
+    step order, the reward (sum over steps), the real step count. Steps must be 1..n per trajectory."""
+    _check_no_nulls(steps, ("group_id", "traj_idx", "step", "action", "reward", "task_type"), source)
+    if "arm" in steps.columns and steps["arm"].n_unique() > 1:
+        arms = ", ".join(sorted(map(str, steps["arm"].unique().to_list())))
+        raise SrolloutError(f"{source}: holds several arms ({arms}); analyze/sweep need one un-gated arm's rows")
+    dup = steps.select(["group_id", "traj_idx", "step"]).is_duplicated()
+    if dup.any():
+        row = steps.filter(dup).row(0, named=True)
+        raise SchemaError(f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} step {row['step']}")
+    trajs = (
+        steps.sort(["group_id", "traj_idx", "step"])
+        .group_by(["group_id", "traj_idx"], maintain_order=True)
+        .agg(
+            task_type=pl.col("task_type").first(),
+            actions=pl.col("action"),
+            # o_t = the answer to a_{t-1}; o_1 is the initial observation (see module docstring)
+            observations=pl.col("observation").fill_null("").shift(1).fill_null(INITIAL_OBSERVATION),
+            # the trajectory's reward is the sum of its step rewards (as the rollout engine
+            # records it); in ALFWorld only the winning last step pays, so it is the final reward
+            reward=pl.col("reward").sum(),
+            n_steps=pl.len().cast(pl.Int64),
+            first_step=pl.col("step").min(),
+            last_step=pl.col("step").max(),
+        )
+    )
+    gaps = trajs.filter((pl.col("first_step") != 1) | (pl.col("last_step") != pl.col("n_steps")))
+    if gaps.height:
+        row = gaps.row(0, named=True)
+        raise SchemaError(
+            f"{source}: group {row['group_id']} trajectory {row['traj_idx']} has steps "
+            f"{row['first_step']}..{row['last_step']} in {row['n_steps']} rows; expected 1..n without gaps"
+        )
+    return trajs.drop(["first_step", "last_step"])
+
+
+def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
+    """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step counts."""
+    from srollout.core.grpo import group_label, is_zero_variance, reward_variance
+
+    groups = (
+        trajs.sort(["group_id", "traj_idx"])
+        .group_by("group_id", maintain_order=True)
+        .agg(
+            task_type=pl.col("task_type").first() if "task_type" in trajs.columns else pl.lit(None, pl.Utf8),
+            G=pl.len().cast(pl.Int64),
+            rewards=pl.col("reward"),
+            n_steps=pl.col("n_steps"),
+        )
+        .sort("group_id")
+    )
+    small = groups.filter(pl.col("G") < 2)
+    if small.height:
+        row = small.row(0, named=True)
+        raise SrolloutError(f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to have a reward variance")
+    rewards = groups["rewards"].to_list()
+    return groups.with_columns(
+        reward_var=pl.Series([float(reward_variance(r)) for r in rewards], dtype=pl.Float64),
+        label=pl.Series([group_label(r) for r in rewards], dtype=pl.Utf8),
+        zero_var=pl.Series([bool(is_zero_variance(r)) for r in rewards], dtype=pl.Boolean),
+        total_steps=pl.col("n_steps").list.sum().cast(pl.Int64),
+    ).select(["group_id", "task_type", "G", "reward_var", "label", "zero_var", "rewards", "n_steps", "total_steps"])
+
+
+def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Sequence[int]) -> pl.DataFrame:
+    """The signals table (``schemas.SIGNALS`` + zero_var) of every group at every K in ``Ks``."""
+    from srollout.core.signals import compute_signals
+
+    per_group = (
+        trajs.sort(["group_id", "traj_idx"])
+        .group_by("group_id", maintain_order=True)
+        .agg(pl.col("actions"), pl.col("observations"))
+        .sort("group_id")
+    )
+    actions = per_group["actions"].to_list()
+    observations = per_group["observations"].to_list()
+    meta = groups.select(["group_id", "task_type", "reward_var", "label", "zero_var"]).to_dict(as_series=False)
+    columns: dict[str, list] = {name: [] for name in ("group_id", "task_type", "K", *SIGNAL_NAMES, "reward_var", "label", "zero_var")}
+    for g, (acts, obs) in enumerate(zip(actions, observations, strict=True)):
+        for K in Ks:
+            values = compute_signals(acts, K, obs).as_dict()
+            for name in SIGNAL_NAMES:
+                columns[name].append(values[name])
+            columns["K"].append(K)
+            for key in ("group_id", "task_type", "reward_var", "label", "zero_var"):
+                columns[key].append(meta[key][g])
+    schema = {**schemas.SIGNALS.columns, "zero_var": pl.Boolean}
+    return pl.DataFrame(columns, schema=schema)
+
+
+def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int, source: Path) -> tuple[int, ...]:
+    if K is None:
+        # defaults beyond the longest trajectory are dropped, not an error: the user asked for none
+        wanted = tuple(sorted(k for k in default_K if k <= max_steps))
+        if not wanted:
+            raise SrolloutError(f"{source}: the longest trajectory has {max_steps} steps, fewer than every default K ({', '.join(map(str, default_K))}); pass --K")
+        return wanted
+    wanted = tuple(sorted(K))
+    outside = [k for k in wanted if k > max_steps]
+    if outside:
+        raise SrolloutError(f"--K {outside[0]} is outside the data: the longest trajectory in {source} has {max_steps} steps")
+    return wanted
+
+
+def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int]) -> Buffer:
+    steps = schemas.read(steps_file, schemas.STEPS)
+    if trajectories_file is not None:
+        _refuse_gated_trajectories(trajectories_file)
+    trajs = trajectories_from_steps(steps, steps_file)
+    groups = groups_from_trajectories(trajs, steps_file)
+    Ks = _wanted_K(K, default_K, int(trajs["n_steps"].max()), steps_file)
+    signals = signals_from_trajectories(trajs, groups, Ks)
+    return Buffer(source, "steps", groups, signals, trajs, True, Ks)
+
+
+def _refuse_gated_trajectories(trajectories_file: Path) -> pl.DataFrame:
+    trajs = schemas.read(trajectories_file, schemas.TRAJECTORIES)
+    gated = trajs.filter(pl.col("ended_by") == "gate")
+    if gated.height:
+        raise SrolloutError(
+            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are truncated — "
+            "analyze/sweep need un-gated rollouts (the baseline arm)"
+        )
+    return trajs
+
+
+# --- from signals -----------------------------------------------------------------------------
+
+
+def read_signals(signals_file: Path) -> pl.DataFrame:
+    """A validated signals table made by anyone, plus zero_var (σ_r² <= ZERO_VAR_ATOL)."""
+    df = schemas.read(signals_file, schemas.SIGNALS)
+    _check_no_nulls(df, ("group_id", "task_type", "K", "prefix_edit_distance_mean", "reward_var", "label"), signals_file)
+    dup = df.select(["group_id", "K"]).is_duplicated()
+    if dup.any():
+        row = df.filter(dup).row(0, named=True)
+        raise SchemaError(f"{signals_file}: two rows for group {row['group_id']} at K={row['K']}")
+    bad_label = df.filter(~pl.col("label").is_in(list(LABELS)))
+    if bad_label.height:
+        raise SchemaError(f"{signals_file}: column 'label' has {bad_label['label'][0]!r}; expected one of {', '.join(LABELS)}")
+    if (df["reward_var"] < 0).any() or df["reward_var"].is_nan().any():
+        raise SchemaError(f"{signals_file}: column 'reward_var' must be a variance >= 0")
+    if (df["K"] < 1).any():
+        raise SchemaError(f"{signals_file}: column 'K' must be >= 1")
+    if "G" in df.columns and (df["G"] < 2).any():
+        gid = df.filter(pl.col("G") < 2)["group_id"][0]
+        raise SrolloutError(f"{signals_file}: group {gid} has G < 2; a group needs G >= 2 to have a reward variance")
+    df = df.with_columns(zero_var=pl.col("reward_var") <= ZERO_VAR_ATOL)
+    clash = df.filter(pl.col("zero_var") == (pl.col("label") == "mixed"))
+    if clash.height:
+        row = clash.row(0, named=True)
+        raise SchemaError(
+            f"{signals_file}: group {row['group_id']} has label {row['label']!r} but reward_var {row['reward_var']:g}; "
+            "'mixed' must have reward_var > 0, the others 0"
+        )
+    varying = df.group_by("group_id").agg(pl.col("reward_var").n_unique().alias("n")).filter(pl.col("n") > 1)
+    if varying.height:
+        raise SchemaError(f"{signals_file}: group {varying['group_id'][0]} has different reward_var at different K")
+    return df
+
+
+def _from_signals(source: Path, signals_file: Path, trajectories_file: Path | None, K: Sequence[int] | None) -> Buffer:
+    signals = read_signals(signals_file)
+    present = tuple(sorted(signals["K"].unique().to_list()))
+    if K is not None:
+        missing = [k for k in K if k not in present]
+        if missing:
+            raise SrolloutError(f"--K {missing[0]} is outside the data: {signals_file} has K = {', '.join(map(str, present))}")
+        Ks = tuple(sorted(K))
+    else:
+        Ks = present
+    signals = signals.filter(pl.col("K").is_in(list(Ks))).sort(["group_id", "K"])
+    groups = (
+        signals.group_by("group_id")
+        .agg(pl.col("task_type").first(), pl.col("reward_var").first(), pl.col("label").first(), pl.col("zero_var").first())
+        .sort("group_id")
+    )
+    incomplete = signals.group_by("group_id").len().filter(pl.col("len") != len(Ks))
+    if incomplete.height:
+        raise SrolloutError(f"{signals_file}: group {incomplete['group_id'][0]} lacks a row at some K of {', '.join(map(str, Ks))}")
+    if trajectories_file is not None:
+        groups = _attach_trajectories(groups, trajectories_file)
+    else:
+        groups = groups.with_columns(
+            G=pl.lit(None, pl.Int64),
+            rewards=pl.lit(None, pl.List(pl.Float64)),
+            n_steps=pl.lit(None, pl.List(pl.Int64)),
+            total_steps=pl.lit(None, pl.Int64),
+        )
+    groups = groups.select(["group_id", "task_type", "G", "reward_var", "label", "zero_var", "rewards", "n_steps", "total_steps"])
+    return Buffer(source, "signals", groups, signals, None, False, Ks)
+
+
+def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.DataFrame:
+    """Per-trajectory rewards and real step counts from trajectories.parquet, joined by group."""
+    trajs = _refuse_gated_trajectories(trajectories_file)
+    _check_no_nulls(trajs, ("group_id", "traj_idx", "reward", "n_steps"), trajectories_file)
+    from_trajs = groups_from_trajectories(trajs.select(["group_id", "traj_idx", "reward", "n_steps"]), trajectories_file)
+    missing = groups.join(from_trajs, on="group_id", how="anti")
+    if missing.height:
+        raise SrolloutError(f"{trajectories_file}: no trajectories for group {missing['group_id'][0]} of signals.parquet")
+    joined = groups.join(from_trajs.select(["group_id", "G", "rewards", "n_steps", "total_steps", "zero_var"]), on="group_id", how="left", suffix="_traj")
+    clash = joined.filter(pl.col("zero_var") != pl.col("zero_var_traj"))
+    if clash.height:
+        raise SrolloutError(f"{trajectories_file}: group {clash['group_id'][0]}: rewards disagree with reward_var of signals.parquet")
+    return joined.drop("zero_var_traj")
+
+
+def subsample_trajectories(trajs: pl.DataFrame, size: int, seed: int) -> pl.DataFrame:
+    """For every group with more than ``size`` trajectories, a seeded random subset of ``size`` of
+    them (App. G16: G=8 sub-samples of G=16 groups); groups in group_id order, one draw each."""
+    rng = np.random.default_rng(seed)
+    counts = trajs.group_by("group_id").agg(pl.col("traj_idx").sort()).sort("group_id")
+    keep_gid, keep_idx = [], []
+    for gid, idx in zip(counts["group_id"].to_list(), counts["traj_idx"].to_list(), strict=True):
+        chosen = idx if len(idx) <= size else sorted(rng.choice(idx, size=size, replace=False).tolist())
+        keep_gid += [gid] * len(chosen)
+        keep_idx += chosen
+    keep = pl.DataFrame({"group_id": keep_gid, "traj_idx": keep_idx}, schema={"group_id": pl.Utf8, "traj_idx": pl.Int64})
+    return trajs.join(keep, on=["group_id", "traj_idx"], how="semi", maintain_order="left")

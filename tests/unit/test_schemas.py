@@ -1,0 +1,96 @@
+"""srollout.schemas: every artifact's required columns, validation messages, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from srollout import schemas
+from srollout.errors import SchemaError, SrolloutError
+
+
+def _minimal(artifact: schemas.Artifact, rows: int = 2) -> pl.DataFrame:
+    """A table with every required column of ``artifact`` and ``rows`` rows of plausible values."""
+    values = {pl.Utf8: "x", pl.Int64: 1, pl.Float64: 0.5, pl.Boolean: True}
+    return pl.DataFrame({c: [values[t]] * rows for c, t in artifact.columns.items()}, schema=dict(artifact.columns))
+
+
+def test_every_artifact_of_the_design_is_declared() -> None:
+    assert set(schemas.ARTIFACTS) == {"steps", "trajectories", "groups", "signals", "correlation", "sweep", "metrics", "eval"}
+    for name, artifact in schemas.ARTIFACTS.items():
+        assert artifact.filename == f"{name}.parquet"
+        validated = schemas.validate(_minimal(artifact), artifact, "t")
+        assert {c: validated.schema[c] for c in artifact.columns} == dict(artifact.columns)
+
+
+def test_signals_table_carries_the_seven_paper_signals() -> None:
+    assert schemas.SIGNAL_NAMES == (
+        "prefix_edit_distance_mean", "action_bigram_jaccard_mean", "unique_prefix_ratio", "unique_action_ratio",
+        "action_entropy", "obs_unique_ratio", "termination_fraction",
+    )
+    for name in schemas.SIGNAL_NAMES:
+        assert schemas.SIGNALS.columns[name] == pl.Float64
+
+
+def test_missing_column_is_named_with_the_file() -> None:
+    df = _minimal(schemas.SIGNALS).drop("reward_var")
+    with pytest.raises(SchemaError, match=r"^run/signals.parquet: missing column 'reward_var' \(signals table"):
+        schemas.validate(df, schemas.SIGNALS, "run/signals.parquet")
+
+
+def test_mistyped_column_is_named_with_its_type() -> None:
+    df = _minimal(schemas.SWEEP).with_columns(pl.col("tp").cast(pl.Utf8))
+    with pytest.raises(SchemaError, match=r"sweep.parquet: column 'tp' has type String, expected Int64"):
+        schemas.validate(df, schemas.SWEEP, "sweep.parquet")
+
+
+def test_empty_table_is_an_error_unless_allowed() -> None:
+    df = _minimal(schemas.GROUPS, rows=0)
+    with pytest.raises(SchemaError, match="the groups table is empty"):
+        schemas.validate(df, schemas.GROUPS, "groups.parquet")
+    assert schemas.validate(df, schemas.GROUPS, "groups.parquet", allow_empty=True).height == 0
+
+
+def test_narrow_ints_widen_and_ints_pass_as_floats() -> None:
+    df = _minimal(schemas.CORRELATION).with_columns(pl.col("K").cast(pl.Int8), pl.col("auroc").cast(pl.Int32))
+    out = schemas.validate(df, schemas.CORRELATION, "c")
+    assert out.schema["K"] == pl.Int64 and out.schema["auroc"] == pl.Float64
+    # but a float where an int is declared is refused
+    with pytest.raises(SchemaError, match="column 'K'"):
+        schemas.validate(df.with_columns(pl.col("K").cast(pl.Float64)), schemas.CORRELATION, "c")
+
+
+def test_extra_columns_are_kept() -> None:
+    df = _minimal(schemas.SWEEP).with_columns(pl.lit(0.3).alias("measured_step_savings"))
+    assert "measured_step_savings" in schemas.validate(df, schemas.SWEEP, "s").columns
+
+
+def test_read_missing_and_non_parquet(tmp_path: Path) -> None:
+    with pytest.raises(SrolloutError, match="no such file"):
+        schemas.read(tmp_path / "steps.parquet", schemas.STEPS)
+    junk = tmp_path / "steps.parquet"
+    junk.write_bytes(b"PAR1 but not really")
+    with pytest.raises(SchemaError, match="not a readable Parquet file"):
+        schemas.read(junk, schemas.STEPS)
+
+
+def test_write_is_atomic_and_validates_first(tmp_path: Path) -> None:
+    good = _minimal(schemas.EVAL)
+    path = schemas.write(good, tmp_path / "eval.parquet", schemas.EVAL)
+    assert schemas.read(path, schemas.EVAL).equals(good)
+    before = path.read_bytes()
+    with pytest.raises(SchemaError, match="missing column 'success'"):
+        schemas.write(good.drop("success"), path, schemas.EVAL)
+    assert path.read_bytes() == before  # a refused write leaves the old file untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["eval.parquet"]  # no temp files left behind
+
+
+def test_write_json_and_text_are_atomic(tmp_path: Path) -> None:
+    schemas.write_json({"b": 1, "a": Path("x")}, tmp_path / "gate.json")
+    assert json.loads((tmp_path / "gate.json").read_text()) == {"a": "x", "b": 1}
+    schemas.write_text("# report\n", tmp_path / "report.md")
+    assert (tmp_path / "report.md").read_text() == "# report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gate.json", "report.md"]

@@ -1,0 +1,123 @@
+"""srollout.stages.buffer: rebuilding trajectories/groups from steps, the step counts behind the
+measured savings, signals tables made by others, G=8 sub-samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from srollout import schemas
+from srollout.errors import SrolloutError
+from srollout.stages.buffer import (
+    INITIAL_OBSERVATION,
+    load_buffer,
+    subsample_trajectories,
+    trajectories_from_steps,
+)
+
+
+def test_observations_acted_on_are_shifted_by_one_step(steps_table) -> None:
+    steps = steps_table({"g": ("t", [(["a1", "a2", "a3"], 1.0), (["b1"], 0.0)])})
+    trajs = trajectories_from_steps(steps, Path("steps.parquet"))
+    first = trajs.row(0, named=True)
+    # o_1 is the initial observation; o_t is the environment's answer to a_{t-1}
+    assert first["observations"] == [INITIAL_OBSERVATION, "obs:a1", "obs:a2"]
+    assert first["actions"] == ["a1", "a2", "a3"]
+    assert (first["n_steps"], first["reward"]) == (3, 1.0)
+    assert trajs.row(1, named=True)["observations"] == [INITIAL_OBSERVATION]
+
+
+def test_trajectory_reward_is_the_sum_of_step_rewards(steps_table) -> None:
+    steps = steps_table({"g": ("t", [(["a", "b"], 1.0), (["a", "b"], 0.0)])})
+    steps = steps.with_columns(pl.when(pl.col("step") == 1).then(0.5).otherwise(pl.col("reward")).alias("reward"))
+    trajs = trajectories_from_steps(steps, Path("s"))
+    assert trajs["reward"].to_list() == [1.5, 0.5]
+
+
+def test_hand_buffer_groups_and_remaining_steps(hand_buffer: Path) -> None:
+    buffer = load_buffer(hand_buffer, [4], default_K=(10,))
+    assert buffer.kind == "steps" and buffer.computed and buffer.Ks == (4,)
+    at = buffer.at_K(4)
+    assert at["group_id"].to_list() == ["a", "b", "c", "d"]
+    assert at["G"].to_list() == [4, 4, 4, 4]
+    assert at["reward_var"].to_list() == pytest.approx([0.0, 0.1875, 0.0, 0.25])
+    assert at["label"].to_list() == ["all_succeed", "mixed", "all_fail", "mixed"]
+    assert at["zero_var"].to_list() == [True, False, True, False]
+    # Σ_i max(n_i − 4, 0): a ended at 3 (saves nothing), b 4×4, c 4×2, d 6+6+1+0
+    assert at["remaining_steps"].to_list() == [0, 16, 8, 13]
+    assert at["total_steps"].to_list() == [12, 32, 24, 29]
+    assert at["prefix_edit_distance_mean"].to_list() == pytest.approx([0.0, 0.0, 0.125, 1.0])
+    adv = buffer.advantages()
+    assert np.allclose(adv[0], 0.0) and np.allclose(adv[2], 0.0)
+    assert adv[1] == pytest.approx([3 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3)], rel=1e-5)
+
+
+def test_default_K_and_K_outside_the_data(hand_buffer: Path) -> None:
+    assert load_buffer(hand_buffer, None, default_K=(2, 5)).Ks == (2, 5)
+    assert load_buffer(hand_buffer, None, default_K=(5, 10, 15, 20)).Ks == (5, 10)  # longest: 10 steps
+    with pytest.raises(SrolloutError, match="fewer than every default K"):
+        load_buffer(hand_buffer, None, default_K=(15, 20))
+    with pytest.raises(SrolloutError, match="--K 11 is outside the data: the longest trajectory .* has 10 steps"):
+        load_buffer(hand_buffer, [4, 11], default_K=(10,))
+
+
+def test_a_table_mixing_arms_is_refused(hand_buffer: Path, tmp_path: Path) -> None:
+    steps = pl.read_parquet(hand_buffer / "steps.parquet")
+    steps = steps.with_columns(pl.when(pl.col("group_id") == "a").then(pl.lit("gated")).otherwise(pl.lit("baseline")).alias("arm"))
+    steps.write_parquet(tmp_path / "steps.parquet")
+    with pytest.raises(SrolloutError, match=r"several arms \(baseline, gated\)"):
+        load_buffer(tmp_path / "steps.parquet", [4], default_K=(4,))
+
+
+def test_signals_table_with_trajectories_gets_rewards_and_step_counts(hand_buffer: Path, tmp_path: Path) -> None:
+    from_steps = load_buffer(hand_buffer, [4], default_K=(4,))
+    run = tmp_path / "run"
+    schemas.write(from_steps.signals, run / "signals.parquet", schemas.SIGNALS)
+    trajs = from_steps.trajectories.select(
+        "group_id", "traj_idx", pl.lit("t").alias("task_id"), "task_type", pl.lit(0).alias("seed"), "reward",
+        (pl.col("reward") > 0).alias("success"), "n_steps", pl.lit("done").alias("ended_by"), pl.lit(0).alias("n_gen_tokens"),
+    )
+    schemas.write(trajs, run / "trajectories.parquet", schemas.TRAJECTORIES)
+    buffer = load_buffer(run, None, default_K=(10,))
+    assert buffer.kind == "signals" and not buffer.computed and buffer.Ks == (4,)
+    assert buffer.has_step_counts and buffer.has_rewards
+    assert buffer.at_K(4)["remaining_steps"].to_list() == [0, 16, 8, 13]
+
+    schemas.write(trajs.with_columns(pl.lit(1.0).alias("reward")), run / "trajectories.parquet", schemas.TRAJECTORIES)
+    with pytest.raises(SrolloutError, match="rewards disagree with reward_var"):
+        load_buffer(run, None, default_K=(10,))
+    schemas.write(trajs.with_columns(pl.lit("gate").alias("ended_by")), run / "trajectories.parquet", schemas.TRAJECTORIES)
+    with pytest.raises(SrolloutError, match="ended_by 'gate'"):
+        load_buffer(run, None, default_K=(10,))
+
+
+def test_signals_only_buffer_has_no_step_counts(tmp_path: Path) -> None:
+    table = pl.DataFrame({"group_id": ["x", "y", "x", "y"], "task_type": ["t"] * 4, "K": [5, 5, 10, 10],
+                          **{n: [0.1, 0.2, 0.1, 0.3] for n in schemas.SIGNAL_NAMES},
+                          "reward_var": [0.0, 0.25, 0.0, 0.25], "label": ["all_fail", "mixed", "all_fail", "mixed"]})
+    table.write_parquet(tmp_path / "sig.parquet")
+    buffer = load_buffer(tmp_path / "sig.parquet", None, default_K=(10,))
+    assert buffer.Ks == (5, 10) and not buffer.has_step_counts and buffer.advantages() is None
+    assert buffer.at_K(10)["prefix_edit_distance_mean"].to_list() == [0.1, 0.3]
+    assert buffer.at_K(10)["remaining_steps"].null_count() == 2
+    table.filter(~((pl.col("group_id") == "y") & (pl.col("K") == 10))).write_parquet(tmp_path / "sig.parquet")
+    with pytest.raises(SrolloutError, match="group y lacks a row at some K of 5, 10"):
+        load_buffer(tmp_path / "sig.parquet", None, default_K=(10,))
+
+
+def test_subsample_keeps_size_per_large_group_and_is_seeded(steps_table) -> None:
+    steps = steps_table({
+        "big": ("t", [([f"a{i}"], float(i % 2)) for i in range(16)]),
+        "small": ("t", [(["a"], 0.0)] * 4),
+    })
+    trajs = trajectories_from_steps(steps, Path("s"))
+    one = subsample_trajectories(trajs, 8, seed=1)
+    assert one.group_by("group_id").len().sort("group_id")["len"].to_list() == [8, 4]
+    assert one.equals(subsample_trajectories(trajs, 8, seed=1))
+    picked = set(one.filter(pl.col("group_id") == "big")["traj_idx"].to_list())
+    assert picked <= set(range(16)) and len(picked) == 8
+    others = [set(subsample_trajectories(trajs, 8, seed=s).filter(pl.col("group_id") == "big")["traj_idx"].to_list()) for s in range(2, 6)]
+    assert any(o != picked for o in others)
