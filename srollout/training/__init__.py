@@ -1,0 +1,8 @@
+"""GRPO training: the teacher-forcing loss over the rollout's own tokens, off- and on-policy loops.
+
+loss (teacher-forcing GRPO loss, action-token mask), update (one GRPO step: advantages, loss
+denominator, micro-batches, metrics), lora (peft adapters with the paper's settings, AdamW),
+model (trainable model + gate rule set-up), onpolicy (the Tier-3 loop of one seed and arm),
+evaluate (greedy held-out evaluation), checkpoint (per-iteration state for --resume),
+onpolicy_report (per-seed / aggregated numbers, paired tests, figures). See docs/training.md.
+"""
