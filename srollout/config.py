@@ -438,6 +438,7 @@ class TrainOnpolicyConfig:
     concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
     micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
     arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (baseline, gated).")
+    interleave: bool = doc(True, "Run the arms of a seed iteration by iteration (alternating which goes first), so both see the same machine load; needs one model copy per arm in memory.")
     out: Path | None = doc(None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
     resume: bool = doc(False, "Continue the run in --out from its last per-iteration checkpoints.")
@@ -481,7 +482,7 @@ class TrainOnpolicyConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the seed list)."""
-        skip = {"out", "overwrite", "resume", "seeds", "concurrency"}
+        skip = {"out", "overwrite", "resume", "seeds", "concurrency", "interleave"}
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
@@ -510,7 +511,7 @@ class EnvConfig:
     """Which games a stage plays (``srollout.envs.tasks.load_task_set`` arguments)."""
 
     tasks: str = doc("eval", "Task set: generated `train` (1000) / `eval` (100) / `heldout` (100, unseen scenes), or an official split (`valid_seen`, `valid_unseen`, `valid_train`, `alfworld_train`) from $ALFWORLD_DATA.")
-    difficulty: str = doc("small", "Generated rooms: `small` (<=6 receptacles, 3 distractors), `medium` (10, 6), `large` (16, 10), `full` (whole FloorPlan, 15).")
+    difficulty: str = doc("small", "Generated rooms: `small` (<=6 receptacles, 3 distractors), `medium` (10, 6), `large` (16, 6), `full` (whole FloorPlan, 3).")
     n_tasks: int | None = doc(None, "Number of tasks (default: the set's size); the task-type mix stays the paper's.")
     task_seed: int = doc(0, "0 = the standard sets; another value draws other games of the same kind.")
     expert_plan: bool = doc(False, "Ask the planner for a plan after every step (only expert policies need it).")

@@ -1,0 +1,153 @@
+"""The ReAct protocol (paper App. "Prompt templates"): system prompt, user turns, the response
+format ``Thought: ... Action: <action>``, a greedy and forgiving parser, action normalisation.
+
+Normalised actions are what the environment plays and what the divergence signals compare, so
+``"Put the Apple 1 in Fridge 1."`` and ``"move apple 1 to fridge 1"`` count as the same action.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+ACTION_VOCABULARY: tuple[str, ...] = (
+    "go to {recep}",
+    "open {recep}",
+    "close {recep}",
+    "take {obj} from {recep}",
+    "move {obj} to {recep}",
+    "heat {obj} with {recep}",
+    "cool {obj} with {recep}",
+    "clean {obj} with {recep}",
+    "use {obj}",
+    "examine {obj or recep}",
+    "look",
+    "inventory",
+)
+
+# One short solved episode (a clean task: explore, take, clean, place), with the thoughts the
+# expert policies write. Kept compact on purpose: a small model carries it at every step.
+_EXAMPLE = (
+    "Observation: You are in the middle of a room. Looking quickly around you, you see a "
+    "cabinet 1, a countertop 1, a drawer 1, and a sinkbasin 1.\n\n"
+    "Your task is to: put a clean mug in cabinet.\n"
+    "Thought: I need to find the mug. I will check countertop 1.\n"
+    "Action: go to countertop 1\n"
+    "Observation: You arrive at countertop 1. On the countertop 1, you see a mug 1.\n"
+    "Thought: I see the mug 1. I take it.\n"
+    "Action: take mug 1 from countertop 1\n"
+    "Observation: You pick up the mug 1 from the countertop 1.\n"
+    "Thought: Now I clean the mug 1 with sinkbasin 1.\n"
+    "Action: go to sinkbasin 1\n"
+    "Observation: You arrive at sinkbasin 1. On the sinkbasin 1, you see nothing.\n"
+    "Thought: I clean the mug 1 with the sinkbasin 1.\n"
+    "Action: clean mug 1 with sinkbasin 1\n"
+    "Observation: You clean the mug 1 using the sinkbasin 1.\n"
+    "Thought: Now I put the mug 1 in cabinet 1.\n"
+    "Action: go to cabinet 1\n"
+    "Observation: You arrive at cabinet 1. The cabinet 1 is closed.\n"
+    "Thought: The cabinet 1 is closed. I open it.\n"
+    "Action: open cabinet 1\n"
+    "Observation: You open the cabinet 1. The cabinet 1 is open. In it, you see nothing.\n"
+    "Thought: I put the mug 1 in cabinet 1.\n"
+    "Action: move mug 1 to cabinet 1\n"
+    "Observation: You move the mug 1 to the cabinet 1."
+)
+
+
+def system_prompt() -> str:
+    """The system message: environment, action vocabulary, response format, one example."""
+    actions = ", ".join(ACTION_VOCABULARY)
+    return (
+        "You are an agent in a household (ALFWorld). Each turn you see an observation and "
+        "reply with one short thought and one action, exactly:\n"
+        "Thought: <your reasoning>\nAction: <one action>\n"
+        f"Actions: {actions}.\n"
+        'An impossible action answers "Nothing happens." and wastes a step.\n'
+        f"Example:\n{_EXAMPLE}"
+    )
+
+
+def user_turn(observation: str) -> str:
+    """One user message: the observation o_t."""
+    return f"Observation: {observation.strip()}"
+
+
+def observation_of(user_text: str) -> str:
+    """Inverse of :func:`user_turn`."""
+    text = user_text.strip()
+    return text[len("Observation:"):].strip() if text.startswith("Observation:") else text
+
+
+def format_response(thought: str, action: str) -> str:
+    """An assistant turn: ``"Thought: ...\\nAction: ..."``."""
+    return f"Thought: {thought.strip()}\nAction: {action.strip()}"
+
+
+class ParsedResponse(NamedTuple):
+    """thought: text after ``Thought:`` ("" if missing); action: normalised action ("" if none
+    found); ok: an action was found."""
+
+    thought: str
+    action: str
+    ok: bool
+
+
+_ACTION_RE = re.compile(r"action\s*[:：]\s*(.*)", re.IGNORECASE)
+_THOUGHT_RE = re.compile(r"thought\s*[:：]\s*(.*?)(?=\n\s*action\s*[:：]|action\s*[:：]|$)",
+                         re.IGNORECASE | re.DOTALL)
+_VERBS = ("go to", "open", "close", "take", "move", "put", "heat", "cool", "clean", "use",
+          "examine", "look", "inventory", "slice", "toggle")
+
+
+def parse_response(text: str) -> ParsedResponse:
+    """Greedy, forgiving parse of a model response.
+
+    Takes the first ``Action:`` line (case-insensitive; code fences, quotes, trailing
+    punctuation and text after the first line are dropped). Without an ``Action:`` marker, the
+    last line that starts with an action verb is the action. The action is normalised.
+    """
+    raw = text.replace("```", "\n").replace("\r", "")
+    thought = ""
+    m = _THOUGHT_RE.search(raw)
+    if m:
+        thought = " ".join(m.group(1).split())
+    action = ""
+    am = _ACTION_RE.search(raw)
+    if am:
+        first = am.group(1).strip().split("\n")[0]
+        if not first:  # "Action:\ngo to x"
+            rest = raw[am.end():].strip().split("\n")
+            first = rest[0] if rest else ""
+        action = first
+    else:
+        for line in reversed(raw.split("\n")):
+            line = line.strip().strip("`*\"' ").lower()
+            if any(line.startswith(v) for v in _VERBS):
+                action = line
+                break
+    action = normalize_action(action)
+    return ParsedResponse(thought, action, bool(action))
+
+
+_PUT_RE = re.compile(r"^(?:put|place)\s+(.+?)\s+(?:in/on|into|in|on|onto|inside|to)\s+(.+)$")
+_ARTICLES = re.compile(r"\b(?:the|a|an)\s+")
+
+
+def normalize_action(action: str) -> str:
+    """Canonical form of an action: lower case, single spaces, no surrounding quotes / markdown /
+    trailing punctuation, no articles, and the engine's dialect (``put X in/on Y`` and
+    ``place X on Y`` -> ``move X to Y``; ``go X`` -> ``go to X``)."""
+    a = action.strip().lower()
+    a = a.split("\n")[0]
+    a = a.strip("`*\"'<>[]() \t")
+    a = re.sub(r"\s+", " ", a)
+    a = a.rstrip(".!?,;: ")
+    a = a.strip("`*\"'<>[]() \t")
+    a = _ARTICLES.sub("", a) if a not in ("look", "inventory") else a
+    m = _PUT_RE.match(a)
+    if m:
+        a = f"move {m.group(1)} to {m.group(2)}"
+    if a.startswith("go ") and not a.startswith("go to "):
+        a = "go to " + a[3:]
+    return a.strip()

@@ -1,0 +1,245 @@
+"""ALFWorld on the real engine, on generated games: the expert solves every task type, invalid
+actions are no-ops that count, same seed -> same game and same observations, group sharing keeps
+environments independent, and the dialogue equals textworld's stock PddlEnv."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import pytest
+
+from srollout.envs.base import TASK_TYPES, TextEnv
+from srollout.policy.base import ActRequest, Policy, TrajKey
+
+pytest.importorskip("alfworld")
+pytest.importorskip("textworld")
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """12 eval games (all six types) generated once into a temporary SROLLOUT_HOME."""
+    from srollout.envs.tasks import load_task_set
+
+    old = os.environ.get("SROLLOUT_HOME")
+    os.environ["SROLLOUT_HOME"] = str(tmp_path_factory.mktemp("srollout-home"))
+    try:
+        yield load_task_set("eval", n=12, progress=False)
+    finally:
+        if old is None:
+            os.environ.pop("SROLLOUT_HOME", None)
+        else:
+            os.environ["SROLLOUT_HOME"] = old
+
+
+@pytest.fixture()
+def env():
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    e = AlfworldEnv(expert_plan=True)
+    yield e
+    e.close()
+
+
+def _play_policy(env, task, policy, seed, max_steps=30):
+    """Drive ``policy`` like the rollout engine does; returns (won, steps, observations)."""
+    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+    obs, info = env.reset(task, seed)
+    key = TrajKey("g", 0)
+    seen = [obs]
+    for step in range(1, max_steps + 1):
+        req = ActRequest(key, step, seed, system_prompt(), user_turn(obs), info.admissible,
+                         info.expert_plan)
+        res = env.step(parse_response(policy.act([req])[0].text).action)
+        seen.append(res.observation)
+        obs, info = res.observation, res
+        if res.done:
+            policy.finish(key)
+            return True, step, seen
+    policy.finish(key)
+    return False, max_steps, seen
+
+
+def test_env_and_experts_implement_the_protocols(env):
+    from srollout.envs.experts import ExpertPolicy, NoisyExpertPolicy
+
+    assert isinstance(env, TextEnv)
+    assert isinstance(ExpertPolicy(), Policy) and isinstance(NoisyExpertPolicy(0.2), Policy)
+
+
+def test_the_set_covers_all_six_task_types(tasks):
+    assert {t.task_type for t in tasks} == set(TASK_TYPES)
+
+
+def test_expert_solves_every_task_type(tasks, env):
+    from srollout.envs.experts import ExpertPolicy
+
+    solved = {}
+    for i, task in enumerate(tasks):
+        won, steps, _ = _play_policy(env, task, ExpertPolicy(), seed=i)
+        solved.setdefault(task.task_type, []).append(won)
+        # the partially observable expert explores, so it needs at least the planner's steps
+        assert steps >= len(task.meta["walkthrough"])
+    assert set(solved) == set(TASK_TYPES)
+    assert all(all(v) for v in solved.values()), solved
+
+
+def test_stored_walkthrough_wins_with_reward_one_on_the_last_step(tasks, env):
+    for task in tasks:
+        obs, info = env.reset(task, 0)
+        assert f"Your task is to: {task.task_text}" in obs
+        assert not obs.startswith("-=")  # the TextWorld banner is stripped
+        walk = task.meta["walkthrough"]
+        for j, a in enumerate(walk):
+            r = env.step(a)
+            assert r.valid
+            assert r.done == (j == len(walk) - 1)
+            assert r.reward == (1.0 if j == len(walk) - 1 else 0.0)
+
+
+def test_invalid_action_is_a_noop_that_counts(tasks, env):
+    task = tasks[0]
+    _, info = env.reset(task, 0)
+    first = info.expert_plan[0]
+    assert first.startswith("go to ")
+    r1 = env.step(first)
+    before = r1.admissible
+    # "go to" where it stands is not an action in ALFWorld: the classic small-model mistake
+    for bad in (first, "fly to the moon", ""):
+        r = env.step(bad)
+        assert (r.observation, r.valid, r.reward, r.done) == ("Nothing happens.", False, 0.0, False)
+        assert r.admissible == before  # the state did not change
+    assert env.n_steps == 4  # the three invalid actions counted as steps
+    # and the game is still winnable from the unchanged state
+    for a in r.expert_plan:
+        r = env.step(a)
+    assert r.done and r.reward == 1.0
+
+
+def test_actions_are_normalised_before_the_engine_sees_them(tasks, env):
+    from srollout.envs.prompts import normalize_action
+
+    task = next(t for t in tasks if t.task_type == "pick_and_place_simple")
+    env.reset(task, 0)
+    walk = task.meta["walkthrough"]
+    for a in walk[:-1]:
+        assert env.step(a.upper() + ".").valid
+    obj, rec = walk[-1][len("move "):].split(" to ")
+    put = f"Put the {obj} in/on {rec}"
+    assert normalize_action(put) == walk[-1]
+    r = env.step(put)
+    assert r.valid and r.done
+
+
+def test_same_seed_same_observations(tasks):
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    def run(task):
+        rng = random.Random(7)
+        e = AlfworldEnv()
+        obs, info = e.reset(task, 3)
+        out = [obs]
+        for _ in range(12):
+            a = rng.choice(info.admissible) if rng.random() < 0.5 else info.expert_plan[0]
+            info = e.step(a)
+            out.append((a, info.observation, info.admissible, info.expert_plan))
+            if info.done:
+                break
+        e.close()
+        return out
+
+    for task in tasks[:4]:
+        assert run(task) == run(task)
+
+
+def test_group_members_share_the_parse_but_not_the_state(tasks):
+    from srollout.envs import alfworld_env as aw
+
+    task = next(t for t in tasks if t.task_type == "pick_heat_then_place_in_recep")
+    envs, resets = aw.make_group(task, 8, seed=0)
+    try:
+        assert len({obs for obs, _ in resets}) == 1
+        shared = {id(e._env.unwrapped._shared) for e in envs}
+        assert len(shared) == 1  # one parsed game for the whole group
+        walk = task.meta["walkthrough"]
+        # env 0 plays the task to the end; env 1 stays at the start
+        for a in walk:
+            r0 = envs[0].step(a)
+        assert r0.done
+        r1 = envs[1].step(walk[0])
+        assert r1.valid and not r1.done
+        # env 1 sees exactly what a fresh, unshared env sees after the same first action
+        fresh = aw.AlfworldEnv()
+        fresh.reset(task, 0)
+        rf = fresh.step(walk[0])
+        fresh.close()
+        assert (r1.observation, r1.admissible, r1.expert_plan) == (
+            rf.observation, rf.admissible, rf.expert_plan)
+    finally:
+        for e in envs:
+            e.close()
+
+
+def test_step_is_an_independent_planner_state(tasks):
+    from srollout.envs.alfworld_env import make_group
+
+    task = next(t for t in tasks if t.task_type == "pick_two_obj_and_place")
+    envs, resets = make_group(task, 2)
+    try:
+        walk = task.meta["walkthrough"]
+        take = next(i for i, a in enumerate(walk) if a.startswith("take "))
+        for a in walk[: take + 1]:
+            envs[0].step(a)
+        for a in walk[:take]:
+            envs[1].step(a)
+        # env 1 can still take the object env 0 already holds
+        assert walk[take] in envs[1].admissible
+        assert walk[take] not in envs[0].admissible
+    finally:
+        for e in envs:
+            e.close()
+
+
+def test_dialogue_equals_textworlds_stock_pddl_env(tasks):
+    """Our shared-parse, cached-grammar engine gives the stock engine's exact text."""
+    from srollout.envs.alfworld_env import AlfworldEnv, _engine, game_dict, strip_welcome
+
+    eng = _engine()
+    infos = eng.textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True,
+                                   extras=["gamefile"])
+    stock = eng.AlfredInfos(eng.AlfredDemangler(eng.PddlEnv(infos)))
+    mine = AlfworldEnv()
+    rng = random.Random(0)
+    for task in tasks[:3]:
+        obs, r = mine.reset(task, 0)
+        stock.load(game_dict(task))
+        st = stock.reset()
+        assert obs == strip_welcome(st.feedback)
+        assert r.admissible == tuple(st["admissible_commands"])
+        assert r.expert_plan == tuple(st["policy_commands"])
+        for _ in range(8):
+            a = rng.choice(r.admissible)
+            r = mine.step(a)
+            st, _, _ = stock.step(a)
+            assert r.observation == st.feedback.strip()
+            assert r.admissible == tuple(st["admissible_commands"])
+            assert r.expert_plan == tuple(st["policy_commands"])
+            assert r.done == bool(st["won"])
+    mine.close()
+
+
+def test_sys_argv_survives_the_engine(tasks, env):
+    before = list(sys.argv)
+    env.reset(tasks[1], 0)
+    env.step("look")
+    assert sys.argv == before
+
+
+def test_step_before_reset_is_a_clear_error():
+    from srollout.envs.alfworld_env import AlfworldEnv
+    from srollout.errors import SrolloutError
+
+    with pytest.raises(SrolloutError, match="before reset"):
+        AlfworldEnv().step("look")
