@@ -290,7 +290,7 @@ class BuildConfig:
     seed: int = doc(0, "Seed of demonstrations, tokenizer data order, init and SFT.")
     task_set: str = doc("train", "Task set the demonstrations are played on.")
     difficulty: str = doc("small", "Room size preset of the generated games (small|medium|large|full).")
-    n_demo_tasks: int = doc(400, "Tasks played for demonstrations.")
+    n_demo_tasks: int = doc(300, "Tasks played for demonstrations.")
     demos_per_task: int = doc(2, "Noisy-expert episodes per task.")
     noise: tuple[float, ...] = doc((0.1, 0.3), "Noise rates cycled over the episodes of a task.")
     invalid_fraction: float = doc(0.5, "Share of noise actions that are invalid (answered 'Nothing happens.').")
@@ -301,7 +301,7 @@ class BuildConfig:
     head_dim: int = doc(64, "Attention head size (vLLM kernels need 32/64/128...).")
     gqa_groups: int = doc(3, "Query heads per key/value head.")
     max_context: int = doc(4096, "Context length (max_position_embeddings).")
-    epochs: int = doc(1, "SFT epochs.")
+    epochs: int = doc(3, "SFT epochs.")
     lr: float = doc(3e-3, "Peak learning rate (AdamW, cosine).")
     batch_tokens: int = doc(4096, "Padded tokens per SFT batch.")
     bf16: bool = doc(False, "bf16 autocast during SFT (slower than fp32 on CPUs without bf16 units).")
@@ -394,9 +394,10 @@ ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
                   train_tasks=1000, K=PAPER_K, lr=5e-5, max_new_tokens=64),
     # Fits 2 CPU cores with the embedded default policy (both arms of one seed in <= 45 min):
     # fewer, shorter iterations; a larger lr because the default policy is tiny and the run short.
-    # Sized from a same-architecture (3.3M) policy: ~60 s rollout + ~15 s update per iteration of
-    # 6 groups x 8 x 20 steps on 2 free cores; 20 x 5 prompts per arm + 5 evaluations of 30 tasks.
-    "default": dict(iterations=20, prompts_per_iter=5, G=8, T_max=20, eval_every=10, n_eval=30,
+    # Sized on 2 shared cores: with the 1.7M-parameter default policy an iteration of 5 groups x 8
+    # x 20 steps took ~16 s of rollout + ~12 s of update; a 3.3M policy ~2x that. 20 x 6 prompts
+    # per arm + 9 evaluations of 40 tasks: ~20 min (1.7M) to ~40 min (3.3M) for both arms.
+    "default": dict(iterations=20, prompts_per_iter=6, G=8, T_max=20, eval_every=5, n_eval=40,
                     train_tasks=200, K=PAPER_K, lr=1e-3, max_new_tokens=48),
     # Seconds, for tests and a first look (any model; T_max and K small).
     "tiny": dict(iterations=3, prompts_per_iter=2, G=4, T_max=4, eval_every=2, n_eval=3,
@@ -411,12 +412,12 @@ class TrainOnpolicyConfig:
     seeds: tuple[int, ...] = doc((7, 13, 23, 42), "Seeds (comma list); each runs both arms, one seed after another.")
     preset: str = doc("default", "default (2 CPU cores, default policy), tiny (seconds) or paper (60x10, G=8, T_max=30, eval every 10 on 50).")
     iterations: int = doc(20, "On-policy iterations per arm.")
-    prompts_per_iter: int = doc(5, "Prompts (groups) sampled per iteration (the same in both arms).")
+    prompts_per_iter: int = doc(6, "Prompts (groups) sampled per iteration (the same in both arms).")
     G: int = doc(PAPER_G, "Trajectories per group.")
     T_max: int = doc(20, "Step limit per trajectory (training and evaluation).")
     temperature: float = doc(PAPER_TEMPERATURE, "Rollout sampling temperature (evaluation is greedy).")
-    eval_every: int = doc(10, "Greedy held-out evaluation every E iterations (and at iteration 0 and the last).")
-    n_eval: int = doc(30, "Held-out tasks evaluated (the first n of the held-out set).")
+    eval_every: int = doc(5, "Greedy held-out evaluation every E iterations (and at iteration 0 and the last).")
+    n_eval: int = doc(40, "Held-out tasks evaluated (the first n of the held-out set).")
     train_tasks: int = doc(200, "Size of the training task pool prompts are sampled from.")
     train_set: str = doc("train", "Task set of the training prompts.")
     eval_set: str = doc("heldout", "Task set of the held-out evaluation (disjoint from training).")
@@ -515,3 +516,29 @@ class EnvConfig:
     n_tasks: int | None = doc(None, "Number of tasks (default: the set's size); the task-type mix stays the paper's.")
     task_seed: int = doc(0, "0 = the standard sets; another value draws other games of the same kind.")
     expert_plan: bool = doc(False, "Ask the planner for a plan after every step (only expert policies need it).")
+
+
+@dataclass(frozen=True)
+class GateFitConfig:
+    """`srollout sweep --learned/--adaptive`: gates fit on one set of groups and judged on another."""
+
+    learned: bool = doc(False, "Also fit the learned gate (logistic regression on the seven signals at K and K) and report it cross-fitted.")
+    adaptive: bool = doc(False, "Also fit the adaptive-K gate (cut at the first confident check step) and report it cross-fitted.")
+    check_K: tuple[int, ...] = doc((5, 10, 15), "Check steps of the adaptive gate; the learned model is also trained on rows at these K.")
+    n_folds: int = doc(5, "Folds of the cross-fitting (over groups): every reported number is a decision on a group nothing was fit on.")
+    l2: float = doc(1.0, "L2 penalty λ of the logistic model (on standardised features; intercept unpenalised).")
+    eval_buffer: Path | None = doc(None, "Judge the gates on this second buffer (fit on INPUT) instead of k-fold cross-fitting.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        _check_K(tuple(self.check_K), "--check-K")
+        object.__setattr__(self, "check_K", tuple(sorted(set(self.check_K))))
+        if isinstance(self.n_folds, bool) or not isinstance(self.n_folds, int) or self.n_folds < 2:
+            raise SrolloutError(f"--n-folds must be an integer >= 2, got {self.n_folds!r}")
+        if not (self.l2 >= 0 and self.l2 < float("inf")):
+            raise SrolloutError(f"--l2 must be a finite number >= 0, got {self.l2}")
+
+    @property
+    def any(self) -> bool:
+        return self.learned or self.adaptive

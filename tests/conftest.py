@@ -132,3 +132,11 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory) -> Path:
+    """A ~30k-parameter Qwen2 + BPE tokenizer (real HF directory), built once per test session."""
+    from srollout.policy.default_model import build_tiny_policy
+
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny-policy") / "model", seed=0, n_demos=60)

@@ -31,12 +31,14 @@ def _register() -> None:
         ab_rollout,
         analyze,
         collect,
+        policy,
         sweep,
         train_offpolicy,
         train_onpolicy,
     )
 
-    for module in (collect, analyze, sweep, ab_rollout, train_offpolicy, train_onpolicy):
+    # `policy` (build/inspect the default policy) is a helper group, listed after the pipeline.
+    for module in (collect, analyze, sweep, ab_rollout, train_offpolicy, train_onpolicy, policy):
         module.register(app)
 
 

@@ -1,9 +1,98 @@
-"""`srollout train-onpolicy`: On-policy GRPO with the gate, per seed, with held-out evaluation (Tier 3)."""
+"""`srollout train-onpolicy --seeds 7,13,23,42`: on-policy GRPO with the gate, per seed, with held-out
+evaluation (the paper's Tier 3). Options left out take the value of ``--preset``."""
 
-from srollout.cli._unavailable import unavailable_command
+from __future__ import annotations
 
-register = unavailable_command(
-    "train-onpolicy",
-    "On-policy GRPO with the gate, per seed, with held-out evaluation (Tier 3).",
-    "it needs the GRPO trainer and the rollout engine.",
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from srollout.config import (
+    ONPOLICY_PRESETS,
+    TrainOnpolicyConfig,
+    help_for,
+    parse_names,
+    parse_seeds,
 )
+
+_D = TrainOnpolicyConfig.__dataclass_fields__
+
+
+def _h(name: str) -> str:
+    preset = {p: v[name] for p, v in ONPOLICY_PRESETS.items() if name in v}
+    suffix = ("  \\[presets: " + ", ".join(f"{p} {v}" for p, v in preset.items()) + "]") if preset else ""
+    return help_for(TrainOnpolicyConfig, name) + suffix
+
+
+def _default(name: str):
+    return _D[name].default
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "train-onpolicy",
+        help="On-policy GRPO, baseline vs gated arm per seed (Tier 3): rollouts through the engine (gate on in the gated "
+        "arm), LoRA r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints every "
+        "iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and mechanism figures, report.md.",
+    )
+    def train_onpolicy(
+        seeds: Annotated[str, typer.Option("--seeds", help=_h("seeds"))] = "7,13,23,42",
+        preset: Annotated[str, typer.Option("--preset", help=_h("preset"))] = "default",
+        iterations: Annotated[int | None, typer.Option("--iterations", help=_h("iterations"), show_default=False)] = None,
+        prompts_per_iter: Annotated[int | None, typer.Option("--prompts-per-iter", help=_h("prompts_per_iter"), show_default=False)] = None,
+        G: Annotated[int | None, typer.Option("--G", help=_h("G"), show_default=False)] = None,
+        T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max"), show_default=False)] = None,
+        temperature: Annotated[float | None, typer.Option("--temperature", help=_h("temperature"), show_default=False)] = None,
+        eval_every: Annotated[int | None, typer.Option("--eval-every", help=_h("eval_every"), show_default=False)] = None,
+        n_eval: Annotated[int | None, typer.Option("--n-eval", help=_h("n_eval"), show_default=False)] = None,
+        train_tasks: Annotated[int | None, typer.Option("--train-tasks", help=_h("train_tasks"), show_default=False)] = None,
+        train_set: Annotated[str | None, typer.Option("--train-set", help=_h("train_set"), show_default=False)] = None,
+        eval_set: Annotated[str | None, typer.Option("--eval-set", help=_h("eval_set"), show_default=False)] = None,
+        lr: Annotated[float | None, typer.Option("--lr", help=_h("lr"), show_default=False)] = None,
+        lora_r: Annotated[int | None, typer.Option("--lora-r", help=_h("lora_r"), show_default=False)] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha", help=_h("lora_alpha"), show_default=False)] = None,
+        lora_targets: Annotated[str | None, typer.Option("--lora-targets", help=_h("lora_targets"), show_default=False)] = None,
+        denominator: Annotated[str | None, typer.Option("--denominator", help=_h("denominator"), show_default=False)] = None,
+        denominator_constant: Annotated[float | None, typer.Option("--denominator-constant", help=_h("denominator_constant"), show_default=False)] = None,
+        clip_eps: Annotated[float | None, typer.Option("--clip-eps", help=_h("clip_eps"), show_default=False)] = None,
+        kl_coef: Annotated[float | None, typer.Option("--kl-coef", help=_h("kl_coef"), show_default=False)] = None,
+        gate: Annotated[Path | None, typer.Option("--gate", help=_h("gate"), show_default=False)] = None,
+        K: Annotated[int | None, typer.Option("--K", help=_h("K"), show_default=False)] = None,
+        d_L: Annotated[float | None, typer.Option("--d-L", help=_h("d_L"), show_default=False)] = None,
+        rule: Annotated[str | None, typer.Option("--rule", help=_h("rule"), show_default=False)] = None,
+        t_high: Annotated[float | None, typer.Option("--t-high", help=_h("t_high"), show_default=False)] = None,
+        model: Annotated[Path | None, typer.Option("--model", help=_h("model"), show_default=False)] = None,
+        max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help=_h("max_new_tokens"), show_default=False)] = None,
+        concurrency: Annotated[int | None, typer.Option("--concurrency", help=_h("concurrency"), show_default=False)] = None,
+        micro_batch: Annotated[int | None, typer.Option("--micro-batch", help=_h("micro_batch"), show_default=False)] = None,
+        arms: Annotated[str, typer.Option("--arms", help=_h("arms"))] = "baseline,gated",
+        interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help=_h("interleave"))] = True,
+        out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
+        overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
+        resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
+    ) -> None:
+        from rich.console import Console
+
+        from srollout.cli.train_offpolicy import _threads
+        from srollout.report.tables import to_rich
+        from srollout.stages.train_onpolicy import run_train_onpolicy
+
+        config = TrainOnpolicyConfig.from_preset(
+            preset,
+            seeds=parse_seeds(seeds), iterations=iterations, prompts_per_iter=prompts_per_iter, G=G, T_max=T_max,
+            temperature=temperature, eval_every=eval_every, n_eval=n_eval, train_tasks=train_tasks,
+            train_set=train_set, eval_set=eval_set, lr=lr, lora_r=lora_r, lora_alpha=lora_alpha,
+            lora_targets=parse_names(lora_targets, "--lora-targets") if lora_targets is not None else None,
+            denominator=denominator, denominator_constant=denominator_constant, clip_eps=clip_eps, kl_coef=kl_coef,
+            gate=gate, K=K, d_L=d_L, rule=rule, t_high=t_high,
+            model=model, max_new_tokens=max_new_tokens, concurrency=concurrency, micro_batch=micro_batch,
+            arms=parse_names(arms, "--arms"), interleave=interleave, out=out, overwrite=overwrite, resume=resume,
+        )
+        console = Console()
+        _threads()
+        result = run_train_onpolicy(config, console=console)
+        console.print(to_rich(result.aggregate, title=f"train-onpolicy ({len(config.seeds)} seed(s)): baseline vs gated"))
+        if result.tests.height:
+            console.print(to_rich(result.tests, title="paired tests over (seed, task) held-out outcomes"))
+        console.print(f"wrote {result.run_dir}/ (metrics.parquet, eval.parquet, onpolicy.png, mechanism.png, report.md)")

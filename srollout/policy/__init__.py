@@ -1,1 +1,99 @@
-"""Policies behind one interface: transformers (CPU/GPU, KV cache, LoRA), vLLM, and non-LLM experts."""
+"""Policies behind one interface: transformers (CPU/GPU, KV cache, LoRA), vLLM, and non-LLM experts.
+
+``make_policy`` is what stages call; the backends import torch/transformers/vllm lazily, so
+importing this package is cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from srollout.errors import SrolloutError
+from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
+
+POLICY_KINDS = ("lm", "expert", "noisy-expert")
+BACKENDS = ("transformers", "vllm")
+
+__all__ = [
+    "ActRequest",
+    "ActResponse",
+    "Policy",
+    "TrajKey",
+    "TrajectoryTokens",
+    "POLICY_KINDS",
+    "BACKENDS",
+    "make_policy",
+    "resolve_model",
+]
+
+
+def resolve_model(model: str | Path | None) -> Path:
+    """``"default"``/None -> the default policy (built on first use); else a local directory."""
+    if model is None or str(model) == "default":
+        from srollout.policy.default_model import ensure_default_policy
+
+        return ensure_default_policy()
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        raise SrolloutError(f"--model {model}: no such directory (a local Hugging Face model directory or `default`)")
+    if not (path / "config.json").is_file():
+        raise SrolloutError(f"--model {model}: not a Hugging Face model directory (no config.json)")
+    return path
+
+
+def make_policy(
+    kind: str = "lm",
+    model: str | Path | None = "default",
+    backend: str = "transformers",
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    *,
+    adapter: str | Path | None = None,
+    max_new_tokens: int = 64,
+    device: str = "cpu",
+    noise: float = 0.3,
+    seed: int = 0,
+    **backend_kwargs: Any,
+) -> Policy:
+    """Build the policy a stage rolls out.
+
+    kind: ``lm`` (a language model through ``backend``), ``expert`` or ``noisy-expert``
+        (planner-driven, from :mod:`srollout.envs`; ``noise`` is the noisy expert's ε).
+    model: ``default`` or a local HF model directory; adapter: a peft LoRA directory.
+    backend: ``transformers`` or ``vllm``. Extra keyword arguments go to the backend.
+    """
+    if kind not in POLICY_KINDS:
+        raise SrolloutError(f"--policy {kind!r}: choose one of {', '.join(POLICY_KINDS)}")
+    if kind != "lm":
+        from srollout.envs import experts
+
+        if kind == "expert":
+            return experts.ExpertPolicy(seed=seed)
+        return experts.NoisyExpertPolicy(eps=noise, seed=seed)
+    if backend not in BACKENDS:
+        raise SrolloutError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if temperature < 0:
+        raise SrolloutError(f"--temperature must be >= 0, got {temperature}")
+    if adapter is not None and not Path(adapter).is_dir():
+        raise SrolloutError(f"--adapter {adapter}: no such directory")
+    if backend == "vllm":
+        from srollout.policy.vllm_backend import VLLMPolicy, require_vllm
+
+        require_vllm()  # fail fast, before building the default model
+        path = resolve_model(model)
+        return VLLMPolicy(
+            path, adapter, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, **backend_kwargs
+        )
+    from srollout.policy.transformers_backend import TransformersPolicy
+
+    path = resolve_model(model)
+    return TransformersPolicy(
+        path,
+        adapter,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        **backend_kwargs,
+    )

@@ -1,0 +1,113 @@
+"""`srollout policy build|info`: build the default policy explicitly, or show a model's facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from srollout.config import BuildConfig, help_for
+from srollout.errors import SrolloutError
+
+policy_app = typer.Typer(
+    name="policy",
+    help="Build the default policy (done automatically on first use) or inspect a model directory.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+_D = BuildConfig()
+
+
+@policy_app.command("build")
+def build(
+    out: Path | None = typer.Option(None, help="Write here instead of the $SROLLOUT_HOME cache."),  # noqa: B008
+    seed: int = typer.Option(_D.seed, help=help_for(BuildConfig, "seed")),
+    n_demo_tasks: int = typer.Option(_D.n_demo_tasks, help=help_for(BuildConfig, "n_demo_tasks")),
+    demos_per_task: int = typer.Option(_D.demos_per_task, help=help_for(BuildConfig, "demos_per_task")),
+    d_model: int = typer.Option(_D.d_model, help=help_for(BuildConfig, "d_model")),
+    n_layers: int = typer.Option(_D.n_layers, help=help_for(BuildConfig, "n_layers")),
+    epochs: int = typer.Option(_D.epochs, help=help_for(BuildConfig, "epochs")),
+    threads: int = typer.Option(_D.threads, help=help_for(BuildConfig, "threads")),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the cache already holds this config."),
+) -> None:
+    """Build the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) and cache it."""
+    import dataclasses
+    import shutil
+
+    from rich.console import Console
+
+    from srollout.policy.default_model import build_default_policy, default_policy_dir, is_built
+
+    for name, value in (("n-demo-tasks", n_demo_tasks), ("demos-per-task", demos_per_task),
+                        ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads)):
+        if value < 1:
+            raise SrolloutError(f"--{name} must be >= 1, got {value}")
+    cfg = dataclasses.replace(
+        _D, seed=seed, n_demo_tasks=n_demo_tasks, demos_per_task=demos_per_task, d_model=d_model,
+        n_layers=n_layers, epochs=epochs, threads=threads,
+    )
+    target = out or default_policy_dir(cfg)
+    console = Console()
+    if is_built(target) and not force:
+        console.print(f"already built: {target} (use --force to rebuild)")
+        return
+    if force and target.exists():
+        shutil.rmtree(target)
+    res = build_default_policy(cfg, out=target)
+    _show(target, console, extra={"build wall-clock": f"{res.seconds:.0f} s"})
+
+
+@policy_app.command("info")
+def info(
+    model: str = typer.Argument("default", help="`default` or a local Hugging Face model directory."),
+) -> None:
+    """Show a model directory's architecture, size, tokenizer and (for built ones) build record."""
+    from rich.console import Console
+
+    if model == "default":
+        from srollout.policy.default_model import default_policy_dir, is_built
+
+        path = default_policy_dir()
+        if not is_built(path):
+            raise SrolloutError(f"the default policy is not built yet ({path}); run `srollout policy build`")
+    else:
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise SrolloutError(f"{model}: not a Hugging Face model directory (no config.json)")
+    _show(path, Console())
+
+
+def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
+    from rich.table import Table
+
+    cfg = json.loads((path / "config.json").read_text())
+    rows = {
+        "path": str(path),
+        "architecture": ", ".join(cfg.get("architectures", [])) or cfg.get("model_type", "?"),
+        "hidden / layers / heads": f"{cfg.get('hidden_size')} / {cfg.get('num_hidden_layers')} / {cfg.get('num_attention_heads')}",
+        "vocab": str(cfg.get("vocab_size")),
+        "context": str(cfg.get("max_position_embeddings")),
+    }
+    tok_cfg = path / "tokenizer_config.json"
+    if tok_cfg.is_file():
+        rows["chat template"] = "yes" if json.loads(tok_cfg.read_text()).get("chat_template") or (path / "chat_template.jinja").is_file() else "no"
+    build_json = path / "build.json"
+    if build_json.is_file():
+        b = json.loads(build_json.read_text())
+        rows["parameters"] = f"{b['n_params']:,}"
+        rows["SFT data"] = f"{b['n_demos']} demos, {b['n_tokens']:,} tokens ({b['n_loss_tokens']:,} with loss)"
+        rows["final SFT loss"] = f"{b['final_loss']:.4f}"
+        rows["built in"] = f"{b['seconds']:.0f} s"
+        rows["config hash"] = b["config_hash"]
+    rows.update(extra or {})
+    table = Table(title="policy", show_header=False)
+    for k, v in rows.items():
+        table.add_row(k, v)
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `policy` sub-app to the main app."""
+    app.add_typer(policy_app, name="policy")

@@ -1,0 +1,516 @@
+"""The default policy that srollout builds itself: BPE tokenizer + small Qwen2 + SFT on demos.
+
+No download can happen, so the default policy is made here from the environment alone:
+1. noisy-expert demonstrations of the ``train`` task set in the ReAct format of
+   :mod:`srollout.envs.prompts` (the noise actions stay in the conversation, with their
+   "Nothing happens." answers, but carry no loss, so the model learns to recover);
+2. a byte-level BPE tokenizer trained on that text, with ChatML special tokens and template;
+3. a small ``Qwen2ForCausalLM`` trained by supervised fine-tuning on the assistant tokens;
+4. saved as an ordinary Hugging Face model directory (config.json, model.safetensors,
+   tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
+   transformers, peft and vLLM all load it.
+
+The result is cached under ``$SROLLOUT_HOME/models/default-v1-<config hash>/`` and built
+atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its seed) -> same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from srollout.config import BuildConfig
+from srollout.errors import SrolloutError
+from srollout.policy.chat import (
+    CHATML_TEMPLATE,
+    END_OF_TEXT,
+    IM_END,
+    IM_START,
+    TokenizedChat,
+    Turn,
+    tokenize_chat,
+)
+
+BUILD_VERSION = "v1"
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+class Demo(NamedTuple):
+    """One demonstration conversation: the system prompt and its turns (noise turns untrained)."""
+
+    system: str
+    turns: list[Turn]
+
+
+class BuildResult(NamedTuple):
+    """path: the model directory; n_params: parameters; n_demos / n_tokens / n_loss_tokens:
+    SFT data size; final_loss: mean loss of the last epoch; seconds: wall-clock of the build."""
+
+    path: Path
+    n_params: int
+    n_demos: int
+    n_tokens: int
+    n_loss_tokens: int
+    final_loss: float
+    seconds: float
+
+
+# --- cache location ---------------------------------------------------------------------------
+def config_hash(cfg: BuildConfig) -> str:
+    """12 hex chars of sha256 over the build config and the builder version."""
+    payload = json.dumps({"version": BUILD_VERSION, **dataclasses.asdict(cfg)}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def default_policy_dir(cfg: BuildConfig | None = None) -> Path:
+    """``$SROLLOUT_HOME/models/default-v1-<hash>`` (not created)."""
+    from srollout.home import srollout_home
+
+    cfg = cfg or BuildConfig()
+    return srollout_home() / "models" / f"default-{BUILD_VERSION}-{config_hash(cfg)}"
+
+
+def is_built(path: Path) -> bool:
+    """A finished build has all its files (the rename makes that atomic)."""
+    need = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json")
+    return all((path / n).is_file() for n in need)
+
+
+def ensure_default_policy(cfg: BuildConfig | None = None, *, quiet: bool = False) -> Path:
+    """Return the default policy's directory, building it first (with a progress bar) if needed."""
+    cfg = cfg or BuildConfig()
+    path = default_policy_dir(cfg)
+    if is_built(path):
+        return path
+    return build_default_policy(cfg, out=path, quiet=quiet).path
+
+
+# --- step 1: demonstrations -------------------------------------------------------------------
+def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] | None = None) -> list[Demo]:
+    """Noisy-expert demonstrations of ``cfg.n_demo_tasks`` tasks of the train set, in ReAct.
+
+    Each task is played ``cfg.demos_per_task`` times with noise rates ``cfg.noise`` (cycled):
+    a noise step is a random action (often invalid, answered "Nothing happens.") that stays in
+    the context untrained; the expert then recovers from the state it left.
+    """
+    from srollout.envs.demos import generate_demonstrations
+    from srollout.envs.tasks import load_task_set
+
+    # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
+    tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False)
+    episodes = generate_demonstrations(
+        tasks,
+        episodes_per_task=cfg.demos_per_task,
+        noise=cfg.noise,
+        invalid_fraction=cfg.invalid_fraction,
+        seed=cfg.seed,
+        progress=progress if progress is not None else False,
+    )
+    # only won episodes: a demonstration that wanders for T_max steps teaches wandering
+    return [
+        Demo(system=ep.system, turns=[Turn(t.user, t.assistant, not t.is_noise) for t in ep.turns])
+        for ep in episodes
+        if ep.success and ep.turns
+    ]
+
+
+# --- step 2: tokenizer ------------------------------------------------------------------------
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``, with ChatML special
+    tokens (<|endoftext|> pad, <|im_start|>, <|im_end|> = EOS) and the ChatML chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    # Exactly Qwen2's normalizer and pre-tokenizer: transformers 5 loads a qwen2 model's
+    # tokenizer as Qwen2Tokenizer, which re-applies them, so any other choice would make the
+    # loaded tokenizer split text differently from the one the SFT data was made with.
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=END_OF_TEXT,
+        unk_token=None,
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=1 << 16,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def demo_texts(demos: Sequence[Demo]) -> Iterable[str]:
+    """Every string the tokenizer should know: system prompts once, user turns, responses."""
+    seen_systems: set[str] = set()
+    for d in demos:
+        if d.system not in seen_systems:
+            seen_systems.add(d.system)
+            yield d.system
+        # role headers as the chat template renders them, so BPE merges "user", "assistant"
+        for t in d.turns:
+            yield "user\n" + t.user
+            yield "assistant\n" + t.assistant
+
+
+# --- step 3: model ----------------------------------------------------------------------------
+def make_model(tokenizer: Any, cfg: BuildConfig) -> Any:
+    """A freshly initialised Qwen2ForCausalLM sized by ``cfg`` (seeded by ``cfg.seed``)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    eot = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    heads = max(1, cfg.d_model // cfg.head_dim)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // cfg.gqa_groups),
+        max_position_embeddings=cfg.max_context,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=eot,
+        eos_token_id=im_end,
+        pad_token_id=eot,
+        use_cache=True,
+    )
+    torch.manual_seed(cfg.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=eot,
+        eos_token_id=[im_end, eot],
+        pad_token_id=eot,
+        do_sample=True,
+        temperature=0.7,
+        top_p=1.0,
+    )
+    return model
+
+
+# --- step 4: SFT ------------------------------------------------------------------------------
+def make_batches(
+    examples: Sequence[TokenizedChat], max_tokens: int, seed: int, epoch: int
+) -> list[list[int]]:
+    """Length-bucketed batches of example indices, each with ≤ ``max_tokens`` padded tokens,
+    shuffled deterministically per (seed, epoch)."""
+    import random
+
+    rng = random.Random(seed * 1_000_003 + epoch)
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i].token_ids), rng.random()))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = max([len(examples[j].token_ids) for j in cur] + [len(examples[i].token_ids)])
+        if cur and longest * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def shared_prefix_len(examples: Sequence[TokenizedChat]) -> int:
+    """Length of the token prefix every example shares (the system turn), stopped before the
+    first action token of any example."""
+    first = examples[0].token_ids
+    n = min(len(e.token_ids) for e in examples)
+    for e in examples:
+        # keep >= 1 non-action token after the prefix: the prefix's own last position is not scored
+        n = min(n, e.action_mask.index(True) - 1 if True in e.action_mask else len(e.action_mask))
+        k = 0
+        while k < n and e.token_ids[k] == first[k]:
+            k += 1
+        n = k
+    return n
+
+
+def sft(
+    model: Any,
+    examples: Sequence[TokenizedChat],
+    cfg: BuildConfig,
+    pad_id: int,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> float:
+    """Teacher-forced next-token loss on the loss-masked (assistant, non-noise) tokens.
+
+    The prefix all examples share (the system turn, ~500 tokens of the ReAct prompt) is
+    encoded once per step without gradient and given to the batch as ``past_key_values``:
+    the same forward values as encoding it in every row, at a fraction of the cost (only its
+    own representations go untrained, and they carry no loss). AdamW, linear warm-up then
+    cosine decay to 10 % of ``cfg.lr``; bf16 autocast if ``cfg.bf16``.
+    Returns the mean loss of the last epoch; calls ``on_step(step, total, loss)``.
+    """
+    import torch
+    import torch.nn.functional as F
+    from transformers import DynamicCache
+
+    torch.manual_seed(cfg.seed)
+    n_pre = shared_prefix_len(examples)
+    prefix = torch.tensor([examples[0].token_ids[:n_pre]], dtype=torch.long)
+    rest = [
+        TokenizedChat(e.token_ids[n_pre:], e.action_mask[n_pre:], e.loss_mask[n_pre:]) for e in examples
+    ]
+    plan = [make_batches(rest, cfg.batch_tokens, cfg.seed, e) for e in range(cfg.epochs)]
+    total = sum(len(p) for p in plan)
+    warmup = max(1, int(0.05 * total))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return cfg.lr * (step + 1) / warmup
+        frac = (step - warmup) / max(1, total - warmup)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    model.train()
+    step, last_epoch_loss = 0, float("nan")
+    for batches in plan:
+        loss_sum, loss_n = 0.0, 0
+        for batch in batches:
+            rows = len(batch)
+            length = max(len(rest[i].token_ids) for i in batch)
+            ids = torch.full((rows, length), pad_id, dtype=torch.long)
+            att = torch.zeros((rows, n_pre + length), dtype=torch.long)
+            att[:, :n_pre] = 1
+            lab = torch.full((rows, length), -100, dtype=torch.long)
+            for r, i in enumerate(batch):
+                ex = rest[i]
+                n = len(ex.token_ids)
+                ids[r, :n] = torch.tensor(ex.token_ids)
+                att[r, n_pre : n_pre + n] = 1
+                lm = torch.tensor(ex.loss_mask)
+                lab[r, :n] = torch.where(lm, ids[r, :n], torch.full_like(ids[r, :n], -100))
+            # label of position j is token j+1; the prefix's last position predicts ids[:, 0],
+            # which is never a loss token (the prefix stops before any action token)
+            target = torch.cat([lab[:, 1:], torch.full((rows, 1), -100, dtype=torch.long)], dim=1)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                cache = None
+                if n_pre:
+                    with torch.no_grad():
+                        pre = model.model(input_ids=prefix, use_cache=True).past_key_values
+                    cache = DynamicCache(
+                        ddp_cache_data=[
+                            (layer.keys.expand(rows, -1, -1, -1).contiguous(),
+                             layer.values.expand(rows, -1, -1, -1).contiguous())
+                            for layer in pre.layers
+                        ]
+                    )
+                pos = torch.arange(n_pre, n_pre + length).unsqueeze(0).expand(rows, -1)
+                hidden = model.model(
+                    input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache, use_cache=cache is not None
+                ).last_hidden_state
+                keep = target != -100
+                logits = model.lm_head(hidden[keep])  # only where there is a loss: [n_loss, V]
+            loss = F.cross_entropy(logits.float(), target[keep])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            loss_sum += float(loss.detach())
+            loss_n += 1
+            step += 1
+            if on_step:
+                on_step(step, total, float(loss.detach()))
+        last_epoch_loss = loss_sum / max(1, loss_n)
+    model.eval()
+    return last_epoch_loss
+
+
+# --- the whole build --------------------------------------------------------------------------
+def build_from_demos(
+    demos: Sequence[Demo],
+    cfg: BuildConfig,
+    out: Path,
+    on_step: Callable[[int, int, float], None] | None = None,
+    extra_info: dict[str, Any] | None = None,
+) -> BuildResult:
+    """Tokenizer + model + SFT on ``demos``; writes the HF directory to ``out`` atomically."""
+    import torch
+
+    t0 = time.perf_counter()
+    if not demos:
+        raise SrolloutError("no demonstrations to train the default policy on")
+    torch.set_num_threads(cfg.threads)
+    tokenizer = train_tokenizer(demo_texts(demos), cfg.vocab_size)
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    examples = [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), cfg.max_context) for d in demos]
+    model = make_model(tokenizer, cfg)
+    final_loss = sft(model, examples, cfg, tokenizer.pad_token_id, on_step)
+    n_params = sum(p.numel() for p in model.parameters())
+    seconds = time.perf_counter() - t0
+    info = {
+        "builder": f"srollout default policy {BUILD_VERSION}",
+        "config": dataclasses.asdict(cfg),
+        "config_hash": config_hash(cfg),
+        "n_params": n_params,
+        "n_demos": len(demos),
+        "n_tokens": sum(len(e.token_ids) for e in examples),
+        "n_loss_tokens": sum(sum(e.loss_mask) for e in examples),
+        "final_loss": final_loss,
+        "seconds": seconds,
+        **(extra_info or {}),
+    }
+    _save_atomic(model, tokenizer, out, info)
+    return BuildResult(out, n_params, len(demos), info["n_tokens"], info["n_loss_tokens"], final_loss, seconds)
+
+
+def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False) -> BuildResult:
+    """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save) with a
+    rich progress bar; returns where it was written and what it cost."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    cfg = cfg or BuildConfig()
+    out = Path(out) if out is not None else default_policy_dir(cfg)
+    t0 = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=quiet,
+        transient=False,
+    ) as bar:
+        demo_task = bar.add_task("demonstrations", total=None, info="")
+
+        def on_demo(done: int, total: int) -> None:
+            bar.update(demo_task, completed=done, total=total)
+
+        demos = make_demonstrations(cfg, on_demo)
+        demo_s = time.perf_counter() - t0
+        train_task = bar.add_task("SFT", total=None, info="")
+
+        def on_step(step: int, total: int, loss: float) -> None:
+            bar.update(train_task, completed=step, total=total, info=f"loss {loss:.3f}")
+
+        res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s})
+    return res._replace(seconds=time.perf_counter() - t0)
+
+
+def _truncate(ex: TokenizedChat, max_len: int) -> TokenizedChat:
+    if len(ex.token_ids) <= max_len:
+        return ex
+    return TokenizedChat(ex.token_ids[:max_len], ex.action_mask[:max_len], ex.loss_mask[:max_len])
+
+
+def _portable_tokenizer_config(path: Path) -> None:
+    """Make tokenizer_config.json loadable by transformers 4.x too (vLLM may pin it): name the
+    generic fast-tokenizer class and embed the chat template (v5 writes it to a .jinja file)."""
+    cfg_path = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg["chat_template"] = CHATML_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> None:
+    """Write into a temp dir next to ``out`` and rename it into place (a concurrent build of the
+    same config that finished first wins; ours is then discarded)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        _portable_tokenizer_config(tmp)
+        (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+        if out.exists():
+            if is_built(out):
+                shutil.rmtree(tmp)
+                return
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# --- a tiny model for tests and examples (no environment needed) ------------------------------
+TINY_CONFIG = BuildConfig(
+    seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
+    max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1,
+)
+
+
+def synthetic_demos(n: int, seed: int = 0) -> list[Demo]:
+    """``n`` short ALFWorld-like conversations (ReAct text, one noise turn in three answered
+    "Nothing happens."), made without the engine: data for tiny test models only."""
+    import random
+
+    rng = random.Random(seed)
+    places = ["cabinet 1", "cabinet 2", "countertop 1", "fridge 1", "microwave 1", "sinkbasin 1"]
+    things = ["apple 1", "mug 2", "bowl 1", "egg 3", "knife 1"]
+    system = "You are an agent in a household. Answer with Thought: ... then Action: <action>."
+    demos = []
+    for _ in range(n):
+        thing, dest = rng.choice(things), rng.choice(places)
+        seen = rng.choice(places)
+        turns = []
+        obs = f"You are in the middle of a room. Your task is to: put {thing.split()[0]} in {dest}."
+        for step in range(rng.randint(2, 5)):
+            if rng.random() < 0.3:
+                act, trained = f"take {thing} from {rng.choice(places)}", False
+                nxt = "Nothing happens."
+            else:
+                act, trained = f"go to {seen if step == 0 else dest}", True
+                nxt = f"You arrive at {seen}. On it, you see a {thing}."
+            turns.append(Turn(user=obs, assistant=f"Thought: I look for {thing}.\nAction: {act}", trained=trained))
+            obs = nxt
+        demos.append(Demo(system=system, turns=turns))
+    return demos
+
+
+def build_tiny_policy(out: Path, seed: int = 0, n_demos: int = 60) -> Path:
+    """A ~30k-parameter Qwen2 with its BPE tokenizer trained on :func:`synthetic_demos`
+    (a few seconds on one core); a real HF directory for tests of backends and trainers.
+    Returns the directory (an earlier one of this process if already built: treat as read-only)."""
+    # within one process (a test session) the same tiny model is built once and shared
+    done = _TINY_BUILT.get((seed, n_demos))
+    if done is not None and is_built(done):
+        return done
+    cfg = dataclasses.replace(TINY_CONFIG, seed=seed)
+    path = build_from_demos(synthetic_demos(n_demos, seed), cfg, Path(out)).path
+    _TINY_BUILT[(seed, n_demos)] = path
+    return path
+
+
+_TINY_BUILT: dict[tuple[int, int], Path] = {}

@@ -1,0 +1,438 @@
+"""The transformers backend: batched, seeded generation with the KV cache kept across turns.
+
+One ``act()`` call generates one response for every live trajectory it is given, in one padded
+batch. Each trajectory keeps its own compact KV cache (only its real tokens, no padding) between
+calls; at step t it feeds only the new tokens (end of the previous assistant turn, the new user
+turn, the assistant header), so a 30-step conversation is never re-encoded. The batch layout of
+one call, per row i with P_i cached tokens and N_i new ones::
+
+    [ pad x (Pmax - P_i) | past_i (P_i) | new_i (N_i) | pad x (Nmax - N_i) | generated ... ]
+
+with an explicit attention mask (0 on pads) and explicit position_ids (0..P_i+N_i-1, then one
+per generated token), so every row computes what it would compute alone. Pads are never queried
+before a real token of the same row, so no softmax row is fully masked.
+
+Sampling uses one ``torch.Generator`` per trajectory, seeded from ``ActRequest.seed`` at step 1,
+so a trajectory's tokens do not depend on which rows share the batch (up to float round-off of
+different padded shapes; ``benchmarks/bench_policy.py`` measures how often that flips a token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srollout.errors import SrolloutError
+from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
+from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
+
+
+@dataclass
+class _TrajState:
+    """Per-trajectory state between ``act`` calls.
+
+    token_ids / action_mask: the whole sequence so far ([L] each).
+    cache: per layer (keys, values), each [1, n_kv_heads, L_c, head_dim], L_c = L - len(pending).
+    pending: recorded tokens not yet fed to the model (the last generated token).
+    """
+
+    generator: Any
+    system: str
+    token_ids: list[int] = field(default_factory=list)
+    action_mask: list[bool] = field(default_factory=list)
+    cache: list[tuple[Any, Any]] | None = None
+    pending: list[int] = field(default_factory=list)
+    last_user: str = ""
+    last_text: str = ""
+    last_end: str | None = None
+    step: int = 0
+
+
+def sample_next(logits: Any, temperature: float, top_p: float, generator: Any) -> int:
+    """One token from ``logits`` [V] (float32): greedy at temperature 0, else softmax(logits/T)
+    restricted to the smallest top-p nucleus, drawn with the trajectory's own generator."""
+    import torch
+
+    if temperature <= 0.0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        keep = cum - sorted_p < top_p  # keep a token while the mass before it is < top_p
+        sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
+        probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+class TransformersPolicy:
+    """A local Hugging Face causal LM (optionally with a peft LoRA adapter) as a :class:`Policy`.
+
+    model_path: a directory with config.json, weights and a tokenizer with a chat template.
+    adapter_path: a peft adapter directory, or None.
+    temperature / top_p: sampling (temperature 0 = greedy).
+    max_new_tokens: cap on one response's length (the end-of-turn token stops a row earlier).
+    device: "cpu" or "cuda[:n]".
+    kv_reuse: keep each trajectory's KV cache across turns (True) or re-encode the whole
+        conversation every turn (False; for benchmarks and as a reference).
+    max_batch_rows: rows per forward; larger ``act`` calls run in chunks of this size.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        adapter_path: str | Path | None = None,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        device: str = "cpu",
+        kv_reuse: bool = True,
+        max_batch_rows: int = 64,
+        dtype: str = "float32",
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        import torch
+
+        if temperature < 0:
+            raise SrolloutError(f"temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise SrolloutError(f"top_p must be in (0, 1], got {top_p}")
+        if max_new_tokens < 1:
+            raise SrolloutError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model_path = Path(model_path)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_new_tokens = int(max_new_tokens)
+        self.device = torch.device(device)
+        self.kv_reuse = kv_reuse
+        self.max_batch_rows = max(1, int(max_batch_rows))
+        if model is None or tokenizer is None:
+            model, tokenizer = load_model(model_path, adapter_path, device=device, dtype=dtype)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = f"transformers:{self.model_path.name}" + (
+            f"+{Path(adapter_path).name}" if adapter_path else ""
+        )
+        self.eot_ids = end_of_turn_ids(tokenizer, getattr(model, "generation_config", None))
+        self._eot_set = frozenset(self.eot_ids)
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eot_ids[0]
+        cfg = model.config
+        self.max_context = int(getattr(cfg, "max_position_embeddings", 1 << 30))
+        self._states: dict[TrajKey, _TrajState] = {}
+        self._prefixes: dict[str, tuple[list[int], list[tuple[Any, Any]]]] = {}
+        self._prefix_version = -1
+
+    # --- Policy protocol -------------------------------------------------------------------
+    def act(self, requests: list[ActRequest]) -> list[ActResponse]:
+        """One response per request, same order; all rows generated together in chunks."""
+        feeds = [self._prepare(r) for r in requests]
+        out: list[ActResponse] = []
+        for start in range(0, len(requests), self.max_batch_rows):
+            keys = [r.key for r in requests[start : start + self.max_batch_rows]]
+            out += self._generate(keys, feeds[start : start + self.max_batch_rows])
+        return out
+
+    def finish(self, key: TrajKey) -> TrajectoryTokens | None:
+        """End a trajectory: free its cache and return its tokens (None if never started)."""
+        state = self._states.pop(key, None)
+        if state is None:
+            return None
+        return TrajectoryTokens(token_ids=list(state.token_ids), action_mask=list(state.action_mask))
+
+    # --- beyond the protocol ---------------------------------------------------------------
+    @property
+    def live(self) -> int:
+        """Number of trajectories with state held."""
+        return len(self._states)
+
+    def load_adapter(self, adapter_path: str | Path) -> None:
+        """Swap in a (new) peft adapter between rollouts (on-policy training): reloads the
+        base model from ``model_path`` with that adapter. Live trajectories must be finished
+        first, since their caches were computed with the old weights."""
+        if self._states:
+            raise SrolloutError("cannot change the adapter while trajectories are live; finish them first")
+        self.model, _ = load_model(self.model_path, adapter_path, device=str(self.device))
+        self._prefixes.clear()  # computed with the old weights
+        self.name = f"transformers:{self.model_path.name}+{Path(adapter_path).name}"
+
+    def _weights_version(self) -> int:
+        """Sum of the parameters' in-place version counters (changes with every update)."""
+        return sum(int(getattr(p, "_version", 0)) for p in self.model.parameters())
+
+    def weights_updated(self) -> None:
+        """Call after changing ``self.model``'s weights in place (e.g. a GRPO step on a shared
+        peft model): drops the cached system-prompt KV. No trajectory may be live."""
+        if self._states:
+            raise SrolloutError("weights changed while trajectories are live; finish them first")
+        self._prefixes.clear()
+
+    # --- internals -------------------------------------------------------------------------
+    def _prepare(self, req: ActRequest) -> list[int]:
+        """Record this turn's new (injected) tokens and return all tokens to feed now."""
+        import torch
+
+        state = self._states.get(req.key)
+        if state is None or req.step == 1:
+            gen = torch.Generator(device="cpu")
+            gen.manual_seed(int(req.seed) & 0xFFFF_FFFF_FFFF_FFFF)
+            state = _TrajState(generator=gen, system=req.system)
+            self._states[req.key] = state
+            text = first_turn_text(self.tokenizer, req.system, req.user)
+        else:
+            text = next_turn_text(
+                self.tokenizer, state.system, state.last_user, state.last_text, req.user, state.last_end
+            )
+        new = encode_text(self.tokenizer, text)
+        state.token_ids += new
+        state.action_mask += [False] * len(new)
+        state.last_user = req.user
+        state.step = req.step
+        if len(state.token_ids) + self.max_new_tokens > self.max_context:
+            raise SrolloutError(
+                f"trajectory {req.key} needs more than the model's context of {self.max_context} "
+                "tokens; lower T_max or max_new_tokens"
+            )
+        if not self.kv_reuse:
+            return list(state.token_ids)
+        if state.cache is None and not state.pending:
+            # step 1: start from the shared system-prompt cache when the tokens agree
+            prefix_ids, prefix_kv = self._system_prefix(state.system)
+            n = len(prefix_ids)
+            if n and len(new) > n and new[:n] == prefix_ids:
+                state.cache = prefix_kv
+                return new[n:]
+        fed = state.pending + new
+        state.pending = []
+        return fed
+
+    def _system_prefix(self, system: str) -> tuple[list[int], list[tuple[Any, Any]]]:
+        """Tokens of step 1 that do not depend on the user turn (the system turn), and their
+        KV cache ([1, h, n, d] per layer), computed once per system prompt and shared by all
+        trajectories (they only read it; compaction copies). ([], []) if there is none."""
+        import torch
+
+        # In-place weight updates (a GRPO step on a shared peft model, load_adapter_state) bump
+        # the parameters' version counters: then the cached system KV is stale, drop it.
+        version = self._weights_version()
+        if version != self._prefix_version:
+            self._prefixes.clear()
+            self._prefix_version = version
+        hit = self._prefixes.get(system)
+        if hit is not None:
+            return hit
+        a = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "a"))
+        b = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "b"))
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        ids, kv = a[:n], []
+        if n >= 8:
+            from transformers import DynamicCache
+
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=torch.tensor([ids], device=self.device),
+                    past_key_values=DynamicCache(),
+                    use_cache=True,
+                )
+            kv = [(layer.keys.clone(), layer.values.clone()) for layer in out.past_key_values.layers]
+        else:
+            ids = []
+        self._prefixes[system] = (ids, kv)
+        return ids, kv
+
+    def _generate(self, keys: list[TrajKey], feeds: list[list[int]]) -> list[ActResponse]:
+        import torch
+
+        states = [self._states[k] for k in keys]
+        n_rows = len(keys)
+        dev = self.device
+        past_len = [s.cache[0][0].shape[2] if (self.kv_reuse and s.cache is not None) else 0 for s in states]
+        p_max, n_max = max(past_len), max(len(f) for f in feeds)
+        width = p_max + n_max + self.max_new_tokens  # every column the call can fill
+
+        ids = torch.full((n_rows, n_max), self._pad_id, dtype=torch.long)
+        mask = torch.zeros((n_rows, width), dtype=torch.long)
+        pos = torch.zeros((n_rows, n_max), dtype=torch.long)
+        for i, (f, p) in enumerate(zip(feeds, past_len, strict=False)):
+            ids[i, : len(f)] = torch.tensor(f, dtype=torch.long)
+            mask[i, p_max - p : p_max + len(f)] = 1
+            pos[i, : len(f)] = torch.arange(p, p + len(f))
+            pos[i, len(f) :] = p + len(f) - 1  # pads: any position; they are masked out
+        cache = self._buffer_cache(states, past_len, p_max, width)
+        last = torch.tensor([len(f) - 1 for f in feeds])
+        rows = torch.arange(n_rows)
+
+        generated: list[list[int]] = [[] for _ in range(n_rows)]
+        active = [True] * n_rows
+        next_pos = torch.tensor([p + len(f) for p, f in zip(past_len, feeds, strict=False)])
+        step_ids, step_pos = ids.to(dev), pos.to(dev)
+        filled = p_max + n_max
+        mask_dev = mask.to(dev)
+        with torch.inference_mode():
+            for t in range(self.max_new_tokens):
+                out = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask_dev[:, :filled],
+                    position_ids=step_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                logits = out.logits[rows, last if t == 0 else torch.zeros_like(last)].float().cpu()
+                new_tok = torch.full((n_rows, 1), self._pad_id, dtype=torch.long)
+                for i in range(n_rows):
+                    if not active[i]:
+                        continue
+                    tok = sample_next(logits[i], self.temperature, self.top_p, states[i].generator)
+                    generated[i].append(tok)
+                    new_tok[i, 0] = tok
+                    if tok in self._eot_set:
+                        active[i] = False
+                if not any(active) or t == self.max_new_tokens - 1:
+                    break
+                # Finished rows keep being fed (cheap, discarded) so the batch stays rectangular.
+                mask_dev[:, filled] = 1
+                filled += 1
+                step_ids, step_pos = new_tok.to(dev), next_pos.unsqueeze(1).to(dev)
+                next_pos = next_pos + 1
+
+        responses = []
+        for i, state in enumerate(states):
+            gen = generated[i]
+            state.token_ids += gen
+            state.action_mask += [True] * len(gen)
+            ended = gen[-1] in self._eot_set
+            content = gen[:-1] if ended else gen
+            state.last_text = self.tokenizer.decode(content, skip_special_tokens=True)
+            state.last_end = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended else None
+            state.pending = [gen[-1]] if self.kv_reuse else []
+            responses.append(
+                ActResponse(text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen))
+            )
+        if self.kv_reuse:
+            self._store_compact(states, cache, p_max, n_max, past_len, feeds, generated)
+        return responses
+
+    def _kv_shape(self) -> tuple[int, int, int]:
+        """(layers, key/value heads, head dim) of the model."""
+        cfg = self.model.config
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads, head_dim
+
+    def _buffer_cache(self, states: list[_TrajState], past_len: list[int], p_max: int, width: int) -> Any:
+        """A cache whose layers are preallocated [B, h, width, d] buffers, each row's past
+        left-padded into columns [p_max - P_i, p_max). Appending writes in place: no per-token
+        re-concatenation of the whole cache."""
+        import torch
+        from transformers import DynamicCache
+
+        n_layers, n_kv, head_dim = self._kv_shape()
+        dtype = next(self.model.parameters()).dtype
+        layers = []
+        for layer in range(n_layers):
+            k = torch.zeros((len(states), n_kv, width, head_dim), dtype=dtype, device=self.device)
+            v = torch.zeros_like(k)
+            for i, (s, p) in enumerate(zip(states, past_len, strict=False)):
+                if p:
+                    k[i, :, p_max - p : p_max] = s.cache[layer][0][0]
+                    v[i, :, p_max - p : p_max] = s.cache[layer][1][0]
+            layers.append(_buffer_layer_class()(k, v, p_max))
+        cache = DynamicCache()
+        cache.layers = layers
+        return cache
+
+    def _store_compact(
+        self,
+        states: list[_TrajState],
+        cache: Any,
+        p_max: int,
+        n_max: int,
+        past_len: list[int],
+        feeds: list[list[int]],
+        generated: list[list[int]],
+    ) -> None:
+        """Keep for each row only its real positions: past, fed tokens, and the generated
+        tokens that were fed back (all but the last, which stays pending)."""
+        import torch
+
+        for i, s in enumerate(states):
+            idx = list(range(p_max - past_len[i], p_max + len(feeds[i])))
+            start = p_max + n_max
+            idx += list(range(start, start + len(generated[i]) - 1))
+            index = torch.tensor(idx, device=self.device)
+            s.cache = [
+                (layer.buf_k[i : i + 1].index_select(2, index), layer.buf_v[i : i + 1].index_select(2, index))
+                for layer in cache.layers
+            ]
+
+
+_BUFFER_LAYER: Any = None
+
+
+def _buffer_layer_class() -> type:
+    """A transformers cache layer over a preallocated buffer (defined lazily: heavy import)."""
+    global _BUFFER_LAYER
+    if _BUFFER_LAYER is not None:
+        return _BUFFER_LAYER
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        """keys/values are views [B, h, n, d] of buffers [B, h, width, d]; update writes the
+        new states at column n (same column for every row, by the backend's layout)."""
+
+        def __init__(self, buf_k: Any, buf_v: Any, n: int) -> None:
+            super().__init__()
+            self.buf_k, self.buf_v, self.n = buf_k, buf_v, n
+            self.keys, self.values = buf_k[:, :, :n], buf_v[:, :, :n]
+            self.dtype, self.device = buf_k.dtype, buf_k.device
+            self.is_initialized = True
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            end = self.n + key_states.shape[2]
+            if end > self.buf_k.shape[2]:
+                raise RuntimeError("KV buffer overflow (backend bug: width too small)")
+            self.buf_k[:, :, self.n : end] = key_states
+            self.buf_v[:, :, self.n : end] = value_states
+            self.n = end
+            self.keys, self.values = self.buf_k[:, :, :end], self.buf_v[:, :, :end]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.n
+
+    _BUFFER_LAYER = BufferLayer
+    return BufferLayer
+
+
+def load_model(
+    model_path: str | Path,
+    adapter_path: str | Path | None = None,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> tuple[Any, Any]:
+    """Load a local HF causal LM (+ optional peft adapter) and its tokenizer, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per weight load is noise in a rollout's output
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise SrolloutError(f"{path} is not a Hugging Face model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    if adapter_path is not None:
+        apath = Path(adapter_path)
+        if not (apath / "adapter_config.json").is_file():
+            raise SrolloutError(f"{apath} is not a peft adapter directory (no adapter_config.json)")
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, apath)
+    model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,450 @@
+"""The batched group-rollout engine: a pool of groups in flight, stepped together, gated at step K.
+
+One *tick* of :func:`run_groups`:
+
+1. admit queued groups while the pool has G free slots for the next one (a slot = one live
+   trajectory; ``concurrency`` slots in all); an admitted group resets its G environments;
+2. one batched ``policy.act`` over every live trajectory of every group in flight;
+3. parse each response into (thought, action) and step that trajectory's environment;
+4. a trajectory whose episode is won (``done``) or that just took step T_max ends
+   (``policy.finish``) and frees its slot;
+5. a group that has just taken step K (and still has live trajectories) is shown to the gate
+   rule; when it fires, every live trajectory of the group ends at once (``ended_by="gate"``),
+   so its post-K steps are never generated and its slots go to the next queued group;
+6. a group with no live trajectory left is finished: its signals at every configured K, its
+   rewards, label and rows are handed to ``on_group`` as a :class:`GroupRecord`.
+
+Seeds come from (run seed, group index, traj_idx) (:mod:`srollout.rollout.seeding`), never from
+the order groups are scheduled in, so a gated and an ungated run agree up to step K.
+
+Timing: ``gen_s`` of a step row is the tick's measured ``policy.act`` wall-clock split over the
+tick's rows in proportion to the tokens each row generated (evenly when no row generated tokens,
+e.g. the expert policies); ``env_s`` is that row's own measured ``env.step`` wall-clock. So the
+sum of ``gen_s`` over all rows equals the measured generation time of the run.
+
+Labels: the engine labels a group from what it observed. With the gate off (``collect``'s
+default) that is the full outcome. A cut group's label comes from its truncated rewards and is
+logged only; an A/B judges a gated group by the baseline arm's outcome of the same task and seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from srollout.envs.base import Task, TextEnv
+from srollout.errors import SrolloutError
+from srollout.policy.base import ActRequest, Policy, TrajectoryTokens, TrajKey
+from srollout.rollout.seeding import traj_seeds
+
+# --- what the engine is given ---------------------------------------------------------------
+
+
+class ParsedTurn(NamedTuple):
+    """One response, parsed by the ReAct protocol.
+
+    thought: the reasoning text ('' when absent); action: the action text sent to the env;
+    normalized: the action as the signals see it (envs.prompts.normalize_action).
+    """
+
+    thought: str
+    action: str
+    normalized: str
+
+
+class Prompter(Protocol):
+    """The ReAct protocol the engine speaks (bound to ``srollout.envs.prompts`` by the stages)."""
+
+    def system(self, task: Task) -> str: ...
+
+    def user(self, observation: str, step: int, task: Task) -> str: ...
+
+    def parse(self, text: str) -> ParsedTurn: ...
+
+
+class GateLike(Protocol):
+    """Any gate of ``srollout.core.gate`` (GateRule, FixedGate, a loaded gate.json)."""
+
+    def decide(self, signals: Any) -> bool: ...
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One group to roll out: ``index`` is its position in the run (seeds derive from it)."""
+
+    index: int
+    task: Task
+
+    @property
+    def group_id(self) -> str:
+        return group_id_of(self.index)
+
+
+def group_id_of(index: int) -> str:
+    """Stable group id of the group at position ``index`` (same in both arms of an A/B)."""
+    return f"g{index:05d}"
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How the engine rolls out.
+
+    G: trajectories per group; T_max: step limit per trajectory; seed: the run seed;
+    concurrency: most trajectories in flight at once (>= G); signal_K: K values at which the
+    seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
+    step gate_K (None = no gate); arm: the value of groups.arm ("collect", "baseline", "gated").
+    """
+
+    G: int = 8
+    T_max: int = 30
+    seed: int = 0
+    concurrency: int = 64
+    signal_K: tuple[int, ...] = (5, 10, 15, 20)
+    gate: GateLike | None = None
+    gate_K: int | None = None
+    arm: str = "collect"
+
+    def __post_init__(self) -> None:
+        if self.G < 2:
+            raise SrolloutError(f"G must be >= 2 (a group of one has no variance), got {self.G}")
+        if self.T_max < 1:
+            raise SrolloutError(f"T_max must be >= 1, got {self.T_max}")
+        if self.concurrency < self.G:
+            raise SrolloutError(f"concurrency ({self.concurrency}) must be >= G ({self.G}): a group starts only when all G of its trajectories fit")
+        if any(k < 1 for k in self.signal_K):
+            raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
+        if self.gate is not None:
+            if self.gate_K is None:
+                raise SrolloutError("a gate needs its step K")
+            if not 1 <= self.gate_K <= self.T_max:
+                raise SrolloutError(f"gate K={self.gate_K} must lie in [1, T_max={self.T_max}]")
+
+    @property
+    def recorded_K(self) -> tuple[int, ...]:
+        """signal_K ∩ [1, T_max], sorted, without duplicates."""
+        return tuple(sorted({k for k in self.signal_K if k <= self.T_max}))
+
+
+# --- what the engine hands back ---------------------------------------------------------------
+
+
+@dataclass
+class TrajRecord:
+    """One finished trajectory: its per-step rows and its summary.
+
+    steps: one dict per step with the columns of schemas.STEPS but the group's task columns.
+    actions / observations: normalised a_1..a_n and the observations o_1..o_n acted on.
+    """
+
+    traj_idx: int
+    seed: int
+    env_seed: int
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    ended_by: str | None = None
+    n_gen_tokens: int = 0
+    n_prompt_tokens: int = 0
+    reset_s: float = 0.0
+    tokens: TrajectoryTokens | None = None
+
+
+@dataclass
+class GroupRecord:
+    """One finished group, everything the Parquet tables need (see rollout.records).
+
+    cut / cut_step: whether the gate stopped the group, at which step (None when not cut).
+    signals: K -> GroupSignals for every recorded K (for a cut group only K <= cut_step).
+    gate_K / gate_signals: the step the gate was evaluated at and the signals it saw (None when
+    no gate ran: no gate, or every trajectory ended before step K).
+    wall_s: admission to finish wall-clock of the group, seconds.
+    """
+
+    spec: GroupSpec
+    G: int
+    arm: str
+    trajs: list[TrajRecord]
+    cut: bool = False
+    cut_step: int | None = None
+    gate_K: int | None = None
+    gate_signals: Any = None
+    signals: dict[int, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    started_tick: int = 0
+    finished_tick: int = 0
+
+    @property
+    def group_id(self) -> str:
+        return self.spec.group_id
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajs]
+
+
+class TickStats(NamedTuple):
+    """One tick, for progress bars and utilisation: rows = live trajectories that acted."""
+
+    tick: int
+    rows: int
+    gen_tokens: int
+    gen_s: float
+    env_s: float
+    groups_in_flight: int
+    groups_done: int
+
+
+class RolloutSummary(NamedTuple):
+    """Totals of one :func:`run_groups` call.
+
+    wall_s: the call's wall-clock; gen_s / env_s / reset_s: measured generation, env-step and
+    env-reset time; overhead_s = wall_s - the three; ticks: batched policy calls; rows: policy
+    responses generated (= env steps taken); mean_batch = rows / ticks.
+    """
+
+    groups: int
+    wall_s: float
+    gen_s: float
+    env_s: float
+    reset_s: float
+    overhead_s: float
+    ticks: int
+    rows: int
+    mean_batch: float
+    n_gen_tokens: int
+    n_prompt_tokens: int
+    n_cut: int
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Live:
+    """A trajectory in flight: its record, its env and what it acts on next."""
+
+    rec: TrajRecord
+    key: TrajKey
+    env: TextEnv
+    observation: str
+    admissible: tuple[str, ...]
+    expert_plan: tuple[str, ...]
+
+
+@dataclass
+class _Group:
+    record: GroupRecord
+    system: str
+    live: list[_Live]
+    step: int = 0
+    t0: float = 0.0
+
+
+def run_groups(
+    specs: Sequence[GroupSpec],
+    policy: Policy,
+    env_factory: Callable[[], TextEnv],
+    prompter: Prompter,
+    settings: RolloutSettings,
+    on_group: Callable[[GroupRecord], None] | None = None,
+    on_tick: Callable[[TickStats], None] | None = None,
+) -> RolloutSummary:
+    """Roll out every group of ``specs`` through the batched pool; return the run's totals.
+
+    specs: the groups, started in this order as slots free up; each finished group is passed to
+    ``on_group`` (in finishing order, which depends on scheduling; its content does not).
+    env_factory: makes one environment; the engine keeps a free list of them and ``reset``s a
+    free one for each new trajectory, closing all at the end.
+    """
+    from srollout.core.signals import compute_signals
+
+    t_start = time.perf_counter()
+    queue = deque(specs)
+    in_flight: list[_Group] = []
+    idle_envs: list[TextEnv] = []
+    all_envs: list[TextEnv] = []
+    totals = {"gen_s": 0.0, "env_s": 0.0, "reset_s": 0.0, "rows": 0, "ticks": 0, "gen": 0, "prompt": 0, "cut": 0, "done": 0}
+
+    def take_env() -> TextEnv:
+        if idle_envs:
+            return idle_envs.pop()
+        env = env_factory()
+        all_envs.append(env)
+        return env
+
+    def end(live: _Live, ended_by: str) -> None:
+        live.rec.ended_by = ended_by
+        live.rec.tokens = policy.finish(live.key)
+        idle_envs.append(live.env)
+
+    def admit(spec: GroupSpec, tick: int) -> _Group:
+        g0 = time.perf_counter()
+        record = GroupRecord(spec=spec, G=settings.G, arm=settings.arm, trajs=[], started_tick=tick)
+        group = _Group(record=record, system=prompter.system(spec.task), live=[], t0=g0)
+        for i in range(settings.G):
+            seeds = traj_seeds(settings.seed, spec.index, i)
+            rec = TrajRecord(traj_idx=i, seed=seeds.sample, env_seed=seeds.env)
+            env = take_env()
+            r0 = time.perf_counter()
+            observation, info = env.reset(spec.task, seeds.env)
+            rec.reset_s = time.perf_counter() - r0
+            totals["reset_s"] += rec.reset_s
+            record.trajs.append(rec)
+            group.live.append(_Live(rec, TrajKey(spec.group_id, i), env, observation, tuple(info.admissible), tuple(info.expert_plan)))
+        return group
+
+    def finalize(group: _Group, tick: int) -> None:
+        record = group.record
+        record.finished_tick = tick
+        last = record.cut_step if record.cut else settings.T_max
+        actions = [t.actions for t in record.trajs]
+        observations = [t.observations for t in record.trajs]
+        for k in settings.recorded_K:
+            if k <= last:
+                record.signals[k] = compute_signals(actions, k, observations)
+        record.wall_s = time.perf_counter() - group.t0
+        totals["done"] += 1
+        if on_group is not None:
+            on_group(record)
+
+    tick = 0
+    try:
+        while queue or in_flight:
+            free = settings.concurrency - sum(len(g.live) for g in in_flight)
+            while queue and free >= settings.G:
+                in_flight.append(admit(queue.popleft(), tick))
+                free -= settings.G
+            tick += 1
+            rows = [(g, live) for g in in_flight for live in g.live]
+            requests = [
+                ActRequest(
+                    key=live.key,
+                    step=g.step + 1,
+                    seed=live.rec.seed,
+                    system=g.system,
+                    user=prompter.user(live.observation, g.step + 1, g.record.spec.task),
+                    admissible=live.admissible,
+                    expert_plan=live.expert_plan,
+                )
+                for g, live in rows
+            ]
+            a0 = time.perf_counter()
+            responses = policy.act(requests)
+            gen_s = time.perf_counter() - a0
+            if len(responses) != len(requests):
+                raise RuntimeError(f"policy {policy.name!r} returned {len(responses)} responses for {len(requests)} requests")
+            tick_tokens = sum(r.n_gen_tokens for r in responses)
+            tick_env_s = 0.0
+            for (g, live), resp in zip(rows, responses, strict=True):
+                share = resp.n_gen_tokens / tick_tokens if tick_tokens > 0 else 1.0 / len(rows)
+                turn = prompter.parse(resp.text)
+                e0 = time.perf_counter()
+                result = env_step(live.env, turn.action)
+                env_s = time.perf_counter() - e0
+                tick_env_s += env_s
+                rec = live.rec
+                step = g.step + 1
+                rec.actions.append(turn.normalized)
+                rec.observations.append(live.observation)
+                rec.reward += float(result.reward)
+                rec.n_gen_tokens += int(resp.n_gen_tokens)
+                rec.n_prompt_tokens += int(resp.n_prompt_tokens)
+                rec.steps.append(
+                    {
+                        "step": step,
+                        "thought": turn.thought,
+                        "action": turn.normalized,
+                        "response": resp.text,
+                        "observation": result.observation,
+                        "valid": bool(result.valid),
+                        "reward": float(result.reward),
+                        "done": bool(result.done),
+                        "n_prompt_tokens": int(resp.n_prompt_tokens),
+                        "n_gen_tokens": int(resp.n_gen_tokens),
+                        "gen_s": gen_s * share,
+                        "env_s": env_s,
+                    }
+                )
+                live.observation = result.observation
+                live.admissible = tuple(result.admissible)
+                live.expert_plan = tuple(result.expert_plan)
+                if result.done:
+                    rec.success = True
+            for g in in_flight:
+                g.step += 1
+                still = []
+                for live in g.live:
+                    if live.rec.success:
+                        end(live, "done")
+                    elif g.step >= settings.T_max:
+                        end(live, "max_steps")
+                    else:
+                        still.append(live)
+                g.live = still
+                if settings.gate is not None and g.step == settings.gate_K and g.live:
+                    sig = compute_signals([t.actions for t in g.record.trajs], g.step, [t.observations for t in g.record.trajs])
+                    g.record.gate_K, g.record.gate_signals = g.step, sig
+                    if settings.gate.decide(sig):
+                        g.record.cut, g.record.cut_step = True, g.step
+                        totals["cut"] += 1
+                        for live in g.live:
+                            end(live, "gate")
+                        g.live = []
+            finished = [g for g in in_flight if not g.live]
+            in_flight = [g for g in in_flight if g.live]
+            for g in finished:
+                finalize(g, tick)
+            totals["gen_s"] += gen_s
+            totals["env_s"] += tick_env_s
+            totals["rows"] += len(rows)
+            totals["ticks"] += 1
+            totals["gen"] += tick_tokens
+            totals["prompt"] += sum(r.n_prompt_tokens for r in responses)
+            if on_tick is not None:
+                on_tick(TickStats(tick, len(rows), tick_tokens, gen_s, tick_env_s, len(in_flight), totals["done"]))
+    finally:
+        for env in all_envs:
+            env.close()
+    wall = time.perf_counter() - t_start
+    ticks = totals["ticks"]
+    return RolloutSummary(
+        groups=totals["done"],
+        wall_s=wall,
+        gen_s=totals["gen_s"],
+        env_s=totals["env_s"],
+        reset_s=totals["reset_s"],
+        overhead_s=wall - totals["gen_s"] - totals["env_s"] - totals["reset_s"],
+        ticks=ticks,
+        rows=totals["rows"],
+        mean_batch=totals["rows"] / ticks if ticks else 0.0,
+        n_gen_tokens=totals["gen"],
+        n_prompt_tokens=totals["prompt"],
+        n_cut=totals["cut"],
+    )
+
+
+def env_step(env: TextEnv, action: str) -> Any:
+    """Step ``env``; kept apart so a profiler shows environment time on its own line."""
+    return env.step(action)
+
+
+def make_specs(tasks: Sequence[Task], n_groups: int, start: int = 0) -> list[GroupSpec]:
+    """Groups ``start..n_groups-1`` of a run: group i plays ``tasks[i % len(tasks)]``.
+
+    When a run asks for more groups than the task set holds, tasks repeat in order with fresh
+    seeds (the seeds derive from the group index, not the task).
+    """
+    if not tasks:
+        raise SrolloutError("the task set is empty")
+    return [GroupSpec(index=i, task=tasks[i % len(tasks)]) for i in range(start, n_groups)]
+
+
+def select(specs: Iterable[GroupSpec], skip_ids: Iterable[str]) -> list[GroupSpec]:
+    """``specs`` without the groups whose id is in ``skip_ids`` (resume: finished parts)."""
+    skip = set(skip_ids)
+    return [s for s in specs if s.group_id not in skip]

@@ -1,0 +1,222 @@
+"""A finished group's rows as the four Parquet tables of DESIGN.md (steps, trajectories, groups,
+signals), with the required columns of :mod:`srollout.schemas` plus these extra columns:
+
+- steps: ``arm``.
+- trajectories: ``env_seed``, ``n_prompt_tokens``, ``n_valid``, ``gen_s``/``env_s``/``reset_s``
+  (seconds), ``initial_observation`` (o_1, which steps.observation does not hold: the observation
+  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and ``action_mask`` (list columns: the whole multi-turn sequence and
+  which tokens the policy generated; empty for the non-LLM policies), ``arm``.
+- groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
+  saw; null when no gate ran), ``n_stopped`` (trajectories the gate ended), ``n_steps`` (env
+  steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,
+  ``wall_s`` (admission to finish), ``started_tick``/``finished_tick``.
+- signals: ``task_id``, ``zero_var``, ``arm``.
+
+``reward_var`` and ``label`` come from the rewards the engine observed: the full outcome for an
+ungated group, the truncated one (for logging only) for a cut group.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import polars as pl
+
+from srollout.rollout.engine import GroupRecord
+from srollout.schemas import SIGNAL_NAMES
+
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "group_id": pl.Utf8,
+    "traj_idx": pl.Int64,
+    "task_id": pl.Utf8,
+    "task_type": pl.Utf8,
+    "step": pl.Int64,
+    "thought": pl.Utf8,
+    "action": pl.Utf8,
+    "response": pl.Utf8,
+    "observation": pl.Utf8,
+    "valid": pl.Boolean,
+    "reward": pl.Float64,
+    "done": pl.Boolean,
+    "n_prompt_tokens": pl.Int64,
+    "n_gen_tokens": pl.Int64,
+    "gen_s": pl.Float64,
+    "env_s": pl.Float64,
+    "arm": pl.Utf8,
+}
+
+TRAJ_SCHEMA: dict[str, pl.DataType] = {
+    "group_id": pl.Utf8,
+    "traj_idx": pl.Int64,
+    "task_id": pl.Utf8,
+    "task_type": pl.Utf8,
+    "seed": pl.Int64,
+    "env_seed": pl.Int64,
+    "reward": pl.Float64,
+    "success": pl.Boolean,
+    "n_steps": pl.Int64,
+    "ended_by": pl.Utf8,
+    "n_gen_tokens": pl.Int64,
+    "n_prompt_tokens": pl.Int64,
+    "n_valid": pl.Int64,
+    "gen_s": pl.Float64,
+    "env_s": pl.Float64,
+    "reset_s": pl.Float64,
+    "initial_observation": pl.Utf8,
+    "token_ids": pl.List(pl.Int64),
+    "action_mask": pl.List(pl.Boolean),
+    "arm": pl.Utf8,
+}
+
+GROUP_SCHEMA: dict[str, pl.DataType] = {
+    "group_id": pl.Utf8,
+    "group_index": pl.Int64,
+    "task_id": pl.Utf8,
+    "task_type": pl.Utf8,
+    "G": pl.Int64,
+    "reward_mean": pl.Float64,
+    "reward_var": pl.Float64,
+    "label": pl.Utf8,
+    "zero_var": pl.Boolean,
+    "success_rate": pl.Float64,
+    "cut": pl.Boolean,
+    "cut_step": pl.Int64,
+    "gate_K": pl.Int64,
+    "gate_d_K": pl.Float64,
+    "n_stopped": pl.Int64,
+    "arm": pl.Utf8,
+    "n_steps": pl.Int64,
+    "n_gen_tokens": pl.Int64,
+    "n_prompt_tokens": pl.Int64,
+    "gen_s": pl.Float64,
+    "env_s": pl.Float64,
+    "reset_s": pl.Float64,
+    "wall_s": pl.Float64,
+    "started_tick": pl.Int64,
+    "finished_tick": pl.Int64,
+}
+
+SIGNAL_SCHEMA: dict[str, pl.DataType] = {
+    "group_id": pl.Utf8,
+    "task_id": pl.Utf8,
+    "task_type": pl.Utf8,
+    "K": pl.Int64,
+    **{name: pl.Float64 for name in SIGNAL_NAMES},
+    "reward_var": pl.Float64,
+    "label": pl.Utf8,
+    "zero_var": pl.Boolean,
+    "arm": pl.Utf8,
+}
+
+TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "steps": STEP_SCHEMA,
+    "trajectories": TRAJ_SCHEMA,
+    "groups": GROUP_SCHEMA,
+    "signals": SIGNAL_SCHEMA,
+}
+
+# Columns that hold measured time: they differ between two runs of the same seed.
+TIMING_COLUMNS: frozenset[str] = frozenset({"gen_s", "env_s", "reset_s", "wall_s", "started_tick", "finished_tick"})
+
+
+class GroupTables(NamedTuple):
+    """The four tables of one group (rows: G*n_steps, G, 1, len(recorded K))."""
+
+    steps: pl.DataFrame
+    trajectories: pl.DataFrame
+    groups: pl.DataFrame
+    signals: pl.DataFrame
+
+    def as_dict(self) -> dict[str, pl.DataFrame]:
+        return dict(self._asdict())
+
+
+def group_tables(record: GroupRecord) -> GroupTables:
+    """Turn one finished :class:`GroupRecord` into its four tables (schemas above)."""
+    from srollout.core.grpo import group_label, is_zero_variance, reward_variance
+
+    spec = record.spec
+    gid, task_id, task_type = record.group_id, spec.task.task_id, spec.task.task_type
+    rewards = record.rewards
+    reward_var = float(reward_variance(rewards))
+    label = group_label(rewards)
+    zero_var = bool(is_zero_variance(rewards))
+
+    step_rows = []
+    traj_rows = []
+    for t in record.trajs:
+        for row in t.steps:
+            step_rows.append({"group_id": gid, "traj_idx": t.traj_idx, "task_id": task_id, "task_type": task_type, **row, "arm": record.arm})
+        traj_rows.append(
+            {
+                "group_id": gid,
+                "traj_idx": t.traj_idx,
+                "task_id": task_id,
+                "task_type": task_type,
+                "seed": t.seed,
+                "env_seed": t.env_seed,
+                "reward": t.reward,
+                "success": t.success,
+                "n_steps": len(t.steps),
+                "ended_by": t.ended_by,
+                "n_gen_tokens": t.n_gen_tokens,
+                "n_prompt_tokens": t.n_prompt_tokens,
+                "n_valid": sum(1 for s in t.steps if s["valid"]),
+                "gen_s": sum(s["gen_s"] for s in t.steps),
+                "env_s": sum(s["env_s"] for s in t.steps),
+                "reset_s": t.reset_s,
+                "initial_observation": t.observations[0] if t.observations else None,
+                "token_ids": list(t.tokens.token_ids) if t.tokens is not None else [],
+                "action_mask": [bool(m) for m in t.tokens.action_mask] if t.tokens is not None else [],
+                "arm": record.arm,
+            }
+        )
+    gate_d_K = record.gate_signals.prefix_edit_distance_mean if record.gate_signals is not None else None
+    group_row = {
+        "group_id": gid,
+        "group_index": spec.index,
+        "task_id": task_id,
+        "task_type": task_type,
+        "G": record.G,
+        "reward_mean": sum(rewards) / len(rewards),
+        "reward_var": reward_var,
+        "label": label,
+        "zero_var": zero_var,
+        "success_rate": sum(t.success for t in record.trajs) / len(record.trajs),
+        "cut": record.cut,
+        "cut_step": record.cut_step,
+        "gate_K": record.gate_K,
+        "gate_d_K": gate_d_K,
+        "n_stopped": sum(t.ended_by == "gate" for t in record.trajs),
+        "arm": record.arm,
+        "n_steps": sum(r["n_steps"] for r in traj_rows),
+        "n_gen_tokens": sum(r["n_gen_tokens"] for r in traj_rows),
+        "n_prompt_tokens": sum(r["n_prompt_tokens"] for r in traj_rows),
+        "gen_s": sum(r["gen_s"] for r in traj_rows),
+        "env_s": sum(r["env_s"] for r in traj_rows),
+        "reset_s": sum(r["reset_s"] for r in traj_rows),
+        "wall_s": record.wall_s,
+        "started_tick": record.started_tick,
+        "finished_tick": record.finished_tick,
+    }
+    signal_rows = [
+        {
+            "group_id": gid,
+            "task_id": task_id,
+            "task_type": task_type,
+            "K": k,
+            **sig.as_dict(),
+            "reward_var": reward_var,
+            "label": label,
+            "zero_var": zero_var,
+            "arm": record.arm,
+        }
+        for k, sig in sorted(record.signals.items())
+    ]
+    return GroupTables(
+        steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA) if step_rows else pl.DataFrame(schema=STEP_SCHEMA),
+        trajectories=pl.DataFrame(traj_rows, schema=TRAJ_SCHEMA),
+        groups=pl.DataFrame([group_row], schema=GROUP_SCHEMA),
+        signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA) if signal_rows else pl.DataFrame(schema=SIGNAL_SCHEMA),
+    )
+

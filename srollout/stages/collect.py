@@ -1,0 +1,372 @@
+"""`srollout collect`: roll out G trajectories per task, record steps, outcomes and signals.
+
+The story, top to bottom (:func:`run_collect`):
+
+1. open the run directory (``--resume`` reopens it and checks the config matches);
+2. load the task set and build the groups (group i plays task i; seeds derive from i);
+3. build the policy (the LM, the planner, or the noisy planner) and the environment factory;
+4. roll out the groups that are not finished yet through the batched engine, with the gate at
+   step K when one is asked for (off by default, so outcomes are complete);
+5. write each finished group atomically as a part (that is what makes ``--resume`` exact);
+6. merge the parts in group order into steps / trajectories / groups / signals.parquet, and
+   write the summary table, ``report.md`` and the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from srollout.config import CollectConfig
+from srollout.errors import SrolloutError
+from srollout.rollout.engine import (
+    GroupRecord,
+    RolloutSettings,
+    RolloutSummary,
+    TickStats,
+    make_specs,
+    run_groups,
+    select,
+)
+from srollout.rollout.parts import finished_groups, merge_parts, write_part
+from srollout.rollout.records import group_tables
+from srollout.rundir import Manifest, prepare_run_dir
+from srollout.schemas import LABELS
+
+
+class CollectStats(NamedTuple):
+    """Headline numbers of a collect run (over all its groups, resumed ones included).
+
+    rates are fractions in [0, 1]; valid_rate is over steps; wall_s and gen_tok_per_s are of
+    this process only (a resumed run measures its own part).
+    """
+
+    n_groups: int
+    label_counts: dict[str, int]
+    zero_var_rate: float
+    success_rate: float
+    valid_rate: float
+    n_cut: int
+    n_steps: int
+    n_gen_tokens: int
+    wall_s: float
+    gen_tok_per_s: float
+    resumed_groups: int
+
+
+class CollectResult(NamedTuple):
+    """run_dir: the run directory; paths: table name -> Parquet path; stats; summary: the
+    engine's totals for the groups this process rolled out."""
+
+    run_dir: Path
+    paths: dict[str, Path]
+    stats: CollectStats
+    summary: RolloutSummary
+
+
+def run_collect(config: CollectConfig, console: Any = None, progress: bool = True) -> CollectResult:
+    """Run ``collect`` as configured; return where the files are and the headline numbers."""
+    t0 = time.perf_counter()
+    if config.resume and config.out is None:
+        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    run_dir = prepare_run_dir(config.out, "collect", overwrite=config.overwrite, resume=config.resume)
+    if config.resume:
+        _check_resumable(run_dir, config)
+
+    # 2. tasks and groups
+    tasks = load_tasks(config.tasks)
+    specs = make_specs(tasks, config.groups)
+    done_ids = finished_groups(run_dir) if config.resume else []
+    todo = select(specs, done_ids)
+    manifest = Manifest(run_dir, "collect", config)
+    manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks))
+
+    # 3. policy, environments, the ReAct protocol, the gate
+    from srollout.rollout.react import ReactPrompter
+
+    gate, gate_K = build_gate(config)
+    settings = RolloutSettings(
+        G=config.G,
+        T_max=config.T_max,
+        seed=config.seed,
+        concurrency=config.concurrency,
+        signal_K=tuple(config.signal_K),
+        gate=gate,
+        gate_K=gate_K,
+        arm="gated" if gate is not None else "collect",
+    )
+    policy = build_policy(config) if todo else None
+    env_factory = build_env_factory(config)
+    manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K))
+
+    # 4-5. roll out; each finished group becomes a part file at once
+    def on_group(record: GroupRecord) -> None:
+        write_part(run_dir, record.group_id, group_tables(record))
+
+    with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
+        summary = run_groups(
+            todo,
+            policy,
+            env_factory,
+            ReactPrompter(),
+            settings,
+            on_group=lambda r: (on_group(r), show.group(r)),
+            on_tick=show.tick,
+        ) if todo else _empty_summary()
+
+    # 6. merge, summarise, report
+    missing = sorted(set(s.group_id for s in specs) - set(finished_groups(run_dir)))
+    if missing:
+        raise SrolloutError(f"{run_dir}: groups {missing[:3]} have no part after the rollout")
+    paths = merge_parts(run_dir, [s.group_id for s in specs])
+    stats = summarise(paths, summary, len(done_ids))
+    report = write_collect_report(run_dir, config, stats, summary, paths)
+    manifest.data["timings_s"].update(
+        rollout=round(summary.wall_s, 3),
+        generation=round(summary.gen_s, 3),
+        env_step=round(summary.env_s, 3),
+        env_reset=round(summary.reset_s, 3),
+        overhead=round(summary.overhead_s, 3),
+    )
+    manifest.complete(
+        [*paths.values(), report],
+        stats=stats._asdict(),
+        rollout=summary._asdict(),
+        wall_s_process=round(time.perf_counter() - t0, 3),
+    )
+    return CollectResult(run_dir, paths, stats, summary)
+
+
+# --- building blocks the story uses ------------------------------------------------------------
+
+
+def load_tasks(name: str) -> list:
+    """The tasks of set ``name`` (an unknown name is a SrolloutError from the envs package)."""
+    from srollout.envs import load_task_set
+
+    tasks = list(load_task_set(name))
+    if not tasks:
+        raise SrolloutError(f"task set {name!r} is empty")
+    return tasks
+
+
+def build_gate(config: CollectConfig) -> tuple[Any, int | None]:
+    """(gate rule, its step K) from --gate gate.json or --K/--d-L/--rule/--t-high; (None, None) off."""
+    if not config.gate_on:
+        return None, None
+    from srollout.config import PAPER_D_L, PAPER_K
+    from srollout.core.gate import GateRule, load_gate
+
+    if config.gate is not None:
+        gate = load_gate(config.gate)
+        K = getattr(gate, "K", None) or PAPER_K
+    else:
+        K = config.K if config.K is not None else PAPER_K
+        d_L = config.d_L if config.d_L is not None else PAPER_D_L
+        gate = GateRule(rule=config.rule, K=K, d_L=d_L, t_high=config.t_high)
+    if K > config.T_max:
+        raise SrolloutError(f"gate K={K} is larger than --T-max {config.T_max}")
+    return gate, K
+
+
+def build_policy(config: CollectConfig) -> Any:
+    """The policy that acts: the LM (default policy or --model), the planner, or the noisy planner."""
+    from srollout.policy import make_policy
+
+    return make_policy(
+        kind=config.policy,
+        model=config.model if config.model is not None else "default",
+        backend=config.backend,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        adapter=config.adapter,
+        noise=config.eps,
+        seed=config.seed,
+    )
+
+
+def build_env_factory(config: CollectConfig) -> Callable[[], Any]:
+    """A callable making one real-engine ALFWorld environment (the engine reuses them)."""
+    from functools import partial
+
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    # The planner replans after every step; only the expert policies read its plan.
+    return partial(AlfworldEnv, expert_plan=config.policy != "lm")
+
+
+def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> CollectStats:
+    """Headline numbers from the merged tables (all groups) and this process's engine totals."""
+    groups = pl.read_parquet(paths["groups"])
+    trajs = pl.read_parquet(paths["trajectories"], columns=["success", "n_gen_tokens", "n_steps"])
+    steps = pl.read_parquet(paths["steps"], columns=["valid"])
+    counts = {label: int((groups["label"] == label).sum()) for label in LABELS}
+    return CollectStats(
+        n_groups=groups.height,
+        label_counts=counts,
+        zero_var_rate=float(groups["zero_var"].mean()),
+        success_rate=float(trajs["success"].mean()),
+        valid_rate=float(steps["valid"].mean()) if steps.height else float("nan"),
+        n_cut=int(groups["cut"].sum()),
+        n_steps=int(trajs["n_steps"].sum()),
+        n_gen_tokens=int(trajs["n_gen_tokens"].sum()),
+        wall_s=summary.wall_s,
+        # a non-LLM policy generates no tokens: its throughput is undefined, not zero
+        gen_tok_per_s=summary.n_gen_tokens / summary.gen_s if summary.n_gen_tokens > 0 and summary.gen_s > 0 else float("nan"),
+        resumed_groups=resumed,
+    )
+
+
+def stats_frame(stats: CollectStats) -> pl.DataFrame:
+    """The summary table (metric, value) shown on the console and in report.md."""
+    rows = [
+        ("groups", str(stats.n_groups)),
+        *((f"label {label}", f"{n} ({n / max(stats.n_groups, 1):.0%})") for label, n in stats.label_counts.items()),
+        ("zero-variance rate", f"{stats.zero_var_rate:.1%}"),
+        ("success rate (trajectories)", f"{stats.success_rate:.1%}"),
+        ("valid-action rate (steps)", f"{stats.valid_rate:.1%}"),
+        ("groups cut by the gate", str(stats.n_cut)),
+        ("environment steps", str(stats.n_steps)),
+        ("generated tokens", str(stats.n_gen_tokens)),
+        ("rollout wall-clock (this process)", f"{stats.wall_s:.1f} s"),
+        ("generation throughput", "—" if stats.gen_tok_per_s != stats.gen_tok_per_s else f"{stats.gen_tok_per_s:.0f} tok/s"),
+    ]
+    if stats.resumed_groups:
+        rows.append(("groups kept from the interrupted run", str(stats.resumed_groups)))
+    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
+
+
+def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectStats, summary: RolloutSummary, paths: dict[str, Path]) -> Path:
+    """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files."""
+    from srollout.report.markdown import Section, write_report
+    from srollout.report.tables import to_markdown
+
+    groups = pl.read_parquet(paths["groups"])
+    by_type = (
+        groups.group_by("task_type")
+        .agg(
+            pl.len().alias("groups"),
+            pl.col("success_rate").mean().alias("success_rate"),
+            *((pl.col("label") == label).sum().alias(label) for label in LABELS),
+            pl.col("zero_var").mean().alias("zero_var_rate"),
+        )
+        .sort("task_type")
+    )
+    signals = pl.read_parquet(paths["signals"])
+    d_by_label = (
+        signals.group_by("K", "label").agg(pl.col("prefix_edit_distance_mean").mean().alias("mean d_K"), pl.len().alias("groups")).sort("K", "label")
+        if signals.height
+        else None
+    )
+    gate = "off (outcomes are complete)" if not config.gate_on else (
+        f"on: {json.dumps(_gate_dict(*build_gate(config)))}. Labels of cut groups come from their truncated "
+        "rewards (logging only); an A/B (`srollout ab-rollout`) judges them by the baseline arm."
+    )
+    engine = (
+        f"{summary.ticks} batched policy calls, mean batch {summary.mean_batch:.1f} rows "
+        f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps {summary.env_s:.1f} s, "
+        f"env resets {summary.reset_s:.1f} s, other {summary.overhead_s:.1f} s."
+    )
+    sections = [
+        Section("Summary", to_markdown(stats_frame(stats))),
+        Section("Settings", f"task set `{config.tasks}`, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
+                f"temperature {config.temperature}, top-p {config.top_p}, seed {config.seed}; gate {gate}\n\n{engine}"),
+        Section("By task type", to_markdown(by_type)),
+    ]
+    if d_by_label is not None:
+        sections.append(Section("Prefix edit distance d_K by label", to_markdown(d_by_label)))
+    sections.append(Section("Files", "\n".join(f"- `{p.name}`" for p in paths.values())))
+    return write_report(run_dir, "srollout collect", sections)
+
+
+def _gate_dict(gate: Any, K: int | None) -> dict[str, Any] | None:
+    if gate is None:
+        return None
+    as_dict = gate.to_dict() if hasattr(gate, "to_dict") else {"repr": repr(gate)}
+    return {**as_dict, "K": K}
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _check_resumable(run_dir: Path, config: CollectConfig) -> None:
+    """Refuse to resume a run made with a different config (its groups would not match)."""
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise SrolloutError(f"--resume: {run_dir} has no manifest.json; it is not a collect run")
+    old = json.loads(path.read_text())
+    if old.get("stage") != "collect":
+        raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a collect run")
+    for name, value in config.resume_key().items():
+        before = old.get("config", {}).get(name)
+        if _canonical(value) != before:
+            raise SrolloutError(f"--resume: {run_dir} was made with {name}={before!r}, not {_canonical(value)!r}; use the same options")
+
+
+def _empty_summary() -> RolloutSummary:
+    return RolloutSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0)
+
+
+class _Progress:
+    """A rich progress bar: groups done, generated tokens per second, ETA (no-op when disabled)."""
+
+    def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("[bold]collect"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("groups"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = self.bar.add_task("collect", total=total, completed=done, rate="")
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def tick(self, stats: TickStats) -> None:
+        self.tokens += stats.gen_tokens
+        if self.enabled:
+            rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
+            self.bar.update(self.task, rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
+
+    def group(self, record: GroupRecord) -> None:
+        if self.enabled:
+            self.bar.advance(self.task)
+
+
+def _progress(console: Any, total: int, done: int, enabled: bool) -> _Progress:
+    return _Progress(console, total, done, enabled)
+
+
+__all__: Sequence[str] = ("CollectResult", "CollectStats", "run_collect", "stats_frame")

@@ -1,0 +1,274 @@
+"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3, §5.3).
+
+The story (:func:`run_train_onpolicy`):
+
+1. open the run directory (``--resume`` reopens it and checks the config matches);
+2. load the training prompt pool and the disjoint held-out tasks, the gate and the environment;
+3. for each seed, one after another, for each arm: the loop of :mod:`srollout.training.onpolicy`
+   (prompts -> rollouts through the engine, gated in the gated arm -> GRPO update -> the policy
+   samples from the updated adapter -> greedy held-out eval every E iterations -> checkpoint);
+   a finished (seed, arm) is taken from its checkpoint on resume, an unfinished one continues;
+4. write metrics.parquet (one row per arm, seed, iteration), eval.parquet (one row per arm, seed,
+   iteration, task), the per-seed and aggregated tables with the paired tests, the 4-panel and
+   mechanism figures, the final adapters, summary.json, report.md and the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from srollout import schemas
+from srollout.config import TrainOnpolicyConfig
+from srollout.errors import SrolloutError
+from srollout.rundir import Manifest, prepare_run_dir
+
+
+class OnpolicyResult(NamedTuple):
+    """run_dir; metrics / evals: the two tables; per_seed / aggregate / tests: the summary
+    tables; complete: every (seed, arm) ran all its iterations."""
+
+    run_dir: Path
+    metrics: pl.DataFrame
+    evals: pl.DataFrame
+    per_seed: pl.DataFrame
+    aggregate: pl.DataFrame
+    tests: pl.DataFrame
+    complete: bool
+
+
+def run_train_onpolicy(
+    config: TrainOnpolicyConfig,
+    console: Any = None,
+    progress: bool = True,
+    *,
+    env_factory: Any = None,
+    prompter: Any = None,
+    train_tasks: list | None = None,
+    eval_tasks: list | None = None,
+    stop_after: int | None = None,
+) -> OnpolicyResult:
+    """Run every (seed, arm) of ``config``. ``env_factory``/``prompter``/``*_tasks`` default to
+    the real ALFWorld engine, the ReAct protocol and the configured task sets (tests inject
+    others). ``stop_after``: stop after that iteration of the first unfinished arm, leaving what
+    a kill would leave (tests of --resume)."""
+    from srollout.training.lora import save_adapter
+    from srollout.training.model import gate_description, gate_rule
+    from srollout.training.onpolicy import ArmSpec, train_arm
+
+    if config.resume and config.out is None:
+        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    run_dir = prepare_run_dir(config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume)
+    if config.resume:
+        _check_resumable(run_dir, config)
+    gate, K = gate_rule(config.gate, config.K, config.d_L, config.rule, config.t_high)
+    if K > config.T_max:
+        raise SrolloutError(f"gate K={K} is larger than --T-max {config.T_max}")
+    if env_factory is None:
+        from functools import partial
+
+        from srollout.envs.alfworld_env import AlfworldEnv
+
+        env_factory = partial(AlfworldEnv, expert_plan=False)
+    if prompter is None:
+        from srollout.rollout.react import ReactPrompter
+
+        prompter = ReactPrompter()
+    if train_tasks is None or eval_tasks is None:
+        from srollout.envs import load_task_set
+
+        train_tasks = list(load_task_set(config.train_set, n=config.train_tasks))
+        eval_tasks = list(load_task_set(config.eval_set, n=config.n_eval))
+    overlap = {t.task_id for t in train_tasks} & {t.task_id for t in eval_tasks}
+    if overlap:
+        raise SrolloutError(f"training and held-out tasks overlap ({sorted(overlap)[:2]}); choose disjoint sets")
+    manifest = Manifest(run_dir, "train-onpolicy", config)
+    manifest.update(gate=gate_description(gate, K), n_train_tasks=len(train_tasks), n_eval_tasks=len(eval_tasks))
+
+    metrics_rows: list[dict[str, Any]] = []
+    eval_rows: list[dict[str, Any]] = []
+    initial: list[dict[str, Any]] | None = None
+    complete = True
+    bar = _Bar(console, total=len(config.seeds) * len(config.arms) * config.iterations, enabled=progress)
+    with bar:
+        for seed in config.seeds:
+            specs = {
+                arm: ArmSpec(
+                    seed=seed, arm=arm, gate=gate if arm == "gated" else None, gate_K=K if arm == "gated" else None,
+                    train_tasks=train_tasks, eval_tasks=eval_tasks, env_factory=env_factory, prompter=prompter,
+                    ckpt_dir=run_dir / "checkpoints" / f"seed{seed}-{arm}",
+                )
+                for arm in config.arms
+            }
+            if config.interleave:
+                results, initial = _interleaved(config, specs, initial, stop_after, bar)
+            else:
+                results = {}
+                for arm, spec in specs.items():
+                    results[arm] = train_arm(config, spec, resume=config.resume, stop_after=stop_after,
+                                             on_iteration=bar.iteration, initial_evals=initial)
+                    initial = initial or results[arm].evals
+                    if results[arm].stopped:
+                        break
+            for arm, result in results.items():
+                save_adapter(result.model, run_dir / "adapters" / f"seed{seed}-{arm}")
+                metrics_rows += result.metrics
+                eval_rows += result.evals
+            if any(r.stopped for r in results.values()):
+                complete = False
+                break
+
+    from srollout.training.onpolicy_report import (
+        aggregate_frame,
+        mechanism_figure,
+        onpolicy_figure,
+        paired_test,
+        per_seed,
+        tests_frame,
+    )
+
+    metrics = pl.DataFrame(metrics_rows, infer_schema_length=None)
+    evals = pl.DataFrame(eval_rows, infer_schema_length=None)
+    paths = [
+        schemas.write(metrics, run_dir / "metrics.parquet", schemas.METRICS),
+        schemas.write(evals, run_dir / "eval.parquet", schemas.EVAL),
+    ]
+    seeds_table = per_seed(metrics, evals)
+    aggregate = aggregate_frame(seeds_table)
+    last = int(evals["iteration"].max())
+    tests = tests_frame([
+        paired_test(evals, ("baseline", last), ("gated", last), f"held-out success at iteration {last}: gated - baseline"),
+        paired_test(evals, ("baseline", 0), ("baseline", last), f"learning: baseline at iteration {last} - iteration 0"),
+        paired_test(evals, ("gated", 0), ("gated", last), f"learning: gated at iteration {last} - iteration 0"),
+    ])
+    paths.append(schemas.write(seeds_table, run_dir / "summary_per_seed.parquet"))
+    paths.append(schemas.write(tests, run_dir / "tests.parquet"))
+    figures = [
+        onpolicy_figure(metrics, evals, run_dir / "onpolicy.png"),
+        mechanism_figure(metrics, run_dir / "mechanism.png"),
+    ]
+    summary = {
+        "per_seed": seeds_table.to_dicts(),
+        "aggregate": aggregate.to_dicts(),
+        "tests": tests.to_dicts(),
+        "complete": complete,
+    }
+    paths.append(schemas.write_json(summary, run_dir / "summary.json"))
+    report = write_report(run_dir, config, gate_description(gate, K), aggregate, seeds_table, tests, figures, complete)
+    if complete:
+        manifest.complete([*paths, *figures, report], summary=summary)
+    else:
+        manifest.update(status="partial", summary=summary)
+    return OnpolicyResult(run_dir, metrics, evals, seeds_table, aggregate, tests, complete)
+
+
+def _interleaved(config: TrainOnpolicyConfig, specs: dict[str, Any], initial: list | None, stop_after: int | None,
+                 bar: _Bar) -> tuple[dict[str, Any], list | None]:
+    """The arms of one seed iteration by iteration; odd iterations run the arms in the given
+    order, even ones in reverse, so neither arm is always first on a drifting machine."""
+    from srollout.training.onpolicy import ArmRunner
+
+    runners = {}
+    for arm, spec in specs.items():
+        runners[arm] = ArmRunner(config, spec, resume=config.resume, initial_evals=initial)
+        initial = initial or runners[arm].evals
+    stopped = False
+    while not all(r.done for r in runners.values()):
+        it = 1 + min(r.iteration for r in runners.values() if not r.done)
+        order = list(runners) if it % 2 else list(reversed(runners))
+        for arm in order:
+            if not runners[arm].done and runners[arm].iteration < it:
+                bar.iteration(runners[arm].step())
+        if stop_after is not None and it >= stop_after and not all(r.done for r in runners.values()):
+            stopped = True
+            break
+    return {arm: r.result(stopped) for arm, r in runners.items()}, initial
+
+
+def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregate: pl.DataFrame, seeds: pl.DataFrame,
+                 tests: pl.DataFrame, figures: list[Path], complete: bool) -> Path:
+    from srollout.report.markdown import Section, figure
+    from srollout.report.markdown import write_report as write
+    from srollout.report.tables import to_markdown
+
+    settings = (
+        f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} iterations x "
+        f"{config.prompts_per_iter} prompts from {config.train_tasks} `{config.train_set}` tasks, G={config.G}, "
+        f"T_max={config.T_max}, temperature {config.temperature}; greedy held-out eval every {config.eval_every} "
+        f"iterations on {config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, alpha={config.lora_alpha} "
+        f"on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator `{config.denominator}`; "
+        f"clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate} in the gated arm.\n\n"
+        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both arms evaluate alike). "
+        "Cut groups are dropped from the batch; the training reward of the gated arm is over uncut groups. "
+        "The dilution prediction is (1 - z_gated) / (1 - z_baseline) with z the mean zero-advantage fraction (§5.4)."
+    )
+    cols = ["seed", "wall_saving", "cuts_gated", "grad_l2_ratio", "dilution_prediction", "zero_adv_baseline",
+            "zero_adv_gated", "eval0_baseline", "eval_last_baseline", "eval_last_gated", "eval_last_delta"]
+    sections = [
+        Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
+        Section("Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])),
+        Section("Paired tests over (seed, task) held-out outcomes",
+                to_markdown(tests) if tests.height else "No paired outcomes (a single arm or no evaluation)."),
+        Section("Settings", settings),
+        Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),
+        Section("Files", "- `metrics.parquet`: one row per (arm, seed, iteration)\n- `eval.parquet`: one row per (arm, seed, "
+                "iteration, task)\n- `summary_per_seed.parquet`, `tests.parquet`, `summary.json`\n- `adapters/seed<S>-<arm>/` "
+                "(peft; `srollout collect --adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)"),
+    ]
+    pre = "" if complete else "**Partial run** — continue it with `--resume --out " + str(run_dir) + "`."
+    return write(run_dir, "srollout train-onpolicy", sections, preamble=pre)
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:
+    """Refuse to resume a run made with different settings (its checkpoints would not match)."""
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise SrolloutError(f"--resume: {run_dir} has no manifest.json; it is not a train-onpolicy run")
+    old = json.loads(path.read_text())
+    if old.get("stage") != "train-onpolicy":
+        raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a train-onpolicy run")
+    for name, value in config.resume_key().items():
+        before = old.get("config", {}).get(name)
+        if _canonical(value) != before:
+            raise SrolloutError(f"--resume: {run_dir} was made with {name}={before!r}, not {_canonical(value)!r}; use the same options")
+
+
+class _Bar:
+    """A rich progress bar over all (seed, arm, iteration) steps (no-op when disabled)."""
+
+    def __init__(self, console: Any, total: int, enabled: bool) -> None:
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn("[bold]train-onpolicy"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
+            self.task = self.bar.add_task("train", total=total, info="")
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def iteration(self, row: dict[str, Any]) -> None:
+        if self.enabled:
+            info = f"seed {row['seed']} {row['arm']} it {row['iteration']}: reward {row['train_reward']:.2f}, cut {row['n_cut']}, grad {row['grad_l2']:.3g}"
+            self.bar.update(self.task, advance=1, info=info)

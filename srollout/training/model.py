@@ -1,0 +1,57 @@
+"""What both training loops set up the same way: the trainable model and the gate rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from srollout.errors import SrolloutError
+from srollout.training.lora import LoraSettings, attach_lora
+
+
+class TrainableModel(NamedTuple):
+    """model: the peft-wrapped causal LM (adapter trainable, base frozen); tokenizer; path: the
+    base model directory; pad_id: the tokenizer's pad id (used to pad training batches)."""
+
+    model: Any
+    tokenizer: Any
+    path: Path
+    pad_id: int
+
+
+def load_trainable(model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None) -> TrainableModel:
+    """Load ``model`` (``default``/None = the embedded default policy) in float32 on CPU, merge
+    an existing ``adapter`` into it (the policy a buffer was collected with), and attach a fresh
+    LoRA adapter seeded by ``seed``."""
+    from srollout.policy import resolve_model
+    from srollout.policy.transformers_backend import load_model
+
+    path = resolve_model(model)
+    base, tokenizer = load_model(path, adapter)
+    if adapter is not None:
+        base = base.merge_and_unload()
+    peft_model = attach_lora(base, lora, seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return TrainableModel(peft_model, tokenizer, Path(path), int(pad if pad is not None else 0))
+
+
+def gate_rule(gate: Path | None, K: int, d_L: float, rule: str, t_high: float | None) -> tuple[Any, int]:
+    """(gate, K) from a gate.json (its own K) or from the K / d_L / rule / t_high options."""
+    from srollout.core.gate import GateRule, load_gate
+
+    if gate is not None:
+        loaded = load_gate(gate)
+        k = getattr(loaded, "K", None)
+        if k is None:
+            raise SrolloutError(f"--gate {gate}: the gate has no step K")
+        return loaded, int(k)
+    return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high), K
+
+
+def gate_description(gate: Any, K: int) -> str:
+    """One line for reports: the rule and its operating point."""
+    d = gate.to_dict() if hasattr(gate, "to_dict") else {}
+    rule = d.get("rule", type(gate).__name__)
+    extra = f", t_high={d['t_high']}" if d.get("t_high") is not None else ""
+    d_L = d.get("d_L")
+    return f"{rule} at K={K}" + (f", d_L={d_L}" if d_L is not None else "") + extra

@@ -1,0 +1,242 @@
+"""The on-policy GRPO loop of one (seed, arm) (Tier 3, §5.3), top to bottom.
+
+Per iteration: sample ``prompts_per_iter`` prompts (a draw of (seed, iteration): the same in
+both arms) -> roll out G trajectories each through the batched engine (the gate at step K in
+the gated arm) -> drop cut groups (their truncated rewards are logged only) -> GRPO update of
+the LoRA adapter -> the rollout policy samples from the very module that was updated, so the
+new weights are live at once (the "sync" is a check that no stale KV cache survives) -> every
+E iterations a greedy evaluation on held-out tasks, no gate -> checkpoint.
+
+Trajectory seeds come from (seed, group index), group index = (iteration-1)*prompts + j, so the
+two arms sample the same first K steps of iteration 1, and a gate that never fires reproduces
+the baseline arm bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from srollout.envs.base import Task
+from srollout.errors import SrolloutError
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """Everything one arm's loop needs besides the config.
+
+    seed / arm ("baseline" | "gated"); gate: the rule (None in the baseline arm) and its step
+    gate_K; train_tasks: the prompt pool; eval_tasks: the held-out tasks; env_factory /
+    prompter: the environment and the ReAct protocol; ckpt_dir: where state.pt lives.
+    """
+
+    seed: int
+    arm: str
+    gate: Any
+    gate_K: int | None
+    train_tasks: Sequence[Task]
+    eval_tasks: Sequence[Task]
+    env_factory: Callable[[], Any]
+    prompter: Any
+    ckpt_dir: Path
+
+
+class ArmResult(NamedTuple):
+    """metrics / evals: the rows of metrics.parquet and eval.parquet of this arm; adapter: the
+    final adapter state; model: the trained peft model (to save); stopped: the loop stopped
+    early on request (``stop_after``)."""
+
+    metrics: list[dict[str, Any]]
+    evals: list[dict[str, Any]]
+    adapter: dict[str, Any]
+    model: Any
+    stopped: bool
+
+
+def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> list[int]:
+    """Indices of the ``n`` prompts of ``iteration`` (distinct; a draw of (seed, iteration))."""
+    if n > len(pool):
+        raise SrolloutError(f"--prompts-per-iter {n} is more than the {len(pool)} training tasks")
+    rng = np.random.default_rng([seed, iteration, 0x7A5C])
+    return sorted(rng.choice(len(pool), size=n, replace=False).tolist())
+
+
+def warm_up(env_factory: Callable[[], Any], tasks: Sequence[Task]) -> float:
+    """Load this iteration's games once, untimed, before the timed rollout.
+
+    Environments cache parsed games per process (ALFWorld: an LRU of 128); with the arms run
+    one after another, the second arm would otherwise find the first arm's games parsed and
+    look faster for no reason of its own. Returns the seconds spent (logged, not counted)."""
+    t0 = time.perf_counter()
+    env = env_factory()
+    try:
+        for task in tasks:
+            env.reset(task, 0)
+    finally:
+        env.close()
+    return time.perf_counter() - t0
+
+
+class ArmRunner:
+    """One arm's loop, one iteration per :meth:`step`, so a stage can interleave the arms of a
+    seed (baseline iteration i, gated iteration i, ...) and both see the same machine load.
+
+    Construction loads the model, attaches the LoRA adapter (seeded by the run seed), builds the
+    sampling and greedy policies on that very module, and either restores the last checkpoint
+    (``resume``) or runs the iteration-0 evaluation (or relabels ``initial_evals``: before the
+    first update every arm and seed is the base model, since LoRA's B starts at zero, and the
+    evaluation's games and seeds do not depend on the run seed) and checkpoints iteration 0.
+    """
+
+    def __init__(self, config: Any, spec: ArmSpec, resume: bool = False,
+                 initial_evals: Sequence[dict[str, Any]] | None = None) -> None:
+        from srollout.policy.transformers_backend import TransformersPolicy
+        from srollout.rollout.engine import RolloutSettings
+        from srollout.training.checkpoint import (
+            ArmState,
+            load_state,
+            restore_rng,
+            rng_states,
+            save_state,
+        )
+        from srollout.training.lora import (
+            LoraSettings,
+            adapter_state,
+            load_adapter_state,
+            make_optimizer,
+        )
+        from srollout.training.model import load_trainable
+
+        self.config, self.spec = config, spec
+        lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
+        self.tm = load_trainable(config.model, lora, spec.seed)
+        common = dict(model=self.tm.model, tokenizer=self.tm.tokenizer, max_new_tokens=config.max_new_tokens)
+        self.policy = TransformersPolicy(self.tm.path, temperature=config.temperature, **common)
+        self.greedy = TransformersPolicy(self.tm.path, temperature=0.0, **common)
+        self.optimizer = make_optimizer(self.tm.model, config.lr)
+        self.settings = RolloutSettings(
+            G=config.G, T_max=config.T_max, seed=spec.seed, concurrency=config.concurrency,
+            signal_K=(spec.gate_K or config.K,), gate=spec.gate, gate_K=spec.gate_K, arm=spec.arm,
+        )
+        state = load_state(spec.ckpt_dir) if resume else None
+        if state is not None:
+            load_adapter_state(self.tm.model, state.adapter)
+            self.optimizer.load_state_dict(state.optimizer)
+            restore_rng(state.rng)
+        else:
+            first = (
+                [{**e, "arm": spec.arm, "seed": spec.seed} for e in initial_evals if e["iteration"] == 0]
+                if initial_evals
+                else self.evaluate(0)
+            )
+            state = ArmState(0, adapter_state(self.tm.model), self.optimizer.state_dict(), rng_states(), [], first)
+            save_state(spec.ckpt_dir, state)
+        self.iteration = state.iteration
+        self.metrics: list[dict[str, Any]] = list(state.metrics)
+        self.evals: list[dict[str, Any]] = list(state.evals)
+        self.cum_s = self.metrics[-1]["cum_s"] if self.metrics else 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.iteration >= self.config.iterations
+
+    def evaluate(self, iteration: int) -> list[dict[str, Any]]:
+        """Greedy held-out evaluation, no gate: one row per task."""
+        from srollout.training.evaluate import greedy_eval
+
+        spec = self.spec
+        outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks, self.config.T_max)
+        return [{"arm": spec.arm, "seed": spec.seed, "iteration": iteration, **o._asdict()} for o in outcomes]
+
+    def step(self) -> dict[str, Any]:
+        """Run the next iteration, checkpoint it, and return its metrics row."""
+        from srollout.rollout.engine import GroupSpec, run_groups
+        from srollout.training.checkpoint import ArmState, rng_states, save_state
+        from srollout.training.lora import adapter_state
+        from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
+
+        config, spec, tm = self.config, self.spec, self.tm
+        it = self.iteration + 1
+        # 1. prompts and rollouts
+        picked = iteration_tasks(spec.train_tasks, it, config.prompts_per_iter, spec.seed)
+        specs = [GroupSpec(index=(it - 1) * config.prompts_per_iter + j, task=spec.train_tasks[i]) for j, i in enumerate(picked)]
+        warmup_s = warm_up(spec.env_factory, [spec.train_tasks[i] for i in picked])
+        records: list[Any] = []
+        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings, on_group=records.append)
+        records.sort(key=lambda r: r.spec.index)
+        # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are logged only)
+        kept = [r for r in records if not r.cut]
+        outcomes = [
+            GroupOutcome(
+                r.group_id, r.rewards,
+                [t.tokens.token_ids if t.tokens is not None else [] for t in r.trajs],
+                [t.tokens.action_mask if t.tokens is not None else [] for t in r.trajs],
+            )
+            for r in kept
+        ]
+        stats = grpo_update(
+            tm.model, self.optimizer, samples_from_groups(outcomes), denominator=config.denominator,
+            constant=config.denominator_constant, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
+            micro_batch=config.micro_batch, pad_id=tm.pad_id,
+        )
+        # 3. sync: the policies share the updated module; no KV cache may outlive the update
+        s0 = time.perf_counter()
+        if self.policy.live or self.greedy.live:
+            raise RuntimeError("trajectories still live after the rollout; their KV caches would be stale")
+        sync_s = time.perf_counter() - s0
+        iter_s = summary.wall_s + stats.update_s + sync_s
+        self.cum_s += iter_s
+        kept_rewards = [x for r in kept for x in r.rewards]
+        row = {
+            "arm": spec.arm, "seed": spec.seed, "step": it, "iteration": it,
+            "loss": stats.loss, "grad_l2": stats.grad_l2, "zero_adv_frac": stats.zero_adv_frac,
+            "n_traj": stats.n_traj, "n_tokens": stats.n_tokens, "stepped": stats.stepped, "mean_logp": stats.mean_logp,
+            "denominator": config.denominator, "n_groups": len(records), "n_cut": sum(r.cut for r in records),
+            "n_kept": len(kept), "n_zero_var_kept": sum(max(r.rewards) == min(r.rewards) for r in kept),
+            "train_reward": float(np.mean(kept_rewards)) if kept_rewards else float("nan"),
+            "train_reward_all": float(np.mean([x for r in records for x in r.rewards])),
+            "n_env_steps": summary.rows, "n_gen_tokens": summary.n_gen_tokens,
+            "rollout_s": summary.wall_s, "update_s": stats.update_s, "sync_s": sync_s, "iter_s": iter_s,
+            "cum_s": self.cum_s, "warmup_s": warmup_s,
+        }
+        # 4. held-out evaluation every E iterations (and at the end), no gate, greedy
+        e0 = time.perf_counter()
+        if it % config.eval_every == 0 or it == config.iterations:
+            self.evals += self.evaluate(it)
+        row["eval_s"] = time.perf_counter() - e0
+        self.metrics.append(row)
+        # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one)
+        self.iteration = it
+        save_state(spec.ckpt_dir, ArmState(it, adapter_state(tm.model), self.optimizer.state_dict(), rng_states(),
+                                           self.metrics, self.evals, complete=self.done))
+        return row
+
+    def result(self, stopped: bool = False) -> ArmResult:
+        from srollout.training.lora import adapter_state
+
+        return ArmResult(self.metrics, self.evals, adapter_state(self.tm.model), self.tm.model, stopped)
+
+
+def train_arm(
+    config: Any,
+    spec: ArmSpec,
+    resume: bool = False,
+    stop_after: int | None = None,
+    on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    initial_evals: Sequence[dict[str, Any]] | None = None,
+) -> ArmResult:
+    """Run (or, with ``resume``, continue) one arm to the end; checkpoint after every iteration.
+    ``stop_after``: return after checkpointing that iteration (what a kill leaves on disk)."""
+    runner = ArmRunner(config, spec, resume=resume, initial_evals=initial_evals)
+    while not runner.done:
+        row = runner.step()
+        if on_iteration is not None:
+            on_iteration(row)
+        if stop_after is not None and runner.iteration >= stop_after and not runner.done:
+            return runner.result(stopped=True)
+    return runner.result()

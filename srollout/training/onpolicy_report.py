@@ -1,0 +1,191 @@
+"""Tier-3 outputs: per-seed and aggregated numbers, paired tests, the 4-panel and mechanism figures.
+
+Numbers (per seed, then mean ± sample std over seeds): training wall-clock (rollout + update +
+sync, evaluation excluded: both arms evaluate the same way) and the gated arm's saving; groups
+cut; mean gradient L2 norm and the gated/baseline ratio; mean zero-advantage fraction z and the
+dilution prediction of §5.4, (1 - z_gated) / (1 - z_baseline), beside the measured ratio; held-out
+success at iteration 0 and at the last evaluation. Paired tests run over real (seed, task)
+outcomes from eval.parquet: McNemar (exact) and a paired bootstrap of the success difference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+
+ARM_COLORS = {"baseline": "#1f77b4", "gated": "#ff7f0e"}
+
+
+class PairedTest(NamedTuple):
+    """b - a over n paired (seed, task) outcomes: success rates, their difference with a
+    bootstrap CI and p-value, and McNemar's discordant counts and exact p-value."""
+
+    what: str
+    n: int
+    rate_a: float
+    rate_b: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    p_bootstrap: float
+    b01: int
+    b10: int
+    p_mcnemar: float
+
+
+def _mean(values: Any) -> float:
+    v = pl.Series(values, dtype=pl.Float64).drop_nulls().drop_nans()
+    return float(v.mean()) if v.len() else float("nan")
+
+
+def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
+    """One row per seed with both arms' numbers (columns suffixed _baseline / _gated)."""
+    rows = []
+    last_eval = int(evals["iteration"].max()) if evals.height else 0
+    for seed in sorted(set(metrics["seed"].to_list())):
+        row: dict[str, Any] = {"seed": seed}
+        for arm in ("baseline", "gated"):
+            m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
+            e = evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
+            row[f"wall_s_{arm}"] = float(m["iter_s"].sum()) if m.height else float("nan")
+            row[f"cuts_{arm}"] = int(m["n_cut"].sum()) if m.height else 0
+            row[f"groups_{arm}"] = int(m["n_groups"].sum()) if m.height else 0
+            row[f"grad_l2_{arm}"] = _mean(m.filter(pl.col("stepped"))["grad_l2"]) if m.height else float("nan")
+            row[f"zero_adv_{arm}"] = _mean(m["zero_adv_frac"]) if m.height else float("nan")
+            row[f"zero_var_rate_{arm}"] = (
+                float(m["n_zero_var_kept"].sum() / max(int(m["n_kept"].sum()), 1)) if m.height else float("nan")
+            )
+            row[f"eval0_{arm}"] = _mean(e.filter(pl.col("iteration") == 0)["success"].cast(pl.Float64)) if e.height else float("nan")
+            row[f"eval_last_{arm}"] = _mean(e.filter(pl.col("iteration") == last_eval)["success"].cast(pl.Float64)) if e.height else float("nan")
+        b, g = row["wall_s_baseline"], row["wall_s_gated"]
+        row["wall_saving"] = (b - g) / b if b == b and b > 0 else float("nan")
+        row["grad_l2_ratio"] = row["grad_l2_gated"] / row["grad_l2_baseline"] if row["grad_l2_baseline"] > 0 else float("nan")
+        zb, zg = row["zero_adv_baseline"], row["zero_adv_gated"]
+        row["dilution_prediction"] = (1 - zg) / (1 - zb) if zb < 1 else float("nan")
+        row["eval_last_delta"] = row["eval_last_gated"] - row["eval_last_baseline"]
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def paired_test(evals: pl.DataFrame, a: tuple[str, int], b: tuple[str, int], what: str, seed: int = 0) -> PairedTest | None:
+    """Compare (arm, iteration) ``a`` with ``b`` over the (seed, task) pairs both have."""
+    from srollout.core.stats import mcnemar, paired_bootstrap
+
+    def pick(arm: str, it: int) -> pl.DataFrame:
+        return evals.filter((pl.col("arm") == arm) & (pl.col("iteration") == it)).select("seed", "task_id", "success")
+
+    joined = pick(*a).join(pick(*b), on=["seed", "task_id"], suffix="_b").sort("seed", "task_id")
+    if joined.height == 0:
+        return None
+    xa = joined["success"].to_numpy().astype(bool)
+    xb = joined["success_b"].to_numpy().astype(bool)
+    boot = paired_bootstrap(xa.astype(float), xb.astype(float), seed=seed)
+    mc = mcnemar(xa, xb)
+    return PairedTest(what, joined.height, float(xa.mean()), float(xb.mean()), float(boot.diff), float(boot.low),
+                      float(boot.high), float(boot.p_value), int(mc.b01), int(mc.b10), float(mc.p_value))
+
+
+def mean_std(values: Any) -> tuple[float, float]:
+    """Mean and sample std (ddof=1; 0 for one seed) over the finite values."""
+    v = np.asarray([x for x in values if x == x], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
+    """The paper's Table "Tier 3": quantity, baseline, gated, delta — mean ± std over seeds."""
+    def ms(col: str, scale: float = 1.0, digits: int = 3) -> str:
+        m, s = mean_std(seeds[col].to_list()) if col in seeds.columns else (float("nan"), float("nan"))
+        return "—" if m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
+
+    rows = [
+        ("training wall-clock (s)", ms("wall_s_baseline", digits=1), ms("wall_s_gated", digits=1), f"saving {ms('wall_saving', 100, 1)} %"),
+        ("groups cut by the gate", ms("cuts_baseline", digits=1), ms("cuts_gated", digits=1), f"of {ms('groups_gated', digits=0)} groups"),
+        ("gradient L2 norm", ms("grad_l2_baseline", digits=4), ms("grad_l2_gated", digits=4), f"x {ms('grad_l2_ratio')}"),
+        ("zero-advantage fraction", ms("zero_adv_baseline"), ms("zero_adv_gated"), f"dilution prediction x {ms('dilution_prediction')}"),
+        ("held-out success, iteration 0", ms("eval0_baseline", 100, 1), ms("eval0_gated", 100, 1), "same policy"),
+        ("held-out success, last eval", ms("eval_last_baseline", 100, 1), ms("eval_last_gated", 100, 1), f"{ms('eval_last_delta', 100, 1)} pp"),
+    ]
+    return pl.DataFrame(rows, schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8}, orient="row")
+
+
+def tests_frame(tests: list[PairedTest | None]) -> pl.DataFrame:
+    rows = [t._asdict() for t in tests if t is not None]
+    return pl.DataFrame(rows) if rows else pl.DataFrame({"what": [], "n": []}, schema={"what": pl.Utf8, "n": pl.Int64})
+
+
+def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int = 1) -> None:
+    """Mean over seeds with a ±1 std band, optionally smoothed by a rolling mean per seed."""
+    d = frame.filter(pl.col("arm") == arm)
+    if d.height == 0:
+        return
+    if rolling > 1:
+        d = d.sort("seed", x).with_columns(pl.col(y).rolling_mean(rolling, min_samples=1).over("seed"))
+    agg = d.group_by(x).agg(pl.col(y).mean().alias("m"), pl.col(y).std(ddof=1).fill_null(0.0).alias("s")).sort(x)
+    xs, m, s = agg[x].to_numpy(), agg["m"].to_numpy(), agg["s"].fill_nan(0.0).to_numpy()
+    ax.plot(xs, m, marker="o", ms=3, color=ARM_COLORS[arm], label=arm)
+    ax.fill_between(xs, m - s, m + s, color=ARM_COLORS[arm], alpha=0.2)
+
+
+def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> Path:
+    """The paper's 4-panel Tier-3 figure: held-out success, cumulative wall-clock, training reward
+    (5-iteration rolling; the gated arm over uncut groups only), gradient L2 norm."""
+    from srollout.report.figures import _pyplot, _save
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    ev = evals.group_by("arm", "seed", "iteration").agg(pl.col("success").cast(pl.Float64).mean().alias("success"))
+    panels = [
+        (axes[0][0], ev, "success", "held-out success (greedy)", 1),
+        (axes[0][1], metrics, "cum_s", "cumulative training wall-clock (s)", 1),
+        (axes[1][0], metrics, "train_reward", "training reward (uncut groups, 5-iter rolling)", 5),
+        (axes[1][1], metrics.filter(pl.col("stepped")), "grad_l2", "gradient L2 norm", 1),
+    ]
+    for ax, frame, y, label, rolling in panels:
+        for arm in ("baseline", "gated"):
+            _band(ax, frame, "iteration", y, arm, rolling)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    n = metrics["seed"].n_unique()
+    fig.suptitle(f"On-policy GRPO A/B, mean ± 1 std over {n} seed(s)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
+    """App. "Mechanism evolution": zero-variance rate (gated: uncut groups), cut rate vs the
+    baseline arm's zero-variance rate, gradient L2, zero-advantage fraction; per iteration."""
+    from srollout.report.figures import _pyplot, _save
+
+    plt = _pyplot()
+    m = metrics.with_columns(
+        # an iteration whose groups were all cut has no zero-variance rate (not 0)
+        pl.when(pl.col("n_kept") > 0).then(pl.col("n_zero_var_kept") / pl.col("n_kept")).otherwise(None).alias("zv_rate"),
+        (pl.col("n_cut") / pl.col("n_groups")).alias("cut_rate"),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for arm in ("baseline", "gated"):
+        _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
+        _band(axes[1][0], m.filter(pl.col("stepped")), "iteration", "grad_l2", arm)
+        _band(axes[1][1], m, "iteration", "zero_adv_frac", arm)
+    base = m.filter(pl.col("arm") == "baseline").group_by("iteration").agg(pl.col("zv_rate").mean()).sort("iteration")
+    cut = m.filter(pl.col("arm") == "gated").group_by("iteration").agg(pl.col("cut_rate").mean()).sort("iteration")
+    ax = axes[0][1]
+    ax.plot(base["iteration"].to_list(), base["zv_rate"].to_list(), color=ARM_COLORS["baseline"], label="baseline zero-variance rate")
+    ax.plot(cut["iteration"].to_list(), cut["cut_rate"].to_list(), color=ARM_COLORS["gated"], label="gated cut rate")
+    ax.legend()
+    labels = ["zero-variance rate (gated: uncut groups)", "cut rate vs baseline zero-variance rate", "gradient L2 norm", "zero-advantage fraction of the batch"]
+    for a, label in zip(axes.flat, labels, strict=True):
+        a.set_xlabel("iteration")
+        a.set_ylabel(label, fontsize=8)
+        a.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle("Mechanism: zero-variance groups, cuts and dilution over training")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,58 @@
+"""`srollout policy info|build` through Typer's runner."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+from typer.testing import CliRunner  # noqa: E402
+
+from srollout.cli.policy import policy_app  # noqa: E402
+from srollout.errors import SrolloutError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from srollout.policy.default_model import build_tiny_policy
+
+    return build_tiny_policy(tmp_path_factory.mktemp("cli") / "m")
+
+
+def test_info_shows_the_model(tiny):
+    res = CliRunner().invoke(policy_app, ["info", str(tiny)])
+    assert res.exit_code == 0, res.output
+    assert "Qwen2ForCausalLM" in res.output
+    assert "chat template" in res.output and "yes" in res.output
+    assert "parameters" in res.output
+
+
+def test_info_on_a_non_model_is_a_user_error(tmp_path):
+    res = CliRunner().invoke(policy_app, ["info", str(tmp_path)])
+    assert isinstance(res.exception, SrolloutError)
+
+
+def test_info_default_unbuilt_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path))
+    res = CliRunner().invoke(policy_app, ["info", "default"])
+    assert isinstance(res.exception, SrolloutError)
+    assert "srollout policy build" in str(res.exception)
+
+
+def test_build_rejects_bad_sizes(tmp_path):
+    res = CliRunner().invoke(policy_app, ["build", "--out", str(tmp_path / "m"), "--epochs", "0"])
+    assert isinstance(res.exception, SrolloutError)
+
+
+def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
+    # the real pipeline on the real engine: 6 train games, a 1-layer model (seconds)
+    pytest.importorskip("alfworld")
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
+    out = tmp_path / "m"
+    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1",
+            "--d-model", "48", "--n-layers", "1", "--threads", "1"]
+    res = CliRunner().invoke(policy_app, args)
+    assert res.exit_code == 0, res.output
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json"):
+        assert (out / name).is_file()
+    again = CliRunner().invoke(policy_app, args)
+    assert "already built" in again.output

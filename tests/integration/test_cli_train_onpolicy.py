@@ -1,0 +1,129 @@
+"""End to end: `srollout train-onpolicy --preset tiny` with a tiny real LM on the real ALFWorld
+engine (both arms, one seed), and the one-line errors of bad options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+
+from srollout import schemas
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_policy) -> Path:
+    return tiny_policy
+
+
+def test_train_onpolicy_tiny_preset_end_to_end(run_cli, tiny_model, tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+                  "--n-eval", "2", "--no-interleave", "--out", out)
+    assert res.exit_code == 0, res.stderr[-2000:]
+    m = schemas.read(out / "metrics.parquet", schemas.METRICS)
+    ev = schemas.read(out / "eval.parquet", schemas.EVAL)
+    # tiny preset: 2 prompts x G=4 per iteration, T_max 4, gate at K=2; eval at 0 and at the end
+    assert sorted(m["arm"].unique().to_list()) == ["baseline", "gated"] and m.height == 4
+    assert (m["n_groups"] == 2).all() and (m.filter(pl.col("arm") == "baseline")["n_cut"] == 0).all()
+    assert (m["n_traj"] == 4 * m["n_kept"]).all()
+    assert sorted(ev["iteration"].unique().to_list()) == [0, 2] and ev.height == 2 * 2 * 2
+    assert ev["task_id"].str.starts_with("heldout/").all()
+    # iteration 0 is the same base policy in both arms
+    e0 = ev.filter(pl.col("iteration") == 0).sort("arm", "task_id")
+    assert e0.filter(pl.col("arm") == "baseline")["success"].to_list() == e0.filter(pl.col("arm") == "gated")["success"].to_list()
+    for name in ("onpolicy.png", "mechanism.png", "report.md", "summary.json", "summary_per_seed.parquet", "tests.parquet"):
+        assert (out / name).exists(), name
+    for arm in ("baseline", "gated"):
+        assert (out / "adapters" / f"seed7-{arm}" / "adapter_config.json").exists()
+        assert (out / "checkpoints" / f"seed7-{arm}" / "state.pt").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["config"]["preset"] == "tiny"
+    assert manifest["config"]["lora_r"] == 16 and manifest["config"]["G"] == 4
+    assert "dilution prediction" in (out / "report.md").read_text()
+    # resuming a finished run changes nothing and trains nothing
+    again = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+                    "--n-eval", "2", "--out", out, "--resume")  # interleaved now: must not matter
+    assert again.exit_code == 0, again.stderr[-2000:]
+    m2 = schemas.read(out / "metrics.parquet", schemas.METRICS)
+    assert m2.equals(m)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "7,x"], "--seeds"),
+        (["--seeds", "7,7"], "--seeds"),
+        (["--seeds", "-1"], "--seeds"),
+        (["--seeds", ""], "--seeds"),
+        (["--preset", "huge"], "--preset"),
+        (["--K", "9", "--T-max", "4"], "larger than --T-max"),
+        (["--arms", "baseline,other"], "--arms"),
+        (["--G", "1"], "--G must be >= 2"),
+        (["--resume"], "--resume"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(run_cli, tmp_path, args, message):
+    res = run_cli("train-onpolicy", "--preset", "tiny", *args)
+    assert res.exit_code == 2, res.stdout[-500:]
+    assert message in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, tiny_model, tmp_path):
+    """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then --resume."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    args = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", str(tiny_model), "--iterations", "4", "--n-eval", "2"]
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "srollout.cli.app", *args, "--out", str(killed)], cwd=root, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state = killed / "checkpoints" / "seed7-baseline" / "state.pt"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if state.exists() and torch.load(state, weights_only=False)["iteration"] >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert json.loads((killed / "manifest.json").read_text())["status"] == "partial"
+    res = run_cli(*args, "--out", killed, "--resume")
+    assert res.exit_code == 0, res.stderr[-2000:]
+    full = tmp_path / "full"
+    res = run_cli(*args, "--out", full)
+    assert res.exit_code == 0, res.stderr[-2000:]
+    timing = ["rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s"]
+    a = pl.read_parquet(killed / "metrics.parquet").drop(timing)
+    b = pl.read_parquet(full / "metrics.parquet").drop(timing)
+    assert a.height == 8 and a.equals(b)
+    assert pl.read_parquet(killed / "eval.parquet").equals(pl.read_parquet(full / "eval.parquet"))
+
+
+def test_presets_and_paper_defaults():
+    from srollout.config import TrainOffpolicyConfig, TrainOnpolicyConfig
+
+    assert TrainOnpolicyConfig() == TrainOnpolicyConfig.from_preset("default")
+    paper = TrainOnpolicyConfig.from_preset("paper", seeds=(7, 13, 23, 42))
+    assert (paper.iterations, paper.prompts_per_iter, paper.G, paper.T_max) == (60, 10, 8, 30)
+    assert (paper.eval_every, paper.n_eval, paper.K, paper.d_L, paper.lr) == (10, 50, 10, 0.12, 5e-5)
+    assert (paper.lora_r, paper.lora_alpha, len(paper.lora_targets)) == (16, 32, 7)
+    assert paper.denominator == "paper" and paper.clip_eps is None and paper.kl_coef == 0.0
+    assert TrainOnpolicyConfig.from_preset("tiny", G=6).G == 6  # an explicit option wins
+    off = TrainOffpolicyConfig(buffer=Path("."))
+    assert (off.steps, off.groups_per_step, off.turns_per_traj, off.max_items) == (20, 4, 8, 128)
+    assert (off.lora_r, off.lora_alpha, off.lora_targets, off.lr, off.seed) == (8, 16, ("q_proj", "v_proj"), 5e-5, 42)
