@@ -19,3 +19,28 @@ def test_gate_in_your_trainer_cuts_only_zero_variance_groups_and_saves_steps():
     full, gated = map(int, re.search(r"steps: (\d+) without the gate, (\d+) with it", out).groups())
     assert cut > 0 and wrong == 0
     assert gated < full
+
+
+def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
+    """`make demo`'s script on the real engine, quick settings, noisy expert (no model build)."""
+    import os
+
+    import polars as pl
+
+    env = dict(os.environ, DEMO_QUICK="1", DEMO_POLICY="noisy-expert",
+               SROLLOUT=str(Path(sys.executable).with_name("srollout")))
+    out = tmp_path / "demo"
+    subprocess.run(["bash", str(ROOT / "examples" / "demo.sh"), str(out)], env=env, check=True,
+                   capture_output=True, text=True, timeout=900)
+    groups = pl.read_parquet(out / "collect" / "groups.parquet")
+    assert groups.height == 8 and groups["G"].to_list() == [8] * 8
+    corr = pl.read_parquet(out / "analyze" / "correlation.parquet")
+    assert set(corr["metric"]) >= {"prefix_edit_distance_mean", "termination_fraction"}
+    sweep = pl.read_parquet(out / "sweep" / "sweep.parquet")
+    assert (sweep["K"] == 10).any()
+    for stage in ("collect", "analyze", "sweep"):
+        assert (out / stage / "report.md").exists()
+    # a second run continues the finished collect instead of refusing or redoing it
+    subprocess.run(["bash", str(ROOT / "examples" / "demo.sh"), str(out)], env=env, check=True,
+                   capture_output=True, text=True, timeout=900)
+    assert pl.read_parquet(out / "collect" / "groups.parquet").equals(groups)

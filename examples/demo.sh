@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: collect -> analyze -> sweep (the paper's §4 pipeline).
+#
+#   bash examples/demo.sh [OUT_DIR]            # full: 100 groups, G=8, T_max=30 (default policy)
+#   DEMO_QUICK=1 bash examples/demo.sh [OUT]   # a one-minute look (collect --quick)
+#   DEMO_POLICY=noisy-expert bash examples/demo.sh   # no model: the noisy planner expert acts
+#
+# The default policy and the generated ALFWorld games are built on first use and cached in
+# $SROLLOUT_HOME (default ~/.cache/srollout). Rerunning continues an interrupted collect.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-runs/demo}"
+SROLLOUT="${SROLLOUT:-.venv/bin/srollout}"
+POLICY="${DEMO_POLICY:-lm}"
+
+collect_args=(--policy "$POLICY" --out "$OUT/collect")
+[ -n "${DEMO_QUICK:-}" ] && collect_args+=(--quick)
+if [ -f "$OUT/collect/manifest.json" ]; then
+  collect_args+=(--resume)   # finished groups are kept; a complete run is only re-read
+fi
+
+"$SROLLOUT" collect "${collect_args[@]}"
+"$SROLLOUT" analyze "$OUT/collect" --out "$OUT/analyze" --overwrite
+"$SROLLOUT" sweep "$OUT/collect" --K 10 --out "$OUT/sweep" --overwrite
+
+echo
+echo "Reports: $OUT/collect/report.md  $OUT/analyze/report.md  $OUT/sweep/report.md"
