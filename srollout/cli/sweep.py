@@ -8,20 +8,28 @@ from typing import Annotated
 
 import typer
 
-from srollout.config import SweepConfig, help_for
+from srollout.config import GateFitConfig, SweepConfig, help_for
 
 _DEFAULT = SweepConfig()
+_GATES = GateFitConfig()
 
 HELP = (
     "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.\n\n"
     "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row per "
     "rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), pareto.png "
-    "and report.md."
+    "and report.md.\n\n"
+    "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on held-out "
+    "groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 (gates.parquet, "
+    "gate-learned.json, gate-adaptive.json)."
 )
 
 
 def _h(name: str) -> str:
     return help_for(SweepConfig, name)
+
+
+def _g(name: str) -> str:
+    return help_for(GateFitConfig, name)
 
 
 def register(app: typer.Typer) -> None:
@@ -39,6 +47,12 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
         out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
+        learned: Annotated[bool, typer.Option("--learned", help=_g("learned"))] = False,
+        adaptive: Annotated[bool, typer.Option("--adaptive", help=_g("adaptive"))] = False,
+        check_K: Annotated[str, typer.Option("--check-K", help=_g("check_K"))] = ",".join(map(str, _GATES.check_K)),
+        n_folds: Annotated[int, typer.Option("--n-folds", help=_g("n_folds"))] = _GATES.n_folds,
+        l2: Annotated[float, typer.Option("--l2", help=_g("l2"))] = _GATES.l2,
+        eval_buffer: Annotated[Path | None, typer.Option("--eval-buffer", help=_g("eval_buffer"), show_default=False)] = None,
     ) -> None:
         from srollout.config import parse_grid, parse_int_list
         from srollout.stages.sweep import run_sweep
@@ -57,4 +71,10 @@ def register(app: typer.Typer) -> None:
             out=out,
             overwrite=overwrite,
         )
-        run_sweep(config)
+        gates = GateFitConfig(learned=learned, adaptive=adaptive, check_K=parse_int_list(check_K, "--check-K"),
+                              n_folds=n_folds, l2=l2, eval_buffer=eval_buffer)
+        if eval_buffer is not None and not gates.any:
+            from srollout.errors import SrolloutError
+
+            raise SrolloutError("--eval-buffer judges the --learned/--adaptive gates; pass one of them")
+        run_sweep(config, gates=gates if gates.any else None)

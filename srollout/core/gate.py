@@ -248,6 +248,14 @@ _GATE_KINDS: dict[str, Callable[[Mapping[str, Any], str], Gate]] = {
 }
 
 
+# Kinds defined in modules that register themselves on import: imported on first use, so
+# load_gate reads every kind without gate.py importing them (they import gate.py).
+_LAZY_GATE_KINDS = {
+    "learned": "srollout.core.learned_gate",
+    "adaptive": "srollout.core.adaptive_gate",
+}
+
+
 def register_gate_kind(kind: str, from_dict: Callable[[Mapping[str, Any], str], Gate]) -> None:
     """Make :func:`load_gate` understand ``{"kind": kind, ...}`` files."""
     _GATE_KINDS[kind] = from_dict
@@ -258,8 +266,12 @@ def gate_from_dict(d: Mapping[str, Any], source: str = "gate") -> Gate:
     if not isinstance(d, Mapping):
         raise SrolloutError(f"{source}: a gate must be a JSON object, got {type(d).__name__}")
     kind = d.get("kind")
+    if kind not in _GATE_KINDS and kind in _LAZY_GATE_KINDS:
+        import importlib
+
+        importlib.import_module(_LAZY_GATE_KINDS[kind])
     if kind not in _GATE_KINDS:
-        known = ", ".join(sorted(_GATE_KINDS))
+        known = ", ".join(sorted(set(_GATE_KINDS) | set(_LAZY_GATE_KINDS)))
         raise SrolloutError(f"{source}: unknown gate kind {kind!r} (known: {known})")
     return _GATE_KINDS[kind](d, source)
 

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from srollout import schemas
-from srollout.config import SweepConfig
+from srollout.config import GateFitConfig, SweepConfig
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
@@ -167,8 +167,12 @@ def _interval(name: str, ci: Any) -> Interval:
     return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
 
 
-def run_sweep(config: SweepConfig, console: Any | None = None) -> SweepResult:
-    """Run the sweep stage; returns the table, the chosen operating point (or None) and the files."""
+def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None) -> SweepResult:
+    """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
+
+    gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
+    (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
+    report section; without it the outputs are exactly the plain sweep's."""
     from rich.console import Console
 
     from srollout.core.gate import GateRule
@@ -194,12 +198,21 @@ def run_sweep(config: SweepConfig, console: Any | None = None) -> SweepResult:
             )
     schemas.validate(sweep, schemas.SWEEP, "sweep table")
     gate = GateRule(rule=chosen.rule, K=chosen.K, d_L=chosen.d_L, t_high=chosen.t_high) if chosen is not None else None
+    comparison = None
+    if gates is not None and gates.any:
+        from srollout.stages.sweep_gates import compare_gates
+
+        comparison = compare_gates(config, gates, sweep)
 
     t_compute = time.perf_counter() - t0 - t_load
 
     # every check passed: only now create the run directory
     run_dir = prepare_run_dir(config.out, "sweep", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "sweep", config)
+    if comparison is not None:
+        from srollout.rundir import _jsonable
+
+        manifest.data["gates_config"] = _jsonable(gates)
     manifest.data["timings_s"].update(load=round(t_load, 3), compute=round(t_compute, 3))
     outputs = [schemas.write(sweep, run_dir / schemas.SWEEP.filename, schemas.SWEEP)]
     if gate is not None:
@@ -210,12 +223,21 @@ def run_sweep(config: SweepConfig, console: Any | None = None) -> SweepResult:
     pareto = figs.pareto(sweep, run_dir / "pareto.png", config.precision_floor, index,
                          f"N={buffer.n_groups} groups, {int(sweep['n_zero_var'][0])} zero-variance")
     outputs.append(pareto)
-    outputs.append(write_report(run_dir, "srollout sweep", _report_sections(config, buffer, sweep, chosen, pareto, run_dir),
-                                _preamble(config, buffer, sweep)))
+    sections = _report_sections(config, buffer, sweep, chosen, pareto, run_dir)
+    if comparison is not None:
+        from srollout.stages import sweep_gates
+
+        outputs.extend(sweep_gates.write_gates(run_dir, comparison))
+        sections.append(sweep_gates.report_section(comparison, config))
+    outputs.append(write_report(run_dir, "srollout sweep", sections, _preamble(config, buffer, sweep)))
     manifest.complete(outputs, input=str(config.input), n_groups=buffer.n_groups,
                       chosen=None if chosen is None else {"rule": chosen.rule, "K": chosen.K, "d_L": chosen.d_L, "t_high": chosen.t_high,
                                                           **{iv.name: iv._asdict() for iv in chosen.intervals}})
     outputs.append(manifest.path)
+    if comparison is not None:
+        from srollout.stages.sweep_gates import print_table
+
+        print_table(console, comparison)
     _print(console, sweep, chosen, config, run_dir, outputs)
     return SweepResult(run_dir, sweep, chosen, tuple(outputs))
 

@@ -1,0 +1,306 @@
+"""An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first
+step where the learned model is confident it is zero-variance (beyond the paper: issue 8).
+
+At each check step K_j the pooled logistic model of :mod:`srollout.core.learned_gate` gives
+P(zero-variance | signals at K_j, K_j); the gate cuts at the first j with P ≥ t_j. A cut at K_j
+saves T_max − K_j steps per trajectory, so early cuts are worth more, and late checks can catch
+groups whose trajectories only converge later.
+
+Thresholds (chosen on k-fold cross-fitted scores, in step order): t_1 is the threshold on the
+groups' held-out scores at K_1 with the largest TP and precision ≥ floor; t_2 likewise among the
+groups not cut at K_1; and so on. Each step's cuts clear the floor, so their union does too.
+
+Savings count the real cut step: safe = Σ_g TP_g·(T_max − K_cut,g)/(N·T_max), raw likewise over
+every cut, measured = Σ_g real steps after K_cut,g of cut groups / all real steps
+(:func:`evaluate_variable_cuts`).
+
+Engine contract (what a rollout loop must call; ``gate.decide(signals)`` alone is not enough
+for this kind): after step k of a group, if ``k in gate.check_K``, compute the signals at k and
+cut iff ``gate.decide_at(k, signals)``. :func:`check_steps` and :func:`decide_at` do the same
+for any gate kind (a fixed-K gate checks only at its K), so one loop serves every gate.
+``gate.K`` is the first check step and ``gate.decide(signals)`` = ``decide_at(gate.K, signals)``,
+so a loop that only knows the fixed-K protocol still runs this gate, conservatively (it then
+cuts only at K_1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from srollout.core.gate import (
+    GATE_FILE_VERSION,
+    Gate,
+    _as_step,
+    _check_header,
+    _check_keys,
+    _write_json_atomic,
+    load_gate,
+    register_gate_kind,
+)
+from srollout.core.learned_gate import (
+    DEFAULT_FOLDS,
+    DEFAULT_L2,
+    LogisticModel,
+    Selector,
+    ThresholdChoice,
+    assign_folds,
+    choose_threshold,
+    cross_fit_proba,
+    feature_matrix,
+    row_table,
+    signals_row,
+)
+from srollout.core.signals import GroupSignals
+from srollout.core.sweep import GateOutcome
+from srollout.errors import SrolloutError
+
+DEFAULT_CHECK_K = (5, 10, 15)
+
+
+@dataclass(frozen=True)
+class AdaptiveGate:
+    """Cut at the first check step K_j with P(zero-variance | signals at K_j) ≥ thresholds[j].
+
+    check_K: ascending steps; thresholds: one per step (None = never cut at that step)."""
+
+    model: LogisticModel
+    check_K: tuple[int, ...] = DEFAULT_CHECK_K
+    thresholds: tuple[float | None, ...] = (None, None, None)
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        ks = tuple(_as_step(k, "check K") for k in self.check_K)
+        if not ks or list(ks) != sorted(set(ks)):
+            raise SrolloutError(f"adaptive gate: check K must be distinct ascending steps, got {list(self.check_K)}")
+        if len(self.thresholds) != len(ks):
+            raise SrolloutError(f"adaptive gate: {len(self.thresholds)} thresholds for {len(ks)} check steps")
+        ts = []
+        for t in self.thresholds:
+            if t is not None:
+                if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0.0 <= float(t) <= 1.0:
+                    raise SrolloutError(f"adaptive gate: thresholds must be in [0, 1] or null, got {t!r}")
+                t = float(t)
+            ts.append(t)
+        object.__setattr__(self, "check_K", ks)
+        object.__setattr__(self, "thresholds", tuple(ts))
+
+    @property
+    def K(self) -> int:
+        """The first check step (what a fixed-K loop evaluates this gate at)."""
+        return self.check_K[0]
+
+    def threshold_at(self, K: int) -> float | None:
+        if K not in self.check_K:
+            raise SrolloutError(f"adaptive gate checks at K = {', '.join(map(str, self.check_K))}, not {K}")
+        return self.thresholds[self.check_K.index(K)]
+
+    def decide_at(self, K: int, signals: GroupSignals) -> bool:
+        """True iff the group is cut at check step K, given its signals at K."""
+        t = self.threshold_at(K)
+        return t is not None and float(self.model.proba(np.r_[signals_row(signals), K])[0]) >= t
+
+    def decide(self, signals: GroupSignals) -> bool:
+        """:meth:`decide_at` the first check step (the fixed-K protocol)."""
+        return self.decide_at(self.K, signals)
+
+    def should_cut_at(
+        self, K: int, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """Decide from the raw group at check step K (G action lists; see ``compute_signals``)."""
+        from srollout.core.signals import compute_signals
+
+        return self.decide_at(K, compute_signals(actions, K, observations))
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """:meth:`should_cut_at` the first check step."""
+        return self.should_cut_at(self.K, actions, observations)
+
+    def decide_matrix(self, signals_by_K: Mapping[int, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised over N groups: signals_by_K[K] [N, 7] for each check K -> (cut bool[N],
+        cut_K int[N], 0 where not cut): the first check step whose threshold is reached."""
+        N = np.asarray(signals_by_K[self.check_K[0]]).shape[0]
+        cut = np.zeros(N, dtype=bool)
+        cut_K = np.zeros(N, dtype=np.int64)
+        for K, t in zip(self.check_K, self.thresholds, strict=True):
+            if t is None:
+                continue
+            fire = ~cut & (self.model.proba(feature_matrix(signals_by_K[K], K)) >= t)
+            cut_K[fire] = K
+            cut |= fire
+        return cut, cut_K
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "adaptive",
+            "version": GATE_FILE_VERSION,
+            "check_K": list(self.check_K),
+            "thresholds": list(self.thresholds),
+            "model": self.model.to_dict(),
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> AdaptiveGate:
+        body = _check_header(d, "adaptive", source)
+        _check_keys(body, required=("check_K", "thresholds", "model"), optional=("meta",), source=source)
+        model = LogisticModel.from_dict(body["model"], source)
+        if not isinstance(body["check_K"], list) or not isinstance(body["thresholds"], list):
+            raise SrolloutError(f"{source}: check_K and thresholds must be lists")
+        try:
+            return cls(model, tuple(body["check_K"]), tuple(body["thresholds"]), dict(body.get("meta") or {}))
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        return _write_json_atomic(self.to_dict(), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> AdaptiveGate:
+        gate = load_gate(path)
+        if not isinstance(gate, cls):
+            raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected an adaptive gate")
+        return gate
+
+
+register_gate_kind("adaptive", AdaptiveGate.from_dict)
+
+
+def check_steps(gate: Gate) -> tuple[int, ...]:
+    """The steps at which a rollout loop must show ``gate`` a group's signals."""
+    return tuple(getattr(gate, "check_K", (gate.K,)))
+
+
+def decide_at(gate: Gate, K: int, signals: GroupSignals) -> bool:
+    """Any gate kind's decision at step K (a fixed-K gate: only at its own K)."""
+    if hasattr(gate, "decide_at"):
+        return bool(gate.decide_at(K, signals))
+    return K == gate.K and bool(gate.decide(signals))
+
+
+# --- choosing thresholds, evaluating variable cut steps ---------------------------------------
+
+
+def choose_step_thresholds(
+    proba_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, check_K: Sequence[int], precision_floor: float
+) -> tuple[ThresholdChoice, ...]:
+    """Per-step thresholds in step order: at K_j, :func:`choose_threshold` on the groups not cut
+    at an earlier step (their scores at K_j). proba_by_K[K]: [N] scores at K."""
+    zv = np.asarray(zero_var, dtype=bool)
+    alive = np.ones(zv.size, dtype=bool)
+    choices = []
+    for K in check_K:
+        p = np.asarray(proba_by_K[K], dtype=np.float64)
+        choice = choose_threshold(np.where(alive, p, np.nan), zv, precision_floor)
+        choices.append(choice)
+        if choice.threshold is not None:
+            alive &= ~(p >= choice.threshold)
+    return tuple(choices)
+
+
+class AdaptiveFit(NamedTuple):
+    gate: AdaptiveGate
+    oof_proba: Mapping[int, np.ndarray]  # K -> [N] held-out scores at K
+
+
+def fit_adaptive_gate(
+    signals_by_K: Mapping[int, ArrayLike],
+    zero_var: ArrayLike,
+    check_K: Sequence[int],
+    precision_floor: float,
+    T_max: int,
+    n_folds: int = DEFAULT_FOLDS,
+    l2: float = DEFAULT_L2,
+    seed: int = 0,
+    groups: np.ndarray | None = None,
+) -> AdaptiveFit:
+    """Fit the pooled model on ``groups`` (default all) at ``check_K`` and the per-step thresholds
+    on k-fold cross-fitted scores; the returned gate's model is refit on all ``groups``."""
+    zv_all = np.asarray(zero_var, dtype=bool)
+    groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
+    Ks = tuple(sorted(set(check_K)))
+    if any(k > T_max for k in Ks):
+        raise SrolloutError(f"adaptive check K {max(Ks)} is beyond T_max={T_max}")
+    zv = zv_all[groups]
+    rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv, Ks)
+    cf = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2)
+    proba = {K: cf.proba[rows.K == K] for K in Ks}
+    choices = choose_step_thresholds(proba, zv, Ks, precision_floor)
+    model = LogisticModel.fit(rows.X, rows.y, l2)
+    meta = {
+        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "n_folds": int(len(cf.folds)),
+        "seed": int(seed), "precision_floor": float(precision_floor), "T_max": int(T_max),
+        "heldout_cuts_per_K": [c.n_cut for c in choices], "heldout_tp_per_K": [c.tp for c in choices],
+    }
+    return AdaptiveFit(AdaptiveGate(model, Ks, tuple(c.threshold for c in choices), meta), proba)
+
+
+def adaptive_selector(
+    signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, check_K: Sequence[int],
+    precision_floor: float, T_max: int, n_folds: int = DEFAULT_FOLDS, l2: float = DEFAULT_L2, seed: int = 0,
+) -> Selector:
+    """The adaptive gate's selection procedure as a Selector for nested_heldout_cuts."""
+
+    def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        gate = fit_adaptive_gate(signals_by_K, zero_var, check_K, precision_floor, T_max, n_folds, l2, seed, groups=train).gate
+
+        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return gate.decide_matrix({K: np.asarray(signals_by_K[K])[test] for K in gate.check_K})
+
+        return decide
+
+    return select
+
+
+def evaluate_variable_cuts(
+    cut: ArrayLike,
+    cut_K: ArrayLike,
+    zero_var: ArrayLike,
+    T_max: int,
+    remaining_steps: ArrayLike | None = None,
+    total_steps: ArrayLike | None = None,
+    advantages: Sequence[ArrayLike] | None = None,
+) -> GateOutcome:
+    """:func:`srollout.core.sweep.evaluate_cuts` with a cut step per group.
+
+    cut: bool[N]; cut_K: int[N] (read where cut); remaining_steps: [N] real steps after the
+    group's own cut step (give the value at cut_K for cut groups), total_steps [N]."""
+    c = np.asarray(cut, dtype=bool)
+    zv = np.asarray(zero_var, dtype=bool)
+    N = zv.size
+    if c.shape != (N,):
+        raise SrolloutError(f"cut must have one entry per group ({N})")
+    k = np.asarray(cut_K, dtype=np.float64)
+    if np.any(c & ((k < 1) | (k > T_max))):
+        raise SrolloutError(f"a cut step must lie in [1, T_max={T_max}]")
+    saved = np.where(c, (T_max - k) / T_max, 0.0)
+    tp_mask = c & zv
+    n_cut, tp = int(c.sum()), int(tp_mask.sum())
+    n_zv = int(zv.sum())
+    precision = tp / n_cut if n_cut else math.nan
+    recall = tp / n_zv if n_zv else math.nan
+    safe = float(saved[tp_mask].sum() / N)
+    raw = float(saved.sum() / N)
+    if (remaining_steps is None) != (total_steps is None):
+        raise SrolloutError("measured savings need both remaining_steps and total_steps (or neither)")
+    if remaining_steps is None:
+        measured = math.nan
+    else:
+        tot = float(np.sum(np.asarray(total_steps, dtype=np.float64)))
+        rem = np.asarray(remaining_steps, dtype=np.float64)
+        measured = float(rem[c].sum() / tot) if tot > 0 else math.nan
+    if advantages is None:
+        kept = math.nan
+    else:
+        sq = np.array([float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages])
+        full = float(sq.sum())
+        kept = math.sqrt(float(sq[~c].sum()) / full) if full > 0 else math.nan
+    return GateOutcome(n_cut, tp, n_cut - tp, precision, recall, safe, raw, measured, kept)

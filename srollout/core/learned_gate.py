@@ -1,0 +1,545 @@
+"""A learned gate: L2-regularised logistic regression of P(zero-variance) on the seven signals at
+K plus K itself, with a threshold chosen under a precision floor on held-out folds (beyond the
+paper: issue 8; compare §4.4 and App. "Calibration against random-cut and oracle gates").
+
+Model. For a group with signals s ∈ R^7 at step K, the features are x = (s, K) ∈ R^8; each is
+standardised with the training mean μ and standard deviation σ (σ = 0 → 1; a nan value, e.g. a
+missing ``obs_unique_ratio``, is replaced by μ, i.e. 0 after standardising), and
+
+    P(zero-variance | x) = sigmoid(b + w · (x − μ)/σ).
+
+(b, w) minimise the penalised negative log-likelihood
+
+    L(b, w) = −Σ_n [y_n log p_n + (1 − y_n) log(1 − p_n)] + (λ/2)·||w||²      (b unpenalised),
+
+fitted by Newton's method (= IRLS) from zero: deterministic, a few iterations, pure numpy. The
+gate cuts iff P ≥ threshold.
+
+Cross-fitting (k-fold, over groups): groups are split into k folds (stratified by zero_var,
+seeded); a group's score comes from a model fit on the other k − 1 folds only, so no group is
+scored by a model that saw it. :func:`choose_threshold` picks the threshold on those held-out
+scores (largest savings with precision ≥ floor). Reported numbers go one level further
+(:func:`nested_heldout_cuts`): for each outer fold the whole selection (model and threshold, the
+threshold by inner cross-fitting) is done on the other folds and the decisions on the outer
+fold are scored — every reported TP/FP is a decision on a group nothing was fit on.
+
+The saved gate (``gate.json`` kind ``"learned"``) is the model fit on every group, with the
+threshold from the cross-fitted scores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from srollout.core.gate import (
+    GATE_FILE_VERSION,
+    _as_step,
+    _check_header,
+    _check_keys,
+    _write_json_atomic,
+    load_gate,
+    register_gate_kind,
+)
+from srollout.core.signals import GroupSignals
+from srollout.errors import SrolloutError
+
+SIGNAL_FIELDS: tuple[str, ...] = tuple(GroupSignals.__dataclass_fields__)
+FEATURE_NAMES: tuple[str, ...] = (*SIGNAL_FIELDS, "K")
+DEFAULT_L2 = 1.0
+DEFAULT_FOLDS = 5
+
+# Precisions within this of the floor count as on it (as in srollout.core.sweep).
+_FLOOR_TOL = 1e-12
+
+
+# --- the logistic model -----------------------------------------------------------------------
+
+
+class LogisticFit(NamedTuple):
+    """Newton/IRLS result on standardised features: intercept b, weights w [d], iterations."""
+
+    intercept: float
+    coef: np.ndarray
+    n_iter: int
+    converged: bool
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    # the two branches avoid overflow in exp for large |z|
+    out = np.empty_like(z, dtype=np.float64)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+def fit_logistic(
+    X: ArrayLike, y: ArrayLike, l2: float = DEFAULT_L2, max_iter: int = 100, tol: float = 1e-10
+) -> LogisticFit:
+    """Minimise −Σ log-likelihood + (l2/2)·||w||² (intercept unpenalised) by Newton's method.
+
+    X: [n, d] features (already standardised), y: [n] in {0, 1}, l2 = λ >= 0. Starts from zero;
+    stops when the largest Newton step is below ``tol``. Both classes must be present (with one
+    class the intercept runs to ±∞): SrolloutError otherwise.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise SrolloutError(f"fit_logistic: X must be [n, d] and y [n], got {X.shape} and {y.shape}")
+    if not np.all(np.isfinite(X)):
+        raise SrolloutError("fit_logistic: features must be finite (standardise and impute first)")
+    if l2 < 0 or not math.isfinite(l2):
+        raise SrolloutError(f"the L2 penalty must be a finite number >= 0, got {l2}")
+    n_pos = float(y.sum())
+    if n_pos == 0 or n_pos == y.size:
+        raise SrolloutError(
+            "the learned gate needs both zero-variance and non-zero-variance groups to fit on "
+            f"(got {int(n_pos)} of {y.size} zero-variance)"
+        )
+    n, d = X.shape
+    A = np.column_stack([np.ones(n), X])  # column 0 = intercept
+    penalty = np.full(d + 1, float(l2))
+    penalty[0] = 0.0
+    beta = np.zeros(d + 1)
+    converged = False
+    n_iter = 0
+    while n_iter < max_iter:
+        n_iter += 1
+        p = _sigmoid(A @ beta)
+        grad = A.T @ (p - y) + penalty * beta
+        w = p * (1.0 - p)
+        # a tiny ridge keeps H invertible when a feature is constant and l2 = 0
+        H = (A * w[:, None]).T @ A + np.diag(penalty + 1e-12)
+        step = np.linalg.solve(H, grad)
+        beta = beta - step
+        if np.max(np.abs(step)) < tol:
+            converged = True
+            break
+    return LogisticFit(float(beta[0]), beta[1:].copy(), n_iter, converged)
+
+
+def feature_matrix(signals: ArrayLike, K: ArrayLike) -> np.ndarray:
+    """[n, 8] raw features: the seven signals (columns in :data:`SIGNAL_FIELDS` order) and K."""
+    s = np.asarray(signals, dtype=np.float64)
+    if s.ndim != 2 or s.shape[1] != len(SIGNAL_FIELDS):
+        raise SrolloutError(f"signals must be [n, {len(SIGNAL_FIELDS)}], got shape {s.shape}")
+    k = np.broadcast_to(np.asarray(K, dtype=np.float64), (s.shape[0],))
+    return np.column_stack([s, k])
+
+
+def signals_row(signals: GroupSignals) -> np.ndarray:
+    """[7] the signals of one group in :data:`SIGNAL_FIELDS` order."""
+    return np.array([getattr(signals, f) for f in SIGNAL_FIELDS], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class LogisticModel:
+    """An inspectable P(zero-variance) model: standardisation (mean, std per feature) + logistic
+    weights on the standardised features. Arrays are tuples so the dataclass stays hashable."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    l2: float = DEFAULT_L2
+    feature_names: tuple[str, ...] = FEATURE_NAMES
+
+    def __post_init__(self) -> None:
+        d = len(self.feature_names)
+        for name in ("mean", "std", "coef"):
+            value = tuple(float(v) for v in getattr(self, name))
+            if len(value) != d or not all(math.isfinite(v) for v in value):
+                raise SrolloutError(f"learned gate: {name} must hold {d} finite numbers")
+            object.__setattr__(self, name, value)
+        if any(v <= 0 for v in self.std):
+            raise SrolloutError("learned gate: std must be > 0")
+        if tuple(self.feature_names) != FEATURE_NAMES:
+            raise SrolloutError(
+                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got {list(self.feature_names)}"
+            )
+        object.__setattr__(self, "feature_names", tuple(self.feature_names))
+        object.__setattr__(self, "intercept", float(self.intercept))
+
+    @classmethod
+    def fit(cls, X: ArrayLike, y: ArrayLike, l2: float = DEFAULT_L2) -> LogisticModel:
+        """Standardise the raw features X [n, 8] (nan ignored in μ, σ; imputed with μ) and fit."""
+        X = np.asarray(X, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            all_nan = np.all(np.isnan(X), axis=0)
+            mean = np.where(all_nan, 0.0, np.nanmean(np.where(all_nan, 0.0, X), axis=0))
+            std = np.where(all_nan, 0.0, np.nanstd(np.where(all_nan, 0.0, X), axis=0))
+        std = np.where(std > 1e-12, std, 1.0)
+        model = cls(tuple(mean), tuple(std), (0.0,) * X.shape[1], 0.0, l2)
+        result = fit_logistic(model.standardise(X), y, l2)
+        return cls(tuple(mean), tuple(std), tuple(result.coef), result.intercept, l2)
+
+    def standardise(self, X: ArrayLike) -> np.ndarray:
+        """(X − μ)/σ with nan → 0 (the training mean)."""
+        Z = (np.asarray(X, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.std)
+        return np.where(np.isnan(Z), 0.0, Z)
+
+    def proba(self, X: ArrayLike) -> np.ndarray:
+        """[n] P(zero-variance) for raw features X [n, 8]."""
+        Z = self.standardise(np.atleast_2d(X))
+        return _sigmoid(self.intercept + Z @ np.asarray(self.coef))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "features": list(self.feature_names),
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "coef": list(self.coef),
+            "intercept": self.intercept,
+            "l2": self.l2,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> LogisticModel:
+        if not isinstance(d, Mapping):
+            raise SrolloutError(f"{source}: 'model' must be an object")
+        _check_keys(d, required=("features", "mean", "std", "coef", "intercept"), optional=("l2",), source=source)
+        try:
+            return cls(
+                mean=tuple(d["mean"]), std=tuple(d["std"]), coef=tuple(d["coef"]),
+                intercept=d["intercept"], l2=float(d.get("l2", DEFAULT_L2)),
+                feature_names=tuple(d["features"]),
+            )
+        except (TypeError, ValueError) as err:
+            raise SrolloutError(f"{source}: malformed model ({err})") from None
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+
+# --- folds, cross-fitting, thresholds ---------------------------------------------------------
+
+
+class FoldRecord(NamedTuple):
+    """Which groups (indices into the N groups) a fold's model was fit on and which it scored."""
+
+    fold: int
+    train_groups: np.ndarray
+    test_groups: np.ndarray
+
+
+def assign_folds(zero_var: ArrayLike, n_folds: int = DEFAULT_FOLDS, seed: int = 0) -> np.ndarray:
+    """int[N] fold of each group in 0..k−1, stratified by zero_var (each class shuffled with the
+    seed and dealt round-robin, so every fold gets its share of both classes). k is capped at N."""
+    zv = np.asarray(zero_var, dtype=bool)
+    if isinstance(n_folds, bool) or not isinstance(n_folds, (int, np.integer)) or n_folds < 2:
+        raise SrolloutError(f"the number of folds must be an integer >= 2, got {n_folds!r}")
+    N = zv.size
+    if N < 2:
+        raise SrolloutError(f"cross-fitting needs at least 2 groups, got {N}")
+    k = min(int(n_folds), N)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    folds = np.empty(N, dtype=np.int64)
+    offset = 0
+    for cls in (True, False):
+        idx = np.flatnonzero(zv == cls)
+        idx = idx[rng.permutation(idx.size)]
+        folds[idx] = (offset + np.arange(idx.size)) % k
+        offset += idx.size  # the next class continues the deal: fold sizes stay within one
+    return folds
+
+
+def fold_records(folds: ArrayLike) -> tuple[FoldRecord, ...]:
+    """One FoldRecord per fold value of ``folds`` [N]."""
+    f = np.asarray(folds)
+    return tuple(FoldRecord(int(v), np.flatnonzero(f != v), np.flatnonzero(f == v)) for v in np.unique(f))
+
+
+class ThresholdChoice(NamedTuple):
+    """A threshold on P(zero-variance) and what it does on the scores it was chosen on.
+
+    threshold None: no threshold clears the floor (the gate never cuts)."""
+
+    threshold: float | None
+    n_cut: int
+    tp: int
+    precision: float
+
+
+def choose_threshold(
+    scores: ArrayLike, zero_var: ArrayLike, precision_floor: float, gain: ArrayLike | None = None
+) -> ThresholdChoice:
+    """The threshold t (cut iff score ≥ t) with the largest Σ gain over cut zero-variance groups
+    among those whose precision TP/cut ≥ floor; ties: higher precision, then higher t.
+
+    scores, zero_var, gain: [N] (gain default 1: maximise TP; the sweep passes T_max − K). nan
+    scores never cut. Candidates are the distinct finite scores.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    zv = np.asarray(zero_var, dtype=bool)
+    g = np.ones(s.size) if gain is None else np.asarray(gain, dtype=np.float64)
+    ok = np.isfinite(s)
+    s, zv, g = s[ok], zv[ok], g[ok]
+    if s.size == 0:
+        return ThresholdChoice(None, 0, 0, math.nan)
+    order = np.argsort(-s, kind="stable")
+    s_sorted, zv_sorted, g_sorted = s[order], zv[order], g[order]
+    tp = np.cumsum(zv_sorted)
+    cut = np.arange(1, s.size + 1)
+    value = np.cumsum(np.where(zv_sorted, g_sorted, 0.0))
+    # a threshold keeps all of a tied block: only the last index of each block is a candidate
+    last = np.r_[s_sorted[1:] != s_sorted[:-1], True]
+    precision = tp / cut
+    valid = last & (precision >= precision_floor - _FLOOR_TOL) & (tp > 0)
+    if not valid.any():
+        return ThresholdChoice(None, 0, 0, math.nan)
+    idx = np.flatnonzero(valid)
+    # lexicographic: value, precision, threshold (all larger is better)
+    best = idx[np.lexsort((s_sorted[idx], precision[idx], np.round(value[idx], 12)))[-1]]
+    return ThresholdChoice(float(s_sorted[best]), int(cut[best]), int(tp[best]), float(precision[best]))
+
+
+class RowTable(NamedTuple):
+    """Training rows for the pooled model: one row per (group, K).
+
+    X: [n, 8] raw features, y: [n] zero_var of the row's group, group: [n] index of the group in
+    0..N−1, K: [n] the row's step."""
+
+    X: np.ndarray
+    y: np.ndarray
+    group: np.ndarray
+    K: np.ndarray
+
+    def of_groups(self, groups: np.ndarray) -> RowTable:
+        keep = np.isin(self.group, groups)
+        return RowTable(self.X[keep], self.y[keep], self.group[keep], self.K[keep])
+
+
+def row_table(signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, Ks: Sequence[int]) -> RowTable:
+    """Pool the N groups' signals at each K of ``Ks``: signals_by_K[K] is [N, 7] (groups order)."""
+    zv = np.asarray(zero_var, dtype=bool)
+    parts = []
+    for K in Ks:
+        if K not in signals_by_K:
+            raise SrolloutError(f"no signals at K={K} (have K = {', '.join(map(str, sorted(signals_by_K)))})")
+        X = feature_matrix(signals_by_K[K], K)
+        if X.shape[0] != zv.size:
+            raise SrolloutError(f"signals at K={K} have {X.shape[0]} groups, expected {zv.size}")
+        parts.append(X)
+    N = zv.size
+    return RowTable(
+        np.concatenate(parts), np.tile(zv, len(Ks)).astype(np.float64),
+        np.tile(np.arange(N), len(Ks)), np.repeat(np.asarray(Ks, dtype=np.int64), N),
+    )
+
+
+class CrossFit(NamedTuple):
+    """Held-out P(zero-variance) of every training row and the folds that produced them."""
+
+    proba: np.ndarray
+    folds: tuple[FoldRecord, ...]
+
+
+def cross_fit_proba(rows: RowTable, group_fold: ArrayLike, l2: float = DEFAULT_L2) -> CrossFit:
+    """Score each row with a model fit on the rows of the *other* folds' groups only.
+
+    group_fold: int[N] fold per group (rows follow their group, so the K rows of one group are
+    never split between fitting and scoring)."""
+    gf = np.asarray(group_fold)
+    proba = np.full(rows.y.size, np.nan)
+    records = fold_records(gf)
+    for rec in records:
+        train = rows.of_groups(rec.train_groups)
+        model = LogisticModel.fit(train.X, train.y, l2)
+        test = np.isin(rows.group, rec.test_groups)
+        proba[test] = model.proba(rows.X[test])
+    return CrossFit(proba, records)
+
+
+# --- the gate ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LearnedGate:
+    """Cut at step K iff the logistic model's P(zero-variance | signals at K, K) ≥ threshold.
+
+    threshold None: never cut (no threshold cleared the precision floor). ``meta`` holds the
+    training metadata written to gate.json (groups, folds, floor, held-out precision ...)."""
+
+    model: LogisticModel
+    K: int = 10
+    threshold: float | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "K", _as_step(self.K))
+        if self.threshold is not None:
+            t = float(self.threshold)
+            if not 0.0 <= t <= 1.0:
+                raise SrolloutError(f"learned gate threshold must be in [0, 1], got {self.threshold}")
+            object.__setattr__(self, "threshold", t)
+
+    def proba(self, signals: GroupSignals) -> float:
+        """P(zero-variance) of one group from its signals at step K."""
+        return float(self.model.proba(np.r_[signals_row(signals), self.K])[0])
+
+    def decide(self, signals: GroupSignals) -> bool:
+        """True iff the group is cut, given its signals at step K."""
+        return self.threshold is not None and self.proba(signals) >= self.threshold
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """Decide from the raw group at step K (G action lists; see ``compute_signals``)."""
+        from srollout.core.signals import compute_signals
+
+        return self.decide(compute_signals(actions, self.K, observations))
+
+    def decide_matrix(self, signals: ArrayLike) -> np.ndarray:
+        """Vectorised decide: signals [N, 7] at step K -> bool[N]."""
+        s = np.asarray(signals, dtype=np.float64)
+        if self.threshold is None:
+            return np.zeros(s.shape[0], dtype=bool)
+        return self.model.proba(feature_matrix(s, self.K)) >= self.threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "learned",
+            "version": GATE_FILE_VERSION,
+            "K": self.K,
+            "threshold": self.threshold,
+            "model": self.model.to_dict(),
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> LearnedGate:
+        body = _check_header(d, "learned", source)
+        _check_keys(body, required=("K", "threshold", "model"), optional=("meta",), source=source)
+        model = LogisticModel.from_dict(body["model"], source)
+        t = body["threshold"]
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+            raise SrolloutError(f"{source}: threshold must be a number in [0, 1] or null, got {t!r}")
+        try:
+            return cls(model=model, K=body["K"], threshold=t, meta=dict(body.get("meta") or {}))
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+    def save(self, path: str | Path) -> Path:
+        return _write_json_atomic(self.to_dict(), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LearnedGate:
+        gate = load_gate(path)
+        if not isinstance(gate, cls):
+            raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a learned gate")
+        return gate
+
+
+register_gate_kind("learned", LearnedGate.from_dict)
+
+
+# --- fitting and held-out evaluation -----------------------------------------------------------
+
+
+class HeldoutCuts(NamedTuple):
+    """Decisions on every group made by a gate selected without it.
+
+    cut: bool[N]; cut_K: int[N] the step of the cut (0 where not cut); folds: the outer folds
+    (fit on train_groups, decisions on test_groups)."""
+
+    cut: np.ndarray
+    cut_K: np.ndarray
+    folds: tuple[FoldRecord, ...]
+
+
+# select(train group indices) -> decide(test group indices) -> (cut bool[n_test], cut_K int[n_test])
+Selector = Callable[[np.ndarray], Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]]
+
+
+def nested_heldout_cuts(select: Selector, group_fold: ArrayLike) -> HeldoutCuts:
+    """Outer cross-fitting of a whole gate-selection procedure: for each fold, ``select`` sees
+    only the other folds' groups, and its gate decides the fold's groups."""
+    gf = np.asarray(group_fold)
+    cut = np.zeros(gf.size, dtype=bool)
+    cut_K = np.zeros(gf.size, dtype=np.int64)
+    records = fold_records(gf)
+    for rec in records:
+        decide = select(rec.train_groups)
+        c, k = decide(rec.test_groups)
+        cut[rec.test_groups] = c
+        cut_K[rec.test_groups] = np.where(c, k, 0)
+    return HeldoutCuts(cut, cut_K, records)
+
+
+class LearnedFit(NamedTuple):
+    """A learned gate fit on a set of groups, with the cross-fitted scores its threshold used."""
+
+    gate: LearnedGate
+    oof_proba: np.ndarray  # [n_rows] held-out P(zero-variance) of the training rows
+    folds: tuple[FoldRecord, ...]
+
+
+def fit_learned_gate(
+    signals_by_K: Mapping[int, ArrayLike],
+    zero_var: ArrayLike,
+    gate_Ks: Sequence[int],
+    train_Ks: Sequence[int],
+    T_max: int,
+    precision_floor: float,
+    n_folds: int = DEFAULT_FOLDS,
+    l2: float = DEFAULT_L2,
+    seed: int = 0,
+    groups: np.ndarray | None = None,
+) -> LearnedFit:
+    """Fit the pooled model on ``groups`` (default all N) at ``train_Ks`` and choose (K, threshold).
+
+    K ∈ gate_Ks and the threshold maximise TP·(T_max − K) on k-fold cross-fitted scores with
+    precision ≥ floor (ties: the smaller K); the returned gate's model is refit on all ``groups``.
+    signals_by_K[K]: [N, 7]; zero_var: [N].
+    """
+    zv_all = np.asarray(zero_var, dtype=bool)
+    groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
+    Ks = tuple(sorted(set(train_Ks) | set(gate_Ks)))
+    rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv_all[groups], Ks)
+    zv = zv_all[groups]
+    folds = assign_folds(zv, n_folds, seed)
+    cf = cross_fit_proba(rows, folds, l2)
+    best: tuple[float, int, ThresholdChoice] | None = None
+    for K in sorted(gate_Ks):
+        at = rows.K == K
+        choice = choose_threshold(cf.proba[at], zv, precision_floor)
+        value = choice.tp * (T_max - K)
+        if best is None or value > best[0]:
+            best = (value, K, choice)
+    assert best is not None
+    _, K, choice = best
+    model = LogisticModel.fit(rows.X, rows.y, l2)
+    meta = {
+        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "train_K": list(Ks),
+        "n_folds": int(len(cf.folds)), "seed": int(seed), "precision_floor": float(precision_floor),
+        "T_max": int(T_max), "heldout_n_cut": choice.n_cut, "heldout_tp": choice.tp,
+        "heldout_precision": None if math.isnan(choice.precision) else choice.precision,
+    }
+    return LearnedFit(LearnedGate(model, K, choice.threshold, meta), cf.proba, cf.folds)
+
+
+def learned_selector(
+    signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, gate_Ks: Sequence[int],
+    train_Ks: Sequence[int], T_max: int, precision_floor: float, n_folds: int = DEFAULT_FOLDS,
+    l2: float = DEFAULT_L2, seed: int = 0,
+) -> Selector:
+    """The learned gate's selection procedure as a :data:`Selector` for :func:`nested_heldout_cuts`."""
+
+    def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        gate = fit_learned_gate(signals_by_K, zero_var, gate_Ks, train_Ks, T_max, precision_floor,
+                                n_folds, l2, seed, groups=train).gate
+
+        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            c = gate.decide_matrix(np.asarray(signals_by_K[gate.K])[test])
+            return c, np.full(test.size, gate.K)
+
+        return decide
+
+    return select

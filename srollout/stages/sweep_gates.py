@@ -1,0 +1,354 @@
+"""`srollout sweep --learned / --adaptive`: gates chosen on one set of groups and judged on another,
+reported beside R1 and R3 (issue 8; paper §4.4, App. "Calibration against random-cut and oracle
+gates", App. "The OR-rule extension").
+
+Story: read the signals of every group at the sweep's K and the check steps → for each gate
+family, run its whole selection procedure (threshold grid for R1/R3; logistic fit + threshold by
+inner cross-fitting for learned; + per-step thresholds for adaptive) on the groups of k − 1 folds
+and let the selected gate decide the held-out fold (or: select on INPUT, decide the groups of
+``--eval-buffer``) → score those held-out decisions (savings count each group's real cut step)
+with bootstrap CIs over groups → fit the final learned/adaptive gates on every INPUT group and
+write them as gate-learned.json / gate-adaptive.json.
+
+R1/R3 rows come twice: "in-sample" (the operating point the plain sweep reports, chosen and
+scored on the same groups — optimistic) and "cross-fitted" (chosen on the other folds), so
+the learned and adaptive gates are compared with R1/R3 under the same protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+
+from srollout.config import GateFitConfig, SweepConfig
+from srollout.errors import SrolloutError
+from srollout.stages.buffer import Buffer, load_buffer
+
+LEARNED_FILE = "gate-learned.json"
+ADAPTIVE_FILE = "gate-adaptive.json"
+GATES_TABLE = "gates.parquet"
+
+# shown in report.md and the console, with short console headers
+_SHOWN = ("gate", "selection", "K", "n_cut", "tp", "fp", "precision", "recall", "safe_savings", "raw_savings",
+          "measured_step_savings", "share_of_oracle")
+_SHORT = {"selection": "judged", "n_cut": "cut", "tp": "TP", "fp": "FP", "precision": "prec", "safe_savings": "safe",
+          "raw_savings": "raw", "measured_step_savings": "meas", "share_of_oracle": "of oracle"}
+_CI_FIELDS = ("safe_savings", "raw_savings", "measured_step_savings", "precision", "recall", "share_of_oracle")
+
+
+class GroupData(NamedTuple):
+    """Per-group arrays of one buffer at the K values used: signals_by_K[K] [N, 7], zero_var [N],
+    remaining_by_K[K] [N] real steps after K (None without step counts), total_steps [N] or None,
+    advantages (N arrays) or None."""
+
+    signals_by_K: Mapping[int, np.ndarray]
+    zero_var: np.ndarray
+    remaining_by_K: Mapping[int, np.ndarray] | None
+    total_steps: np.ndarray | None
+    advantages: list[np.ndarray] | None
+
+
+class GateComparison(NamedTuple):
+    table: pl.DataFrame
+    learned: Any | None
+    adaptive: Any | None
+    protocol: str
+
+
+def group_data(buffer: Buffer, Ks: tuple[int, ...]) -> GroupData:
+    """Arrays of ``buffer`` at every K of ``Ks`` (groups in group_id order at every K)."""
+    from srollout.core.learned_gate import SIGNAL_FIELDS
+
+    signals, remaining = {}, {}
+    zero_var = buffer.groups["zero_var"].to_numpy().astype(bool)
+    for K in Ks:
+        at = buffer.at_K(K)
+        signals[K] = at.select(list(SIGNAL_FIELDS)).to_numpy().astype(np.float64)
+        if buffer.has_step_counts:
+            remaining[K] = at["remaining_steps"].to_numpy().astype(np.float64)
+    total = buffer.groups["total_steps"].to_numpy().astype(np.float64) if buffer.has_step_counts else None
+    return GroupData(signals, zero_var, remaining if buffer.has_step_counts else None, total, buffer.advantages())
+
+
+# --- selection procedures (Selector: train groups -> decide(test groups) -> (cut, cut_K)) -------
+
+
+def _threshold_selector(data: GroupData, eval_data: GroupData, rule: str, config: SweepConfig) -> Callable:
+    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe savings
+    with precision ≥ floor), apply it to the test groups of ``eval_data``."""
+    from srollout.core.gate import GateRule
+    from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
+
+    D, TAU = 0, 6  # prefix_edit_distance_mean, termination_fraction in SIGNAL_FIELDS order
+
+    def select(train: np.ndarray) -> Callable:
+        rows, params = [], []
+        for K in config.K:
+            s = data.signals_by_K[K][train]
+            t_vals = config.t_high_grid if rule == "r3" else None
+            cuts = threshold_cuts(s[:, D], config.d_L_grid, s[:, TAU] if rule == "r3" else None, t_vals)
+            grid = evaluate_grid(cuts, data.zero_var[train], K, config.T_max)
+            for m in range(cuts.shape[0]):
+                if rule == "r3":
+                    d_L, t_high = config.d_L_grid[m // len(t_vals)], t_vals[m % len(t_vals)]
+                else:
+                    d_L, t_high = config.d_L_grid[m], None
+                rows.append({"precision": grid.precision[m], "safe_savings": grid.safe_savings[m], "d_L": d_L})
+                params.append((K, d_L, t_high))
+        i = choose_operating_point(rows, config.precision_floor)
+
+        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            if i is None:
+                return np.zeros(test.size, dtype=bool), np.zeros(test.size, dtype=np.int64)
+            K, d_L, t_high = params[i]
+            s = eval_data.signals_by_K[K][test]
+            cut = GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(s[:, D], s[:, TAU])
+            return cut, np.full(test.size, K)
+
+        return decide
+
+    return select
+
+
+# --- scoring held-out decisions --------------------------------------------------------------
+
+
+def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: np.ndarray, data: GroupData,
+              K_ref: int, config: SweepConfig) -> dict[str, Any]:
+    """One table row: the outcome of the decisions (cut, cut_K) on the groups of ``data``, the
+    oracle at K_ref and bootstrap CIs over groups."""
+    from srollout.core.adaptive_gate import evaluate_variable_cuts
+    from srollout.core.stats import bootstrap_ci
+    from srollout.stages.sweep import ratio_of_sums
+
+    T = config.T_max
+    zv = data.zero_var
+    N = zv.size
+    if data.remaining_by_K is not None:
+        rem = np.zeros(N)
+        for K in np.unique(cut_K[cut]):
+            sel = cut & (cut_K == K)
+            rem[sel] = data.remaining_by_K[int(K)][sel]
+        total = data.total_steps
+    else:
+        rem = total = None
+    out = evaluate_variable_cuts(cut, np.where(cut, cut_K, 1), zv, T, rem, total, data.advantages)
+    oracle_gain = (T - K_ref) / T
+    oracle_safe = float(zv.sum()) * oracle_gain / N
+    gain = np.where(cut, (T - cut_K) / T, 0.0)
+    tp = cut & zv
+    row: dict[str, Any] = {"gate": gate, "selection": selection, "K": K_label, **out._asdict(),
+                           "oracle_K": K_ref, "oracle_safe_savings": oracle_safe,
+                           "share_of_oracle": out.safe_savings / oracle_safe if oracle_safe > 0 else math.nan,
+                           "n_groups": N, "n_zero_var": int(zv.sum())}
+    kw = dict(n_resamples=config.n_boot, seed=config.seed)
+    samples = {
+        "safe_savings": (np.where(tp, gain, 0.0), None),
+        "raw_savings": (gain, None),
+        "precision": (np.column_stack([tp, cut]).astype(float), ratio_of_sums),
+        "recall": (np.column_stack([tp, zv]).astype(float), ratio_of_sums),
+        "share_of_oracle": (np.column_stack([np.where(tp, gain, 0.0), zv * oracle_gain]), ratio_of_sums),
+    }
+    if rem is not None:
+        samples["measured_step_savings"] = (np.column_stack([rem * cut, total]), ratio_of_sums)
+    for name in _CI_FIELDS:
+        low = high = math.nan
+        if name in samples and not (name == "precision" and not cut.any()):
+            x, stat = samples[name]
+            ci = bootstrap_ci(x, **kw) if stat is None else bootstrap_ci(x, statistic=stat, batched=True, **kw)
+            low, high = float(ci.low), float(ci.high)
+        row[f"{name}_ci_low"], row[f"{name}_ci_high"] = low, high
+    return row
+
+
+# --- the comparison ---------------------------------------------------------------------------
+
+
+def _needed_K(config: SweepConfig, gates: GateFitConfig) -> tuple[int, ...]:
+    return tuple(sorted(set(config.K) | set(gates.check_K)))
+
+
+def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame) -> GateComparison:
+    """The gate comparison table (held-out decisions only for learned/adaptive) and the final gates.
+
+    sweep: the plain sweep table of INPUT (its chosen rows give the in-sample R1/R3 reference)."""
+    from srollout.core.adaptive_gate import adaptive_selector, fit_adaptive_gate
+    from srollout.core.learned_gate import (
+        assign_folds,
+        fit_learned_gate,
+        learned_selector,
+        nested_heldout_cuts,
+    )
+
+    Ks = _needed_K(config, gates)
+    bad = [k for k in gates.check_K if k > config.T_max]
+    if bad:
+        raise SrolloutError(f"--check-K {bad[0]} is beyond --T-max {config.T_max}")
+    data = group_data(_load(config.input, Ks, config.T_max), Ks)
+    if gates.eval_buffer is not None:
+        eval_data = group_data(_load(gates.eval_buffer, Ks, config.T_max), Ks)
+        protocol = f"fit on {config.input}, judged on {gates.eval_buffer}"
+        selection = "eval buffer"
+    else:
+        eval_data = data
+        protocol = f"{gates.n_folds}-fold cross-fitting over groups (seed {config.seed})"
+        selection = "cross-fitted"
+    # nested cross-fitting needs each class in every inner training set: >= 3 groups of each
+    # (>= 2 when only the inner level runs, with --eval-buffer)
+    need = 2 if gates.eval_buffer is not None else 3
+    n_zv = int(data.zero_var.sum())
+    if min(n_zv, data.zero_var.size - n_zv) < need:
+        raise SrolloutError(
+            f"{config.input}: {n_zv} zero-variance and {data.zero_var.size - n_zv} other groups; the learned/adaptive "
+            f"gates need at least {need} of each to be fit and judged on different groups (collect more groups)"
+        )
+    K_ref = min(config.K)
+    folds = assign_folds(data.zero_var, gates.n_folds, config.seed)
+    all_groups = np.arange(data.zero_var.size)
+    eval_groups = np.arange(eval_data.zero_var.size)
+
+    def heldout(select: Callable) -> tuple[np.ndarray, np.ndarray]:
+        if gates.eval_buffer is not None:
+            return select(all_groups)(eval_groups)
+        h = nested_heldout_cuts(select, folds)
+        return h.cut, h.cut_K
+
+    rows = []
+    rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
+    for rule in rules:
+        # the plain sweep's choice for this rule, scored on the same groups it was chosen on
+        part = sweep.with_row_index("i").filter(pl.col("rule") == rule)
+        from srollout.core.sweep import choose_operating_point
+
+        j = choose_operating_point(part.to_dicts(), config.precision_floor)
+        in_sample_cut = np.zeros(data.zero_var.size, dtype=bool)
+        K_in = K_ref
+        if j is not None:
+            r = part.row(j, named=True)
+            K_in = r["K"]
+            s = data.signals_by_K[K_in]
+            from srollout.core.gate import GateRule
+
+            in_sample_cut = GateRule(rule=rule, K=K_in, d_L=r["d_L"], t_high=r["t_high"]).decide_arrays(s[:, 0], s[:, 6])
+        rows.append(score_row(rule, "in-sample", K_in, in_sample_cut, np.full(in_sample_cut.size, K_in), data, K_ref, config))
+        cut, cut_K = heldout(_threshold_selector(data, eval_data, rule, config))
+        rows.append(score_row(rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config))
+
+    learned = adaptive = None
+    common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed)
+    if gates.learned:
+        sel = learned_selector(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max, config.precision_floor, **common)
+        sel = _on_eval(sel, data, eval_data, gates, lambda g, test: (g.decide_matrix(eval_data.signals_by_K[g.K][test]), np.full(test.size, g.K)),
+                       lambda train: fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
+                                                      config.precision_floor, groups=train, **common).gate)
+        cut, cut_K = heldout(sel)
+        learned = fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max, config.precision_floor, **common).gate
+        rows.append(score_row("learned", selection, _label_K(cut, cut_K, learned.K), cut, cut_K, eval_data, K_ref, config))
+    if gates.adaptive:
+        sel = adaptive_selector(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor, config.T_max, **common)
+        sel = _on_eval(sel, data, eval_data, gates,
+                       lambda g, test: g.decide_matrix({K: eval_data.signals_by_K[K][test] for K in g.check_K}),
+                       lambda train: fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor,
+                                                       config.T_max, groups=train, **common).gate)
+        cut, cut_K = heldout(sel)
+        adaptive = fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor, config.T_max, **common).gate
+        rows.append(score_row("adaptive", selection, min(gates.check_K), cut, cut_K, eval_data, K_ref, config))
+    oracle = eval_data.zero_var.copy()
+    rows.append(score_row("oracle", "labels", K_ref, oracle, np.full(oracle.size, K_ref), eval_data, K_ref, config))
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    return GateComparison(table, learned, adaptive, protocol)
+
+
+def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:
+    """The K shown for a fixed-K family: the most common cut step (folds may choose differently)."""
+    if not cut.any():
+        return default
+    values, counts = np.unique(cut_K[cut], return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _on_eval(sel: Callable, data: GroupData, eval_data: GroupData, gates: GateFitConfig,
+             decide_eval: Callable, fit: Callable) -> Callable:
+    """With --eval-buffer, the selected gate decides the *eval* buffer's groups."""
+    if gates.eval_buffer is None:
+        return sel
+
+    def select(train: np.ndarray) -> Callable:
+        gate = fit(train)
+        return lambda test: decide_eval(gate, test)
+
+    return select
+
+
+def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:
+    try:
+        buffer = load_buffer(path, Ks, default_K=Ks)
+    except SrolloutError as err:
+        # the buffer names the K it lacks as "--K"; here it may come from --check-K
+        raise SrolloutError(str(err).replace("--K ", "--K/--check-K ", 1)) from None
+    if buffer.has_step_counts:
+        longest = int(buffer.groups["n_steps"].list.max().max())
+        if longest > T_max:
+            raise SrolloutError(f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass --T-max {longest} or more")
+    return buffer
+
+
+def write_gates(run_dir: Path, comparison: GateComparison) -> list[Path]:
+    """gates.parquet and the learned/adaptive gate files."""
+    out = [run_dir / GATES_TABLE]
+    comparison.table.write_parquet(out[0])
+    if comparison.learned is not None:
+        out.append(comparison.learned.save(run_dir / LEARNED_FILE))
+    if comparison.adaptive is not None:
+        out.append(comparison.adaptive.save(run_dir / ADAPTIVE_FILE))
+    return out
+
+
+def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
+    from srollout.report.markdown import Section
+    from srollout.report.tables import to_markdown
+
+    t = comparison.table
+    ci = t.select(
+        "gate", "selection",
+        *[pl.format("[{}, {}]", pl.col(f"{f}_ci_low").round(3), pl.col(f"{f}_ci_high").round(3)).alias(f"{f} CI") for f in _CI_FIELDS],
+    )
+    parts = [
+        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions only: each group is decided "
+        "by a gate whose model and thresholds were selected without it. R1/R3 appear twice: `in-sample` (the plain sweep's "
+        "operating point, chosen and scored on the same groups: optimistic) and selected the same held-out way. "
+        f"share_of_oracle = safe savings / the oracle's (cut every zero-variance group at K={min(config.K)}); savings count each "
+        f"group's real cut step (T_max − K_cut); precision floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
+        to_markdown(t, columns=[c for c in _SHOWN if c in t.columns]),
+        f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} resamples, seed {config.seed}):\n",
+        to_markdown(ci),
+    ]
+    for name, gate in (("learned", comparison.learned), ("adaptive", comparison.adaptive)):
+        if gate is None:
+            continue
+        from srollout.core.learned_gate import FEATURE_NAMES
+
+        coef = pl.DataFrame({"feature": list(FEATURE_NAMES), "coef (standardised)": list(gate.model.coef),
+                             "mean": list(gate.model.mean), "std": list(gate.model.std)})
+        def fmt(t: float | None) -> str:
+            return "never" if t is None else f"P ≥ {t:.4f}"
+
+        where = f"K={gate.K}, cut iff {fmt(gate.threshold)}" if name == "learned" else \
+            "; ".join(f"K={k}: {fmt(t_)}" for k, t_ in zip(gate.check_K, gate.thresholds, strict=True))
+        parts.append(f"\n**{name} gate** (`{LEARNED_FILE if name == 'learned' else ADAPTIVE_FILE}`, fit on every input group; "
+                     f"{where}; intercept {gate.model.intercept:.3f}; positive coefficients push towards cutting):\n")
+        parts.append(to_markdown(coef))
+    return Section("Learned and adaptive gates", "\n".join(parts))
+
+
+def print_table(console: Any, comparison: GateComparison) -> None:
+    from srollout.report.tables import to_rich
+
+    t = comparison.table
+    console.print(to_rich(t, title=f"Gates judged on held-out groups ({comparison.protocol})",
+                          columns=[c for c in _SHOWN if c in t.columns], headers=_SHORT))
