@@ -106,7 +106,9 @@ def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int
             if arm == "gated" and d_L is None:
                 d_L = round(_median_d(runs["baseline"][0], K), 6)
             gate = {"K": K, "d_L": d_L} if arm == "gated" else {}
-            result, _ = _collect(tmp / f"{arm}-{rep}", policy=policy, groups=groups, T_max=T_max, **gate)
+            # the gate's K must be among the recorded signal K values for the median rule
+            signal_K = tuple(sorted({K, 5, 10, 15, 20}))
+            result, _ = _collect(tmp / f"{arm}-{rep}", policy=policy, groups=groups, T_max=T_max, signal_K=signal_K, **gate)
             runs[arm].append(result)
     lines = []
     base_wall = sum(r.summary.wall_s for r in runs["baseline"])
