@@ -41,7 +41,9 @@ def assemble() -> Path:
     for name in BENCHMARKS:
         section = BENCH_DIR / f"{name}.md"
         if section.exists():
-            parts.append(section.read_text().strip() + "\n")
+            # each section's headings move one level down under this page's title
+            lines = section.read_text().strip().splitlines()
+            parts.append("\n".join("#" + ln if ln.startswith("#") else ln for ln in lines) + "\n")
     out = ROOT / "docs" / "benchmarks.md"
     out.write_text("\n".join(parts))
     return out
