@@ -9,7 +9,6 @@ The documentation of each column is in docs/artifacts.md.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from srollout.atomic import atomic_write_json, atomic_write_text
 from srollout.errors import SchemaError, SrolloutError
 
 SIGNAL_NAMES: tuple[str, ...] = (
@@ -245,31 +245,10 @@ def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) 
 
 
 def write_json(obj: Any, path: str | Path) -> Path:
-    """Write JSON atomically (manifest.json, gate.json)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write JSON atomically (manifest.json, summaries); non-JSON values become strings."""
+    return atomic_write_json(obj, path, default=str)
 
 
 def write_text(text: str, path: str | Path) -> Path:
     """Write a text file (report.md) atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(text, path)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from srollout.atomic import atomic_write_json
 from srollout.core.signals import (
     GroupSignals,
     compute_signals,
@@ -327,21 +326,8 @@ def _check_keys(
 
 
 def _write_json_atomic(obj: Mapping[str, Any], path: Path) -> Path:
-    """Temp file in the same directory + rename, so a crash never leaves half a gate.json.
-
-    (``srollout.schemas.write_json`` does the same but imports polars, which the core avoids.)
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """gate.json written atomically, so a crash never leaves half a gate."""
+    return atomic_write_json(obj, path)
 
 
 @lru_cache(maxsize=64)

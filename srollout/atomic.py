@@ -1,0 +1,43 @@
+"""Atomic file writes (temp file in the same directory, then ``os.replace``).
+
+A crash never leaves half a file. No third-party imports, so ``srollout.core`` can use it
+without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
+    """Create ``path``'s directory, let ``write(fh)`` fill a temp file, rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None) -> Path:
+    """``obj`` as indented, key-sorted JSON with a final newline."""
+
+    def write(fh: IO[str]) -> None:
+        json.dump(obj, fh, indent=2, sort_keys=True, default=default)
+        fh.write("\n")
+
+    return atomic_write(path, write)
+
+
+def atomic_write_text(text: str, path: str | Path) -> Path:
+    return atomic_write(path, lambda fh: fh.write(text))
