@@ -23,27 +23,10 @@ from typing import NamedTuple
 import polars as pl
 
 from srollout.rollout.engine import GroupRecord
-from srollout.schemas import SIGNAL_NAMES
+from srollout.schemas import SIGNAL_NAMES, STEPS
 
-STEP_SCHEMA: dict[str, pl.DataType] = {
-    "group_id": pl.Utf8,
-    "traj_idx": pl.Int64,
-    "task_id": pl.Utf8,
-    "task_type": pl.Utf8,
-    "step": pl.Int64,
-    "thought": pl.Utf8,
-    "action": pl.Utf8,
-    "response": pl.Utf8,
-    "observation": pl.Utf8,
-    "valid": pl.Boolean,
-    "reward": pl.Float64,
-    "done": pl.Boolean,
-    "n_prompt_tokens": pl.Int64,
-    "n_gen_tokens": pl.Int64,
-    "gen_s": pl.Float64,
-    "env_s": pl.Float64,
-    "arm": pl.Utf8,
-}
+# the contract's steps columns, in its order, plus the arm
+STEP_SCHEMA: dict[str, pl.DataType] = {**STEPS.columns, "arm": pl.Utf8}
 
 TRAJ_SCHEMA: dict[str, pl.DataType] = {
     "group_id": pl.Utf8,
