@@ -8,6 +8,7 @@ package versions, git revision, timings and ``status`` (``partial`` until the st
 from __future__ import annotations
 
 import dataclasses
+import json
 import platform
 import shutil
 import subprocess
@@ -110,3 +111,25 @@ class Manifest:
         self.data["outputs"] = sorted({Path(p).name for p in outputs})
         self.data["status"] = "complete"
         self.update(**fields)
+
+
+def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what: str) -> None:
+    """Refuse to resume ``run_dir`` unless it is a ``stage`` run made with the same settings.
+
+    resume_key: the config fields that must match (a stage's ``config.resume_key()``);
+    what: the part of the run a mismatch would corrupt, for the message ("groups", "checkpoints").
+    """
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        raise SrolloutError(f"--resume: {run_dir} has no manifest.json; it is not a {stage} run")
+    old = json.loads(path.read_text())
+    if old.get("stage") != stage:
+        raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a {stage} run")
+    for name, value in resume_key.items():
+        before = old.get("config", {}).get(name)
+        now = json.loads(json.dumps(value, default=str))
+        if now != before:
+            raise SrolloutError(
+                f"--resume: {run_dir} was made with {name}={before!r}, not {now!r}; use the same "
+                f"options (its {what} would not match)"
+            )

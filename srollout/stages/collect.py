@@ -35,7 +35,7 @@ from srollout.rollout.engine import (
 )
 from srollout.rollout.parts import finished_groups, merge_parts, write_part
 from srollout.rollout.records import group_tables
-from srollout.rundir import Manifest, prepare_run_dir
+from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import LABELS
 
 
@@ -291,22 +291,9 @@ def _gate_dict(gate: Any, K: int | None) -> dict[str, Any] | None:
     return {**as_dict, "K": K}
 
 
-def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 def _check_resumable(run_dir: Path, config: CollectConfig) -> None:
-    """Refuse to resume a run made with a different config (its groups would not match)."""
-    path = run_dir / "manifest.json"
-    if not path.exists():
-        raise SrolloutError(f"--resume: {run_dir} has no manifest.json; it is not a collect run")
-    old = json.loads(path.read_text())
-    if old.get("stage") != "collect":
-        raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a collect run")
-    for name, value in config.resume_key().items():
-        before = old.get("config", {}).get(name)
-        if _canonical(value) != before:
-            raise SrolloutError(f"--resume: {run_dir} was made with {name}={before!r}, not {_canonical(value)!r}; use the same options")
+    """Refuse to resume a run made with different settings (its groups would not match)."""
+    check_resumable(run_dir, "collect", config.resume_key(), "groups")
 
 
 def _empty_summary() -> RolloutSummary:

@@ -15,7 +15,6 @@ The story (:func:`run_train_onpolicy`):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -24,7 +23,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
-from srollout.rundir import Manifest, prepare_run_dir
+from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 
 
 class OnpolicyResult(NamedTuple):
@@ -222,22 +221,9 @@ def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregat
     return write(run_dir, "srollout train-onpolicy", sections, preamble=pre)
 
 
-def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
 def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:
     """Refuse to resume a run made with different settings (its checkpoints would not match)."""
-    path = run_dir / "manifest.json"
-    if not path.exists():
-        raise SrolloutError(f"--resume: {run_dir} has no manifest.json; it is not a train-onpolicy run")
-    old = json.loads(path.read_text())
-    if old.get("stage") != "train-onpolicy":
-        raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a train-onpolicy run")
-    for name, value in config.resume_key().items():
-        before = old.get("config", {}).get(name)
-        if _canonical(value) != before:
-            raise SrolloutError(f"--resume: {run_dir} was made with {name}={before!r}, not {_canonical(value)!r}; use the same options")
+    check_resumable(run_dir, "train-onpolicy", config.resume_key(), "checkpoints")
 
 
 class _Bar:
