@@ -7,18 +7,28 @@ side so the speed-up ratio is comparable across machines.
 
     python benchmarks/bench_core.py            # writes docs/bench/core.md
     python benchmarks/bench_core.py --quick    # fewer repeats
+    python benchmarks/bench_core.py --baseline HEAD   # also time signals.py of a git revision
+
+With --baseline, the signals module of that revision (``git show REV:srollout/core/signals.py``)
+is loaded as a second module and timed in the same process, interleaved repeat by repeat with
+the working tree's, so load from other processes hits both alike: the table gives both
+absolute times (min over repeats) and their ratio (median over repeats of new/old).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import itertools
 import math
 import os
 import platform
 import random
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -119,6 +129,57 @@ def best_time(fn: Callable[[], object], number: int, repeat: int) -> float:
             fn()
         best = min(best, (time.thread_time() - t0) / number)
     return best
+
+
+def load_baseline(rev: str):
+    """srollout/core/signals.py as of git revision ``rev``, imported as a separate module."""
+    src = subprocess.run(
+        ["git", "show", f"{rev}:srollout/core/signals.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "baseline_signals.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("baseline_signals", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
+    spec.loader.exec_module(module)
+    return module
+
+
+def interleaved(new: Callable[[], object], old: Callable[[], object], number: int, repeat: int):
+    """(min new s, min old s, median new/old) per call, the two timed alternately per repeat."""
+    t_new, t_old, ratios = math.inf, math.inf, []
+    for _ in range(repeat):
+        a = best_time(new, number, 1)
+        b = best_time(old, number, 1)
+        t_new, t_old = min(t_new, a), min(t_old, b)
+        ratios.append(a / b)
+    return t_new, t_old, statistics.median(ratios)
+
+
+def bench_baseline(baseline, repeat: int) -> list[tuple]:
+    """compute_signals of the working tree vs the baseline module on the same groups."""
+    rng = random.Random(0)
+    rows = []
+    for G in (8, 16, 64):
+        for kind in ("distinct", "typical", "converged"):
+            groups = [make_group(G, kind, rng) for _ in range(20)]
+            n = max(1, 200 // G)
+
+            def new(groups=groups):
+                for a, o in groups:
+                    compute_signals(a, K, o)
+
+            def old(groups=groups):
+                for a, o in groups:
+                    baseline.compute_signals(a, K, o)
+
+            t_new, t_old, ratio = interleaved(new, old, n, repeat)
+            rows.append((G, kind, t_old / len(groups) * 1e6, t_new / len(groups) * 1e6, ratio))
+    return rows
 
 
 def bench_signals(repeat: int) -> list[tuple]:
@@ -222,12 +283,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "core.md")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also time signals.py of this git revision, interleaved"
+    )
+    parser.add_argument("--repeat", type=int, default=None, help="repeats (default 7, quick 3)")
     args = parser.parse_args()
-    repeat = 3 if args.quick else 7
+    repeat = args.repeat or (3 if args.quick else 7)
 
     # A machine-speed reference, to compare this table with one from another machine.
     loop_us = best_time(lambda: sum(range(100)), 20000, 5) * 1e6
     load_before = os.getloadavg()
+    base = bench_baseline(load_baseline(args.baseline), 5 * repeat) if args.baseline else []
     sig = bench_signals(repeat)
     ana = bench_analysis(max(2, repeat // 2))
     load_after = os.getloadavg()
@@ -241,7 +307,9 @@ def main() -> None:
         f"- machine speed reference: `sum(range(100))` takes {loop_us:.2f} µs here",
         f"- load average (1 min) before/after: {load_before[0]:.2f} / {load_after[0]:.2f} "
         "(a shared machine: timings are thread CPU time, best of several repeats)",
-        f"- command: `python benchmarks/bench_core.py{' --quick' if args.quick else ''}`",
+        f"- command: `python benchmarks/bench_core.py{' --quick' if args.quick else ''}"
+        f"{' --baseline ' + args.baseline if args.baseline else ''}"
+        f"{f' --repeat {args.repeat}' if args.repeat else ''}`",
         "",
         f"## Gate cost per group (K = {K}, best of {repeat})",
         "",
@@ -256,6 +324,22 @@ def main() -> None:
         lines.append(
             f"| {G} | {kind} | {fast:.1f} | {r1:.1f} | {ref:.1f} | {ratio:.1f}x | {tgt} | {ok} |"
         )
+    if base:
+        lines += [
+            "",
+            f"## compute_signals: working tree vs `{args.baseline}` (same process, interleaved, "
+            f"{5 * repeat} repeats)",
+            "",
+            "Both timed alternately on the same 20 groups per row, so outside load hits both "
+            "alike; µs = min over repeats, ratio = median over repeats of new/old.",
+            "",
+            f"| G | group shape | {args.baseline} (µs) | working tree (µs) | ratio new/old |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {G} | {kind} | {old:.1f} | {new:.1f} | {ratio:.2f} |"
+            for G, kind, old, new, ratio in base
+        ]
     lines += [
         "",
         "Group shapes: distinct = G random prefixes (worst case); typical = shared 3-step opening, "

@@ -35,8 +35,9 @@ pair of actions; accepted).
 Speed: the gate runs these at step K of every group, so :func:`compute_signals` first collapses
 identical prefixes (converged groups, the ones the gate cuts, have few distinct prefixes) and
 computes pairwise quantities over distinct prefixes weighted by their counts; from a few
-distinct prefixes on, all edit distances come from one ``cdist`` call, and for many, bigram
-Jaccard from a numpy incidence product. ``benchmarks/bench_core.py`` measures it against the
+distinct prefixes on, all edit distances come from one ``cdist`` call; bigram Jaccard uses
+Python-int bitsets (AND + popcount per pair) up to a dozen distinct prefixes and a numpy
+incidence product beyond. ``benchmarks/bench_core.py`` measures it against the
 targets (≤ 50 µs per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
 """
 
@@ -46,9 +47,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, count, repeat
-from operator import add, mul, sub, truediv
+from operator import mul
 
-import Levenshtein
 import numpy as np
 from rapidfuzz.distance import Levenshtein as _rf_levenshtein
 from rapidfuzz.process import cdist
@@ -68,9 +68,10 @@ END = "<END>"
 
 # From this many distinct prefixes on, edit distances go to one rapidfuzz.process.cdist call
 # (the C++ engine behind the Levenshtein package) and bigram Jaccard to a numpy incidence
-# product; below, per-pair calls are cheaper than their setup (benchmarks/bench_core.py).
+# product; below, per-pair work is cheaper than their setup (measured crossovers:
+# cdist from U = 4, numpy Jaccard from U ~ 12; benchmarks/bench_core.py, docs/bench/core.md).
 _CDIST_FROM = 4
-_NUMPY_JACCARD_FROM = 7
+_NUMPY_JACCARD_FROM = 12
 _END_PAD_LEN = 64
 
 
@@ -152,7 +153,9 @@ def _edit_distance_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int
             return float(dist.sum()) / 2.0
         c = np.asarray(counts, dtype=np.float64)
         return float(c @ dist @ c) / 2.0
-    lev = Levenshtein.distance
+    # rapidfuzz's distance directly: Levenshtein.distance is a Python wrapper around this very
+    # function (same algorithm, same result) that costs about as much again per call.
+    lev = _rf_levenshtein.distance
     total = 0
     for i in range(U - 1):
         total += counts[i] * sum(
@@ -172,17 +175,37 @@ def _bigram_jaccard_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[in
         return 0.0
     if U >= _NUMPY_JACCARD_FROM:
         return _bigram_jaccard_sum_numpy(prefixes, counts)
-    sets = [set(zip(p, p[1:], strict=False)) for p in prefixes]
-    sizes = [len(b) for b in sets]
-    # Sum of the Jaccard *similarities* |B_i ∩ B_j| / |B_i ∪ B_j| over pairs (operator maps keep
-    # the pair loop in C); pairs sharing no bigram add nothing.
+    # Each prefix's bigram set as a bitset (bit k = the group's k-th distinct bigram), so an
+    # intersection is one AND and a popcount. Plain loops: at G=8 they beat map chains, Python
+    # sets and numpy (per-call overhead dominates for 28 pairs of ~9 bigrams; docs/bench/core.md).
+    bit: dict[tuple[str, str], int] = {}
+    masks = []
+    for p in prefixes:
+        mask = 0
+        for bigram in zip(p, p[1:], strict=False):
+            b = bit.get(bigram)
+            if b is None:
+                b = bit[bigram] = 1 << len(bit)
+            mask |= b
+        masks.append(mask)
+    sizes = [m.bit_count() for m in masks]
+    # Sum over pairs of the Jaccard *similarity* |B_i ∩ B_j| / |B_i ∪ B_j|; pairs sharing no
+    # bigram add nothing.
     similarity = 0.0
-    for i in range(U - 1):
-        inters = list(map(len, map(sets[i].intersection, sets[i + 1 :])))
-        if any(inters):
-            unions = map(sub, map(add, repeat(sizes[i]), sizes[i + 1 :]), inters)
-            sims = map(truediv, inters, unions)
-            similarity += counts[i] * sum(map(mul, counts[i + 1 :], sims))
+    if len(counts) == sum(counts):  # every prefix distinct: unit weights
+        for i in range(U - 1):
+            m_i, n_i = masks[i], sizes[i]
+            for j in range(i + 1, U):
+                inter = (m_i & masks[j]).bit_count()
+                if inter:
+                    similarity += inter / (n_i + sizes[j] - inter)
+    else:
+        for i in range(U - 1):
+            m_i, n_i, c_i = masks[i], sizes[i], counts[i]
+            for j in range(i + 1, U):
+                inter = (m_i & masks[j]).bit_count()
+                if inter:
+                    similarity += c_i * counts[j] * inter / (n_i + sizes[j] - inter)
     n = sum(counts)
     n_pairs = (n * n - sum(map(mul, counts, counts))) // 2
     return n_pairs - similarity
@@ -294,6 +317,10 @@ def compute_signals(
         n_pairs = G * (G - 1) / 2
         d_k = _edit_distance_sum(padded, c) / (K * n_pairs)
         jaccard = _bigram_jaccard_sum(padded, c) / n_pairs
+        if min(lens) < K:
+            # Count distinct *padded* prefixes: an action spelled like END makes two unpadded
+            # prefixes equal once padded ([] and ["<END>"] at K=1).
+            U = len(set(padded))
 
     a_k = [a[K - 1] if n >= K else END for a, n in zip(actions, lens, strict=False)]
     unique_action, entropy = _unique_ratio_and_entropy(a_k, G)
