@@ -21,6 +21,7 @@ for any gate kind (a fixed-K gate checks only at its K), so one loop serves ever
 ``gate.K`` is the first check step and ``gate.decide(signals)`` = ``decide_at(gate.K, signals)``,
 so a loop that only knows the fixed-K protocol still runs this gate, conservatively (it then
 cuts only at K_1).
+srollout's engine (:mod:`srollout.rollout.engine`) follows the full contract.
 """
 
 from __future__ import annotations

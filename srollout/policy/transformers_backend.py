@@ -12,6 +12,12 @@ with an explicit attention mask (0 on pads) and explicit position_ids (0..P_i+N_
 per generated token), so every row computes what it would compute alone. Pads are never queried
 before a real token of the same row, so no softmax row is fully masked.
 
+Ragged decoding: a row whose response ends (end-of-turn token, or max_new_tokens) leaves the
+decode batch at once: its compact cache is stored and the last live row is moved into its
+slot, so the next decode steps run on the live rows only (a prefix view of the buffers). A call
+therefore costs one row-forward per generated token (``decode_rows`` counts them), not rows x
+the longest response; the gate's token saving becomes a wall-clock saving.
+
 Sampling uses one ``torch.Generator`` per trajectory, seeded from ``ActRequest.seed`` at step 1,
 so a trajectory's tokens do not depend on which rows share the batch (up to float round-off of
 different padded shapes; ``benchmarks/bench_policy.py`` measures how often that flips a token).
@@ -77,6 +83,11 @@ class TransformersPolicy:
     kv_reuse: keep each trajectory's KV cache across turns (True) or re-encode the whole
         conversation every turn (False; for benchmarks and as a reference).
     max_batch_rows: rows per forward; larger ``act`` calls run in chunks of this size.
+    bucket_ratio: rows are batched by context length: a row whose context (cached + new
+        tokens) is shorter than ``bucket_ratio`` x the longest row of its batch goes to the next
+        batch, so left padding wastes at most 1/bucket_ratio of a batch's attention and KV
+        buffer (0, the default = one batch per max_batch_rows rows, in request order; on this
+        project's CPU benchmarks 0.6 was not measurably faster, see docs/bench/engine_saving.md).
     """
 
     def __init__(
@@ -90,6 +101,7 @@ class TransformersPolicy:
         device: str = "cpu",
         kv_reuse: bool = True,
         max_batch_rows: int = 64,
+        bucket_ratio: float = 0.0,
         dtype: str = "float32",
         model: Any = None,
         tokenizer: Any = None,
@@ -109,6 +121,9 @@ class TransformersPolicy:
         self.device = torch.device(device)
         self.kv_reuse = kv_reuse
         self.max_batch_rows = max(1, int(max_batch_rows))
+        if not 0.0 <= bucket_ratio <= 1.0:
+            raise SrolloutError(f"bucket_ratio must be in [0, 1], got {bucket_ratio}")
+        self.bucket_ratio = float(bucket_ratio)
         if model is None or tokenizer is None:
             model, tokenizer = load_model(model_path, adapter_path, device=device, dtype=dtype)
         self.model = model
@@ -124,16 +139,47 @@ class TransformersPolicy:
         self._states: dict[TrajKey, _TrajState] = {}
         self._prefixes: dict[str, tuple[list[int], list[tuple[Any, Any]]]] = {}
         self._prefix_version = -1
+        # row-forwards run so far (a row counts once per forward it is in, prefill included):
+        # equal to the tokens generated, since a row leaves the batch when its response ends
+        self.decode_rows = 0
 
     # --- Policy protocol -------------------------------------------------------------------
     def act(self, requests: list[ActRequest]) -> list[ActResponse]:
-        """One response per request, same order; all rows generated together in chunks."""
+        """One response per request, same order; rows generated together in length buckets."""
         feeds = [self._prepare(r) for r in requests]
-        out: list[ActResponse] = []
-        for start in range(0, len(requests), self.max_batch_rows):
-            keys = [r.key for r in requests[start : start + self.max_batch_rows]]
-            out += self._generate(keys, feeds[start : start + self.max_batch_rows])
-        return out
+        out: list[ActResponse | None] = [None] * len(requests)
+        for rows in self._buckets(requests, feeds):
+            responses = self._generate([requests[i].key for i in rows], [feeds[i] for i in rows])
+            for i, resp in zip(rows, responses, strict=True):
+                out[i] = resp
+        return out  # type: ignore[return-value]
+
+    def _buckets(self, requests: list[ActRequest], feeds: list[list[int]]) -> list[list[int]]:
+        """Request indices grouped into batches of similar context length (longest first).
+
+        In a pool that mixes groups at step 1 with groups at step 25, one padded batch would
+        make every row attend over (and copy) the longest row's context: the cost of a tick
+        would follow its oldest group, not its tokens. Each batch holds rows whose context is
+        >= bucket_ratio x its longest row's, at most max_batch_rows of them.
+        """
+        if self.bucket_ratio <= 0.0:
+            idx = list(range(len(requests)))
+            return [idx[i : i + self.max_batch_rows] for i in range(0, len(idx), self.max_batch_rows)]
+
+        def context(i: int) -> int:
+            state = self._states[requests[i].key]
+            cached = state.cache[0][0].shape[2] if (self.kv_reuse and state.cache is not None) else 0
+            return cached + len(feeds[i])
+
+        lengths = {i: context(i) for i in range(len(requests))}
+        buckets: list[list[int]] = []
+        for i in sorted(lengths, key=lambda j: (-lengths[j], j)):
+            head = buckets[-1][0] if buckets else None
+            if head is None or len(buckets[-1]) >= self.max_batch_rows or lengths[i] < self.bucket_ratio * lengths[head]:
+                buckets.append([i])
+            else:
+                buckets[-1].append(i)
+        return buckets
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory: free its cache and return its tokens (None if never started)."""
@@ -191,9 +237,12 @@ class TransformersPolicy:
         state.last_user = req.user
         state.step = req.step
         if len(state.token_ids) + self.max_new_tokens > self.max_context:
+            # checked before any forward: past the context the model would fail inside torch
+            # (or silently extrapolate its positions)
             raise SrolloutError(
-                f"trajectory {req.key} needs more than the model's context of {self.max_context} "
-                "tokens; lower T_max or max_new_tokens"
+                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its {len(state.token_ids)} "
+                f"tokens + max_new_tokens {self.max_new_tokens} exceed the model's context of {self.max_context} "
+                "tokens; lower --T-max (or max_new_tokens), or use a model with a longer context"
             )
         if not self.kv_reuse:
             return list(state.token_ids)
@@ -245,6 +294,14 @@ class TransformersPolicy:
         return ids, kv
 
     def _generate(self, keys: list[TrajKey], feeds: list[list[int]]) -> list[ActResponse]:
+        """Generate one response per row; a row leaves the decode batch as soon as it ends.
+
+        Rows live in *slots* 0..n_live-1 of the batch tensors and cache buffers. When a row
+        samples its end-of-turn token (or reaches max_new_tokens) its compact cache is stored
+        and the last live slot is moved into its place, so every later decode step runs on
+        live rows only (a prefix view of the buffers): a call costs in proportion to the
+        tokens its rows generate, not to rows x the longest response.
+        """
         import torch
 
         states = [self._states[k] for k in keys]
@@ -264,10 +321,10 @@ class TransformersPolicy:
             pos[i, len(f) :] = p + len(f) - 1  # pads: any position; they are masked out
         cache = self._buffer_cache(states, past_len, p_max, width)
         last = torch.tensor([len(f) - 1 for f in feeds])
-        rows = torch.arange(n_rows)
 
         generated: list[list[int]] = [[] for _ in range(n_rows)]
-        active = [True] * n_rows
+        slot_row = list(range(n_rows))  # slot -> row; slots [0, n_live) are the live rows
+        n_live = n_rows
         next_pos = torch.tensor([p + len(f) for p, f in zip(past_len, feeds, strict=False)])
         step_ids, step_pos = ids.to(dev), pos.to(dev)
         filled = p_max + n_max
@@ -276,44 +333,57 @@ class TransformersPolicy:
             for t in range(self.max_new_tokens):
                 out = self.model(
                     input_ids=step_ids,
-                    attention_mask=mask_dev[:, :filled],
+                    attention_mask=mask_dev[:n_live, :filled],
                     position_ids=step_pos,
                     past_key_values=cache,
                     use_cache=True,
                 )
-                logits = out.logits[rows, last if t == 0 else torch.zeros_like(last)].float().cpu()
-                new_tok = torch.full((n_rows, 1), self._pad_id, dtype=torch.long)
-                for i in range(n_rows):
-                    if not active[i]:
-                        continue
-                    tok = sample_next(logits[i], self.temperature, self.top_p, states[i].generator)
+                self.decode_rows += n_live
+                at = last[:n_live] if t == 0 else torch.zeros(n_live, dtype=torch.long)
+                logits = out.logits[torch.arange(n_live), at].float().cpu()
+                new_tok = torch.empty((n_live, 1), dtype=torch.long)
+                ended = []
+                for s in range(n_live):
+                    i = slot_row[s]
+                    tok = sample_next(logits[s], self.temperature, self.top_p, states[i].generator)
                     generated[i].append(tok)
-                    new_tok[i, 0] = tok
-                    if tok in self._eot_set:
-                        active[i] = False
-                if not any(active) or t == self.max_new_tokens - 1:
+                    new_tok[s, 0] = tok
+                    if tok in self._eot_set or t == self.max_new_tokens - 1:
+                        ended.append(s)
+                # Every generated token but a row's last has been fed, so an ended row's
+                # cache is complete: store it, then fill its slot with the last live row.
+                for s in reversed(ended):
+                    i = slot_row[s]
+                    if self.kv_reuse:
+                        self._store_row(states[i], cache, s, p_max, n_max, past_len[i], len(feeds[i]), len(generated[i]))
+                    n_live -= 1
+                    if s != n_live:
+                        self._move_slot(cache, n_live, s, filled)
+                        mask_dev[s] = mask_dev[n_live]
+                        new_tok[s], next_pos[s], last[s] = new_tok[n_live], next_pos[n_live], last[n_live]
+                        slot_row[s] = slot_row[n_live]
+                if n_live == 0:
                     break
-                # Finished rows keep being fed (cheap, discarded) so the batch stays rectangular.
-                mask_dev[:, filled] = 1
+                for layer in cache.layers:
+                    layer.keep_rows(n_live)
+                mask_dev[:n_live, filled] = 1
                 filled += 1
-                step_ids, step_pos = new_tok.to(dev), next_pos.unsqueeze(1).to(dev)
-                next_pos = next_pos + 1
+                step_ids, step_pos = new_tok[:n_live].to(dev), next_pos[:n_live].unsqueeze(1).to(dev)
+                next_pos = next_pos + 1  # not in place: on CPU step_pos is a view of next_pos
 
         responses = []
         for i, state in enumerate(states):
             gen = generated[i]
             state.token_ids += gen
             state.action_mask += [True] * len(gen)
-            ended = gen[-1] in self._eot_set
-            content = gen[:-1] if ended else gen
+            ended_eot = gen[-1] in self._eot_set
+            content = gen[:-1] if ended_eot else gen
             state.last_text = self.tokenizer.decode(content, skip_special_tokens=True)
-            state.last_end = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended else None
+            state.last_end = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended_eot else None
             state.pending = [gen[-1]] if self.kv_reuse else []
             responses.append(
                 ActResponse(text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen))
             )
-        if self.kv_reuse:
-            self._store_compact(states, cache, p_max, n_max, past_len, feeds, generated)
         return responses
 
     def _kv_shape(self) -> tuple[int, int, int]:
@@ -345,29 +415,28 @@ class TransformersPolicy:
         cache.layers = layers
         return cache
 
-    def _store_compact(
-        self,
-        states: list[_TrajState],
-        cache: Any,
-        p_max: int,
-        n_max: int,
-        past_len: list[int],
-        feeds: list[list[int]],
-        generated: list[list[int]],
+    def _store_row(
+        self, state: _TrajState, cache: Any, slot: int, p_max: int, n_max: int, past: int, n_fed: int, n_gen: int
     ) -> None:
-        """Keep for each row only its real positions: past, fed tokens, and the generated
-        tokens that were fed back (all but the last, which stays pending)."""
+        """Keep for the row in ``slot`` only its real positions: past (P), fed tokens (N), and
+        the generated tokens that were fed back (all but the last, which stays pending)."""
         import torch
 
-        for i, s in enumerate(states):
-            idx = list(range(p_max - past_len[i], p_max + len(feeds[i])))
-            start = p_max + n_max
-            idx += list(range(start, start + len(generated[i]) - 1))
-            index = torch.tensor(idx, device=self.device)
-            s.cache = [
-                (layer.buf_k[i : i + 1].index_select(2, index), layer.buf_v[i : i + 1].index_select(2, index))
-                for layer in cache.layers
-            ]
+        idx = list(range(p_max - past, p_max + n_fed))
+        start = p_max + n_max
+        idx += list(range(start, start + n_gen - 1))
+        index = torch.tensor(idx, device=self.device)
+        state.cache = [
+            (layer.buf_k[slot : slot + 1].index_select(2, index), layer.buf_v[slot : slot + 1].index_select(2, index))
+            for layer in cache.layers
+        ]
+
+    @staticmethod
+    def _move_slot(cache: Any, src: int, dst: int, filled: int) -> None:
+        """Copy slot ``src``'s filled columns [0, filled) of every layer's buffers into ``dst``."""
+        for layer in cache.layers:
+            layer.buf_k[dst, :, :filled] = layer.buf_k[src, :, :filled]
+            layer.buf_v[dst, :, :filled] = layer.buf_v[src, :, :filled]
 
 
 _BUFFER_LAYER: Any = None
@@ -381,24 +450,34 @@ def _buffer_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
     class BufferLayer(DynamicLayer):
-        """keys/values are views [B, h, n, d] of buffers [B, h, width, d]; update writes the
-        new states at column n (same column for every row, by the backend's layout)."""
+        """keys/values are views [R, h, n, d] of buffers [B, h, width, d] (R = rows still
+        decoding, slots 0..R-1); update writes the new states at column n (same column for
+        every row, by the backend's layout)."""
 
         def __init__(self, buf_k: Any, buf_v: Any, n: int) -> None:
             super().__init__()
-            self.buf_k, self.buf_v, self.n = buf_k, buf_v, n
-            self.keys, self.values = buf_k[:, :, :n], buf_v[:, :, :n]
+            self.buf_k, self.buf_v, self.n, self.rows = buf_k, buf_v, n, buf_k.shape[0]
             self.dtype, self.device = buf_k.dtype, buf_k.device
             self.is_initialized = True
+            self._views()
+
+        def _views(self) -> None:
+            self.keys = self.buf_k[: self.rows, :, : self.n]
+            self.values = self.buf_v[: self.rows, :, : self.n]
+
+        def keep_rows(self, rows: int) -> None:
+            """Decode only slots [0, rows) from now on (the caller moved live rows there)."""
+            self.rows = rows
+            self._views()
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             end = self.n + key_states.shape[2]
             if end > self.buf_k.shape[2]:
                 raise RuntimeError("KV buffer overflow (backend bug: width too small)")
-            self.buf_k[:, :, self.n : end] = key_states
-            self.buf_v[:, :, self.n : end] = value_states
+            self.buf_k[: self.rows, :, self.n : end] = key_states
+            self.buf_v[: self.rows, :, self.n : end] = value_states
             self.n = end
-            self.keys, self.values = self.buf_k[:, :, :end], self.buf_v[:, :, :end]
+            self._views()
             return self.keys, self.values
 
         def get_seq_length(self) -> int:

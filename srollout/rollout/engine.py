@@ -8,9 +8,11 @@ One *tick* of :func:`run_groups`:
 3. parse each response into (thought, action) and step that trajectory's environment;
 4. a trajectory whose episode is won (``done``) or that just took step T_max ends
    (``policy.finish``) and frees its slot;
-5. a group that has just taken step K (and still has live trajectories) is shown to the gate
-   rule; when it fires, every live trajectory of the group ends at once (``ended_by="gate"``),
-   so its post-K steps are never generated and its slots go to the next queued group;
+5. a group that has just taken one of the gate's check steps (K for a fixed-K rule; every
+   K_j of ``gate.check_K`` for an adaptive-K gate) and still has live trajectories is shown to
+   the gate; when it fires, every live trajectory of the group ends at once
+   (``ended_by="gate"``, ``cut_step`` = that step), so its later steps are never generated and
+   its slots (and their KV cache, freed by ``policy.finish``) go to the next queued group;
 6. a group with no live trajectory left is finished: its signals at every configured K, its
    rewards, label and rows are handed to ``on_group`` as a :class:`GroupRecord`.
 
@@ -66,7 +68,14 @@ class Prompter(Protocol):
 
 
 class GateLike(Protocol):
-    """Any gate of ``srollout.core.gate`` (GateRule, FixedGate, a loaded gate.json)."""
+    """Any gate of ``srollout.core`` (GateRule, FixedGate, LearnedGate, AdaptiveGate, a loaded
+    gate.json).
+
+    ``decide(signals)`` is all a fixed-K gate needs (evaluated at ``RolloutSettings.gate_K``).
+    A gate that checks at several steps also has ``check_K`` (ascending steps) and
+    ``decide_at(K, signals)``; the engine then evaluates it after each of those steps and cuts
+    at the first one where it fires (see ``RolloutSettings.gate_steps`` and :func:`gate_fires`).
+    """
 
     def decide(self, signals: Any) -> bool: ...
 
@@ -95,7 +104,9 @@ class RolloutSettings:
     G: trajectories per group; T_max: step limit per trajectory; seed: the run seed;
     concurrency: most trajectories in flight at once (>= G); signal_K: K values at which the
     seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
-    step gate_K (None = no gate); arm: the value of groups.arm ("collect", "baseline", "gated").
+    step gate_K (None = no gate; a gate with ``check_K`` is applied at each of its check steps
+    and gate_K, if given, must be its first); arm: the value of groups.arm ("collect",
+    "baseline", "gated").
     """
 
     G: int = 8
@@ -117,6 +128,13 @@ class RolloutSettings:
         if any(k < 1 for k in self.signal_K):
             raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
         if self.gate is not None:
+            checks = getattr(self.gate, "check_K", None)
+            if checks:
+                checks = tuple(int(k) for k in checks)
+                if self.gate_K is None:
+                    object.__setattr__(self, "gate_K", checks[0])
+                elif self.gate_K != checks[0]:
+                    raise SrolloutError(f"gate K={self.gate_K} is not the first check step of a gate checking at K = {list(checks)}")
             if self.gate_K is None:
                 raise SrolloutError("a gate needs its step K")
             if not 1 <= self.gate_K <= self.T_max:
@@ -126,6 +144,24 @@ class RolloutSettings:
     def recorded_K(self) -> tuple[int, ...]:
         """signal_K ∩ [1, T_max], sorted, without duplicates."""
         return tuple(sorted({k for k in self.signal_K if k <= self.T_max}))
+
+    @property
+    def gate_steps(self) -> tuple[int, ...]:
+        """The steps the gate is evaluated after: ``gate.check_K`` ∩ [1, T_max] for a multi-step
+        gate, (gate_K,) for a fixed-K one, () without a gate."""
+        if self.gate is None:
+            return ()
+        checks = getattr(self.gate, "check_K", None)
+        if not checks:
+            return (int(self.gate_K),)
+        return tuple(int(k) for k in checks if int(k) <= self.T_max)
+
+
+def gate_fires(gate: GateLike, K: int, signals: Any) -> bool:
+    """The gate's decision after step K: ``decide_at(K, signals)`` when the gate has it (gates
+    that check at several steps), else ``decide(signals)`` (a fixed-K gate, called at its K)."""
+    decide_at = getattr(gate, "decide_at", None)
+    return bool(decide_at(K, signals)) if decide_at is not None else bool(gate.decide(signals))
 
 
 # --- what the engine hands back ---------------------------------------------------------------
@@ -160,9 +196,12 @@ class GroupRecord:
 
     cut / cut_step: whether the gate stopped the group, at which step (None when not cut).
     signals: K -> GroupSignals for every recorded K (for a cut group only K <= cut_step).
-    gate_K / gate_signals: the step the gate was evaluated at and the signals it saw (None when
-    no gate ran: no gate, or every trajectory ended before step K).
+    gate_K / gate_signals: the last step the gate was evaluated at (the cut step of a cut
+    group) and the signals it saw there (None when no gate ran: no gate, or every trajectory
+    ended before the first check step).
     wall_s: admission to finish wall-clock of the group, seconds.
+    gate_checks: every step the gate was evaluated at, in order (one for a fixed-K gate; up to
+    len(check_K) for an adaptive-K gate).
     """
 
     spec: GroupSpec
@@ -177,6 +216,7 @@ class GroupRecord:
     wall_s: float = 0.0
     started_tick: int = 0
     finished_tick: int = 0
+    gate_checks: list[int] = field(default_factory=list)
 
     @property
     def group_id(self) -> str:
@@ -312,6 +352,7 @@ def run_groups(
         if on_group is not None:
             on_group(record)
 
+    gate_steps = frozenset(settings.gate_steps)
     tick = 0
     try:
         while queue or in_flight:
@@ -386,10 +427,11 @@ def run_groups(
                     else:
                         still.append(live)
                 g.live = still
-                if settings.gate is not None and g.step == settings.gate_K and g.live:
+                if g.step in gate_steps and g.live:
                     sig = compute_signals([t.actions for t in g.record.trajs], g.step, [t.observations for t in g.record.trajs])
                     g.record.gate_K, g.record.gate_signals = g.step, sig
-                    if settings.gate.decide(sig):
+                    g.record.gate_checks.append(g.step)
+                    if gate_fires(settings.gate, g.step, sig):
                         g.record.cut, g.record.cut_step = True, g.step
                         totals["cut"] += 1
                         for live in g.live:

@@ -88,6 +88,56 @@ def test_trajectory_does_not_depend_on_batch_mates(tiny_model):
     assert alone[KEYS[2]] == together[KEYS[2]]
 
 
+def _ragged_calls(policy, keys, n_steps=3):
+    """Every key acts at steps 1..n_steps together; returns {key: [(text, n_gen_tokens)]} and the
+    per-call lists of response lengths."""
+    out, lengths = {k: [] for k in keys}, []
+    for step in range(1, n_steps + 1):
+        reqs = [ActRequest(key=k, step=step, seed=100 + k.traj_idx, system=SYSTEM, user=OBS[(k.traj_idx + step) % len(OBS)]) for k in keys]
+        resp = policy.act(reqs)
+        lengths.append([r.n_gen_tokens for r in resp])
+        for r, a in zip(reqs, resp, strict=True):
+            out[r.key].append((a.text, a.n_gen_tokens))
+    return out, lengths
+
+
+def test_finished_rows_leave_the_decode_batch(tiny_model):
+    # max_new_tokens 40 at T=1: the tiny model ends its responses at different lengths, so rows
+    # leave the batch at different decode steps (and the last live row moves into their slot).
+    policy = _policy(tiny_model, temperature=1.0, max_new_tokens=40)
+    together, lengths = _ragged_calls(policy, KEYS)
+    assert all(len(set(call)) > 1 for call in lengths), lengths  # really ragged
+    assert any(max(call) < 40 for call in lengths)  # rows ended by their end-of-turn token
+    # one row-forward per generated token: no row is decoded after its response ended
+    # (before, every row was decoded until the longest one ended: 5 x max per call)
+    assert policy.decode_rows == sum(map(sum, lengths))
+    assert policy.decode_rows < sum(len(call) * max(call) for call in lengths)
+    # and each trajectory is what it is alone: leaving the batch moves rows, not their content
+    for k in KEYS:
+        alone, _ = _ragged_calls(_policy(tiny_model, temperature=1.0, max_new_tokens=40), [k])
+        assert alone[k] == together[k], k
+    for k in KEYS:
+        tokens = policy.finish(k)
+        assert sum(tokens.action_mask) == sum(n for _, n in together[k])
+
+
+def test_rows_are_batched_by_context_length(tiny_model):
+    # STAGGER puts rows at steps 1-3 in one call: with bucket_ratio 0.9 the long-context rows
+    # and the fresh ones go to separate batches; the trajectories are the same either way
+    bucketed = _policy(tiny_model, temperature=1.0, bucket_ratio=0.9)
+    calls = []
+    generate = bucketed._generate
+    bucketed._generate = lambda keys, feeds: (calls.append(len(keys)), generate(keys, feeds))[1]
+    texts, tokens, _ = _rollout(bucketed, KEYS, start=STAGGER)
+    one_batch, one_tokens, _ = _rollout(_policy(tiny_model, temperature=1.0, bucket_ratio=0.0), KEYS, start=STAGGER)
+    assert texts == one_batch
+    assert all(tokens[k].token_ids == one_tokens[k].token_ids for k in KEYS)
+    ticks = len(range(1, 4 + max(STAGGER.values())))
+    assert len(calls) > ticks and sum(calls) == 4 * len(KEYS)  # some tick was split, no row twice
+    with pytest.raises(SrolloutError, match="bucket_ratio"):
+        _policy(tiny_model, bucket_ratio=1.5)
+
+
 def test_tokens_and_mask_round_trip(tiny_model):
     policy = _policy(tiny_model, temperature=0.7, max_new_tokens=40)
     texts, tokens, users = _rollout(policy, KEYS[:3])
@@ -128,6 +178,18 @@ def test_finish_frees_state_and_unknown_key_is_none(tiny_model):
     assert policy.finish(KEYS[0]) is not None
     assert policy.live == 0
     assert policy.finish(KEYS[0]) is None
+
+
+def test_conversation_past_the_context_is_a_user_error(tiny_model):
+    # the tiny model's context is 2048 tokens; shrink it so step 2 no longer fits
+    policy = _policy(tiny_model, temperature=0.0, max_new_tokens=8)
+    assert policy.max_context == 2048
+    first = policy.act([ActRequest(key=KEYS[0], step=1, seed=1, system=SYSTEM, user=OBS[0])])[0]
+    used = len(policy._states[KEYS[0]].token_ids)
+    assert used > first.n_gen_tokens > 0
+    policy.max_context = used + 12
+    with pytest.raises(SrolloutError, match=r"g0/0 at step 2: .* exceed the model's context of"):
+        policy.act([ActRequest(key=KEYS[0], step=2, seed=1, system=SYSTEM, user=OBS[1])])
 
 
 def test_lora_adapter_loads_and_changes_outputs(tiny_model, tmp_path):

@@ -29,9 +29,12 @@ class Counting:
     def __init__(self, inner) -> None:
         self.inner, self.name = inner, inner.name
         self.rows: list[tuple[str, int, int]] = []
+        self.held: list[tuple[int, int]] = []  # per call: (states the policy holds, requests past step 1)
 
     def act(self, requests):
         self.rows += [(r.key.group_id, r.key.traj_idx, r.step) for r in requests]
+        if hasattr(self.inner, "live"):
+            self.held.append((self.inner.live, sum(r.step > 1 for r in requests)))
         return self.inner.act(requests)
 
     def finish(self, key):
@@ -89,6 +92,12 @@ def test_lm_gate_cuts_at_K_and_matches_the_ungated_prefix(tasks, tiny_model):
 
     # post-K steps are never generated, and every group stopped at K
     assert max(step for _, _, step in counting.rows) == K
+    # cut and finished trajectories hold no backend state (KV cache) past the tick they ended
+    # in: before each call the policy holds exactly the trajectories continuing in it
+    assert all(live == continuing for live, continuing in counting.held)
+    assert counting.inner.live == 0
+    # ragged decoding: one row-forward per generated token, no row decoded after it ended
+    assert counting.inner.decode_rows == cut_sum.n_gen_tokens
     assert len(counting.rows) == cut_sum.rows == sum(len(t.steps) for r in cut for t in r.trajs)
     assert all(r.cut and r.cut_step == K for r in cut)
     assert cut_sum.n_gen_tokens < ref_sum.n_gen_tokens
@@ -105,6 +114,26 @@ def test_lm_gate_cuts_at_K_and_matches_the_ungated_prefix(tasks, tiny_model):
         assert len(row["token_ids"]) == len(row["action_mask"]) > 0
         assert sum(row["action_mask"]) == row["n_gen_tokens"]
         assert row["token_ids"][: len(crow["token_ids"])] == crow["token_ids"]
+
+
+def test_lm_adaptive_gate_cuts_at_its_second_check_step(tasks, tiny_model):
+    # P(zero-var) = sigmoid(K - 3) from K alone: 0.27 at K=2 (no cut), 0.73 at K=4 (cut)
+    from srollout.core.adaptive_gate import AdaptiveGate
+    from srollout.core.learned_gate import LogisticModel
+
+    model = LogisticModel(mean=(0.0,) * 8, std=(1.0,) * 8, coef=(0.0,) * 7 + (1.0,), intercept=-3.0)
+    gate = AdaptiveGate(model, check_K=(2, 4), thresholds=(0.5, 0.5))
+    base = RolloutSettings(G=3, T_max=6, seed=1, concurrency=6, signal_K=(2, 4))
+    ref, _ = _roll(tasks[:2], _lm(tiny_model), base)
+    counting = Counting(_lm(tiny_model))
+    cut, _ = _roll(tasks[:2], counting, RolloutSettings(G=3, T_max=6, seed=1, concurrency=6, signal_K=(2, 4), gate=gate, gate_K=2))
+    assert max(step for _, _, step in counting.rows) == 4
+    for r in cut:
+        assert r.cut and r.cut_step == 4 and r.gate_K == 4 and r.gate_checks == [2, 4]
+        assert all(t.ended_by == "gate" for t in r.trajs if len(t.steps) == 4)
+        assert group_tables(r).groups["cut_step"].to_list() == [4]
+    assert _tables(ref, "steps").filter(pl.col("step") <= 4).equals(_tables(cut, "steps"))
+    assert _tables(ref, "signals").equals(_tables(cut, "signals"))
 
 
 def test_lm_never_firing_gate_is_plain_rollout(tasks, tiny_model):

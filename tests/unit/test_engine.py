@@ -8,8 +8,8 @@ import random
 import polars as pl
 import pytest
 from corridor_env import Corridor, Counting, SeededWalker, roll, steps_of, tasks
-from srollout.core.gate import FixedGate, GateRule
 
+from srollout.core.gate import FixedGate, GateRule
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import GroupSpec, RolloutSettings, make_specs
 from srollout.rollout.records import group_tables
@@ -146,3 +146,54 @@ def test_bad_settings_raise_one_line_errors():
     with pytest.raises(SrolloutError, match="gate K"):
         RolloutSettings(T_max=5, gate=FixedGate(True), gate_K=6)
     assert GroupSpec(3, tasks([1])[0]).group_id == "g00003"
+
+
+class TwoStepGate:
+    """A gate that checks at K=2 and K=4 and cuts only at its second check step."""
+
+    check_K = (2, 4)
+    K = 2
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def decide_at(self, K, signals):
+        self.calls.append(K)
+        return K == 4
+
+    def decide(self, signals):
+        return self.decide_at(2, signals)
+
+
+def test_multi_step_gate_is_evaluated_at_each_check_step_and_cuts_at_the_second():
+    specs = make_specs(tasks([50, 50, 50]), 3)
+    gate = TwoStepGate()
+    settings = RolloutSettings(G=4, T_max=10, seed=7, concurrency=8, gate=gate, signal_K=(2, 4, 6))
+    assert settings.gate_K == 2 and settings.gate_steps == (2, 4)  # gate_K defaults to the first check
+    policy = Counting(SeededWalker(p_fwd=0.3))
+    records, summary = roll(specs, settings, policy)
+    assert sorted(gate.calls) == [2, 2, 2, 4, 4, 4]  # each group once at each check step
+    assert max(step for _, _, step in policy.rows) == 4 and summary.n_cut == 3
+    for r in records:
+        assert r.cut and r.cut_step == 4 and r.gate_K == 4 and r.gate_checks == [2, 4]
+        assert all(t.ended_by == "gate" and len(t.steps) == 4 for t in r.trajs)
+        assert sorted(r.signals) == [2, 4]  # K=6 > cut step
+        g = group_tables(r).groups.row(0, named=True)
+        assert g["cut"] and g["cut_step"] == 4 and g["gate_K"] == 4 and g["n_stopped"] == 4
+    # the first 4 steps are those of the ungated run with the same seeds
+    ref, _ = roll(specs, RolloutSettings(G=4, T_max=10, seed=7, concurrency=8, signal_K=(2, 4, 6)), SeededWalker(p_fwd=0.3))
+    assert steps_of(ref).filter(pl.col("step") <= 4).equals(steps_of(records))
+
+
+def test_multi_step_gate_skips_groups_that_ended_and_checks_past_T_max():
+    # corridor of 3 with p_fwd=1: every trajectory wins at step 3, between the two checks
+    gate = TwoStepGate()
+    settings = RolloutSettings(G=3, T_max=10, seed=0, concurrency=3, gate=gate, signal_K=(2,))
+    (rec,), _ = roll(make_specs(tasks([3]), 1), settings, SeededWalker(p_fwd=1.0))
+    assert not rec.cut and rec.gate_checks == [2] and gate.calls == [2]
+    assert all(t.ended_by == "done" for t in rec.trajs)
+    # a check step beyond T_max is never reached; a fixed-K gate keeps its single step
+    assert RolloutSettings(G=3, T_max=3, gate=TwoStepGate()).gate_steps == (2,)
+    assert RolloutSettings(G=3, T_max=9, gate=FixedGate(True, K=5), gate_K=5).gate_steps == (5,)
+    with pytest.raises(SrolloutError, match="first check step"):
+        RolloutSettings(G=3, T_max=9, gate=TwoStepGate(), gate_K=4)
