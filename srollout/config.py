@@ -542,3 +542,119 @@ class GateFitConfig:
     @property
     def any(self) -> bool:
         return self.learned or self.adaptive
+
+
+# --- ab-rollout (Tier 1: the matched-seed wall-clock A/B, paper §5.1) --------------------------
+
+# The default task count: 24 tasks of `eval` x 2 arms at G=8, T_max=30 is what the embedded
+# default policy rolls out in <= 30 min on 2 CPU cores (docs/ab-rollout.md has the arithmetic).
+AB_GROUPS = 24
+AB_BLOCKS = 2
+AB_POLICIES = COLLECT_POLICIES
+
+
+@dataclass(frozen=True)
+class AbRolloutConfig:
+    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate."""
+
+    groups: int = doc(AB_GROUPS, "Number of tasks (groups) per arm; group i plays task i of the task set, with the same seeds in every arm.")
+    tasks: str = doc("eval", "Task set to draw the tasks from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
+    G: int = doc(PAPER_G, "Trajectories per group (group size G).")
+    T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
+    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
+    top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy.")
+    seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx), identical in both arms.")
+    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the embedded default policy, built on first use.")
+    adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
+    backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
+    policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
+    eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
+    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) for the gated arm; default: rule r1 at the paper's (K, d_L) = (10, 0.12).")
+    K: int | None = doc(None, "Gate step K of the gated arm (default 10).")
+    d_L: float | None = doc(None, "Gate threshold d_L of the gated arm: cut a group iff d_K < d_L (default 0.12).")
+    rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    repeats: int = doc(1, "Repeat the whole A/B R times (same seeds; only the timing differs); arms swap order every repeat.")
+    blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; arms alternate over blocks in ABBA order (A B | B A | A B ...), so machine drift does not favour one arm.")
+    concurrency: int = doc(64, "Most trajectories in flight at once, the same in both arms (a new group starts when G slots are free).")
+    warmup: bool = doc(True, "Before timing: load every task's game once and roll a throw-away batch (other seeds) for 2 steps, so neither arm pays start-up costs.")
+    signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are recorded for every group (comma list; values above T_max are dropped).")
+    n_boot: int = doc(1_000, "Bootstrap resamples over tasks for the confidence intervals (the paper used 1,000).")
+    figures: bool = doc(True, "Save the PNG figures (per-task time by arm, the saving decomposed).")
+    out: Path | None = doc(None, "Run directory to write (default runs/ab-rollout-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out: finished (arm, repeat, block) runs are kept with their timings, the rest are run.")
+    quick: bool = doc(False, f"A short look: {QUICK_GROUPS} tasks and T_max {QUICK_T_MAX} unless given explicitly.")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        if self.groups < 1:
+            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
+        if self.G < 2:
+            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if not self.temperature >= 0.0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
+        if self.policy not in AB_POLICIES:
+            raise SrolloutError(f"--policy: expected one of {', '.join(AB_POLICIES)}, got {self.policy!r}")
+        if self.backend not in COLLECT_BACKENDS:
+            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
+        _check_unit((self.eps,), "--eps")
+        if self.model is not None and str(self.model) != "default" and not Path(self.model).is_dir():
+            raise SrolloutError(f"--model {self.model}: no such model directory")
+        if self.adapter is not None and not Path(self.adapter).is_dir():
+            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
+        if self.gate is not None and (self.K is not None or self.d_L is not None or self.t_high is not None):
+            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
+        if self.gate is not None and not Path(self.gate).exists():
+            raise SrolloutError(f"--gate {self.gate}: no such file")
+        if self.K is not None:
+            _check_K((self.K,), "--K")
+            if self.K > self.T_max:
+                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if self.d_L is not None:
+            _check_unit((self.d_L,), "--d-L")
+        if self.rule not in GATE_RULES:
+            raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}")
+        if self.t_high is not None:
+            _check_unit((self.t_high,), "--t-high")
+        if self.rule == "r3" and self.t_high is None and self.gate is None:
+            raise SrolloutError("--rule r3 needs --t-high")
+        if self.rule == "r1" and self.t_high is not None:
+            raise SrolloutError("--t-high is only used by --rule r3")
+        if self.repeats < 1:
+            raise SrolloutError(f"--repeats must be >= 1, got {self.repeats}")
+        if not 1 <= self.blocks <= self.groups:
+            raise SrolloutError(f"--blocks must lie in [1, --groups={self.groups}], got {self.blocks}")
+        _check_K(tuple(self.signal_K), "--signal-K")
+        if self.concurrency < self.G:
+            raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts only when all G trajectories fit")
+        if self.n_boot < 1:
+            raise SrolloutError(f"--n-boot must be >= 1, got {self.n_boot}")
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+
+    def resume_key(self) -> dict[str, Any]:
+        """Fields that must match for --resume (all but where/how to write and the report's knobs)."""
+        skip = {"out", "overwrite", "resume", "n_boot", "figures", "warmup"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """`--workers N` (collect, train-onpolicy): scale out on Ray (extra `dist`); not part of a run's resume key."""
+
+    workers: int = doc(1, "Parallel workers: 1 runs in this process (no Ray); N > 1 runs on Ray (extra 'dist'): rollout workers for collect, one seed per worker for train-onpolicy. Joins the cluster in $RAY_ADDRESS, else starts a local one with N CPUs.")
+    chunk_groups: int | None = doc(None, "Groups a rollout worker takes at a time (default: twice the groups it holds in flight, concurrency // G).")
+
+    def __post_init__(self) -> None:
+        from srollout.errors import SrolloutError
+
+        if self.workers < 1:
+            raise SrolloutError(f"--workers must be >= 1, got {self.workers}")
+        if self.chunk_groups is not None and self.chunk_groups < 1:
+            raise SrolloutError(f"chunk_groups must be >= 1, got {self.chunk_groups}")

@@ -252,3 +252,26 @@ def write_json(obj: Any, path: str | Path) -> Path:
 def write_text(text: str, path: str | Path) -> Path:
     """Write a text file (report.md) atomically."""
     return atomic_write_text(text, path)
+
+
+# --- ab-rollout (Tier 1): appended -----------------------------------------------------------
+
+AB = Artifact(
+    "ab",
+    "one (task, arm, repeat) of a matched-seed A/B",
+    {
+        "task_id": pl.Utf8,
+        "task_type": pl.Utf8,
+        "group_id": pl.Utf8,
+        "arm": pl.Utf8,
+        "repeat": pl.Int64,
+        "cut": pl.Boolean,
+        "n_steps": pl.Int64,
+        "n_gen_tokens": pl.Int64,
+        "n_prompt_tokens": pl.Int64,
+        "wall_s": pl.Float64,
+        "zero_var": pl.Boolean,
+        "baseline_zero_var": pl.Boolean,
+    },
+)
+ARTIFACTS[AB.name] = AB

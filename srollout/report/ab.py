@@ -1,0 +1,236 @@
+"""What `srollout ab-rollout` shows: the savings table (console and report.md), the gate's cuts
+judged by the baseline arm, the seed-match proof, the schedule of timed runs, and two figures
+(per-task time by arm; the wall-clock saving decomposed into generation / environment / overhead).
+matplotlib is imported inside the figure functions (Agg backend)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from srollout.report.figures import pyplot, save_figure
+
+ARM_COLORS = {"baseline": "#7f7f7f", "gated": "#1f77b4"}
+
+
+def _pct(x: float) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"
+
+
+def _num(x: float, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def savings_frame(c: Any, blocks: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The headline table of one comparison: metric, baseline, arm, saving, 95 % CI (strings);
+    with ``blocks`` (blocks.parquet) also the range of the per-block wall-clock savings."""
+    rows = []
+    for key, s in c.savings.items():
+        digits = 2 if key == "wall_s" else 0  # seconds; counts of tokens and steps
+        rows.append((s.metric, _num(s.baseline, digits), _num(s.arm, digits), _pct(s.saving), f"[{_pct(s.low)}, {_pct(s.high)}]"))
+        if key == "wall_s":
+            d = c.task_diff
+            rows.append(("mean per-task wall-clock (s)", _num(c.savings["wall_s"].baseline / c.n_tasks, 2), _num(c.savings["wall_s"].arm / c.n_tasks, 2),
+                         f"{d.diff:+.2f} s", f"[{d.low:+.2f}, {d.high:+.2f}] s, p={d.p_value:.3f}"))
+    if blocks is not None:
+        per_block = block_savings_frame(blocks, c.arm)
+        rows.append(("wall-clock saving per timed block", "", "", f"{_pct(float(per_block['saving'].min()))} … {_pct(float(per_block['saving'].max()))}", f"{per_block.height} block(s)"))
+    est, low, high = c.ratio
+    rows.append(("wall-clock saving ÷ token saving", "", "", _num(est, 2), f"[{_num(low, 2)}, {_num(high, 2)}] (target ≥ 0.9)"))
+    k = c.confusion
+    rows.append(("groups cut (TP / FP by baseline)", "0", f"{k.cut} ({k.tp} / {k.fp})", "", ""))
+    rows.append(("precision / recall (baseline-judged)", "", "", f"{_num(k.precision, 2)} / {_num(k.recall, 2)}", ""))
+    rows.append(("paper step-based safe / raw saving", "", "", f"{_pct(k.safe)} / {_pct(k.raw)}", ""))
+    rows.append(("seed match up to K", "", f"{c.match.n_match}/{c.match.n_traj}", _pct(c.match.share), ""))
+    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "baseline": pl.Utf8, c.arm: pl.Utf8, "saving": pl.Utf8, "95% CI (tasks)": pl.Utf8}, orient="row")
+
+
+def block_savings_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
+    """Per (repeat, block): the baseline's and ``arm``'s measured wall-clock of the same groups and
+    the share saved. The task bootstrap does not see drift that hits a whole timed run; the
+    spread of these per-block savings does."""
+    base = blocks.filter(pl.col("arm") == "baseline").select("repeat", "block", pl.col("wall_s").alias("baseline_s"), pl.col("order").alias("baseline_order"))
+    mine = blocks.filter(pl.col("arm") == arm).select("repeat", "block", pl.col("wall_s").alias(f"{arm}_s"), pl.col("order").alias(f"{arm}_order"), "n_cut")
+    both = base.join(mine, on=["repeat", "block"]).sort("repeat", "block")
+    return both.with_columns((1.0 - pl.col(f"{arm}_s") / pl.col("baseline_s")).alias("saving"))
+
+
+def drift_text(c: Any, per_block: pl.DataFrame) -> str:
+    """What the per-block savings say about run-to-run noise, in words."""
+    lo, hi = float(per_block["saving"].min()), float(per_block["saving"].max())
+    text = (f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)} (task-bootstrap CI of the total: "
+            f"[{_pct(c.savings['wall_s'].low)}, {_pct(c.savings['wall_s'].high)}]). The task bootstrap resamples tasks; "
+            "it does not see a slow-down that hits every task of one timed run alike (other jobs on the machine), "
+            "which the ABBA order balances but does not remove. Use `--repeats` for a run-level spread.")
+    if c.confusion.cut == 0:
+        text += (f"\n\n**The gate cut no group**: both arms did identical work ({_num(c.savings['n_gen_tokens'].baseline, 0)} "
+                 "generated tokens, the same environment steps), so this run is an A/A test — its wall-clock difference is "
+                 "the measurement noise of this machine, not an effect of the gate.")
+    return text
+
+
+def confusion_frame(c: Any) -> pl.DataFrame:
+    k = c.confusion
+    rows = [
+        ("(task, repeat) pairs", str(k.n)),
+        ("zero-variance groups in the baseline arm", str(k.zero_var)),
+        ("groups cut", str(k.cut)),
+        ("TP (cut, baseline zero-variance)", str(k.tp)),
+        ("FP (cut, baseline has variance)", str(k.fp)),
+        ("precision TP / cut", _num(k.precision, 3)),
+        ("recall TP / zero-variance", _num(k.recall, 3)),
+        ("precision by the arm's own truncated rewards (wrong; for contrast)", _num(k.own_precision, 3)),
+        ("paper safe saving TP·(T−K)/(N·T)", _pct(k.safe)),
+        ("paper raw saving cut·(T−K)/(N·T)", _pct(k.raw)),
+        ("measured env-step saving", _pct(c.savings["n_steps"].saving)),
+    ]
+    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
+
+
+def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
+    """The timed runs in schedule order."""
+    return blocks.select(
+        "order", "arm", "repeat", "block", pl.col("groups"), "wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "mean_batch", "n_gen_tokens", "n_cut"
+    )
+
+
+def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Path:
+    """Per-task wall-clock (attributed, mean over repeats) by arm; tasks in baseline-time order,
+    cut tasks of the gated arm hatched."""
+    plt = pyplot()
+    means = table.group_by("group_index", "arm").agg(pl.col("wall_s").mean(), pl.col("cut").any()).sort("group_index")
+    base = means.filter(pl.col("arm") == arms[0]).sort("wall_s", descending=True)
+    order = base["group_index"].to_list()
+    n = len(order)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * n * len(arms) + 2), 3.8))
+    width = 0.8 / len(arms)
+    for j, arm in enumerate(arms):
+        rows = {r["group_index"]: r for r in means.filter(pl.col("arm") == arm).iter_rows(named=True)}
+        xs = np.arange(n) + (j - (len(arms) - 1) / 2) * width
+        ys = [rows[i]["wall_s"] for i in order]
+        bars = ax.bar(xs, ys, width=width, color=ARM_COLORS.get(arm, f"C{j}"), label=arm)
+        for bar, i in zip(bars, order, strict=True):
+            if rows[i]["cut"]:
+                bar.set_hatch("///")
+                bar.set_edgecolor("black")
+    from matplotlib.patches import Patch
+
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="cut by the gate"))
+    ax.set_xticks(range(n), [f"g{i}" for i in order], rotation=90, fontsize=6)
+    ax.set_xlabel("task (group index), by baseline time")
+    ax.set_ylabel("wall-clock per task (s, attributed)")
+    ax.set_title("Per-task rollout time by arm (same tasks, same seeds)", fontsize=10)
+    ax.legend(handles=handles, fontsize=8)
+    return save_figure(fig, path, tight=True)
+
+
+def decomposition_figure(comparisons: Sequence[Any], path: Path) -> Path:
+    """For each compared arm, the wall-clock saving as % of the baseline wall-clock, stacked by
+    where it came from (generation, environment steps + resets, overhead), beside the measured
+    generated-token and env-step savings."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(3.0 + 2.4 * len(comparisons), 3.8))
+    parts = (("generation", "#1f77b4"), ("environment (steps + resets)", "#2ca02c"), ("overhead", "#ff7f0e"))
+    keys = ("generation", "environment", "overhead")
+    ticks, labels = [], []
+    for i, c in enumerate(comparisons):
+        d = c.decomposition
+        total = d["baseline_wall"] or math.nan
+        pos = neg = 0.0
+        x = i * 3.5
+        for key, (name, color) in zip(keys, parts, strict=True):
+            v = 100 * d[key] / total
+            ax.bar(x, v, bottom=pos if v >= 0 else neg, color=color, label=name if i == 0 else None, width=0.8)
+            pos, neg = (pos + v, neg) if v >= 0 else (pos, neg + v)
+        ax.bar(x + 1, 100 * c.savings["n_gen_tokens"].saving, color="#9467bd", width=0.8)
+        ax.bar(x + 2, 100 * c.savings["n_steps"].saving, color="#8c564b", width=0.8)
+        ticks += [x, x + 1, x + 2]
+        labels += [f"{c.arm}:\nwall-clock", "generated\ntokens", "env\nsteps"]
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(ticks, labels, fontsize=8)
+    ax.set_ylabel("saving vs baseline (%)")
+    ax.set_title("Wall-clock saving by source, beside token and step savings", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=3, frameon=False)
+    ax.grid(alpha=0.3, axis="y")
+    return save_figure(fig, path, tight=True)
+
+
+def _mismatch_text(c: Any) -> str:
+    m = c.match
+    if m.n_traj == 0:
+        return "No gated trajectories to compare."
+    what = "actions, raw responses and generated token ids" if m.tokens_checked else "actions and raw responses (this policy records no token ids)"
+    text = (f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to their baseline twin "
+            f"(same group, traj_idx and repeat) in {what} up to step K (the group's cut step, or the gate's K; up to their end if they ended earlier).")
+    if m.mismatches:
+        rows = ", ".join(f"{x.group_id}/{x.traj_idx} (repeat {x.repeat}, step {x.step if x.step is not None else 'tokens only'})" for x in m.mismatches[:10])
+        text += (f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by construction, so a difference "
+                 "comes from the backend: sampling that depends on the batch a row shares (padding, batched kernels), "
+                 "or non-deterministic GPU kernels. Savings on such groups are still real; their TP/FP are judged on "
+                 "a baseline twin that is not the exact counterfactual.")
+    return text
+
+
+def method_text(config: Any, blocks: pl.DataFrame) -> str:
+    order = " ".join(f"{r['arm'][0].upper()}" for r in blocks.sort("order").iter_rows(named=True))
+    return (
+        f"Both arms roll the same {config.groups} tasks of `{config.tasks}` (G={config.G}, T_max={config.T_max}, temperature "
+        f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
+        f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling. "
+        f"{'A warm-up (every game loaded, a throw-away batch with other seeds for 2 steps) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
+        f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
+        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' generation time (each "
+        "batched call's time split over its rows by generated tokens), its own env-step and reset time, and a share of "
+        "the run's remaining overhead proportional to its env steps; the charges of a run sum to its measured wall-clock. "
+        "Savings are 1 − Σ arm / Σ baseline over tasks (each task's mean over repeats) with a percentile bootstrap over "
+        f"tasks ({config.n_boot} resamples, both arms of a task resampled together). Cuts are judged by the baseline arm's "
+        "outcome of the same task, seeds and repeat (TP = the baseline group has zero reward variance)."
+    )
+
+
+def write_ab_outputs(run_dir: Path, config: Any, table: pl.DataFrame, blocks: pl.DataFrame, comparisons: Sequence[Any], tables: dict) -> dict[str, Path]:
+    """ab.parquet, blocks.parquet, the figures and report.md; returns name -> path."""
+    from srollout.report.markdown import Section, figure, write_report
+    from srollout.report.tables import to_markdown
+    from srollout.schemas import AB
+    from srollout.schemas import write as write_parquet
+
+    run_dir = Path(run_dir)
+    paths = {"ab": write_parquet(table, run_dir / "ab.parquet", AB), "blocks": write_parquet(blocks_frame(blocks), run_dir / "blocks.parquet")}
+    arms = list(dict.fromkeys(blocks.sort("order")["arm"].to_list()))
+    arms = ["baseline", *[a for a in arms if a != "baseline"]]
+    if config.figures:
+        paths["task_time"] = task_time_figure(table, run_dir / "figures" / "ab_task_time.png", arms)
+        paths["decomposition"] = decomposition_figure(comparisons, run_dir / "figures" / "ab_saving_decomposition.png")
+    sections = []
+    for c in comparisons:
+        sections.append(Section(f"{c.arm} vs baseline", f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks))))
+        sections.append(Section(f"Cuts of the {c.arm} arm judged by the baseline arm", to_markdown(confusion_frame(c))))
+        sections.append(Section(f"Seed match ({c.arm})", _mismatch_text(c)))
+        per_block = block_savings_frame(blocks, c.arm)
+        sections.append(Section(f"Run-to-run noise ({c.arm})", to_markdown(per_block, digits={"baseline_s": 2, f"{c.arm}_s": 2, "saving": 3}) + "\n" + drift_text(c, per_block)))
+        d = c.decomposition
+        total = d["baseline_wall"] or math.nan
+        body = (f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved {d['generation']:.1f} s of generation "
+                f"({_pct(d['generation'] / total)}), {d['environment']:.1f} s of environment steps and resets "
+                f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead ({_pct(d['overhead'] / total)}).")
+        if "decomposition" in paths:
+            body += "\n\n" + figure(paths["decomposition"], run_dir, "Wall-clock saving by source")
+        sections.append(Section(f"Where the saving comes from ({c.arm})", body))
+    if "task_time" in paths:
+        sections.append(Section("Per-task time", figure(paths["task_time"], run_dir, "Per-task wall-clock by arm (attributed, mean over repeats)")))
+    sections.append(Section("Timed runs (schedule order)", to_markdown(blocks_frame(blocks), digits={"wall_s": 2, "gen_s": 2, "env_s": 2, "reset_s": 2, "overhead_s": 2, "mean_batch": 1})))
+    sections.append(Section("Method", method_text(config, blocks)))
+    files = [p for p in paths.values()] + [p for t in tables.values() for p in t.values()]
+    sections.append(Section("Files", "\n".join(f"- `{Path(p).relative_to(run_dir)}`" for p in files)))
+    paths["report"] = write_report(run_dir, "srollout ab-rollout", sections)
+    return paths
