@@ -3,6 +3,10 @@
 ``ExpertPolicy`` plays like a careful person who does not know the room: it visits receptacles
 in a random order (opening closed ones) until it has seen every object the planner's plan
 needs, then follows the plan (``ActRequest.expert_plan[0]``, replanned every step).
+While exploring, its thought carries a scratchpad of the receptacles not checked yet, in the
+order the room description lists them ("Not checked: cabinet 2, drawer 1."): the next list is the
+previous one minus the receptacle just visited, so a small model trained on these
+demonstrations only has to copy from the turn before instead of recalling the whole episode.
 ``NoisyExpertPolicy(eps)`` does the same, but with probability eps plays a noise action instead:
 a random admissible action, or (a fraction ``invalid_frac`` of the time) an invalid one of the
 kinds small models make — "go to" the receptacle it stands at, "take X from" the wrong
@@ -79,7 +83,7 @@ def plan_thought(plan: Sequence[str]) -> str:
 @dataclass
 class _TrajState:
     rng: random.Random
-    order: list[str] = field(default_factory=list)  # exploration order of receptacles
+    order: list[str] = field(default_factory=list)  # receptacles in the room description's order
     visited: set[str] = field(default_factory=set)
     seen: set[str] = field(default_factory=set)  # names ("apple 2") seen in observations
     at: str = ""  # receptacle the agent stands at ("" = middle of the room)
@@ -118,9 +122,10 @@ class ExpertPolicy:
         st = self._state.get(req.key)
         if st is None or req.step == 1:
             st = _TrajState(rng=random.Random(f"srollout-expert:{self.seed}:{req.seed}"))
-            recs = sorted(a[6:] for a in req.admissible if a.startswith("go to "))
-            st.rng.shuffle(recs)
-            st.order = recs
+            recs = {a[6:] for a in req.admissible if a.startswith("go to ")}
+            listed = [n for n in _NAME.findall(observation_of(req.user).split("Your task is to:")[0])
+                      if n in recs]
+            st.order = list(dict.fromkeys(listed)) + sorted(recs - set(listed))
             self._state[req.key] = st
         return st
 
@@ -144,10 +149,12 @@ class ExpertPolicy:
         unseen = [n for n in needs if n not in st.seen]
         todo = [r for r in st.order if r not in st.visited and r != st.at]
         if unseen and todo:
+            left = f"Not checked: {', '.join(todo)}."
             if st.at and f"The {st.at} is closed." in obs and f"open {st.at}" in req.admissible:
-                return f"The {st.at} is closed. I open it.", f"open {st.at}"
+                return f"The {st.at} is closed. I open it. {left}", f"open {st.at}"
             kinds = " and ".join(dict.fromkeys(_kind(n) for n in unseen))
-            return f"I need to find the {kinds}. I will check {todo[0]}.", f"go to {todo[0]}"
+            nxt = st.rng.choice(todo)
+            return f"I need to find the {kinds}. {left} I will check {nxt}.", f"go to {nxt}"
         return plan_thought(plan), plan[0]
 
     def _choose(self, st: _TrajState, req: ActRequest, obs: str) -> tuple[str, str, bool]:

@@ -10,7 +10,7 @@ No download can happen, so the default policy is made here from the environment 
    tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
    transformers, peft and vLLM all load it.
 
-The result is cached under ``$SROLLOUT_HOME/models/default-v1-<config hash>/`` and built
+The result is cached under ``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` and built
 atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its seed) -> same weights.
 """
 
@@ -40,7 +40,7 @@ from srollout.policy.chat import (
     tokenize_chat,
 )
 
-BUILD_VERSION = "v1"
+BUILD_VERSION = "v2"
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
@@ -74,7 +74,7 @@ def config_hash(cfg: BuildConfig) -> str:
 
 
 def default_policy_dir(cfg: BuildConfig | None = None) -> Path:
-    """``$SROLLOUT_HOME/models/default-v1-<hash>`` (not created)."""
+    """``$SROLLOUT_HOME/models/default-<version>-<hash>`` (not created)."""
     from srollout.home import srollout_home
 
     cfg = cfg or BuildConfig()
@@ -417,8 +417,15 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
         demo_s = time.perf_counter() - t0
         train_task = bar.add_task("SFT", total=None, info="")
 
+        every = None  # not a terminal (CI, a log file): a plain line every 5 % instead of a live bar
+
         def on_step(step: int, total: int, loss: float) -> None:
+            nonlocal every
             bar.update(train_task, completed=step, total=total, info=f"loss {loss:.3f}")
+            if not quiet and not bar.console.is_terminal:
+                every = every or max(1, total // 20)
+                if step % every == 0 or step == total:
+                    bar.console.print(f"SFT step {step}/{total}  loss {loss:.3f}  {time.perf_counter() - t0:.0f} s", highlight=False)
 
         res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s})
     return res._replace(seconds=time.perf_counter() - t0)
