@@ -438,7 +438,9 @@ class TrainOnpolicyConfig:
     max_new_tokens: int = doc(48, "Cap on the tokens of one response.")
     concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
     micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
-    arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (baseline, gated).")
+    arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso): gated = the gate at step K; dapo = drop zero-variance groups after the rollout and sample more prompts until the batch is full; greso = skip prompts whose recent groups were zero-variance, before the rollout.")
+    dapo_max_rounds: int = doc(3, "DAPO arms: most extra sampling rounds per iteration; when hit, the iteration trains on the useful groups it has.")
+    greso_p_explore: float = doc(0.5, "GRESO arms: a prompt whose last z groups were zero-variance is still rolled out with probability p^z.")
     interleave: bool = doc(True, "Run the arms of a seed iteration by iteration (alternating which goes first), so both see the same machine load; needs one model copy per arm in memory.")
     out: Path | None = doc(None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
@@ -464,9 +466,16 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
         if self.concurrency < self.G:
             raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G})")
-        bad = [a for a in self.arms if a not in TRAIN_ARMS]
-        if bad or not self.arms:
-            raise SrolloutError(f"--arms: expected a comma list of {', '.join(TRAIN_ARMS)}, got {','.join(self.arms)!r}")
+        from srollout.core.arms import parse_arms
+
+        try:
+            object.__setattr__(self, "arms", tuple(a.name for a in parse_arms(tuple(self.arms))))
+        except SrolloutError as err:
+            raise SrolloutError(f"--arms: {err}") from None
+        if self.dapo_max_rounds < 0:
+            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
+        if not 0.0 <= self.greso_p_explore <= 1.0:
+            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
         _check_training(self)

@@ -10,6 +10,7 @@ import typer
 
 from srollout.config import (
     ONPOLICY_PRESETS,
+    DistConfig,
     TrainOnpolicyConfig,
     help_for,
     parse_names,
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "train-onpolicy",
         help="On-policy GRPO, baseline vs gated arm per seed (Tier 3): rollouts through the engine (gate on in the gated "
-        "arm), LoRA r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints every "
+        "arm; also --arms dapo, greso, gated+dapo, gated+greso), LoRA r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints every "
         "iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and mechanism figures, report.md.",
     )
     def train_onpolicy(
@@ -66,11 +67,15 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help=_h("max_new_tokens"), show_default=False)] = None,
         concurrency: Annotated[int | None, typer.Option("--concurrency", help=_h("concurrency"), show_default=False)] = None,
         micro_batch: Annotated[int | None, typer.Option("--micro-batch", help=_h("micro_batch"), show_default=False)] = None,
-        arms: Annotated[str, typer.Option("--arms", help=_h("arms"))] = "baseline,gated",
+        arms: Annotated[str, typer.Option("--arms", "--arm", help=_h("arms"))] = "baseline,gated",
+        dapo_max_rounds: Annotated[int | None, typer.Option("--dapo-max-rounds", help=_h("dapo_max_rounds"), show_default=False)] = None,
+        greso_p_explore: Annotated[float | None, typer.Option("--greso-p-explore", help=_h("greso_p_explore"), show_default=False)] = None,
         interleave: Annotated[bool, typer.Option("--interleave/--no-interleave", help=_h("interleave"))] = True,
         out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
         resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
+        # --workers (srollout.dist.seeds): seeds in parallel on Ray
+        workers: Annotated[int, typer.Option("--workers", help="Seeds trained in parallel, one per Ray worker (extra 'dist'), each in RUN/seeds/seed<S>/ with its own checkpoints; 1 = one after another in this process. Joins $RAY_ADDRESS, else starts a local cluster.")] = 1,
     ) -> None:
         from rich.console import Console
 
@@ -87,12 +92,24 @@ def register(app: typer.Typer) -> None:
             denominator=denominator, denominator_constant=denominator_constant, clip_eps=clip_eps, kl_coef=kl_coef,
             gate=gate, K=K, d_L=d_L, rule=rule, t_high=t_high,
             model=model, max_new_tokens=max_new_tokens, concurrency=concurrency, micro_batch=micro_batch,
-            arms=parse_names(arms, "--arms"), interleave=interleave, out=out, overwrite=overwrite, resume=resume,
+            arms=parse_names(arms, "--arms"), dapo_max_rounds=dapo_max_rounds, greso_p_explore=greso_p_explore,
+            interleave=interleave, out=out, overwrite=overwrite, resume=resume,
         )
         console = Console()
         _threads()
-        result = run_train_onpolicy(config, console=console)
+        # --- --workers (srollout.dist.seeds) ---
+        if DistConfig(workers=workers).workers > 1:
+            from srollout.dist.seeds import run_seeds_parallel
+
+            result = run_seeds_parallel(config, workers, console=console)
+        else:
+            result = run_train_onpolicy(config, console=console)
+        # --- end --workers ---
         console.print(to_rich(result.aggregate, title=f"train-onpolicy ({len(config.seeds)} seed(s)): baseline vs gated"))
+        if result.arms is not None and result.arms.height:
+            from srollout.training.onpolicy_report import arms_markdown_view
+
+            console.print(to_rich(arms_markdown_view(result.arms), title="arms (mean ± std over seeds)"))
         if result.tests.height:
             console.print(to_rich(result.tests, title="paired tests over (seed, task) held-out outcomes"))
         console.print(f"wrote {result.run_dir}/ (metrics.parquet, eval.parquet, onpolicy.png, mechanism.png, report.md)")

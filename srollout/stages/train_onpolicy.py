@@ -5,11 +5,13 @@ The story (:func:`run_train_onpolicy`):
 1. open the run directory (``--resume`` reopens it and checks the config matches);
 2. load the training prompt pool and the disjoint held-out tasks, the gate and the environment;
 3. for each seed, one after another, for each arm: the loop of :mod:`srollout.training.onpolicy`
-   (prompts -> rollouts through the engine, gated in the gated arm -> GRPO update -> the policy
-   samples from the updated adapter -> greedy held-out eval every E iterations -> checkpoint);
-   a finished (seed, arm) is taken from its checkpoint on resume, an unfinished one continues;
+   (prompts, minus those GRESO skips in its arms -> rollouts through the engine, gated in the
+   arms with the gate -> DAPO refills in its arms -> GRPO update -> the policy samples from the
+   updated adapter -> greedy held-out eval every E iterations -> checkpoint); a finished
+   (seed, arm) is taken from its checkpoint on resume, an unfinished one continues;
 4. write metrics.parquet (one row per arm, seed, iteration), eval.parquet (one row per arm, seed,
-   iteration, task), the per-seed and aggregated tables with the paired tests, the 4-panel and
+   iteration, task), the per-seed and aggregated tables with the paired tests, the per-arm table
+   (wall-clock, generated tokens, useful groups per second, held-out success), the 4-panel and
    mechanism figures, the final adapters, summary.json, report.md and the manifest.
 """
 
@@ -28,7 +30,8 @@ from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 
 class OnpolicyResult(NamedTuple):
     """run_dir; metrics / evals: the two tables; per_seed / aggregate / tests: the summary
-    tables; complete: every (seed, arm) ran all its iterations."""
+    tables; complete: every (seed, arm) ran all its iterations; arms: one row per arm
+    (mean ± std over seeds of wall-clock, generated tokens, useful groups per second, ...)."""
 
     run_dir: Path
     metrics: pl.DataFrame
@@ -37,6 +40,7 @@ class OnpolicyResult(NamedTuple):
     aggregate: pl.DataFrame
     tests: pl.DataFrame
     complete: bool
+    arms: pl.DataFrame | None = None
 
 
 def run_train_onpolicy(
@@ -54,9 +58,10 @@ def run_train_onpolicy(
     the real ALFWorld engine, the ReAct protocol and the configured task sets (tests inject
     others). ``stop_after``: stop after that iteration of the first unfinished arm, leaving what
     a kill would leave (tests of --resume)."""
+    from srollout.core.arms import parse_arm
     from srollout.training.lora import save_adapter
     from srollout.training.model import gate_description, gate_rule
-    from srollout.training.onpolicy import ArmSpec, train_arm
+    from srollout.training.onpolicy import ArmSetup, train_arm
 
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
@@ -95,8 +100,8 @@ def run_train_onpolicy(
     with bar:
         for seed in config.seeds:
             specs = {
-                arm: ArmSpec(
-                    seed=seed, arm=arm, gate=gate if arm == "gated" else None, gate_K=K if arm == "gated" else None,
+                arm: ArmSetup(
+                    seed=seed, arm=arm, gate=gate if parse_arm(arm).gate else None, gate_K=K if parse_arm(arm).gate else None,
                     train_tasks=train_tasks, eval_tasks=eval_tasks, env_factory=env_factory, prompter=prompter,
                     ckpt_dir=run_dir / "checkpoints" / f"seed{seed}-{arm}",
                 )
@@ -122,6 +127,7 @@ def run_train_onpolicy(
 
     from srollout.training.onpolicy_report import (
         aggregate_frame,
+        arms_frame,
         mechanism_figure,
         onpolicy_figure,
         paired_test,
@@ -138,13 +144,18 @@ def run_train_onpolicy(
     seeds_table = per_seed(metrics, evals)
     aggregate = aggregate_frame(seeds_table)
     last = int(evals["iteration"].max())
+    others = [a for a in config.arms if a not in ("baseline", "gated")]
     tests = tests_frame([
         paired_test(evals, ("baseline", last), ("gated", last), f"held-out success at iteration {last}: gated - baseline"),
         paired_test(evals, ("baseline", 0), ("baseline", last), f"learning: baseline at iteration {last} - iteration 0"),
         paired_test(evals, ("gated", 0), ("gated", last), f"learning: gated at iteration {last} - iteration 0"),
+        *[paired_test(evals, ("baseline", last), (a, last), f"held-out success at iteration {last}: {a} - baseline") for a in others],
+        *[paired_test(evals, (a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0") for a in others],
     ])
+    arms_table = arms_frame(metrics, evals, order=config.arms)
     paths.append(schemas.write(seeds_table, run_dir / "summary_per_seed.parquet"))
     paths.append(schemas.write(tests, run_dir / "tests.parquet"))
+    paths.append(schemas.write(arms_table, run_dir / "summary_arms.parquet"))
     figures = [
         onpolicy_figure(metrics, evals, run_dir / "onpolicy.png"),
         mechanism_figure(metrics, run_dir / "mechanism.png"),
@@ -153,15 +164,17 @@ def run_train_onpolicy(
         "per_seed": seeds_table.to_dicts(),
         "aggregate": aggregate.to_dicts(),
         "tests": tests.to_dicts(),
+        "arms": arms_table.to_dicts(),
         "complete": complete,
     }
     paths.append(schemas.write_json(summary, run_dir / "summary.json"))
-    report = write_report(run_dir, config, gate_description(gate, K), aggregate, seeds_table, tests, figures, complete)
+    report = write_report(run_dir, config, gate_description(gate, K), aggregate, seeds_table, tests, figures, complete,
+                          arms=arms_table)
     if complete:
         manifest.complete([*paths, *figures, report], summary=summary)
     else:
         manifest.update(status="partial", summary=summary)
-    return OnpolicyResult(run_dir, metrics, evals, seeds_table, aggregate, tests, complete)
+    return OnpolicyResult(run_dir, metrics, evals, seeds_table, aggregate, tests, complete, arms_table)
 
 
 def _interleaved(config: TrainOnpolicyConfig, specs: dict[str, Any], initial: list | None, stop_after: int | None,
@@ -188,10 +201,11 @@ def _interleaved(config: TrainOnpolicyConfig, specs: dict[str, Any], initial: li
 
 
 def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregate: pl.DataFrame, seeds: pl.DataFrame,
-                 tests: pl.DataFrame, figures: list[Path], complete: bool) -> Path:
+                 tests: pl.DataFrame, figures: list[Path], complete: bool, arms: pl.DataFrame | None = None) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
     from srollout.report.tables import to_markdown
+    from srollout.training.onpolicy_report import arms_markdown_view
 
     settings = (
         f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} iterations x "
@@ -199,22 +213,30 @@ def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregat
         f"T_max={config.T_max}, temperature {config.temperature}; greedy held-out eval every {config.eval_every} "
         f"iterations on {config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, alpha={config.lora_alpha} "
         f"on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator `{config.denominator}`; "
-        f"clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate} in the gated arm.\n\n"
+        f"clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate} in the arms with the gate; arms "
+        f"{', '.join(config.arms)}; DAPO: at most {config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
+        f"{config.greso_p_explore:g}.\n\n"
         "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both arms evaluate alike). "
         "Cut groups are dropped from the batch; the training reward of the gated arm is over uncut groups. "
-        "The dilution prediction is (1 - z_gated) / (1 - z_baseline) with z the mean zero-advantage fraction (§5.4)."
+        "The dilution prediction is (1 - z_gated) / (1 - z_baseline) with z the mean zero-advantage fraction (§5.4). "
+        "Useful groups are those in the GRPO batch with reward variance; useful/s divides them by the wall-clock. "
+        "DAPO arms drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
+        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt whose last z groups were "
+        "zero-variance (or cut) unless a seeded draw u < p^z."
     )
     cols = ["seed", "wall_saving", "cuts_gated", "grad_l2_ratio", "dilution_prediction", "zero_adv_baseline",
             "zero_adv_gated", "eval0_baseline", "eval_last_baseline", "eval_last_gated", "eval_last_delta"]
     sections = [
         Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
         Section("Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])),
+        Section("Arms (mean ± std over seeds; per-seed totals over all iterations)",
+                to_markdown(arms_markdown_view(arms)) if arms is not None and arms.height else "No arms."),
         Section("Paired tests over (seed, task) held-out outcomes",
                 to_markdown(tests) if tests.height else "No paired outcomes (a single arm or no evaluation)."),
         Section("Settings", settings),
         Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),
         Section("Files", "- `metrics.parquet`: one row per (arm, seed, iteration)\n- `eval.parquet`: one row per (arm, seed, "
-                "iteration, task)\n- `summary_per_seed.parquet`, `tests.parquet`, `summary.json`\n- `adapters/seed<S>-<arm>/` "
+                "iteration, task)\n- `summary_per_seed.parquet`, `summary_arms.parquet`, `tests.parquet`, `summary.json`\n- `adapters/seed<S>-<arm>/` "
                 "(peft; `srollout collect --adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)"),
     ]
     pre = "" if complete else "**Partial run** — continue it with `--resume --out " + str(run_dir) + "`."

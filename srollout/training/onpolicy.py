@@ -10,6 +10,16 @@ E iterations a greedy evaluation on held-out tasks, no gate -> checkpoint.
 Trajectory seeds come from (seed, group index), group index = (iteration-1)*prompts + j, so the
 two arms sample the same first K steps of iteration 1, and a gate that never fires reproduces
 the baseline arm bit for bit.
+
+Arms (``srollout.core.arms``) compose three filters around that story: GRESO skips prompts of
+the iteration's draw before the rollout (a skipped prompt's group is simply not rolled out; the
+others keep their group index, so they sample what the baseline arm samples); the gate cuts
+groups at step K; DAPO drops every group that is zero-variance or cut after the rollout and
+runs extra rounds of fresh prompts (a draw of (seed, iteration, round) from the prompts not yet
+used this iteration, group indices after all first-round ones) until the batch holds
+``prompts_per_iter`` useful groups or ``dapo_max_rounds`` extra rounds ran, then trains on what
+it has. GRESO's per-prompt history (a cut group counts as zero-variance: it gave no gradient
+either) is checkpointed beside state.pt in greso.json.
 """
 
 from __future__ import annotations
@@ -22,17 +32,21 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from srollout.core.arms import ArmSpec, parse_arm
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 
+GRESO_FILE = "greso.json"
+
 
 @dataclass(frozen=True)
-class ArmSpec:
+class ArmSetup:
     """Everything one arm's loop needs besides the config.
 
-    seed / arm ("baseline" | "gated"); gate: the rule (None in the baseline arm) and its step
-    gate_K; train_tasks: the prompt pool; eval_tasks: the held-out tasks; env_factory /
-    prompter: the environment and the ReAct protocol; ckpt_dir: where state.pt lives.
+    seed / arm (a name of ``srollout.core.arms.ARM_NAMES``); gate: the rule (None in arms
+    without the gate) and its step gate_K; train_tasks: the prompt pool; eval_tasks: the
+    held-out tasks; env_factory / prompter: the environment and the ReAct protocol; ckpt_dir:
+    where state.pt lives.
     """
 
     seed: int
@@ -44,6 +58,11 @@ class ArmSpec:
     env_factory: Callable[[], Any]
     prompter: Any
     ckpt_dir: Path
+
+    @property
+    def kind(self) -> ArmSpec:
+        """The arm's switches (gate / dapo / greso)."""
+        return parse_arm(self.arm)
 
 
 class ArmResult(NamedTuple):
@@ -64,6 +83,24 @@ def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> 
         raise SrolloutError(f"--prompts-per-iter {n} is more than the {len(pool)} training tasks")
     rng = np.random.default_rng([seed, iteration, 0x7A5C])
     return sorted(rng.choice(len(pool), size=n, replace=False).tolist())
+
+
+def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_index: int, n: int, seed: int) -> list[int]:
+    """Indices of up to ``n`` prompts for DAPO's extra round ``round_index`` (>= 1) of
+    ``iteration``: distinct, none of ``used`` (this iteration's prompts so far), a draw of
+    (seed, iteration, round); fewer (or none) when the pool runs out."""
+    free = sorted(set(range(pool_size)) - used)
+    k = min(n, len(free))
+    if k == 0:
+        return []
+    rng = np.random.default_rng([seed, iteration, 0x7A5C, round_index])
+    return sorted(int(free[i]) for i in rng.choice(len(free), size=k, replace=False))
+
+
+def dapo_group_index(iterations: int, prompts: int, max_rounds: int, iteration: int, round_index: int, j: int) -> int:
+    """Group index of the j-th group of DAPO's extra round ``round_index`` (>= 1) of ``iteration``:
+    after every first-round index ((iterations x prompts) of them), so seeds never collide."""
+    return (iterations + (iteration - 1) * max_rounds + (round_index - 1)) * prompts + j
 
 
 def warm_up(env_factory: Callable[[], Any], tasks: Sequence[Task]) -> float:
@@ -93,7 +130,7 @@ class ArmRunner:
     evaluation's games and seeds do not depend on the run seed) and checkpoints iteration 0.
     """
 
-    def __init__(self, config: Any, spec: ArmSpec, resume: bool = False,
+    def __init__(self, config: Any, spec: ArmSetup, resume: bool = False,
                  initial_evals: Sequence[dict[str, Any]] | None = None) -> None:
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.engine import RolloutSettings
@@ -140,6 +177,22 @@ class ArmRunner:
         self.metrics: list[dict[str, Any]] = list(state.metrics)
         self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["cum_s"] if self.metrics else 0.0
+        self.greso = self._load_greso(resume) if spec.kind.greso else None
+
+    def _load_greso(self, resume: bool) -> Any:
+        """The GRESO skipper, with the history of the checkpointed iterations on resume (greso.json
+        is written before state.pt, so it may hold one iteration more: that one is dropped)."""
+        import json
+
+        from srollout.core.arms import GresoOutcome, GresoSkipper
+
+        skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed)
+        path = self.spec.ckpt_dir / GRESO_FILE
+        if resume and path.exists():
+            skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed,
+                                   [GresoOutcome(*o) for o in json.loads(path.read_text())["history"]])
+            skipper.truncate(self.iteration)
+        return skipper
 
     @property
     def done(self) -> bool:
@@ -153,24 +206,65 @@ class ArmRunner:
         outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks, self.config.T_max)
         return [{"arm": spec.arm, "seed": spec.seed, "iteration": iteration, **o._asdict()} for o in outcomes]
 
+    def _roll(self, specs: list[Any], totals: dict[str, float]) -> list[Any]:
+        """Roll ``specs`` out through the engine (games warmed up untimed first); add the round's
+        rollout seconds, env steps, generated tokens and warm-up seconds to ``totals``; return the
+        finished groups by group index."""
+        from srollout.rollout.engine import run_groups
+
+        spec = self.spec
+        totals["warmup_s"] += warm_up(spec.env_factory, [g.task for g in specs])
+        records: list[Any] = []
+        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings, on_group=records.append)
+        totals["rollout_s"] += summary.wall_s
+        totals["rows"] += summary.rows
+        totals["gen_tokens"] += summary.n_gen_tokens
+        records.sort(key=lambda r: r.spec.index)
+        return records
+
     def step(self) -> dict[str, Any]:
         """Run the next iteration, checkpoint it, and return its metrics row."""
-        from srollout.rollout.engine import GroupSpec, run_groups
+        from srollout.core.arms import dapo_fill, greso_filter
+        from srollout.core.grpo import is_zero_variance
+        from srollout.rollout.engine import GroupSpec
         from srollout.training.checkpoint import ArmState, rng_states, save_state
         from srollout.training.lora import adapter_state
         from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
 
-        config, spec, tm = self.config, self.spec, self.tm
-        it = self.iteration + 1
-        # 1. prompts and rollouts
-        picked = iteration_tasks(spec.train_tasks, it, config.prompts_per_iter, spec.seed)
-        specs = [GroupSpec(index=(it - 1) * config.prompts_per_iter + j, task=spec.train_tasks[i]) for j, i in enumerate(picked)]
-        warmup_s = warm_up(spec.env_factory, [spec.train_tasks[i] for i in picked])
-        records: list[Any] = []
-        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings, on_group=records.append)
-        records.sort(key=lambda r: r.spec.index)
-        # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are logged only)
-        kept = [r for r in records if not r.cut]
+        config, spec, tm, kind = self.config, self.spec, self.tm, self.spec.kind
+        it, P = self.iteration + 1, config.prompts_per_iter
+        # 1. prompts (GRESO skips some before any rollout) and rollouts
+        picked = iteration_tasks(spec.train_tasks, it, P, spec.seed)
+        specs = [GroupSpec(index=(it - 1) * P + j, task=spec.train_tasks[i]) for j, i in enumerate(picked)]
+        n_skipped = 0
+        if self.greso is not None:
+            keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], it)
+            specs, n_skipped = [specs[k] for k in keep], len(skip)
+        totals = {"warmup_s": 0.0, "rollout_s": 0.0, "rows": 0, "gen_tokens": 0}
+        dapo_hit_cap, n_rounds = False, 1
+        if kind.dapo:
+            # 2'. DAPO: drop zero-variance and cut groups, refill with fresh prompts up to the cap
+            used = set(picked)
+
+            def sample_round(n_needed: int, r: int) -> list[Any]:
+                if r == 0:
+                    return self._roll(specs, totals)
+                extra = extra_round_tasks(len(spec.train_tasks), used, it, r, n_needed, spec.seed)
+                used.update(extra)
+                more = [GroupSpec(index=dapo_group_index(config.iterations, P, config.dapo_max_rounds, it, r, j),
+                                  task=spec.train_tasks[i]) for j, i in enumerate(extra)]
+                return self._roll(more, totals) if more else []
+
+            filled = dapo_fill(P, sample_round, config.dapo_max_rounds)
+            records, kept = list(filled.generated), list(filled.useful)
+            dapo_hit_cap, n_rounds = filled.hit_cap, filled.n_rounds
+        else:
+            records = self._roll(specs, totals)
+            # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are logged only)
+            kept = [r for r in records if not r.cut]
+        if self.greso is not None:
+            for r in records:  # a cut group gave no gradient: it counts as zero-variance
+                self.greso.record(r.spec.task.task_id, it, r.cut or is_zero_variance(r.rewards))
         outcomes = [
             GroupOutcome(
                 r.group_id, r.rewards,
@@ -189,20 +283,25 @@ class ArmRunner:
         if self.policy.live or self.greedy.live:
             raise RuntimeError("trajectories still live after the rollout; their KV caches would be stale")
         sync_s = time.perf_counter() - s0
-        iter_s = summary.wall_s + stats.update_s + sync_s
+        iter_s = totals["rollout_s"] + stats.update_s + sync_s
         self.cum_s += iter_s
         kept_rewards = [x for r in kept for x in r.rewards]
+        all_rewards = [x for r in records for x in r.rewards]
+        n_zero_var_kept = sum(max(r.rewards) == min(r.rewards) for r in kept)
         row = {
             "arm": spec.arm, "seed": spec.seed, "step": it, "iteration": it,
             "loss": stats.loss, "grad_l2": stats.grad_l2, "zero_adv_frac": stats.zero_adv_frac,
             "n_traj": stats.n_traj, "n_tokens": stats.n_tokens, "stepped": stats.stepped, "mean_logp": stats.mean_logp,
             "denominator": config.denominator, "n_groups": len(records), "n_cut": sum(r.cut for r in records),
-            "n_kept": len(kept), "n_zero_var_kept": sum(max(r.rewards) == min(r.rewards) for r in kept),
+            "n_kept": len(kept), "n_zero_var_kept": n_zero_var_kept,
             "train_reward": float(np.mean(kept_rewards)) if kept_rewards else float("nan"),
-            "train_reward_all": float(np.mean([x for r in records for x in r.rewards])),
-            "n_env_steps": summary.rows, "n_gen_tokens": summary.n_gen_tokens,
-            "rollout_s": summary.wall_s, "update_s": stats.update_s, "sync_s": sync_s, "iter_s": iter_s,
-            "cum_s": self.cum_s, "warmup_s": warmup_s,
+            "train_reward_all": float(np.mean(all_rewards)) if all_rewards else float("nan"),
+            "n_env_steps": totals["rows"], "n_gen_tokens": totals["gen_tokens"],
+            "rollout_s": totals["rollout_s"], "update_s": stats.update_s, "sync_s": sync_s, "iter_s": iter_s,
+            "cum_s": self.cum_s, "warmup_s": totals["warmup_s"],
+            # arms: useful = groups in the batch with reward variance; GRESO skips; DAPO rounds
+            "n_useful": len(kept) - n_zero_var_kept, "n_skipped": n_skipped, "n_rounds": n_rounds,
+            "dapo_hit_cap": dapo_hit_cap,
         }
         # 4. held-out evaluation every E iterations (and at the end), no gate, greedy
         e0 = time.perf_counter()
@@ -210,8 +309,14 @@ class ArmRunner:
             self.evals += self.evaluate(it)
         row["eval_s"] = time.perf_counter() - e0
         self.metrics.append(row)
-        # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one)
+        # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;
+        # greso.json first: on resume its outcomes after state.pt's iteration are dropped)
         self.iteration = it
+        if self.greso is not None:
+            from srollout.atomic import atomic_write_json
+
+            atomic_write_json({"iteration": it, "history": [list(o) for o in self.greso.history()]},
+                              spec.ckpt_dir / GRESO_FILE)
         save_state(spec.ckpt_dir, ArmState(it, adapter_state(tm.model), self.optimizer.state_dict(), rng_states(),
                                            self.metrics, self.evals, complete=self.done))
         return row
@@ -224,7 +329,7 @@ class ArmRunner:
 
 def train_arm(
     config: Any,
-    spec: ArmSpec,
+    spec: ArmSetup,
     resume: bool = False,
     stop_after: int | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,

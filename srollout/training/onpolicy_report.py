@@ -6,6 +6,12 @@ cut; mean gradient L2 norm and the gated/baseline ratio; mean zero-advantage fra
 dilution prediction of §5.4, (1 - z_gated) / (1 - z_baseline), beside the measured ratio; held-out
 success at iteration 0 and at the last evaluation. Paired tests run over real (seed, task)
 outcomes from eval.parquet: McNemar (exact) and a paired bootstrap of the success difference.
+
+Per arm (:func:`arms_frame`, any of ``srollout.core.arms.ARM_NAMES``): training wall-clock,
+generated tokens, useful groups (in the batch, with reward variance) and useful groups per
+second of wall-clock, GRESO skips, DAPO extra rounds and cap hits, held-out success — each a
+per-seed total, then mean ± sample std over seeds, with the saving and success difference
+against the baseline arm of the same seed.
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-ARM_COLORS = {"baseline": "#1f77b4", "gated": "#ff7f0e"}
+ARM_COLORS = {"baseline": "#1f77b4", "gated": "#ff7f0e", "dapo": "#2ca02c", "greso": "#9467bd",
+              "gated+dapo": "#d62728", "gated+greso": "#8c564b"}
+
+
+def _arms_in(frame: pl.DataFrame) -> list[str]:
+    """The arms present in ``frame``, in ARM_COLORS order (baseline, gated first, as before)."""
+    present = set(frame["arm"].to_list()) if "arm" in frame.columns else set()
+    return [a for a in ARM_COLORS if a in present]
 
 
 class PairedTest(NamedTuple):
@@ -113,6 +126,84 @@ def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8}, orient="row")
 
 
+def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str, float]:
+    """One (seed, arm)'s totals: see :func:`arms_frame`."""
+    from srollout.core.arms import arm_summary
+
+    def total(col: str) -> float:
+        return float(m[col].cast(pl.Float64).sum()) if col in m.columns and m.height else 0.0
+
+    base = arm_summary(m.select("iter_s", "n_gen_tokens", "n_useful").to_dicts()) if m.height else arm_summary([])
+    return {
+        "wall_s": base["wall_s"], "gen_tokens": float(base["gen_tokens"]), "useful_groups": float(base["useful"]),
+        "useful_per_s": base["useful_per_s"], "groups": total("n_groups"), "cuts": total("n_cut"),
+        "skipped": total("n_skipped"), "extra_rounds": total("n_rounds") - m.height, "cap_hits": total("dapo_hit_cap"),
+        "eval0": _mean(e.filter(pl.col("iteration") == 0)["success"].cast(pl.Float64)) if e.height else float("nan"),
+        "eval_last": _mean(e.filter(pl.col("iteration") == last_eval)["success"].cast(pl.Float64)) if e.height else float("nan"),
+    }
+
+
+ARM_QUANTITIES = ("wall_s", "gen_tokens", "useful_groups", "useful_per_s", "groups", "cuts", "skipped",
+                  "extra_rounds", "cap_hits", "eval0", "eval_last", "wall_saving", "token_saving", "eval_delta")
+
+
+def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) -> pl.DataFrame:
+    """One row per arm: for each quantity q of :data:`ARM_QUANTITIES`, ``q`` = the mean over seeds
+    of the per-seed value and ``q_std`` its sample std (0 for one seed).
+
+    Per (seed, arm): wall_s = Σ iter_s (rollout + update + sync, s); gen_tokens = Σ generated
+    tokens (all rounds); useful_groups = Σ n_useful; useful_per_s = useful_groups / wall_s;
+    groups / cuts / skipped = groups rolled out / cut by the gate / skipped by GRESO;
+    extra_rounds = DAPO rounds beyond the first; cap_hits = iterations that hit DAPO's cap;
+    eval0 / eval_last = held-out success at iteration 0 / the last evaluation; against the
+    baseline arm of the same seed: wall_saving = 1 - wall_s / wall_s(baseline), token_saving
+    likewise for gen_tokens, eval_delta = eval_last - eval_last(baseline) (NaN without a baseline).
+    ``order``: the arms' order (default: ARM_COLORS order)."""
+    last_eval = int(evals["iteration"].max()) if evals.height else 0
+    arms = [a for a in (order or _arms_in(metrics)) if a in set(metrics["arm"].to_list())] if metrics.height else []
+    per: dict[tuple[str, int], dict[str, float]] = {}
+    for seed in sorted(set(metrics["seed"].to_list())) if metrics.height else []:
+        for arm in arms:
+            m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
+            e = evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm)) if evals.height else evals
+            if m.height:
+                per[(arm, seed)] = _arm_seed_row(m, e, last_eval)
+    for (_arm, seed), row in per.items():
+        b = per.get(("baseline", seed))
+        nan = float("nan")
+        row["wall_saving"] = 1 - row["wall_s"] / b["wall_s"] if b and b["wall_s"] > 0 else nan
+        row["token_saving"] = 1 - row["gen_tokens"] / b["gen_tokens"] if b and b["gen_tokens"] > 0 else nan
+        row["eval_delta"] = row["eval_last"] - b["eval_last"] if b else nan
+    rows = []
+    for arm in arms:
+        seeds = [r for (a, _), r in per.items() if a == arm]
+        out: dict[str, Any] = {"arm": arm, "n_seeds": len(seeds)}
+        for q in ARM_QUANTITIES:
+            out[q], out[f"{q}_std"] = mean_std([r[q] for r in seeds])
+        rows.append(out)
+    schema = {"arm": pl.Utf8, "n_seeds": pl.Int64, **{c: pl.Float64 for q in ARM_QUANTITIES for c in (q, f"{q}_std")}}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
+    """The per-arm table as text cells 'mean ± std' for report.md and the console."""
+    def ms(row: dict[str, Any], q: str, scale: float = 1.0, digits: int = 1) -> str:
+        m, s = row[q], row[f"{q}_std"]
+        return "—" if m is None or m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
+
+    rows = [
+        {
+            "arm": r["arm"], "wall-clock (s)": ms(r, "wall_s"), "saving vs baseline (%)": ms(r, "wall_saving", 100),
+            "generated tokens": ms(r, "gen_tokens", digits=0), "useful groups": ms(r, "useful_groups"),
+            "useful groups / s": ms(r, "useful_per_s", digits=3), "cut / skipped": f"{r['cuts']:.1f} / {r['skipped']:.1f}",
+            "DAPO extra rounds (cap hits)": f"{r['extra_rounds']:.1f} ({r['cap_hits']:.1f})",
+            "held-out success, last (%)": ms(r, "eval_last", 100), "vs baseline (pp)": ms(r, "eval_delta", 100),
+        }
+        for r in arms.iter_rows(named=True)
+    ]
+    return pl.DataFrame(rows) if rows else pl.DataFrame({"arm": []}, schema={"arm": pl.Utf8})
+
+
 def tests_frame(tests: list[PairedTest | None]) -> pl.DataFrame:
     rows = [t._asdict() for t in tests if t is not None]
     return pl.DataFrame(rows) if rows else pl.DataFrame({"what": [], "n": []}, schema={"what": pl.Utf8, "n": pl.Int64})
@@ -146,7 +237,7 @@ def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> P
         (axes[1][1], metrics.filter(pl.col("stepped")), "grad_l2", "gradient L2 norm", 1),
     ]
     for ax, frame, y, label, rolling in panels:
-        for arm in ("baseline", "gated"):
+        for arm in _arms_in(metrics):
             _band(ax, frame, "iteration", y, arm, rolling)
         ax.set_xlabel("iteration")
         ax.set_ylabel(label)
@@ -170,7 +261,7 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
         (pl.col("n_cut") / pl.col("n_groups")).alias("cut_rate"),
     )
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for arm in ("baseline", "gated"):
+    for arm in _arms_in(m):
         _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
         _band(axes[1][0], m.filter(pl.col("stepped")), "iteration", "grad_l2", arm)
         _band(axes[1][1], m, "iteration", "zero_adv_frac", arm)

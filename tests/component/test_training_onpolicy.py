@@ -140,3 +140,102 @@ def test_resume_refuses_a_different_config(tiny_model, never_gated):
 
     with pytest.raises(SrolloutError, match="lr"):
         _run(_config(tiny_model, never_gated.run_dir, resume=True, lr=1e-3))
+
+
+# --- arms: DAPO dynamic sampling, GRESO skipping, composed with the gate -------------------------
+
+
+class FarCorridor(Corridor):
+    """Never won within T_max = 4: every group is all-fail (zero variance)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.length = 99
+
+    def reset(self, task: Task, seed: int):
+        obs = super().reset(task, seed)
+        self.length = 99
+        return obs
+
+
+def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_variance(tiny_model, tmp_path, never_gated):
+    # no extra rounds: iteration 1 of gated+dapo rolls out exactly the baseline's groups (same model, same
+    # seeds, a gate with d_L = 0 never fires) and keeps those with reward variance
+    res = _run(_config(tiny_model, tmp_path / "run", arms=("baseline", "gated+dapo"), dapo_max_rounds=0))
+    m = res.metrics
+    base = never_gated.metrics.filter(pl.col("arm") == "baseline").sort("iteration")
+    dapo = m.filter(pl.col("arm") == "gated+dapo").sort("iteration")
+    b1, d1 = base.row(0, named=True), dapo.row(0, named=True)
+    assert (d1["n_groups"], d1["n_gen_tokens"], d1["n_env_steps"]) == (b1["n_groups"], b1["n_gen_tokens"], b1["n_env_steps"])
+    assert d1["n_kept"] == b1["n_kept"] - b1["n_zero_var_kept"] == b1["n_useful"]
+    assert (dapo["n_zero_var_kept"] == 0).all() and (dapo["n_useful"] == dapo["n_kept"]).all()
+    assert (dapo["n_rounds"] == 1).all() and (dapo["n_cut"] == 0).all()
+    assert (dapo["dapo_hit_cap"] == (dapo["n_kept"] < 2)).all()  # a short batch at cap 0 is a cap hit
+    assert res.arms["arm"].to_list() == ["baseline", "gated+dapo"]
+    assert (res.run_dir / "summary_arms.parquet").exists() and "useful groups / s" in (res.run_dir / "report.md").read_text()
+
+
+def _far_config(model: Path, out: Path, **kw) -> TrainOnpolicyConfig:
+    return _config(model, out, arms=("baseline", "dapo", "greso", "gated+greso"), dapo_max_rounds=1,
+                   greso_p_explore=0.0, d_L=1.0, n_eval=1, **kw)
+
+
+def _far_run(config, **kw):
+    from srollout.stages.train_onpolicy import run_train_onpolicy
+
+    return run_train_onpolicy(config, progress=False, env_factory=FarCorridor, prompter=Prompter(), train_tasks=TRAIN,
+                              eval_tasks=HELDOUT[:1], **kw)
+
+
+@pytest.fixture(scope="module")
+def far(tiny_model, tmp_path_factory):
+    return _far_run(_far_config(tiny_model, tmp_path_factory.mktemp("far") / "run"))
+
+
+def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
+    """Every group fails. DAPO (cap 1): round 0 = the 2 drawn prompts, round 1 = the 2 others of the
+    4-task pool, nothing useful: the cap is hit every iteration and no update happens, no crash.
+    GRESO with p = 0: a prompt seen before (always zero-variance) is skipped, so iteration i skips
+    exactly the drawn prompts that any earlier iteration drew; with the gate cutting every group
+    (d_L = 1), gated+greso skips the same ones (a cut group counts as zero-variance)."""
+    from srollout.training.onpolicy import iteration_tasks
+
+    res = far
+    m = res.metrics.sort("arm", "iteration")
+    assert (m["train_reward_all"].fill_nan(0.0) == 0.0).all()
+    dapo = m.filter(pl.col("arm") == "dapo")
+    assert dapo["n_rounds"].to_list() == [2, 2, 2] and dapo["dapo_hit_cap"].all()
+    assert dapo["n_groups"].to_list() == [4, 4, 4] and (dapo["n_kept"] == 0).all() and not dapo["stepped"].any()
+    base = m.filter(pl.col("arm") == "baseline")
+    assert (dapo["n_gen_tokens"] > base["n_gen_tokens"]).all()  # the extra round's tokens are counted
+    seen: set[int] = set()
+    expected = []
+    for it in (1, 2, 3):
+        picked = set(iteration_tasks(TRAIN, it, 2, 7))
+        expected.append(len(picked & seen))
+        seen |= picked
+    assert sum(expected) > 0, "no prompt repeats: the test would pass trivially"
+    for arm in ("greso", "gated+greso"):
+        g = m.filter(pl.col("arm") == arm)
+        assert g["n_skipped"].to_list() == expected, arm
+        assert (g["n_groups"] + g["n_skipped"] == 2).all()
+    gg = m.filter(pl.col("arm") == "gated+greso")
+    assert (gg["n_cut"] == gg["n_groups"]).all() and gg["n_cut"].sum() > 0
+    greso = m.filter(pl.col("arm") == "greso")
+    assert (greso["n_gen_tokens"] <= base["n_gen_tokens"]).all()
+    a = res.arms.to_dicts()
+    assert [r["arm"] for r in a] == ["baseline", "dapo", "greso", "gated+greso"]
+    assert a[1]["extra_rounds"] == 3 and a[1]["cap_hits"] == 3 and a[1]["useful_groups"] == 0
+    assert a[2]["skipped"] == sum(expected) and a[2]["token_saving"] > 0
+    assert {t["what"].split(": ")[-1] for t in res.tests.to_dicts()} >= {"dapo - baseline", "greso - baseline"}
+
+
+def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):
+    # iteration 3 skips both drawn prompts only if the history of iterations 1-2 (greso.json) is restored
+    out = tmp_path / "run"
+    first = _far_run(_far_config(tiny_model, out), stop_after=2)
+    assert not first.complete and (out / "checkpoints" / "seed7-greso" / "greso.json").exists()
+    again = _far_run(_far_config(tiny_model, out, resume=True))
+    cols = [c for c in far.metrics.columns if c not in TIMING]
+    assert again.metrics.select(cols).equals(far.metrics.select(cols))
+    assert again.metrics.filter(pl.col("arm") == "greso")["n_skipped"].to_list()[-1] == 2

@@ -53,6 +53,26 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, tiny_model, tmp_path):
     assert m2.equals(m)
 
 
+def test_train_onpolicy_dapo_and_greso_arms_end_to_end(run_cli, tiny_model, tmp_path):
+    """One seed, arms gated+dapo and greso on the real engine: DAPO's rounds and GRESO's skips are
+    logged, the per-arm table is written and printed."""
+    out = tmp_path / "run"
+    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+                  "--n-eval", "1", "--arms", "gated+dapo,greso", "--dapo-max-rounds", "1", "--out", out)
+    assert res.exit_code == 0, res.stderr[-2000:]
+    m = schemas.read(out / "metrics.parquet", schemas.METRICS)
+    assert sorted(m["arm"].unique().to_list()) == ["gated+dapo", "greso"] and m.height == 4
+    d = m.filter(pl.col("arm") == "gated+dapo")
+    assert d["n_rounds"].is_between(1, 2).all() and (d["n_kept"] == d["n_useful"]).all() and (d["n_kept"] <= 2).all()
+    assert ((d["n_kept"] == 2) | d["dapo_hit_cap"] | (d["n_groups"] == 4)).all()
+    g = m.filter(pl.col("arm") == "greso")
+    assert (g["n_groups"] + g["n_skipped"] == 2).all() and (g["n_rounds"] == 1).all()
+    arms = pl.read_parquet(out / "summary_arms.parquet")
+    assert arms["arm"].to_list() == ["gated+dapo", "greso"] and (arms["n_seeds"] == 1).all()
+    assert "useful groups / s" in (out / "report.md").read_text() and "arms (mean" in res.stdout
+    assert (out / "checkpoints" / "seed7-greso" / "greso.json").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -63,6 +83,9 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, tiny_model, tmp_path):
         (["--preset", "huge"], "--preset"),
         (["--K", "9", "--T-max", "4"], "larger than --T-max"),
         (["--arms", "baseline,other"], "--arms"),
+        (["--arms", "dapo,dapo"], "--arms"),
+        (["--arm", "gated+dapo", "--dapo-max-rounds", "-1"], "--dapo-max-rounds"),
+        (["--arm", "greso", "--greso-p-explore", "1.5"], "--greso-p-explore"),
         (["--G", "1"], "--G must be >= 2"),
         (["--resume"], "--resume"),
     ],

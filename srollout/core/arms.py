@@ -1,0 +1,288 @@
+"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping, composable.
+
+Three filters act at three stages of a GRPO iteration (paper §"Composition with DAPO and GRESO"):
+
+- **GRESO** (Zheng et al. 2025, "Act Only When It Pays") skips a prompt *before* its rollout when
+  its recent groups were zero-variance, except with an exploration probability
+  (:class:`GresoSkipper`);
+- **the gate** (this paper) stops a group *during* its rollout at step K (``srollout.core.gate``);
+- **DAPO dynamic sampling** (Yu et al. 2025) drops zero-variance groups *after* their rollouts and
+  keeps sampling new prompts until the batch holds the wanted number of useful groups
+  (:func:`dapo_fill`), with a cap on extra rounds that degrades gracefully.
+
+An arm is a name from :data:`ARM_NAMES`; :func:`parse_arm` turns it into an :class:`ArmSpec` of
+three switches. Pure Python (numpy at most): no torch, no engine, no I/O, so a trainer or the
+``ab-rollout`` stage can reuse the same logic::
+
+    from srollout.core.arms import GresoSkipper, dapo_fill, parse_arms
+
+    for arm in parse_arms("baseline,gated+dapo"):
+        ...  # arm.gate / arm.dapo / arm.greso say which filters run
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from srollout.core.grpo import is_zero_variance
+from srollout.errors import SrolloutError
+
+log = logging.getLogger(__name__)
+
+ARM_NAMES: tuple[str, ...] = ("baseline", "gated", "dapo", "greso", "gated+dapo", "gated+greso")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm: ``name`` (one of :data:`ARM_NAMES`) and its three switches.
+
+    gate: the gate cuts groups at step K (cut groups leave the GRPO batch); dapo: zero-variance
+    groups are dropped after the rollout and new prompts sampled until the batch is full;
+    greso: prompts whose recent groups were zero-variance are skipped before the rollout.
+    """
+
+    name: str
+    gate: bool
+    dapo: bool
+    greso: bool
+
+
+_ARMS: dict[str, ArmSpec] = {
+    name: ArmSpec(name, gate="gated" in name, dapo="dapo" in name, greso="greso" in name) for name in ARM_NAMES
+}
+
+
+def parse_arm(name: str) -> ArmSpec:
+    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown -> SrolloutError."""
+    key = str(name).strip().lower()
+    if key not in _ARMS:
+        raise SrolloutError(f"unknown arm {name!r}: expected one of {', '.join(ARM_NAMES)}")
+    return _ARMS[key]
+
+
+def parse_arms(text: str | Iterable[str]) -> tuple[ArmSpec, ...]:
+    """``"baseline,gated+dapo"`` (or a sequence of names) -> the ArmSpecs in order.
+
+    Empty items, unknown names and repeated arms raise one SrolloutError."""
+    names = [p.strip() for p in text.split(",")] if isinstance(text, str) else [str(p).strip() for p in text]
+    if not names or any(not n for n in names):
+        raise SrolloutError(f"arms: expected names separated by commas ({', '.join(ARM_NAMES)}), got {text!r}")
+    arms = tuple(parse_arm(n) for n in names)
+    seen = [a.name for a in arms]
+    if len(set(seen)) != len(seen):
+        raise SrolloutError(f"arms: each arm once, got {','.join(seen)!r}")
+    return arms
+
+
+# --- DAPO dynamic sampling ---------------------------------------------------------------------
+
+GroupT = TypeVar("GroupT")
+
+
+def is_useful(group: Any) -> bool:
+    """A group belongs in the GRPO batch iff it was not cut (``group.cut``, False when absent) and
+    its rewards (``group.rewards``, length G) have non-zero variance (σ_r > 0)."""
+    return not bool(getattr(group, "cut", False)) and not is_zero_variance(list(group.rewards))
+
+
+class DapoRound(NamedTuple):
+    """One sampling round: round_index (0 = the iteration's first, full round), n_requested
+    groups asked for, n_generated groups returned, n_useful of them, n_gen_tokens generated."""
+
+    round_index: int
+    n_requested: int
+    n_generated: int
+    n_useful: int
+    n_gen_tokens: int
+
+
+@dataclass(frozen=True)
+class DapoResult(Generic[GroupT]):
+    """What :func:`dapo_fill` gathered.
+
+    useful: the useful groups in sampling order, at most ``target_groups`` (the GRPO batch);
+    generated: every group generated, useful or not, in sampling order (for logging);
+    rounds: one :class:`DapoRound` per round that generated groups (1 + extra rounds);
+    hit_cap: the batch is still short after the last allowed extra round;
+    exhausted: a round returned no group (e.g. the prompt pool ran out), so sampling stopped
+    (that empty round is not in ``rounds``).
+    """
+
+    useful: tuple[GroupT, ...]
+    generated: tuple[GroupT, ...]
+    rounds: tuple[DapoRound, ...]
+    hit_cap: bool
+    exhausted: bool
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def n_extra_rounds(self) -> int:
+        return max(len(self.rounds) - 1, 0)
+
+    @property
+    def n_generated(self) -> int:
+        return sum(r.n_generated for r in self.rounds)
+
+    @property
+    def n_gen_tokens(self) -> int:
+        return sum(r.n_gen_tokens for r in self.rounds)
+
+
+def dapo_fill(
+    target_groups: int,
+    sample_round: Callable[[int, int], Sequence[GroupT]],
+    max_rounds: int,
+    *,
+    useful: Callable[[GroupT], bool] = is_useful,
+    tokens: Callable[[GroupT], int] | None = None,
+) -> DapoResult[GroupT]:
+    """DAPO dynamic sampling as a pure driver: sample, drop zero-variance groups, refill.
+
+    Round 0 asks ``sample_round(target_groups, 0)`` for the iteration's groups (rolled out to
+    the end, or cut by a gate). Every group for which ``useful`` is False (zero reward variance,
+    or cut) is dropped. While fewer than ``target_groups`` useful groups are held and fewer than
+    ``max_rounds`` *extra* rounds have run, round r asks ``sample_round(n_needed, r)`` for
+    n_needed = target_groups - useful so far new groups. So at most 1 + max_rounds rounds run.
+
+    Never raises on a short batch: when the cap is hit the result holds what was gathered,
+    ``hit_cap=True``, and a warning is logged; a round that returns no group stops sampling
+    (``exhausted=True``). Useful groups beyond the target (a ``sample_round`` that returns more
+    than asked) are generated but not kept. ``tokens(group)`` counts a group's generated tokens
+    for the per-round totals (0 when not given).
+    """
+    if target_groups < 1:
+        raise SrolloutError(f"DAPO needs a target of >= 1 useful groups, got {target_groups}")
+    if max_rounds < 0:
+        raise SrolloutError(f"DAPO's cap on extra rounds must be >= 0, got {max_rounds}")
+    kept: list[GroupT] = []
+    generated: list[GroupT] = []
+    rounds: list[DapoRound] = []
+    exhausted = False
+    for r in range(max_rounds + 1):
+        need = target_groups - len(kept)
+        if need <= 0:
+            break
+        groups = list(sample_round(need, r))
+        if not groups:  # nothing left to sample: not a round
+            exhausted = True
+            break
+        good = [g for g in groups if useful(g)]
+        n_tok = sum(int(tokens(g)) for g in groups) if tokens is not None else 0
+        rounds.append(DapoRound(r, need, len(groups), len(good), n_tok))
+        generated += groups
+        kept += good[:need]
+    hit_cap = len(kept) < target_groups and not exhausted
+    if hit_cap:
+        log.warning("DAPO: %d of %d useful groups after %d extra round(s) (the cap); training on what was gathered",
+                    len(kept), target_groups, max_rounds)
+    elif exhausted and len(kept) < target_groups:
+        log.warning("DAPO: %d of %d useful groups; no more prompts to sample; training on what was gathered",
+                    len(kept), target_groups)
+    return DapoResult(tuple(kept), tuple(generated), tuple(rounds), hit_cap, exhausted)
+
+
+# --- GRESO pre-rollout skipping ------------------------------------------------------------------
+
+
+class GresoOutcome(NamedTuple):
+    """One observed group of a prompt: prompt_id, the iteration it ran in, whether it was
+    zero-variance (or cut: a cut group gave no gradient either)."""
+
+    prompt_id: str
+    iteration: int
+    zero_var: bool
+
+
+class GresoSkipper:
+    """GRESO-style pre-rollout skipping with a seeded, order-free exploration draw.
+
+    The rule (GRESO's probabilistic filter with one fixed exploration probability p = p_explore):
+    let z(x) be the number of *most recent consecutive* groups of prompt x that were
+    zero-variance, over the outcomes recorded before ``iteration`` (z = 0 for a prompt never
+    seen, or whose last group had reward variance). Prompt x is
+
+        skipped at ``iteration``  iff  z(x) >= 1  and  u(x, iteration) >= p ** z(x),
+
+    i.e. rolled out anyway with probability p^z: p after one zero-variance group, p² after two,
+    and so on; p = 1 never skips, p = 0 skips every prompt with z >= 1. u is uniform on [0, 1),
+    a hash of (seed, prompt_id, iteration) (:meth:`draw`), so a decision depends neither on the
+    order prompts are asked about nor on any RNG state, and a resumed run decides the same.
+    A skipped prompt records no outcome, so its streak stays until an exploration roll-out
+    breaks it. GRESO also adapts p per easy/hard prompt towards a target zero-variance share;
+    here p stays fixed, so an arm's behaviour is set by one number.
+    """
+
+    def __init__(self, p_explore: float, seed: int, history: Iterable[GresoOutcome] = ()) -> None:
+        if not 0.0 <= p_explore <= 1.0:
+            raise SrolloutError(f"GRESO exploration probability must lie in [0, 1], got {p_explore}")
+        self.p_explore = float(p_explore)
+        self.seed = int(seed)
+        self._history: dict[str, list[GresoOutcome]] = {}
+        for outcome in history:
+            self.record(*outcome)
+
+    def record(self, prompt_id: str, iteration: int, zero_var: bool) -> None:
+        """Note that a group of ``prompt_id`` ran at ``iteration`` and whether it was zero-variance."""
+        self._history.setdefault(str(prompt_id), []).append(GresoOutcome(str(prompt_id), int(iteration), bool(zero_var)))
+
+    def streak(self, prompt_id: str, before: int | None = None) -> int:
+        """z: the most recent consecutive zero-variance groups of ``prompt_id`` (only outcomes of
+        iterations < ``before`` when given)."""
+        z = 0
+        # by iteration, so a history restored in any order gives the same streak
+        for o in sorted(self._history.get(str(prompt_id), []), key=lambda o: o.iteration, reverse=True):
+            if before is not None and o.iteration >= before:
+                continue
+            if not o.zero_var:
+                break
+            z += 1
+        return z
+
+    def draw(self, prompt_id: str, iteration: int) -> float:
+        """u(prompt_id, iteration) in [0, 1): the first 8 bytes of blake2b(seed|prompt_id|iteration) / 2^64."""
+        digest = hashlib.blake2b(f"{self.seed}|{prompt_id}|{int(iteration)}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2.0**64
+
+    def skip_probability(self, prompt_id: str, iteration: int) -> float:
+        """1 - p^z (0 for z = 0)."""
+        z = self.streak(prompt_id, before=iteration)
+        return 0.0 if z == 0 else 1.0 - self.p_explore**z
+
+    def should_skip(self, prompt_id: str, iteration: int) -> bool:
+        """True iff the prompt is skipped at ``iteration`` (the rule in the class docstring)."""
+        z = self.streak(prompt_id, before=iteration)
+        return z >= 1 and self.draw(prompt_id, iteration) >= self.p_explore**z
+
+    def history(self) -> list[GresoOutcome]:
+        """Every recorded outcome (checkpoint this; ``GresoSkipper(p, seed, history)`` restores)."""
+        return [o for outcomes in self._history.values() for o in outcomes]
+
+    def truncate(self, last_iteration: int) -> None:
+        """Forget outcomes of iterations > ``last_iteration`` (a resume from that checkpoint)."""
+        for key, outcomes in self._history.items():
+            self._history[key] = [o for o in outcomes if o.iteration <= last_iteration]
+
+
+def greso_filter(skipper: GresoSkipper, prompt_ids: Sequence[str], iteration: int) -> tuple[list[int], list[int]]:
+    """Split positions of ``prompt_ids`` into (kept, skipped) at ``iteration``, order kept."""
+    kept, skipped = [], []
+    for i, pid in enumerate(prompt_ids):
+        (skipped if skipper.should_skip(pid, iteration) else kept).append(i)
+    return kept, skipped
+
+
+def arm_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Totals of one arm's per-iteration rows (keys ``iter_s``, ``n_gen_tokens``, ``n_useful``):
+    wall_s (s), gen_tokens, useful groups and useful_per_s = useful / wall_s (NaN when no time)."""
+    wall = float(sum(float(r["iter_s"]) for r in rows))
+    tokens = int(sum(int(r["n_gen_tokens"]) for r in rows))
+    useful = int(sum(int(r["n_useful"]) for r in rows))
+    return {"wall_s": wall, "gen_tokens": tokens, "useful": useful,
+            "useful_per_s": useful / wall if wall > 0 else float("nan")}
