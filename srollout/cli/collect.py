@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from srollout.config import QUICK_GROUPS, QUICK_T_MAX, CollectConfig, help_for, parse_int_list
+from srollout.config import (
+    QUICK_GROUPS,
+    QUICK_T_MAX,
+    CollectConfig,
+    DistConfig,
+    help_for,
+    parse_int_list,
+)
 
 _DEFAULT = CollectConfig()
 _SIGNAL_K = ",".join(map(str, _DEFAULT.signal_K))
@@ -48,6 +55,7 @@ def register(app: typer.Typer) -> None:
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
         resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
         quick: Annotated[bool, typer.Option("--quick", help=_h("quick"))] = False,
+        workers: Annotated[int, typer.Option("--workers", help=help_for(DistConfig, "workers"))] = 1,
     ) -> None:
         from rich.console import Console
 
@@ -79,8 +87,9 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             quick=quick,
         )
+        dist = DistConfig(workers=workers)
         console = Console()
-        result = run_collect(config, console=console)
+        result = run_collect(config, console=console, dist=dist)
         console.print(to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups"))
         console.print(f"[bold]run directory:[/] {result.run_dir}")
         for path in (*result.paths.values(), result.run_dir / "report.md", result.run_dir / "manifest.json"):

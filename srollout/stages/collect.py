@@ -6,7 +6,9 @@ The story, top to bottom (:func:`run_collect`):
 2. load the task set and build the groups (group i plays task i; seeds derive from i);
 3. build the policy (the LM, the planner, or the noisy planner) and the environment factory;
 4. roll out the groups that are not finished yet through the batched engine, with the gate at
-   step K when one is asked for (off by default, so outcomes are complete);
+   step K when one is asked for (off by default, so outcomes are complete); with ``--workers N``
+   (N > 1) the same engine runs on N Ray workers (:mod:`srollout.dist.rollout`) and the groups
+   stream back here, so steps 5-6 and ``--resume`` are the same whatever N;
 5. write each finished group atomically as a part (that is what makes ``--resume`` exact);
 6. merge the parts in group order into steps / trajectories / groups / signals.parquet, and
    write the summary table, ``report.md`` and the manifest.
@@ -22,7 +24,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from srollout.config import CollectConfig
+from srollout.config import CollectConfig, DistConfig
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import (
     GroupRecord,
@@ -69,9 +71,18 @@ class CollectResult(NamedTuple):
     summary: RolloutSummary
 
 
-def run_collect(config: CollectConfig, console: Any = None, progress: bool = True) -> CollectResult:
-    """Run ``collect`` as configured; return where the files are and the headline numbers."""
+def run_collect(config: CollectConfig, console: Any = None, progress: bool = True, dist: DistConfig | None = None) -> CollectResult:
+    """Run ``collect`` as configured; return where the files are and the headline numbers.
+
+    dist: ``--workers`` (None or 1 worker: in this process, Ray never imported). The number of
+    workers is not part of the resume key: a run may be resumed with another N.
+    """
     t0 = time.perf_counter()
+    dist = dist or DistConfig()
+    if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
+        from srollout.dist import require_ray
+
+        require_ray(dist.workers)
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
     run_dir = prepare_run_dir(config.out, "collect", overwrite=config.overwrite, resume=config.resume)
@@ -100,24 +111,29 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
         gate_K=gate_K,
         arm="gated" if gate is not None else "collect",
     )
-    policy = build_policy(config) if todo else None
+    distributed = dist.workers > 1 and bool(todo)
+    # --- workers > 1: each Ray worker builds its own policy replica from the recipe
+    policy = build_policy(config) if todo and not distributed else None
     env_factory = build_env_factory(config)
-    manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K))
+    manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K), workers=dist.workers)
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
         write_part(run_dir, record.group_id, group_tables(record))
 
     with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
-        summary = run_groups(
-            todo,
-            policy,
-            env_factory,
-            ReactPrompter(),
-            settings,
-            on_group=lambda r: (on_group(r), show.group(r)),
-            on_tick=show.tick,
-        ) if todo else _empty_summary()
+        if distributed:
+            summary = _run_distributed(todo, config, settings, dist, manifest, lambda r: (on_group(r), show.group(r)), show.tick)
+        else:
+            summary = run_groups(
+                todo,
+                policy,
+                env_factory,
+                ReactPrompter(),
+                settings,
+                on_group=lambda r: (on_group(r), show.group(r)),
+                on_tick=show.tick,
+            ) if todo else _empty_summary()
 
     # 6. merge, summarise, report
     missing = sorted(set(s.group_id for s in specs) - set(finished_groups(run_dir)))
@@ -125,7 +141,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
         raise SrolloutError(f"{run_dir}: groups {missing[:3]} have no part after the rollout")
     paths = merge_parts(run_dir, [s.group_id for s in specs])
     stats = summarise(paths, summary, len(done_ids))
-    report = write_collect_report(run_dir, config, stats, summary, paths)
+    report = write_collect_report(run_dir, config, stats, summary, paths, workers=dist.workers if distributed else 1)
     manifest.data["timings_s"].update(
         rollout=round(summary.wall_s, 3),
         generation=round(summary.gen_s, 3),
@@ -241,8 +257,12 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
 
 
-def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectStats, summary: RolloutSummary, paths: dict[str, Path]) -> Path:
-    """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files."""
+def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectStats, summary: RolloutSummary, paths: dict[str, Path],
+                         workers: int = 1) -> Path:
+    """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files.
+
+    workers: Ray rollout workers of this process's rollout (1: in process); with several, the
+    engine's times are summed over workers and "other" is worker-seconds spent on neither."""
     from srollout.report.markdown import Section, write_report
     from srollout.report.tables import to_markdown
 
@@ -272,6 +292,9 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
         f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps {summary.env_s:.1f} s, "
         f"env resets {summary.reset_s:.1f} s, other {summary.overhead_s:.1f} s."
     )
+    if workers > 1:
+        engine += (f" Rolled out on {workers} Ray workers (concurrency per worker); these times are worker-seconds "
+                   f"summed over workers, \"other\" includes worker start-up and idle time; wall-clock {summary.wall_s:.1f} s.")
     sections = [
         Section("Summary", to_markdown(stats_frame(stats))),
         Section("Settings", f"task set `{config.tasks}`, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
@@ -282,6 +305,49 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
         sections.append(Section("Prefix edit distance d_K by label", to_markdown(d_by_label)))
     sections.append(Section("Files", "\n".join(f"- `{p.name}`" for p in paths.values())))
     return write_report(run_dir, "srollout collect", sections)
+
+
+def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
+    """What a Ray rollout worker needs to act as this process would: a policy replica built by
+    :func:`build_policy` from the same options (the default model resolved, and built if need
+    be, here once rather than by every worker), the environment factory, the ReAct protocol and
+    the engine settings (``--concurrency`` is per worker)."""
+    from dataclasses import replace
+    from functools import partial
+
+    from srollout.dist.rollout import WorkerRecipe
+    from srollout.rollout.react import ReactPrompter
+
+    if config.policy == "lm" and config.backend == "transformers":
+        from srollout.policy import resolve_model
+
+        config = replace(config, model=resolve_model(config.model if config.model is not None else "default"))
+    return WorkerRecipe(
+        make_policy=partial(build_policy, config),
+        env_factory=build_env_factory(config),
+        prompter=ReactPrompter(),
+        settings=settings,
+        threads=1 if config.policy == "lm" else None,
+    )
+
+
+def _run_distributed(todo: Sequence[Any], config: CollectConfig, settings: RolloutSettings, dist: DistConfig,
+                     manifest: Manifest, on_group: Callable[[GroupRecord], None], on_tick: Callable[[TickStats], None]) -> RolloutSummary:
+    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the restarts."""
+    from srollout.dist import ray_session
+    from srollout.dist.rollout import run_groups_distributed
+
+    started: list[Any] = []
+    with ray_session(dist.workers) as where:
+        result = run_groups_distributed(
+            todo, worker_recipe(config, settings), dist.workers, on_group=on_group, on_tick=on_tick,
+            chunk_groups=dist.chunk_groups, on_worker=lambda slot, info, actor: started.append(info),
+        )
+    names = [f"{info.host}:{info.pid}" for info in started]
+    manifest.update(policy=started[0].policy if started else None, dist={"ray": where, "workers": result.workers, "replaced": result.replaced, "chunks": result.chunks,
+                          "worker_processes": names, "policy_build_s": [round(b, 3) for b in result.build_s],
+                          "worker_start_s": round(result.start_s, 3)})
+    return result.summary
 
 
 def _gate_dict(gate: Any, K: int | None) -> dict[str, Any] | None:

@@ -1,0 +1,339 @@
+"""``collect --workers N``: the batched engine on N Ray actors, fed chunks of groups by the driver.
+
+Each worker (:class:`RolloutWorker`, one CPU) builds its own policy replica from a
+:class:`WorkerRecipe` and runs *chunks* of consecutive groups through the same engine as a
+one-process run (:func:`srollout.rollout.engine.run_groups`, gate included), on environments it
+keeps between chunks. Since every seed derives from (run seed, group index, traj_idx), a group's
+content does not depend on which worker ran it or with which other groups: N workers produce
+the records of one (timing aside).
+
+The driver (:func:`run_groups_distributed`) starts the workers (in parallel; work begins when all
+are up), keeps one chunk in flight per worker and hands the next chunk to whichever worker
+returns one. A chunk comes back whole (its groups in index
+order), so a worker that dies mid-chunk loses nothing that reached ``on_group``: the driver
+starts a replacement in its slot and reruns the chunk there. A chunk that kills
+:data:`MAX_WORKER_DEATHS` workers in a row stops the run; an ordinary error raised in a worker
+(a bad model path, a bug) is raised in the driver at once, not retried.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from srollout.envs.base import StepResult, Task, TextEnv
+from srollout.errors import SrolloutError
+from srollout.policy.base import Policy
+from srollout.rollout.engine import (
+    GroupRecord,
+    GroupSpec,
+    Prompter,
+    RolloutSettings,
+    RolloutSummary,
+    TickStats,
+    run_groups,
+)
+
+# A chunk whose worker died this many times in a row is not tried again.
+MAX_WORKER_DEATHS = 3
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    """What a worker needs to roll out as the driver would; shipped to every worker (picklable).
+
+    make_policy: builds the policy replica (called once per worker, in the worker);
+    env_factory: makes one environment; prompter: the ReAct protocol; settings: the engine's
+    settings (``concurrency`` is per worker); threads: torch threads in the worker (None: leave
+    torch as the process has it; Ray gives a one-CPU worker one thread).
+    """
+
+    make_policy: Callable[[], Policy]
+    env_factory: Callable[[], TextEnv]
+    prompter: Prompter
+    settings: RolloutSettings
+    threads: int | None = None
+
+
+class WorkerInfo(NamedTuple):
+    """A started worker: host name, process id, policy name, seconds its policy took to build."""
+
+    host: str
+    pid: int
+    policy: str
+    build_s: float
+
+
+class ChunkResult(NamedTuple):
+    """One chunk rolled out by a worker: its groups in index order and the engine's totals."""
+
+    records: list[GroupRecord]
+    summary: RolloutSummary
+
+
+class DistResult(NamedTuple):
+    """Totals of :func:`run_groups_distributed`.
+
+    summary: the engine totals summed over chunks (:func:`_sum`; wall_s is the driver's
+    wall-clock of the whole call); workers: worker slots used; replaced: workers started to
+    replace dead ones; chunks: chunks the groups were split into (reruns not counted);
+    build_s: policy build seconds of every worker started, in start order; start_s: seconds
+    from the call until the first ``workers`` workers were all up (no chunk starts before).
+    """
+
+    summary: RolloutSummary
+    workers: int
+    replaced: int
+    chunks: int
+    build_s: list[float]
+    start_s: float
+
+
+class _PooledEnv:
+    """An environment of the worker's pool, lent to one engine call: ``close`` hands it back.
+
+    The engine closes its environments at the end of every call; a worker keeps them for its next
+    chunk instead, so their loaded games stay warm (a fresh ALFWorld reset costs ~3x a warm one).
+    """
+
+    def __init__(self, env: TextEnv, pool: list[TextEnv]) -> None:
+        self.env, self._pool, self._lent = env, pool, True
+
+    @property
+    def task(self) -> Task:
+        return self.env.task
+
+    def reset(self, task: Task, seed: int) -> tuple[str, StepResult]:
+        return self.env.reset(task, seed)
+
+    def step(self, action: str) -> StepResult:
+        return self.env.step(action)
+
+    def close(self) -> None:
+        if self._lent:
+            self._lent = False
+            self._pool.append(self.env)
+
+
+class RolloutWorker:
+    """One rollout worker: a policy replica and a pool of environments, running chunks of groups.
+
+    A plain class: Ray wraps it as an actor (:func:`run_groups_distributed`), and it runs as is
+    in a process (tests). Call :meth:`start` once, then :meth:`run` per chunk.
+    """
+
+    def __init__(self, recipe: WorkerRecipe) -> None:
+        self.recipe = recipe
+        self.policy: Policy | None = None
+        self._free: list[TextEnv] = []
+        self._made: list[TextEnv] = []
+
+    def start(self) -> WorkerInfo:
+        """Set torch's threads and build the policy; say where this worker runs."""
+        if self.recipe.threads is not None:
+            import torch
+
+            torch.set_num_threads(self.recipe.threads)
+        t0 = time.perf_counter()
+        self.policy = self.recipe.make_policy()
+        build_s = time.perf_counter() - t0
+        return WorkerInfo(socket.gethostname(), os.getpid(), str(getattr(self.policy, "name", type(self.policy).__name__)), build_s)
+
+    def run(self, specs: Sequence[GroupSpec]) -> ChunkResult:
+        """Roll out ``specs`` through the engine; return every group (index order) and the totals."""
+        if self.policy is None:
+            raise RuntimeError("RolloutWorker.run before start()")
+        records: list[GroupRecord] = []
+        summary = run_groups(list(specs), self.policy, self._lend_env, self.recipe.prompter, self.recipe.settings,
+                             on_group=records.append)
+        records.sort(key=lambda r: r.spec.index)
+        return ChunkResult(records, summary)
+
+    def close(self) -> None:
+        """Close every environment this worker made."""
+        for env in self._made:
+            env.close()
+        self._free.clear()
+
+    def _lend_env(self) -> TextEnv:
+        if not self._free:
+            self._made.append(self.recipe.env_factory())
+            self._free.append(self._made[-1])
+        return _PooledEnv(self._free.pop(), self._free)
+
+
+def default_chunk_groups(settings: RolloutSettings) -> int:
+    """Groups per chunk: twice what a worker holds in flight (``concurrency // G``), so a worker
+    refills its batch from its own chunk while the driver's next chunk is on its way."""
+    return 2 * max(1, settings.concurrency // settings.G)
+
+
+def chunk_size(settings: RolloutSettings, n_groups: int, workers: int) -> int:
+    """:func:`default_chunk_groups`, but at most ``ceil(n_groups / workers)`` so that a short run
+    is shared out over every worker."""
+    return max(1, min(default_chunk_groups(settings), math.ceil(n_groups / max(workers, 1))))
+
+
+def chunked(specs: Sequence[GroupSpec], size: int) -> list[list[GroupSpec]]:
+    """``specs`` in group-index order, cut into consecutive chunks of ``size`` (the last shorter)."""
+    if size < 1:
+        raise SrolloutError(f"chunk_groups must be >= 1, got {size}")
+    ordered = sorted(specs, key=lambda s: s.index)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def _sum(summaries: Sequence[RolloutSummary], wall_s: float, workers: int) -> RolloutSummary:
+    """The chunks' totals as one summary: counts and measured times summed (worker-seconds);
+    wall_s is the driver's; overhead_s = workers x wall_s minus the measured times, i.e. the
+    worker-seconds spent on neither generation, env steps nor resets (start-up, idle, transfer)."""
+    gen_s = sum(s.gen_s for s in summaries)
+    env_s = sum(s.env_s for s in summaries)
+    reset_s = sum(s.reset_s for s in summaries)
+    ticks = sum(s.ticks for s in summaries)
+    rows = sum(s.rows for s in summaries)
+    return RolloutSummary(
+        groups=sum(s.groups for s in summaries),
+        wall_s=wall_s,
+        gen_s=gen_s,
+        env_s=env_s,
+        reset_s=reset_s,
+        overhead_s=workers * wall_s - gen_s - env_s - reset_s,
+        ticks=ticks,
+        rows=rows,
+        mean_batch=rows / ticks if ticks else 0.0,
+        n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
+        n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
+        n_cut=sum(s.n_cut for s in summaries),
+    )
+
+
+def run_groups_distributed(
+    specs: Sequence[GroupSpec],
+    recipe: WorkerRecipe,
+    workers: int,
+    on_group: Callable[[GroupRecord], None] | None = None,
+    on_tick: Callable[[TickStats], None] | None = None,
+    chunk_groups: int | None = None,
+    on_worker: Callable[[int, WorkerInfo, Any], None] | None = None,
+) -> DistResult:
+    """Roll out ``specs`` on ``workers`` Ray actors (inside :func:`srollout.dist.ray_session`).
+
+    on_group: called in this process for every group, once, as its chunk comes back (chunks in
+    finishing order, groups of a chunk in index order); on_tick: once per returned chunk, with
+    the chunk's totals and the groups done so far; chunk_groups: groups per chunk (default
+    :func:`chunk_size`); on_worker(slot, info, actor): every worker that started, replacements
+    included (slot 0..workers-1; ``actor`` is its Ray handle).
+    """
+    import ray
+
+    t0 = time.perf_counter()
+    size = chunk_groups if chunk_groups is not None else chunk_size(recipe.settings, len(specs), workers)
+    chunks = chunked(specs, size)
+    n_slots = min(workers, len(chunks))
+    if n_slots == 0:
+        return DistResult(_sum([], time.perf_counter() - t0, 0), 0, 0, 0, [], 0.0)
+
+    died = _death_errors(ray)
+    actor_class = ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker)
+    actors: dict[int, Any] = {}
+    pending: dict[Any, tuple[str, int, int]] = {}  # object ref -> ("start"|"run", slot, chunk)
+    queue = deque(range(len(chunks)))
+    deaths = [0] * len(chunks)  # workers each chunk killed
+    start_deaths = [0] * n_slots  # per slot, in a row
+    summaries: list[RolloutSummary] = []
+    build_s: list[float] = []
+    replaced, done, returned, start_s = 0, 0, 0, 0.0
+    waiting = set(range(n_slots))  # first workers not started yet
+
+    def launch(slot: int) -> None:
+        actors[slot] = actor_class.remote(recipe)
+        pending[actors[slot].start.remote()] = ("start", slot, -1)
+
+    def assign(slot: int) -> None:
+        if queue:
+            i = queue.popleft()
+            pending[actors[slot].run.remote(chunks[i])] = ("run", slot, i)
+
+    try:
+        for slot in range(n_slots):
+            launch(slot)
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            kind, slot, i = pending.pop(ref)
+            try:
+                value = ray.get(ref)
+            except died as err:
+                if kind == "run":
+                    deaths[i] += 1
+                    if deaths[i] >= MAX_WORKER_DEATHS:
+                        raise SrolloutError(
+                            f"groups {chunks[i][0].group_id}..{chunks[i][-1].group_id} killed {deaths[i]} workers in a row "
+                            f"(last: {type(err).__name__}); stopping (the groups already written are kept)"
+                        ) from err
+                    queue.appendleft(i)  # rerun first, on the replacement
+                else:
+                    start_deaths[slot] += 1
+                    if start_deaths[slot] >= MAX_WORKER_DEATHS:
+                        raise SrolloutError(f"Ray worker {slot} died {start_deaths[slot]} times while starting "
+                                            f"(last: {type(err).__name__})") from err
+                _kill(ray, actors[slot])
+                replaced += 1
+                launch(slot)
+                continue
+            except ray.exceptions.RayTaskError as err:
+                raise _cause(err) from err
+            if kind == "start":
+                start_deaths[slot] = 0
+                build_s.append(value.build_s)
+                if on_worker is not None:
+                    on_worker(slot, value, actors[slot])
+                if slot not in waiting:  # a replacement: straight to work
+                    assign(slot)
+                    continue
+                waiting.remove(slot)
+                if not waiting:  # every first worker is up: work starts on all of them at once
+                    start_s = time.perf_counter() - t0
+                    for other in range(n_slots):
+                        assign(other)
+                continue
+            returned += 1
+            summaries.append(value.summary)
+            for record in value.records:
+                if on_group is not None:
+                    on_group(record)
+            done += len(value.records)
+            assign(slot)
+            if on_tick is not None:
+                s = value.summary
+                in_flight = sum(len(chunks[j]) for k, _, j in pending.values() if k == "run")
+                on_tick(TickStats(returned, s.rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done))
+    finally:
+        for actor in actors.values():
+            _kill(ray, actor)
+    wall = time.perf_counter() - t0
+    return DistResult(_sum(summaries, wall, n_slots), n_slots, replaced, len(chunks), build_s, start_s)
+
+
+def _death_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """The Ray errors that mean "the worker is gone" (not an error of the code it ran)."""
+    names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError")
+    return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
+
+
+def _cause(err: BaseException) -> BaseException:
+    """The exception raised in the worker (Ray wraps it; its message is the remote traceback)."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else err
+
+
+def _kill(ray: Any, actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # already gone
+        pass

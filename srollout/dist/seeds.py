@@ -1,0 +1,215 @@
+"""``train-onpolicy --seeds 7,13,23,42 --workers N``: the seeds as Ray tasks, N at a time.
+
+The story (:func:`run_seeds_parallel`):
+
+1. open the run directory (``--resume`` reopens it; a run started without ``--workers`` is
+   refused: its checkpoints are not per-seed runs);
+2. every seed whose run is not complete yet becomes one Ray task (one CPU): a complete one-seed
+   ``train-onpolicy`` run in ``RUN/seeds/seed<S>/`` with its own per-iteration checkpoints. A
+   task that finds its seed run started resumes it, so a retry after a worker died (Ray retries
+   those) and a ``--resume`` of the whole run both continue from the seed's last checkpoint;
+3. ``RUN/checkpoints/seed<S>-<arm>`` link to the seed runs' checkpoints, and the stage's own
+   ``--resume`` pass (:func:`srollout.stages.train_onpolicy.run_train_onpolicy`) loads every
+   finished arm from them and writes the usual metrics, eval, tables, tests, figures, adapters and
+   report over all seeds: the files of a sequential run (timing aside), since every random draw of
+   an arm derives from its seed, never from what ran before it in the process;
+4. the manifest records where the seeds ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from srollout.config import TrainOnpolicyConfig
+from srollout.dist.cluster import ray_session, require_ray
+from srollout.errors import SrolloutError
+from srollout.rundir import Manifest, check_resumable, prepare_run_dir
+from srollout.schemas import write_json
+
+STAGE = "train-onpolicy"
+SEEDS_DIR = "seeds"
+
+
+class SeedRun(NamedTuple):
+    """One seed trained by a Ray task: where (host, pid), how long (wall_s), whether it continued
+    a seed run that was already started (resumed)."""
+
+    seed: int
+    host: str
+    pid: int
+    wall_s: float
+    resumed: bool
+
+
+def seed_run_dir(run_dir: Path, seed: int) -> Path:
+    """``RUN/seeds/seed<S>``: the one-seed run of ``seed``."""
+    return Path(run_dir) / SEEDS_DIR / f"seed{seed}"
+
+
+def run_seeds_parallel(config: TrainOnpolicyConfig, workers: int, console: Any = None, progress: bool = True) -> Any:
+    """Train the seeds of ``config`` as Ray tasks, ``workers`` at a time; return the stage's
+    :class:`~srollout.stages.train_onpolicy.OnpolicyResult` over all seeds."""
+    require_ray(workers)  # before the run directory exists: a missing extra leaves nothing behind
+    from srollout.stages.train_onpolicy import run_train_onpolicy
+
+    if config.resume and config.out is None:
+        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    run_dir = prepare_run_dir(config.out, STAGE, overwrite=config.overwrite, resume=config.resume)
+    if config.resume:
+        _check_parallel_run(run_dir)
+        check_resumable(run_dir, STAGE, config.resume_key(), "checkpoints")
+    config = replace(config, out=run_dir)
+    reloaded = [s for s in config.seeds if _complete(seed_run_dir(run_dir, s))]
+    todo = [s for s in config.seeds if s not in reloaded]
+    dist: dict[str, Any] = {
+        "ray": None,
+        "workers": workers,
+        "seed_runs": [f"{SEEDS_DIR}/seed{s}" for s in config.seeds],
+        "reloaded_seeds": reloaded,
+        "trained": [],
+    }
+    manifest = Manifest(run_dir, STAGE, config)
+    manifest.update(dist=dist)
+
+    # 2. the seeds not finished yet, N at a time
+    if todo:
+        from srollout.policy import resolve_model
+
+        # resolved (and, for the default policy, built) here once, not by every task
+        seed_config = replace(config, model=resolve_model(config.model))
+        with ray_session(workers) as where, _SeedBar(console, len(config.seeds), len(reloaded), progress) as bar:
+            dist["ray"] = where
+            manifest.update(dist=dist)
+            runs = _train_seeds(seed_config, todo, run_dir, workers, bar)
+        dist["trained"] = [
+            {"seed": r.seed, "process": f"{r.host}:{r.pid}", "wall_s": round(r.wall_s, 3), "resumed": r.resumed} for r in runs
+        ]
+
+    # 3. link the checkpoints; the stage's --resume pass writes everything over all seeds
+    _link_checkpoints(run_dir, config)
+    result = run_train_onpolicy(replace(config, resume=True, overwrite=False), console=console, progress=False)
+
+    # 4. the stage rewrote the manifest: add where the seeds ran
+    path = run_dir / "manifest.json"
+    data = json.loads(path.read_text())
+    data["dist"] = dist
+    write_json(data, path)
+    return result
+
+
+def _train_seeds(config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, workers: int, bar: _SeedBar) -> list[SeedRun]:
+    """One Ray task per seed, at most ``workers`` in flight; the runs in finishing order."""
+    import ray
+
+    from srollout.dist.rollout import _cause, _death_errors
+
+    # max_retries: Ray reruns a task whose worker died (the rerun resumes the seed run);
+    # an exception raised by the training itself is not retried.
+    task = ray.remote(num_cpus=1, max_retries=2, retry_exceptions=False)(_train_seed)
+    died = _death_errors(ray)
+    queue = deque(seeds)
+    pending: dict[Any, int] = {}
+    runs: list[SeedRun] = []
+    try:
+        while queue or pending:
+            while queue and len(pending) < workers:
+                seed = queue.popleft()
+                pending[task.remote(config, seed, str(seed_run_dir(run_dir, seed)))] = seed
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            seed = pending.pop(ref)
+            try:
+                runs.append(ray.get(ref))
+            except died as err:
+                raise SrolloutError(f"seed {seed}: its Ray worker died 3 times ({type(err).__name__}); "
+                                    f"rerun with --resume to continue from its last checkpoint") from err
+            except ray.exceptions.RayTaskError as err:
+                raise _cause(err) from err
+            bar.seed_done(runs[-1])
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+    return runs
+
+
+def _train_seed(config: TrainOnpolicyConfig, seed: int, out: str) -> SeedRun:
+    """A Ray task: the one-seed run of ``seed`` in ``out``, resumed when it was started before."""
+    from srollout.stages.train_onpolicy import run_train_onpolicy
+
+    t0 = time.perf_counter()
+    directory = Path(out)
+    resumed = (directory / "manifest.json").exists()
+    if directory.exists() and not resumed:  # killed before its manifest: nothing to keep
+        shutil.rmtree(directory)
+    run_train_onpolicy(replace(config, seeds=(seed,), out=directory, resume=resumed, overwrite=False), progress=False)
+    return SeedRun(seed, socket.gethostname(), os.getpid(), time.perf_counter() - t0, resumed)
+
+
+def _complete(directory: Path) -> bool:
+    path = directory / "manifest.json"
+    return path.exists() and json.loads(path.read_text()).get("status") == "complete"
+
+
+def _check_parallel_run(run_dir: Path) -> None:
+    """Refuse to resume with ``--workers`` a run whose checkpoints are not per-seed runs."""
+    path = run_dir / "manifest.json"
+    started_parallel = (run_dir / SEEDS_DIR).is_dir() or (path.exists() and "dist" in json.loads(path.read_text()))
+    if not started_parallel:
+        raise SrolloutError(f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed runs); "
+                            "resume it without --workers")
+
+
+def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
+    """``RUN/checkpoints/seed<S>-<arm>`` -> ``../seeds/seed<S>/checkpoints/seed<S>-<arm>`` (relative,
+    so the run directory can move)."""
+    checkpoints = run_dir / "checkpoints"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    for seed in config.seeds:
+        for arm in config.arms:
+            name = f"seed{seed}-{arm}"
+            link = checkpoints / name
+            target = Path("..") / SEEDS_DIR / f"seed{seed}" / "checkpoints" / name
+            if link.is_symlink():
+                link.unlink()
+            elif link.exists():
+                raise SrolloutError(f"{link} is a checkpoint directory, not a link to a seed run; resume without --workers")
+            link.symlink_to(target, target_is_directory=True)
+
+
+class _SeedBar:
+    """A rich progress bar over seeds (no-op when disabled or without a console)."""
+
+    def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
+        self.enabled = enabled and console is not None
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.bar = Progress(TextColumn("[bold]train-onpolicy seeds"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
+            self.task = self.bar.add_task("seeds", total=total, completed=done, info="")
+
+    def __enter__(self) -> _SeedBar:
+        if self.enabled:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def seed_done(self, run: SeedRun) -> None:
+        if self.enabled:
+            self.bar.update(self.task, advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}")
