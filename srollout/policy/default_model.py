@@ -40,7 +40,7 @@ from srollout.policy.chat import (
     tokenize_chat,
 )
 
-BUILD_VERSION = "v2"
+BUILD_VERSION = "v3"
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
@@ -119,10 +119,19 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     )
     # only won episodes: a demonstration that wanders for T_max steps teaches wandering
     return [
-        Demo(system=ep.system, turns=[Turn(t.user, t.assistant, not t.is_noise) for t in ep.turns])
+        Demo(system=ep.system, turns=[Turn(t.user, _response(t.assistant, cfg.thoughts), not t.is_noise) for t in ep.turns])
         for ep in episodes
         if ep.success and ep.turns
     ]
+
+
+def _response(assistant: str, thoughts: bool) -> str:
+    """The expert's ``Thought: ...\nAction: ...``, or only its ``Action: ...`` line."""
+    if thoughts:
+        return assistant
+    from srollout.envs.prompts import parse_response
+
+    return f"Action: {parse_response(assistant).action}"
 
 
 # --- step 2: tokenizer ------------------------------------------------------------------------

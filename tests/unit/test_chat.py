@@ -115,3 +115,13 @@ def test_sampler_greedy_top_p_and_seed():
     s2 = [sample_next(logits, 1.0, 1.0, g2) for _ in range(40)]
     assert s1 == s2 and len(set(a)) == 1
     assert len(set(s1)) >= 3  # temperature 1 really samples
+
+
+def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_for():
+    from srollout.policy.default_model import _response
+
+    expert = "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk 1.\nAction: go to desk 1"
+    assert _response(expert, thoughts=False) == "Action: go to desk 1"
+    assert _response(expert, thoughts=True) == expert
+    # the engine's dialect survives (normalised, as the parser returns it)
+    assert _response("Thought: put it.\nAction: move mug 1 to shelf 2", thoughts=False) == "Action: move mug 1 to shelf 2"
