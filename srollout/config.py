@@ -561,6 +561,7 @@ class GateFitConfig:
 AB_GROUPS = 24
 AB_BLOCKS = 2
 AB_POLICIES = COLLECT_POLICIES
+AB_ARMS = ("baseline", "gated")
 
 
 @dataclass(frozen=True)
@@ -595,6 +596,10 @@ class AbRolloutConfig:
     overwrite: bool = doc(False, "Replace --out if it already exists.")
     resume: bool = doc(False, "Continue the run in --out: finished (arm, repeat, block) runs are kept with their timings, the rest are run.")
     quick: bool = doc(False, f"A short look: {QUICK_GROUPS} tasks and T_max {QUICK_T_MAX} unless given explicitly.")
+    arms: tuple[str, ...] = doc(AB_ARMS, "Arms to compare (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso; baseline is required and runs first): gated = the gate at step K; dapo = drop zero-variance groups after the rollout and roll out the next tasks of the task set until the block has as many useful groups as tasks; greso = skip tasks whose earlier groups were zero-variance (see --greso-history).")
+    dapo_max_rounds: int = doc(3, "DAPO arms: most extra rollout rounds per block; when hit, the block keeps the useful groups it has (reported, not an error).")
+    greso_p_explore: float = doc(0.5, "GRESO arms: a task whose last z groups were zero-variance is still rolled out with probability p^z.")
+    greso_history: Path | None = doc(None, "GRESO arms: groups.parquet (or a run directory holding one; columns task_id, zero_var, optional cut) whose groups count as each task's history before repeat 0; later repeats add the arm's own groups of the earlier repeats.")
 
     def __post_init__(self) -> None:
         from srollout.errors import SrolloutError
@@ -647,6 +652,21 @@ class AbRolloutConfig:
             raise SrolloutError(f"--n-boot must be >= 1, got {self.n_boot}")
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
+        from srollout.core.arms import parse_arms
+
+        try:
+            names = tuple(a.name for a in parse_arms(tuple(self.arms)))
+        except SrolloutError as err:
+            raise SrolloutError(f"--arms: {err}") from None
+        if "baseline" not in names:
+            raise SrolloutError(f"--arms must include baseline (every arm is judged against it), got {','.join(names)!r}")
+        object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
+        if self.dapo_max_rounds < 0:
+            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
+        if not 0.0 <= self.greso_p_explore <= 1.0:
+            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        if self.greso_history is not None and not Path(self.greso_history).exists():
+            raise SrolloutError(f"--greso-history {self.greso_history}: no such file or directory")
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the report's knobs)."""

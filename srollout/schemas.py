@@ -275,3 +275,22 @@ AB = Artifact(
     },
 )
 ARTIFACTS[AB.name] = AB
+
+AB_ARMS = Artifact(
+    "arms",
+    "one arm of an ab-rollout (totals over its repeats)",
+    {
+        "arm": pl.Utf8,
+        "repeats": pl.Int64,
+        "groups": pl.Int64,
+        "wall_s": pl.Float64,
+        "gen_tokens": pl.Int64,
+        "useful_groups": pl.Int64,
+        "useful_per_s": pl.Float64,
+        "cuts": pl.Int64,
+        "skipped": pl.Int64,
+        "extra_rounds": pl.Int64,
+        "cap_hits": pl.Int64,
+    },
+)
+ARTIFACTS[AB_ARMS.name] = AB_ARMS

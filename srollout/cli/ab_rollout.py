@@ -1,5 +1,6 @@
 """`srollout ab-rollout`: the matched-seed wall-clock A/B (paper Tier 1): the same tasks and seeds
-with and without the gate (parse options -> AbRolloutConfig -> run_ab_rollout)."""
+with and without the gate, and optionally DAPO / GRESO arms (parse options -> AbRolloutConfig ->
+run_ab_rollout)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from srollout.config import QUICK_GROUPS, QUICK_T_MAX, AbRolloutConfig, help_for, parse_int_list
+from srollout.config import (
+    QUICK_GROUPS,
+    QUICK_T_MAX,
+    AbRolloutConfig,
+    DistConfig,
+    help_for,
+    parse_int_list,
+    parse_names,
+)
 
 _DEFAULT = AbRolloutConfig()
 _SIGNAL_K = ",".join(map(str, _DEFAULT.signal_K))
@@ -24,7 +33,8 @@ def register(app: typer.Typer) -> None:
         help="Matched-seed wall-clock A/B (paper Tier 1): roll the same tasks with the same per-trajectory seeds "
         "through the same batched engine without and with the gate, arms alternating (ABBA) after a warm-up; "
         "report wall-clock, token and step savings with bootstrap CIs, the cuts judged by the baseline arm, and "
-        f"the seed-match proof. Defaults: {_DEFAULT.groups} eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
+        f"the seed-match proof. --arms adds DAPO / GRESO arms (useful groups per second per arm). "
+        f"Defaults: {_DEFAULT.groups} eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
     )
     def ab_rollout(
         groups: Annotated[int | None, typer.Option("--groups", help=_h("groups") + f"  \\[default: {_DEFAULT.groups}]", show_default=False)] = None,
@@ -55,11 +65,16 @@ def register(app: typer.Typer) -> None:
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
         resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
         quick: Annotated[bool, typer.Option("--quick", help=_h("quick"))] = False,
+        arms: Annotated[str, typer.Option("--arms", help=_h("arms"))] = ",".join(_DEFAULT.arms),
+        dapo_max_rounds: Annotated[int, typer.Option("--dapo-max-rounds", help=_h("dapo_max_rounds"))] = _DEFAULT.dapo_max_rounds,
+        greso_p_explore: Annotated[float, typer.Option("--greso-p-explore", help=_h("greso_p_explore"))] = _DEFAULT.greso_p_explore,
+        greso_history: Annotated[Path | None, typer.Option("--greso-history", help=_h("greso_history"), show_default=False)] = None,
+        workers: Annotated[int, typer.Option("--workers", help="Parallel rollout workers: 1 runs in this process (no Ray); N > 1 runs every arm's timed rollouts on N Ray workers (extra 'dist'; each starts, builds its policy and warms up before the clock). Joins $RAY_ADDRESS, else starts a local cluster with N CPUs. Not part of --resume's check.")] = 1,
     ) -> None:
         import polars as pl
         from rich.console import Console
 
-        from srollout.report.ab import savings_frame
+        from srollout.report.ab import arms_view, same_work, savings_frame
         from srollout.report.tables import to_rich
         from srollout.stages.ab_rollout import run_ab_rollout
 
@@ -93,13 +108,23 @@ def register(app: typer.Typer) -> None:
             overwrite=overwrite,
             resume=resume,
             quick=quick,
+            arms=parse_names(arms, "--arms"),
+            dapo_max_rounds=dapo_max_rounds,
+            greso_p_explore=greso_p_explore,
+            greso_history=greso_history,
         )
+        dist = DistConfig(workers=workers)
         console = Console()
-        result = run_ab_rollout(config, console=console)
+        result = run_ab_rollout(config, console=console, dist=dist)
         blocks = pl.read_parquet(result.paths["blocks"])
+        if result.arms is not None:
+            console.print(to_rich(arms_view(result.arms), title=f"ab-rollout: arms, {config.groups} tasks × {config.repeats} repeat(s) (totals)"))
+            for row in result.arms.filter(pl.col("cap_hits") > 0).iter_rows(named=True):
+                console.print(f"[bold yellow]{row['arm']}:[/] {row['cap_hits']} timed block(s) still short of useful groups after "
+                              f"--dapo-max-rounds {config.dapo_max_rounds} extra round(s); kept what they gathered (see report.md)")
         for c in result.comparisons:
             console.print(to_rich(savings_frame(c, blocks), title=f"ab-rollout: {c.arm} vs baseline, {c.n_tasks} tasks × {c.repeats} repeat(s)"))
-            if c.confusion.cut == 0:
+            if same_work(c):
                 console.print("[bold yellow]note:[/] the gate cut no group, so both arms did identical work: the wall-clock difference is machine noise (an A/A test)")
             if c.match.mismatches:
                 console.print(f"[bold yellow]seed match:[/] {len(c.match.mismatches)} {c.arm} trajectories differ from their baseline twin before K (see report.md)")

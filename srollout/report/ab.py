@@ -1,7 +1,8 @@
-"""What `srollout ab-rollout` shows: the savings table (console and report.md), the gate's cuts
-judged by the baseline arm, the seed-match proof, the schedule of timed runs, and two figures
-(per-task time by arm; the wall-clock saving decomposed into generation / environment / overhead).
-matplotlib is imported inside the figure functions (Agg backend)."""
+"""What `srollout ab-rollout` shows: the per-arm table (wall-clock, tokens, useful groups per
+second, cuts / skips / DAPO rounds), the savings table of each arm without DAPO (console and
+report.md), the gate's cuts judged by the baseline arm, the seed-match proof, the schedule of timed
+runs, and two figures (per-task time by arm; the wall-clock saving decomposed into generation /
+environment / overhead). matplotlib is imported inside the figure functions (Agg backend)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
 
-ARM_COLORS = {"baseline": "#7f7f7f", "gated": "#1f77b4"}
+ARM_COLORS = {"baseline": "#7f7f7f", "gated": "#1f77b4", "dapo": "#ff7f0e", "greso": "#2ca02c", "gated+dapo": "#d62728", "gated+greso": "#9467bd"}
 
 
 def _pct(x: float) -> str:
@@ -70,11 +71,16 @@ def drift_text(c: Any, per_block: pl.DataFrame) -> str:
             f"[{_pct(c.savings['wall_s'].low)}, {_pct(c.savings['wall_s'].high)}]). The task bootstrap resamples tasks; "
             "it does not see a slow-down that hits every task of one timed run alike (other jobs on the machine), "
             "which the ABBA order balances but does not remove. Use `--repeats` for a run-level spread.")
-    if c.confusion.cut == 0:
+    if same_work(c):
         text += (f"\n\n**The gate cut no group**: both arms did identical work ({_num(c.savings['n_gen_tokens'].baseline, 0)} "
                  "generated tokens, the same environment steps), so this run is an A/A test — its wall-clock difference is "
                  "the measurement noise of this machine, not an effect of the gate.")
     return text
+
+
+def same_work(c: Any) -> bool:
+    """The arm cut nothing and took the baseline's environment steps (no GRESO skip either): an A/A test."""
+    return c.confusion.cut == 0 and c.savings["n_steps"].arm == c.savings["n_steps"].baseline
 
 
 def confusion_frame(c: Any) -> pl.DataFrame:
@@ -96,10 +102,64 @@ def confusion_frame(c: Any) -> pl.DataFrame:
 
 
 def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
-    """The timed runs in schedule order."""
+    """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds included)."""
+    extra = [c for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers") if c in blocks.columns]
     return blocks.select(
-        "order", "arm", "repeat", "block", pl.col("groups"), "wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "mean_batch", "n_gen_tokens", "n_cut"
+        "order", "arm", "repeat", "block", pl.col("groups"), "wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "mean_batch", "n_gen_tokens", "n_cut", *extra
     )
+
+
+def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
+    """arms.parquet as strings for the console and report.md: one row per arm."""
+    rows = []
+    for r in arms.iter_rows(named=True):
+        base = r["arm"] == "baseline"
+        rows.append((
+            r["arm"], _num(r["wall_s"], 2), f"{r['gen_tokens']:,}", str(r["groups"]), str(r["useful_groups"]), _num(r["useful_per_s"], 3),
+            "" if base else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / {_num(r['wall_vs_baseline'], 2)}×",
+            f"{r['cuts']} ({r['cut_tp']} / {r['cut_fp']})" if r["gate"] else "—",
+            f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
+            f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
+            "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
+        ))
+    names = ["arm", "wall-clock (s)", "gen. tokens", "groups", "useful", "useful/s", "vs baseline: useful/s, wall",
+             "cuts (TP/FP)", "skips (TP/FP)", "DAPO extra rounds/groups, caps", "seed match"]
+    return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
+
+
+def arms_text(config: Any, arms: pl.DataFrame) -> str:
+    """What the per-arm table counts, and what each arm did, in words."""
+    R = config.repeats
+    text = (f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut and have reward "
+            "variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = useful groups ÷ the arm's measured "
+            "wall-clock (its timed runs, DAPO's extra rounds included). Cuts and GRESO skips are judged by the baseline arm's "
+            "group of the same task and seeds (TP: it had zero variance).")
+    by = {r["arm"]: r for r in arms.iter_rows(named=True)}
+    for name, r in by.items():
+        if r["dapo"]:
+            text += (f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not useful are dropped and the next "
+                     f"tasks of `{config.tasks}` are rolled out (group indices after the A/B's, same seed scheme) until the block "
+                     f"has as many useful groups as tasks, at most {config.dapo_max_rounds} extra round(s): {r['extra_rounds']} "
+                     f"extra round(s), {r['extra_groups']} extra group(s).")
+            if r["cap_hits"]:
+                text += (f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds {config.dapo_max_rounds}`) still short "
+                         "of useful groups; they keep what they gathered (not an error).")
+        if r["greso"]:
+            source = f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
+            text += (f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task whose last z groups "
+                     f"({source}this arm's groups of earlier repeats) were zero-variance or cut is skipped unless a seeded draw "
+                     f"keeps it (probability p^z): {r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline).")
+            if not config.greso_history:
+                text += (" Without `--greso-history` it has no history in repeat 0 and skips nothing there. Repeats replay the same "
+                         "seeds, so a history from an earlier repeat foretells the outcome (an optimistic GRESO); a history from "
+                         "another run (`srollout collect --seed 1`) is the realistic one.")
+    return text
+
+
+def dapo_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
+    """Per timed run of a DAPO arm: groups rolled, useful ones, extra rounds and groups, cap hit."""
+    return blocks.filter(pl.col("arm") == arm).sort("order").select(
+        "order", "repeat", "block", "groups", "n_useful", "extra_rounds", "n_extra", "hit_cap", "wall_s", "n_gen_tokens")
 
 
 def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Path:
@@ -181,11 +241,17 @@ def _mismatch_text(c: Any) -> str:
 
 
 def method_text(config: Any, blocks: pl.DataFrame) -> str:
-    order = " ".join(f"{r['arm'][0].upper()}" for r in blocks.sort("order").iter_rows(named=True))
+    n_arms = blocks["arm"].n_unique()
+    runs = blocks.sort("order")["arm"].to_list()
+    order = " ".join(a[0].upper() for a in runs) if n_arms == 2 else ", ".join(runs)
+    workers = int(blocks["workers"].max()) if "workers" in blocks.columns else 1
+    ray = (f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call starts its workers, which "
+           "build their policy replica and warm up before the clock; a run's time counts from when all are up, and its "
+           "per-task charges are worker-seconds (workers × wall-clock)." if workers > 1 else "")
     return (
-        f"Both arms roll the same {config.groups} tasks of `{config.tasks}` (G={config.G}, T_max={config.T_max}, temperature "
+        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}` (G={config.G}, T_max={config.T_max}, temperature "
         f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
-        f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling. "
+        f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
         f"{'A warm-up (every game loaded, a throw-away batch with other seeds for 2 steps) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
         f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
         "Per-task wall-clock is attributed within each timed run: a task is charged its groups' generation time (each "
@@ -197,21 +263,31 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
     )
 
 
-def write_ab_outputs(run_dir: Path, config: Any, table: pl.DataFrame, blocks: pl.DataFrame, comparisons: Sequence[Any], tables: dict) -> dict[str, Path]:
-    """ab.parquet, blocks.parquet, the figures and report.md; returns name -> path."""
+def write_ab_outputs(run_dir: Path, config: Any, table: pl.DataFrame, blocks: pl.DataFrame, comparisons: Sequence[Any], tables: dict,
+                     arms: pl.DataFrame | None = None) -> dict[str, Path]:
+    """ab.parquet, blocks.parquet, arms.parquet (when ``arms`` is given), the figures and report.md;
+    returns name -> path."""
     from srollout.report.markdown import Section, figure, write_report
     from srollout.report.tables import to_markdown
-    from srollout.schemas import AB
+    from srollout.schemas import AB, AB_ARMS
     from srollout.schemas import write as write_parquet
 
     run_dir = Path(run_dir)
     paths = {"ab": write_parquet(table, run_dir / "ab.parquet", AB), "blocks": write_parquet(blocks_frame(blocks), run_dir / "blocks.parquet")}
-    arms = list(dict.fromkeys(blocks.sort("order")["arm"].to_list()))
-    arms = ["baseline", *[a for a in arms if a != "baseline"]]
+    if arms is not None:
+        paths["arms"] = write_parquet(arms, run_dir / "arms.parquet", AB_ARMS)
+    names = list(dict.fromkeys(blocks.sort("order")["arm"].to_list()))
+    names = ["baseline", *[a for a in names if a != "baseline"]]
     if config.figures:
-        paths["task_time"] = task_time_figure(table, run_dir / "figures" / "ab_task_time.png", arms)
-        paths["decomposition"] = decomposition_figure(comparisons, run_dir / "figures" / "ab_saving_decomposition.png")
+        paths["task_time"] = task_time_figure(table.filter(pl.col("dapo_round") == 0) if "dapo_round" in table.columns else table,
+                                              run_dir / "figures" / "ab_task_time.png", names)
+        if comparisons:
+            paths["decomposition"] = decomposition_figure(comparisons, run_dir / "figures" / "ab_saving_decomposition.png")
     sections = []
+    if arms is not None:
+        sections.append(Section("Arms", to_markdown(arms_view(arms)) + "\n" + arms_text(config, arms)))
+        for r in arms.filter(pl.col("dapo")).iter_rows(named=True):
+            sections.append(Section(f"DAPO rounds ({r['arm']})", to_markdown(dapo_frame(blocks, r["arm"]), digits={"wall_s": 2})))
     for c in comparisons:
         sections.append(Section(f"{c.arm} vs baseline", f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks))))
         sections.append(Section(f"Cuts of the {c.arm} arm judged by the baseline arm", to_markdown(confusion_frame(c))))

@@ -23,7 +23,7 @@ import pytest
 from srollout.config import AbRolloutConfig
 from srollout.core.gate import FixedGate
 from srollout.errors import SrolloutError
-from srollout.schemas import AB, GROUPS, STEPS, read
+from srollout.schemas import AB, AB_ARMS, GROUPS, STEPS, read
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMING = ["gen_s", "env_s", "reset_s", "wall_s", "started_tick", "finished_tick", "arm"]
@@ -81,6 +81,9 @@ def test_always_cut_gate_is_judged_by_the_baseline_arm(tmp_path):
         (["--gate", "/no/such/gate.json"], "/no/such/gate.json"),
         (["--tasks", "no-such-set"], "no-such-set"),
         (["--rule", "r3"], "--t-high"),
+        (["--arms", "gated,dapo"], "--arms must include baseline"),
+        (["--arms", "baseline,dapo2"], "unknown arm 'dapo2'"),
+        (["--arms", "baseline,greso", "--greso-history", "/no/such/groups.parquet"], "/no/such/groups.parquet"),
         pytest.param(["--policy", "lm", "--backend", "vllm"], "vllm", marks=pytest.mark.skipif(find_spec("vllm") is not None, reason="vllm is installed")),
     ],
 )
@@ -107,6 +110,55 @@ def test_resume_reruns_only_the_missing_block(tmp_path):
     assert json.loads((tmp_path / "ab" / "manifest.json").read_text())["resumed_blocks"] == 3
     with pytest.raises(SrolloutError, match="T_max"):
         run_ab_rollout(AbRolloutConfig(**{**cfg.__dict__, "resume": True, "T_max": 6}), progress=False)
+
+
+def test_dapo_arm_through_the_cli(tmp_path):
+    # seed 2: the baseline has zero-variance groups among its 3 tasks, so DAPO rolls extra tasks
+    out = tmp_path / "ab"
+    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "3", "--G", "3", "--T-max", "12", "--blocks", "1", "--seed", "2",
+                    "--arms", "baseline,dapo", "--dapo-max-rounds", "2", "--no-warmup", "--n-boot", "50", "--no-figures", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ab = read(out / "ab.parquet", AB)
+    base, dapo = ab.filter(pl.col("arm") == "baseline").sort("group_index"), ab.filter(pl.col("arm") == "dapo").sort("group_index")
+    # round 0 plays the baseline's tasks with the baseline's seeds: the same outcomes
+    cols = ["group_id", "task_id", "n_steps", "reward_mean", "zero_var", "label"]
+    assert dapo.filter(pl.col("dapo_round") == 0).select(cols).equals(base.select(cols))
+    assert (dapo.filter(pl.col("dapo_round") == 0)["n_traj_matched"] == 3).all()
+    # extra groups: the next tasks (group indices 3 .. 3 + 2*3 - 1), no baseline twin
+    extra = dapo.filter(pl.col("dapo_round") > 0)
+    assert extra.height > 0 and extra["group_index"].is_between(3, 8).all() and extra["baseline_zero_var"].is_null().all()
+    block = pl.read_parquet(out / "blocks.parquet").filter(pl.col("arm") == "dapo").row(0, named=True)
+    assert base["zero_var"].any() and block["extra_rounds"] >= 1 and block["n_extra"] == extra.height
+    # full (as many useful groups as tasks) unless the cap was hit after 2 extra rounds
+    assert block["n_useful"] == (int(dapo["useful"].sum())) and (block["n_useful"] == 3) != block["hit_cap"]
+    assert not block["hit_cap"] or block["extra_rounds"] == 2
+    arms = {r["arm"]: r for r in read(out / "arms.parquet", AB_ARMS).iter_rows(named=True)}
+    assert arms["dapo"]["useful_groups"] == block["n_useful"] and arms["baseline"]["useful_groups"] == int((~base["zero_var"]).sum())
+    assert arms["dapo"]["groups"] == 3 + extra.height and arms["dapo"]["useful_per_s"] == pytest.approx(block["n_useful"] / block["wall_s"])
+    assert "ab-rollout: arms" in proc.stdout and "dapo" in proc.stdout
+    assert "## Arms" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow  # ~1-2 min on 2 loaded cores: a local Ray, 2 workers started for each of 4 timed runs
+def test_two_workers_write_the_ab_one_worker_writes(tmp_path):
+    pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
+    args = ["ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "3", "--T-max", "10", "--K", "3", "--d-L", "0.99",
+            "--concurrency", "3", "--arms", "baseline,gated,dapo", "--no-warmup", "--n-boot", "50", "--no-figures"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out, workers in ((one, "1"), (two, "2")):
+        proc = srollout(*args, "--workers", workers, "--out", str(out), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    timing = ["wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s"]
+    a, b = read(one / "ab.parquet", AB).drop(timing), read(two / "ab.parquet", AB).drop(timing)
+    assert a.height > 8 and a.equals(b)
+    manifest = json.loads((two / "manifest.json").read_text())
+    assert manifest["workers"] == 2 and "workers" not in manifest["config"] and "Ray" in manifest["dist"]["ray"]
+    blocks = pl.read_parquet(two / "blocks.parquet")
+    assert (blocks["workers"] == 2).all()
+    # a run's per-task charges are worker-seconds: they sum to 2 x its wall-clock
+    charged = read(two / "ab.parquet", AB).group_by("arm", "block").agg(pl.col("wall_s").sum())
+    both = charged.join(blocks.select("arm", "block", pl.col("wall_s").alias("clock")), on=["arm", "block"])
+    assert (both["wall_s"] - 2 * both["clock"]).abs().max() < 1e-9
 
 
 # --- the tiny LM policy, in-process ---------------------------------------------------------------

@@ -19,7 +19,7 @@ def _minimal(artifact: schemas.Artifact, rows: int = 2) -> pl.DataFrame:
 
 
 def test_every_artifact_of_the_design_is_declared() -> None:
-    assert set(schemas.ARTIFACTS) == {"steps", "trajectories", "groups", "signals", "correlation", "sweep", "metrics", "eval", "ab"}
+    assert set(schemas.ARTIFACTS) == {"steps", "trajectories", "groups", "signals", "correlation", "sweep", "metrics", "eval", "ab", "arms"}
     for name, artifact in schemas.ARTIFACTS.items():
         assert artifact.filename == f"{name}.parquet"
         validated = schemas.validate(_minimal(artifact), artifact, "t")
