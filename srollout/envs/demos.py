@@ -73,6 +73,7 @@ def generate_demonstrations(
     invalid_fraction: float | None = None,
     max_steps: int = 30,
     progress: bool | Callable[[int, int], None] = True,
+    explore: str = "random",
 ) -> list[Episode]:
     """Play (noisy) expert episodes on the real engine.
 
@@ -80,7 +81,8 @@ def generate_demonstrations(
     ``eps[r % len(eps)]`` (a float eps is one rate; 0 means the plain ExpertPolicy) and
     trajectory seed ``episode_seed(seed, i)``. Give either ``n_episodes`` or
     ``episodes_per_task`` (n_episodes = len(tasks) * episodes_per_task). ``noise`` and
-    ``invalid_fraction`` are aliases of ``eps`` and ``invalid_frac``. progress: show a rich bar
+    ``invalid_fraction`` are aliases of ``eps`` and ``invalid_frac``. explore: the experts'
+    exploration order (``random`` or ``listed``, see ExpertPolicy). progress: show a rich bar
     (bool) or call ``progress(done, total)`` after each episode. Same arguments -> same episodes.
     """
     from rich.progress import Progress
@@ -98,7 +100,7 @@ def generate_demonstrations(
     if n_episodes is None:
         n_episodes = len(tasks) * (episodes_per_task if episodes_per_task is not None else 1)
     policies: dict[float, ExpertPolicy] = {
-        r: (NoisyExpertPolicy(r, inv) if r > 0 else ExpertPolicy()) for r in set(rates)
+        r: (NoisyExpertPolicy(r, inv, explore=explore) if r > 0 else ExpertPolicy(explore=explore)) for r in set(rates)
     }
     system = system_prompt()
     env = AlfworldEnv(expert_plan=True)

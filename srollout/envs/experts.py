@@ -30,6 +30,9 @@ _NAME = re.compile(r"\b([a-z]+ \d+)\b")
 _NOTHING = "Nothing happens."
 
 
+EXPLORE_ORDERS = ("random", "listed")
+
+
 def _kind(name: str) -> str:
     """``apple 2`` -> ``apple``."""
     return name.rsplit(" ", 1)[0]
@@ -99,9 +102,15 @@ class ExpertPolicy:
 
     name = "expert"
 
-    def __init__(self, *, seed: int = 0) -> None:
-        """seed: mixed into every trajectory's ActRequest.seed (0 = the request seed alone)."""
+    def __init__(self, *, seed: int = 0, explore: str = "random") -> None:
+        """seed: mixed into every trajectory's ActRequest.seed (0 = the request seed alone).
+        explore: ``random`` (the next receptacle to check is drawn from those not checked yet)
+        or ``listed`` (the first not checked yet, in the order the room description lists
+        them: a pattern a small model can learn by copying)."""
+        if explore not in EXPLORE_ORDERS:
+            raise SrolloutError(f"explore must be one of {', '.join(EXPLORE_ORDERS)}, got {explore!r}")
         self.seed = seed
+        self.explore = explore
         self._state: dict[TrajKey, _TrajState] = {}
 
     # -- Policy protocol --
@@ -153,7 +162,7 @@ class ExpertPolicy:
             if st.at and f"The {st.at} is closed." in obs and f"open {st.at}" in req.admissible:
                 return f"The {st.at} is closed. I open it. {left}", f"open {st.at}"
             kinds = " and ".join(dict.fromkeys(_kind(n) for n in unseen))
-            nxt = st.rng.choice(todo)
+            nxt = todo[0] if self.explore == "listed" else st.rng.choice(todo)
             return f"I need to find the {kinds}. {left} I will check {nxt}.", f"go to {nxt}"
         return plan_thought(plan), plan[0]
 
@@ -178,10 +187,10 @@ class NoisyExpertPolicy(ExpertPolicy):
     ``invalid_frac`` of noise actions are invalid (answered "Nothing happens.")."""
 
     def __init__(self, eps: float = 0.3, invalid_frac: float = 0.3, *, seed: int = 0,
-                 noise: float | None = None) -> None:
+                 noise: float | None = None, explore: str = "random") -> None:
         """eps: noise rate ε (``noise`` is an alias); invalid_frac: share of noise actions that
-        are invalid; seed: mixed into every trajectory's seed."""
-        super().__init__(seed=seed)
+        are invalid; seed: mixed into every trajectory's seed; explore: as ExpertPolicy."""
+        super().__init__(seed=seed, explore=explore)
         eps = noise if noise is not None else eps
         if not 0.0 <= eps <= 1.0 or not 0.0 <= invalid_frac <= 1.0:
             raise SrolloutError(f"eps and invalid_frac must be in [0, 1], got {eps}, {invalid_frac}")

@@ -40,7 +40,7 @@ from srollout.policy.chat import (
     tokenize_chat,
 )
 
-BUILD_VERSION = "v3"
+BUILD_VERSION = "v4"
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
@@ -116,6 +116,7 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
         invalid_fraction=cfg.invalid_fraction,
         seed=cfg.seed,
         progress=progress if progress is not None else False,
+        explore=cfg.explore,
     )
     # only won episodes: a demonstration that wanders for T_max steps teaches wandering
     return [
