@@ -589,7 +589,7 @@ class AbRolloutConfig:
     repeats: int = doc(1, "Repeat the whole A/B R times (same seeds; only the timing differs); arms swap order every repeat.")
     blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; arms alternate over blocks in ABBA order (A B | B A | A B ...), so machine drift does not favour one arm.")
     concurrency: int = doc(64, "Most trajectories in flight at once, the same in both arms (a new group starts when G slots are free).")
-    warmup: bool = doc(True, "Before timing: load every task's game once and roll a throw-away batch (other seeds) for 2 steps, so neither arm pays start-up costs.")
+    warmup: bool = doc(True, "Before timing: load every task's game once and roll a throw-away batch (other seeds) to T_max, so neither arm pays start-up costs.")
     signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are recorded for every group (comma list; values above T_max are dropped).")
     n_boot: int = doc(1_000, "Bootstrap resamples over tasks for the confidence intervals (the paper used 1,000).")
     figures: bool = doc(True, "Save the PNG figures (per-task time by arm, the saving decomposed).")

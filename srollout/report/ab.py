@@ -252,7 +252,7 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
         f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}` (G={config.G}, T_max={config.T_max}, temperature "
         f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
         f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
-        f"{'A warm-up (every game loaded, a throw-away batch with other seeds for 2 steps) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
+        f"{'A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
         f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
         "Per-task wall-clock is attributed within each timed run: a task is charged its groups' generation time (each "
         "batched call's time split over its rows by generated tokens), its own env-step and reset time, and a share of "
