@@ -33,6 +33,7 @@ from srollout.dist.cluster import ray_session, require_ray
 from srollout.errors import SrolloutError
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import write_json
+from srollout.report.progress import StageBar
 
 STAGE = "train-onpolicy"
 SEEDS_DIR = "seeds"
@@ -183,33 +184,11 @@ def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
             link.symlink_to(target, target_is_directory=True)
 
 
-class _SeedBar:
+class _SeedBar(StageBar):
     """A rich progress bar over seeds (no-op when disabled or without a console)."""
 
     def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
-        self.enabled = enabled and console is not None
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.bar = Progress(TextColumn("[bold]train-onpolicy seeds"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console)
-            self.task = self.bar.add_task("seeds", total=total, completed=done, info="")
-
-    def __enter__(self) -> _SeedBar:
-        if self.enabled:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
+        super().__init__(console, "train-onpolicy seeds", total, enabled=enabled and console is not None, completed=done, eta=False)
 
     def seed_done(self, run: SeedRun) -> None:
-        if self.enabled:
-            self.bar.update(self.task, advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}")
+        self.update(advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}")

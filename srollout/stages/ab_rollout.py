@@ -69,6 +69,7 @@ from srollout.core.arms import (
     parse_arm,
 )
 from srollout.errors import SrolloutError
+from srollout.report.progress import StageBar
 from srollout.rollout.engine import (
     GroupRecord,
     GroupSpec,
@@ -994,54 +995,26 @@ def arms_table(table: pl.DataFrame, blocks: pl.DataFrame, arms: Sequence[ArmSpec
 # --- progress -------------------------------------------------------------------------------------
 
 
-class _Progress:
+class _Progress(StageBar):
     """A rich progress bar over all (arm, repeat, block) runs: groups done, tokens/s, the run in
     progress, ETA (no-op when disabled)."""
 
     def __init__(self, console: Any, total: int, enabled: bool) -> None:
-        self.enabled = enabled
-        self.total = total
+        super().__init__(console, "ab-rollout", total, enabled=enabled, before=("run",), unit="groups", after=("rate",))
         self.tokens = 0
-        self.t0 = time.perf_counter()
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("[bold]ab-rollout"), TextColumn("{task.fields[run]}"), BarColumn(), MofNCompleteColumn(), TextColumn("groups"),
-            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False,
-        )
-        self.task = self.bar.add_task("ab-rollout", total=total, run="", rate="")
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
 
     def start(self, block: Block) -> None:
-        if self.enabled:
-            self.bar.update(self.task, run=f"{block.arm.name} r{block.repeat} b{block.block}")
+        self.update(run=f"{block.arm.name} r{block.repeat} b{block.block}")
 
     def advance(self, n: int) -> None:
-        if self.enabled and n:
-            self.bar.advance(self.task, n)
+        if n:
+            self.update(advance=n)
 
     def extend(self, n: int) -> None:
         """``n`` more groups than planned (DAPO's extra rounds)."""
-        if self.enabled and n:
+        if n:
             self.total += n
-            self.bar.update(self.task, total=self.total)
+            self.update(total=self.total)
 
     def tick(self, stats: TickStats) -> None:
         self.tokens += stats.gen_tokens

@@ -26,6 +26,7 @@ import polars as pl
 
 from srollout.config import CollectConfig, DistConfig
 from srollout.errors import SrolloutError
+from srollout.report.progress import StageBar
 from srollout.rollout.engine import (
     GroupRecord,
     RolloutSettings,
@@ -366,46 +367,12 @@ def _empty_summary() -> RolloutSummary:
     return RolloutSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0)
 
 
-class _Progress:
+class _Progress(StageBar):
     """A rich progress bar: groups done, generated tokens per second, ETA (no-op when disabled)."""
 
     def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
-        self.enabled = enabled
+        super().__init__(console, "collect", total, enabled=enabled, completed=done, unit="groups", after=("rate",))
         self.tokens = 0
-        self.t0 = time.perf_counter()
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("[bold]collect"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("groups"),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        )
-        self.task = self.bar.add_task("collect", total=total, completed=done, rate="")
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
 
     def tick(self, stats: TickStats) -> None:
         self.tokens += stats.gen_tokens
@@ -414,8 +381,7 @@ class _Progress:
             self.bar.update(self.task, rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
 
     def group(self, record: GroupRecord) -> None:
-        if self.enabled:
-            self.bar.advance(self.task)
+        self.update(advance=1)
 
 
 def _progress(console: Any, total: int, done: int, enabled: bool) -> _Progress:

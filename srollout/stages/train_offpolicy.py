@@ -20,7 +20,6 @@ The story (:func:`run_train_offpolicy`):
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -31,6 +30,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import TrainOffpolicyConfig
 from srollout.errors import SrolloutError
+from srollout.report.progress import StageBar
 from srollout.rundir import Manifest, prepare_run_dir
 
 
@@ -401,35 +401,11 @@ def write_report(run_dir: Path, config: TrainOffpolicyConfig, s: OffpolicySummar
     return write(run_dir, "srollout train-offpolicy", sections)
 
 
-class _Bar:
+class _Bar(StageBar):
     """A rich progress bar over both arms' steps (no-op when disabled)."""
 
     def __init__(self, console: Any, total: int, enabled: bool) -> None:
-        self.enabled = enabled
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(TextColumn("[bold]train-offpolicy"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
-            self.task = self.bar.add_task("train", total=total, info="")
-        self.t0 = time.perf_counter()
-
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
+        super().__init__(console, "train-offpolicy", total, enabled=enabled)
 
     def advance(self, info: str) -> None:
-        if self.enabled:
-            self.bar.update(self.task, advance=1, info=info)
+        self.update(advance=1, info=info)

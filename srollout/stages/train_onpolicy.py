@@ -25,6 +25,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
+from srollout.report.progress import StageBar
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 
 
@@ -248,33 +249,11 @@ def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:
     check_resumable(run_dir, "train-onpolicy", config.resume_key(), "checkpoints")
 
 
-class _Bar:
+class _Bar(StageBar):
     """A rich progress bar over all (seed, arm, iteration) steps (no-op when disabled)."""
 
     def __init__(self, console: Any, total: int, enabled: bool) -> None:
-        self.enabled = enabled
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(TextColumn("[bold]train-onpolicy"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
-            self.task = self.bar.add_task("train", total=total, info="")
-
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
-            self.bar.__exit__(*exc)
+        super().__init__(console, "train-onpolicy", total, enabled=enabled)
 
     def iteration(self, row: dict[str, Any]) -> None:
         if self.enabled:
