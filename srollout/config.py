@@ -8,6 +8,7 @@ Paper defaults: K=10, d_L=0.12, G=8, T_max=30, temperature 0.7, precision floor 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,48 @@ QUICK_GROUPS = 8
 QUICK_T_MAX = 15
 
 
+def _check_rollout(cfg: Any, policies: Sequence[str]) -> None:
+    """The options every stage that rolls groups out shares (collect, ab-rollout): sizes,
+    sampling, who acts, the model, and the gate (--gate or --K/--d-L/--rule/--t-high)."""
+    from srollout.errors import SrolloutError
+
+    if cfg.groups < 1:
+        raise SrolloutError(f"--groups must be >= 1, got {cfg.groups}")
+    if cfg.G < 2:
+        raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {cfg.G}")
+    if cfg.T_max < 1:
+        raise SrolloutError(f"--T-max must be >= 1, got {cfg.T_max}")
+    if not cfg.temperature >= 0.0:
+        raise SrolloutError(f"--temperature must be >= 0, got {cfg.temperature}")
+    if not 0.0 < cfg.top_p <= 1.0:
+        raise SrolloutError(f"--top-p must lie in (0, 1], got {cfg.top_p}")
+    if cfg.policy not in policies:
+        raise SrolloutError(f"--policy: expected one of {', '.join(policies)}, got {cfg.policy!r}")
+    if cfg.backend not in COLLECT_BACKENDS:
+        raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {cfg.backend!r}")
+    _check_unit((cfg.eps,), "--eps")
+    if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
+        raise SrolloutError(f"--model {cfg.model}: no such model directory")
+    if cfg.adapter is not None and not Path(cfg.adapter).is_dir():
+        raise SrolloutError(f"--adapter {cfg.adapter}: no such adapter directory")
+    if cfg.gate is not None and (cfg.K is not None or cfg.d_L is not None or cfg.t_high is not None):
+        raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
+    if cfg.gate is not None and not Path(cfg.gate).is_file():
+        raise SrolloutError(f"--gate {cfg.gate}: no such file")
+    if cfg.K is not None:
+        _check_K((cfg.K,), "--K")
+        if cfg.K > cfg.T_max:
+            raise SrolloutError(f"--K {cfg.K} is larger than --T-max {cfg.T_max}")
+    if cfg.d_L is not None:
+        _check_unit((cfg.d_L,), "--d-L")
+    if cfg.rule not in GATE_RULES:
+        raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {cfg.rule!r}")
+    if cfg.t_high is not None:
+        _check_unit((cfg.t_high,), "--t-high")
+    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
+        raise SrolloutError("--rule r3 needs --t-high")
+
+
 @dataclass(frozen=True)
 class CollectConfig:
     """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals."""
@@ -216,41 +259,7 @@ class CollectConfig:
     def __post_init__(self) -> None:
         from srollout.errors import SrolloutError
 
-        if self.groups < 1:
-            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
-        if self.G < 2:
-            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
-        if self.T_max < 1:
-            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
-        if not self.temperature >= 0.0:
-            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
-        if self.policy not in COLLECT_POLICIES:
-            raise SrolloutError(f"--policy: expected one of {', '.join(COLLECT_POLICIES)}, got {self.policy!r}")
-        if self.backend not in COLLECT_BACKENDS:
-            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
-        _check_unit((self.eps,), "--eps")
-        if self.model is not None and str(self.model) != "default" and not Path(self.model).is_dir():
-            raise SrolloutError(f"--model {self.model}: no such model directory")
-        if self.adapter is not None and not Path(self.adapter).is_dir():
-            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
-        if self.gate is not None and (self.K is not None or self.d_L is not None or self.t_high is not None):
-            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
-        if self.gate is not None and not Path(self.gate).is_file():
-            raise SrolloutError(f"--gate {self.gate}: no such file")
-        if self.K is not None:
-            _check_K((self.K,), "--K")
-            if self.K > self.T_max:
-                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
-        if self.d_L is not None:
-            _check_unit((self.d_L,), "--d-L")
-        if self.rule not in GATE_RULES:
-            raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}")
-        if self.t_high is not None:
-            _check_unit((self.t_high,), "--t-high")
-        if self.rule == "r3" and self.t_high is None and self.gate is None:
-            raise SrolloutError("--rule r3 needs --t-high")
+        _check_rollout(self, COLLECT_POLICIES)
         _check_K(tuple(self.signal_K), "--signal-K")
         if self.concurrency < self.G:
             raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts only when all G trajectories fit")
@@ -605,41 +614,7 @@ class AbRolloutConfig:
     def __post_init__(self) -> None:
         from srollout.errors import SrolloutError
 
-        if self.groups < 1:
-            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
-        if self.G < 2:
-            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
-        if self.T_max < 1:
-            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
-        if not self.temperature >= 0.0:
-            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
-        if self.policy not in AB_POLICIES:
-            raise SrolloutError(f"--policy: expected one of {', '.join(AB_POLICIES)}, got {self.policy!r}")
-        if self.backend not in COLLECT_BACKENDS:
-            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
-        _check_unit((self.eps,), "--eps")
-        if self.model is not None and str(self.model) != "default" and not Path(self.model).is_dir():
-            raise SrolloutError(f"--model {self.model}: no such model directory")
-        if self.adapter is not None and not Path(self.adapter).is_dir():
-            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
-        if self.gate is not None and (self.K is not None or self.d_L is not None or self.t_high is not None):
-            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
-        if self.gate is not None and not Path(self.gate).exists():
-            raise SrolloutError(f"--gate {self.gate}: no such file")
-        if self.K is not None:
-            _check_K((self.K,), "--K")
-            if self.K > self.T_max:
-                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
-        if self.d_L is not None:
-            _check_unit((self.d_L,), "--d-L")
-        if self.rule not in GATE_RULES:
-            raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}")
-        if self.t_high is not None:
-            _check_unit((self.t_high,), "--t-high")
-        if self.rule == "r3" and self.t_high is None and self.gate is None:
-            raise SrolloutError("--rule r3 needs --t-high")
+        _check_rollout(self, AB_POLICIES)
         if self.rule == "r1" and self.t_high is not None:
             raise SrolloutError("--t-high is only used by --rule r3")
         if self.repeats < 1:
