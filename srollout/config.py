@@ -595,7 +595,7 @@ class AbRolloutConfig:
     d_L: float | None = doc(None, "Gate threshold d_L of the gated arm: cut a group iff d_K < d_L (default 0.12).")
     rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
     t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
-    repeats: int = doc(1, "Repeat the whole A/B R times (same seeds; only the timing differs); arms swap order every repeat.")
+    repeats: int = doc(3, "Repeat the whole A/B R times (same seeds; only the timing differs); arms swap order every repeat. The wall-clock CI is over the blocks × repeats timed-run pairs: the default 2 × 3 = 6 pairs.")
     blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; arms alternate over blocks in ABBA order (A B | B A | A B ...), so machine drift does not favour one arm.")
     concurrency: int = doc(64, "Most trajectories in flight at once, the same in both arms (a new group starts when G slots are free).")
     warmup: bool = doc(True, "Before timing: load every task's game once and roll a throw-away batch (other seeds) to T_max, so neither arm pays start-up costs.")

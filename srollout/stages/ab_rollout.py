@@ -443,7 +443,7 @@ def run_ab_rollout(
 
     blocks = blocks_table(schedule, datas)
     table = ab_table(tables, blocks, schedule, datas)
-    comparisons = [compare_arms(table, tables, arm, config) for arm in arms[1:] if not arm.kind.dapo]
+    comparisons = [compare_arms(table, tables, arm, config, blocks) for arm in arms[1:] if not arm.kind.dapo]
     matches = [*comparisons, *(ArmMatch(arm.name, arm_seed_match(tables, arm, config)) for arm in arms[1:] if arm.kind.dapo)]
     table = with_seed_match(table, matches, config.G)
     table = table.select([*(c for c in table.columns if c not in NEW_AB_COLUMNS), *NEW_AB_COLUMNS])
@@ -511,13 +511,12 @@ class _Roller:
 
     def __init__(self, config: AbRolloutConfig, workers: int, policy: Any, env_factory: Callable[[], Any] | None,
                  warm_tasks: Sequence[Any], planned: Sequence[GroupSpec], chunk_groups: int | None = None) -> None:
-        from srollout.rollout.react import ReactPrompter
-        from srollout.stages.collect import build_env_factory, build_policy
+        from srollout.stages.collect import build_env_factory, build_policy, build_prompter
 
         self.config, self.workers, self.chunk_groups = config, workers, chunk_groups
         self.show = _Progress(None, 0, enabled=False)  # the stage hands over its bar
         self.planned = {s.group_id for s in planned}  # in the bar's total; DAPO's extra groups are not
-        self.prompter = ReactPrompter()
+        self.prompter = build_prompter(config)
         self.env_factory = env_factory or build_env_factory(config)
         self.warm_tasks = list(warm_tasks)
         self.warm_s = 0.0
@@ -581,12 +580,11 @@ def worker_policy(config: AbRolloutConfig, policy: Any, env_factory: Callable[[]
     """A Ray worker's ``make_policy`` (runs in the worker, before the clock): the policy (``policy``
     when given, else built from the config), warmed up in the worker's own process with
     :func:`warm_up` when ``--warmup`` is on (its games loaded, a throw-away batch)."""
-    from srollout.rollout.react import ReactPrompter
-    from srollout.stages.collect import build_policy
+    from srollout.stages.collect import build_policy, build_prompter
 
     built = policy if policy is not None else build_policy(config)
     if config.warmup:
-        warm_up(warm_tasks, built, env_factory, ReactPrompter(), config)
+        warm_up(warm_tasks, built, env_factory, build_prompter(config), config)
     return built
 
 
@@ -837,8 +835,10 @@ class ArmMatch(NamedTuple):
 
 class Saving(NamedTuple):
     """One cost in both arms: totals over tasks (each task's mean over repeats), the share saved
-    1 − arm/baseline, and its percentile-bootstrap CI over tasks (paired: both arms' values of a
-    task resampled together)."""
+    1 − arm/baseline, and its CI. Token and step counts are fixed by the seeds, so their CI is a
+    percentile bootstrap over tasks (paired: both arms' values of a task resampled together);
+    wall-clock also carries run-to-run drift, so its CI is over timed-run pairs
+    (:func:`~srollout.core.stats.run_pair_saving_ci`). ``ci_over`` says which."""
 
     metric: str
     baseline: float
@@ -846,6 +846,7 @@ class Saving(NamedTuple):
     saving: float
     low: float
     high: float
+    ci_over: str = "tasks"
 
 
 SAVED_COSTS = (("wall_s", "wall-clock (s)"), ("n_gen_tokens", "generated tokens"), ("n_prompt_tokens", "prompt tokens"), ("n_steps", "environment steps"))
@@ -857,6 +858,7 @@ class Comparison:
 
     savings: metric -> Saving (wall_s, n_gen_tokens, n_prompt_tokens, n_steps);
     ratio: (estimate, low, high) of wall-clock saving ÷ generated-token saving (target ≥ 0.9);
+        the interval is the wall-clock saving's run-pair interval over the (seed-fixed) token saving;
     task_diff: paired bootstrap of the mean per-task wall-clock, arm − baseline (s);
     decomposition: seconds saved in generation / environment (steps + resets) / overhead, and the
     baseline wall they are shares of.
@@ -889,10 +891,12 @@ def per_task_means(table: pl.DataFrame, arm: str) -> pl.DataFrame:
     return table.filter(pl.col("arm") == arm).group_by("group_index", "group_id", "task_id").agg(pl.col(c).cast(pl.Float64).mean() for c in cols).sort("group_index")
 
 
-def compare_arms(table: pl.DataFrame, tables: dict[tuple[str, int], dict[str, Path]], arm: ArmSpec, config: AbRolloutConfig) -> Comparison:
-    """Score ``arm`` against the baseline: savings with CIs, the cuts judged by the baseline, the
-    seed-match proof over every repeat."""
-    from srollout.core.stats import bootstrap_ci, paired_bootstrap, relative_saving_ci
+def compare_arms(table: pl.DataFrame, tables: dict[tuple[str, int], dict[str, Path]], arm: ArmSpec, config: AbRolloutConfig,
+                 blocks: pl.DataFrame) -> Comparison:
+    """Score ``arm`` against the baseline: savings with CIs (wall-clock over the timed-run pairs
+    of ``blocks``, counts over tasks), the cuts judged by the baseline, the seed-match proof over
+    every repeat."""
+    from srollout.core.stats import paired_bootstrap, relative_saving_ci, run_pair_saving_ci
 
     b, a = per_task_means(table, BASELINE), per_task_means(table, arm.name)
     savings = {}
@@ -902,19 +906,12 @@ def compare_arms(table: pl.DataFrame, tables: dict[tuple[str, int], dict[str, Pa
             savings[col] = Saving(label, float(b[col].sum()), float(a[col].sum()), ci.estimate, ci.low, ci.high)
         else:  # a non-LLM policy generates no tokens: no saving share is defined
             savings[col] = Saving(label, 0.0, float(a[col].sum()), math.nan, math.nan, math.nan)
-    pairs = np.stack([b["wall_s"].to_numpy(), a["wall_s"].to_numpy(), b["n_gen_tokens"].to_numpy(), a["n_gen_tokens"].to_numpy()], axis=1)
-
-    def ratio_stat(x: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wall = 1.0 - x[..., 1].sum(-1) / x[..., 0].sum(-1)
-            tok = 1.0 - x[..., 3].sum(-1) / x[..., 2].sum(-1)
-            return np.where(tok > 0, wall / tok, np.nan)
-
-    if savings["n_gen_tokens"].saving > 0:
-        rc = bootstrap_ci(pairs, ratio_stat, n_resamples=config.n_boot, seed=config.seed, batched=True)
-        ratio = (rc.estimate, rc.low, rc.high)
-    else:
-        ratio = (math.nan, math.nan, math.nan)
+    runs = run_pairs(blocks, arm.name)
+    wall = savings["wall_s"]
+    rp = run_pair_saving_ci(runs["baseline_s"].to_numpy(), runs["arm_s"].to_numpy())
+    savings["wall_s"] = wall._replace(low=rp.low, high=rp.high, ci_over=f"{rp.n_pairs} timed-run pair(s)")
+    tok = savings["n_gen_tokens"].saving
+    ratio = (wall.saving / tok, rp.low / tok, rp.high / tok) if tok > 0 else (math.nan, math.nan, math.nan)
     diff = paired_bootstrap(b["wall_s"].to_numpy(), a["wall_s"].to_numpy(), n_resamples=config.n_boot, seed=config.seed)
     decomposition = {
         "baseline_wall": float(b["wall_s"].sum()),
@@ -927,6 +924,15 @@ def compare_arms(table: pl.DataFrame, tables: dict[tuple[str, int], dict[str, Pa
         confusion=judge_cuts(table.filter(pl.col("arm") == arm.name), config.T_max), match=arm_seed_match(tables, arm, config),
         savings=savings, ratio=ratio, task_diff=diff, decomposition=decomposition,
     )
+
+
+def run_pairs(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
+    """Per (repeat, block), the baseline's and ``arm``'s timed runs of the same groups:
+    repeat, block, baseline_s, arm_s (machine-seconds: wall-clock × workers)."""
+    def runs(name: str, col: str) -> pl.DataFrame:
+        return blocks.filter(pl.col("arm") == name).select("repeat", "block", (pl.col("wall_s") * pl.col("workers")).alias(col))
+
+    return runs(BASELINE, "baseline_s").join(runs(arm, "arm_s"), on=["repeat", "block"]).sort("repeat", "block")
 
 
 def arm_seed_match(tables: dict[tuple[str, int], dict[str, Path]], arm: ArmSpec, config: AbRolloutConfig) -> SeedMatch:

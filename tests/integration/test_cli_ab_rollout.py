@@ -38,7 +38,7 @@ def srollout(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_always_cut_gate_is_judged_by_the_baseline_arm(tmp_path):
     gate = FixedGate(cut=True, K=3).save(tmp_path / "gate.json")
     out = tmp_path / "ab"
-    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "3", "--T-max", "15", "--gate", str(gate), "--n-boot", "200", "--out", str(out))
+    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "3", "--T-max", "15", "--gate", str(gate), "--repeats", "1", "--n-boot", "200", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     ab = read(out / "ab.parquet", AB)
     assert ab.height == 4 * 2 and sorted(set(ab["arm"])) == ["baseline", "gated"]
@@ -100,7 +100,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, monkeypatch, t
 def test_resume_reruns_only_the_missing_block(tmp_path):
     from srollout.stages.ab_rollout import run_ab_rollout
 
-    cfg = AbRolloutConfig(policy="noisy-expert", groups=3, G=2, T_max=5, K=2, d_L=0.6, n_boot=50, figures=False, warmup=False, out=tmp_path / "ab")
+    cfg = AbRolloutConfig(policy="noisy-expert", groups=3, G=2, T_max=5, K=2, d_L=0.6, repeats=1, n_boot=50, figures=False, warmup=False, out=tmp_path / "ab")
     first = run_ab_rollout(cfg, progress=False)
     before = pl.read_parquet(first.paths["ab"]).drop("wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s")
     (tmp_path / "ab" / "gated" / "r0" / "block-1.json").unlink()
@@ -115,7 +115,7 @@ def test_resume_reruns_only_the_missing_block(tmp_path):
 def test_dapo_arm_through_the_cli(tmp_path):
     # seed 2: the baseline has zero-variance groups among its 3 tasks, so DAPO rolls extra tasks
     out = tmp_path / "ab"
-    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "3", "--G", "3", "--T-max", "12", "--blocks", "1", "--seed", "2",
+    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "3", "--G", "3", "--T-max", "12", "--blocks", "1", "--repeats", "1", "--seed", "2",
                     "--arms", "baseline,dapo", "--dapo-max-rounds", "2", "--no-warmup", "--n-boot", "50", "--no-figures", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     ab = read(out / "ab.parquet", AB)
@@ -142,7 +142,7 @@ def test_dapo_arm_through_the_cli(tmp_path):
 @pytest.mark.slow  # ~1-2 min on 2 loaded cores: a local Ray, 2 workers started for each of 4 timed runs
 def test_two_workers_write_the_ab_one_worker_writes(tmp_path):
     pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
-    args = ["ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "3", "--T-max", "10", "--K", "3", "--d-L", "0.99",
+    args = ["ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "3", "--T-max", "10", "--K", "3", "--d-L", "0.99", "--repeats", "1",
             "--concurrency", "3", "--arms", "baseline,gated,dapo", "--no-warmup", "--n-boot", "50", "--no-figures"]
     one, two = tmp_path / "one", tmp_path / "two"
     for out, workers in ((one, "1"), (two, "2")):
@@ -185,7 +185,7 @@ def _lm_ab(tiny_policy: Path, out: Path, **gate):
     from srollout.stages.ab_rollout import run_ab_rollout
 
     torch.set_num_threads(1)
-    cfg = AbRolloutConfig(model=tiny_policy, groups=3, G=3, T_max=4, temperature=1.0, n_boot=50, blocks=1, figures=False, out=out, **gate)
+    cfg = AbRolloutConfig(model=tiny_policy, groups=3, G=3, T_max=4, temperature=1.0, n_boot=50, blocks=1, repeats=1, figures=False, out=out, **gate)
     policy = Counting(make_policy(model=tiny_policy, temperature=1.0, max_new_tokens=12, seed=0))
     return run_ab_rollout(cfg, progress=False, policy=policy), policy
 

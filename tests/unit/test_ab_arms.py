@@ -45,7 +45,7 @@ class Parity:
 
 
 def _ab(tmp_path, lengths, groups, arms, name="ab", **kw):
-    cfg = AbRolloutConfig(policy="noisy-expert", groups=groups, G=2, T_max=3, blocks=kw.pop("blocks", 1), arms=arms, n_boot=20,
+    cfg = AbRolloutConfig(policy="noisy-expert", groups=groups, G=2, T_max=3, blocks=kw.pop("blocks", 1), repeats=kw.pop("repeats", 1), arms=arms, n_boot=20,
                           figures=False, warmup=False, concurrency=4, out=tmp_path / name, **kw)
     return run_ab_rollout(cfg, progress=False, policy=Parity(), env_factory=Corridor, tasks=tasks(lengths))
 
@@ -196,3 +196,26 @@ def test_workers_without_ray_is_one_line_before_the_run_directory(run_cli, monke
     assert "error: --workers 2 runs on Ray, which is not installed: pip install 'srollout[dist]'" in res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_wall_clock_interval_is_over_timed_run_pairs(tmp_path):
+    # 2 repeats x 2 blocks: 4 (baseline, gated) run pairs; the wall-clock CI is the t interval of
+    # those pairs' measured clocks (blocks.parquet), while token counts keep the task bootstrap
+    from srollout.core.stats import relative_saving_ci, run_pair_saving_ci
+
+    result = _ab(tmp_path, [1, 9, 1, 9], groups=4, arms=("baseline", "gated"), blocks=2, repeats=2, K=1, d_L=0.99)
+    (c,) = result.comparisons
+    runs = pl.read_parquet(result.paths["blocks"])
+    base = runs.filter(pl.col("arm") == "baseline").sort("repeat", "block")["wall_s"].to_numpy()
+    gated = runs.filter(pl.col("arm") == "gated").sort("repeat", "block")["wall_s"].to_numpy()
+    want = run_pair_saving_ci(base, gated)
+    w = c.savings["wall_s"]
+    assert want.n_pairs == 4 and w.ci_over == "4 timed-run pair(s)"
+    assert (w.low, w.high) == pytest.approx((want.low, want.high))
+    assert w.saving == pytest.approx(want.estimate)  # the task attribution sums to the runs' clocks
+    b, a = _arm(result, "baseline"), _arm(result, "gated")
+    tok = c.savings["n_gen_tokens"]
+    assert tok.ci_over == "tasks"
+    per_task = relative_saving_ci(b.group_by("group_index").agg(pl.col("n_gen_tokens").mean()).sort("group_index")["n_gen_tokens"],
+                                  a.group_by("group_index").agg(pl.col("n_gen_tokens").mean()).sort("group_index")["n_gen_tokens"], n_resamples=20)
+    assert (tok.low, tok.high) == pytest.approx((per_task.low, per_task.high))

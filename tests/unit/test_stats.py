@@ -18,6 +18,7 @@ from srollout.core.stats import (
     paired_bootstrap,
     rankdata,
     relative_saving_ci,
+    run_pair_saving_ci,
     spearman,
 )
 from srollout.errors import SrolloutError
@@ -208,3 +209,40 @@ def test_mcnemar_hand_worked_and_scipy():
         r = mcnemar(x, y)
         want = scipy.stats.binomtest(r.b01, r.b01 + r.b10, 0.5).pvalue if r.b01 + r.b10 else 1.0
         assert r.p_value == pytest.approx(want, rel=1e-9)
+
+
+def test_run_pair_saving_ci_hand_worked():
+    # l = (ln 0.8, ln 0.9); s = (ln 0.9 - ln 0.8) / sqrt 2 = 0.083286; t_1 = 12.7062;
+    # half = 12.7062 * 0.083286 / sqrt 2 = 0.748285; R = 17 / 20 = 0.85
+    r = run_pair_saving_ci([10, 10], [8, 9])
+    assert r.estimate == pytest.approx(0.15)
+    assert r.low == pytest.approx(1 - 0.85 * math.exp(0.748285), abs=1e-5)  # -0.7964
+    assert r.high == pytest.approx(1 - 0.85 * math.exp(-0.748285), abs=1e-5)  # 0.5978
+    assert r.n_pairs == 2
+    # identical ratios in every pair: no spread, the interval collapses on the estimate
+    same = run_pair_saving_ci([10, 20, 30], [9, 18, 27])
+    assert (same.estimate, same.low, same.high) == pytest.approx((0.1, 0.1, 0.1))
+    # one pair: a point estimate, no interval
+    one = run_pair_saving_ci([10], [8])
+    assert one.estimate == pytest.approx(0.2) and math.isnan(one.low) and math.isnan(one.high)
+    with pytest.raises(SrolloutError, match="positive"):
+        run_pair_saving_ci([10, 0], [8, 9])
+    with pytest.raises(SrolloutError, match="different lengths"):
+        run_pair_saving_ci([10, 10], [8])
+
+
+def test_run_pair_interval_covers_zero_in_aa_runs_where_the_task_bootstrap_does_not():
+    # An A/A test: 4 timed-run pairs, the same 6 tasks' work, and each run slowed or sped up as
+    # a whole by drift (the factors below). The per-task bootstrap sees 24 tight task pairs and
+    # calls the drift a saving; the run-pair interval does not.
+    # arm/baseline per pair: 0.97, 0.952, 1.01, 0.952 (a 2.9 % 'saving' from noise alone)
+    drift = np.array([1.00, 0.97, 1.05, 1.00, 1.00, 1.01, 1.04, 0.99])  # baseline, arm per pair
+    tasks = np.array([5.0, 7.0, 6.0, 8.0, 5.5, 6.5])
+    base_tasks = np.concatenate([tasks * drift[2 * p] for p in range(4)])
+    arm_tasks = np.concatenate([tasks * drift[2 * p + 1] for p in range(4)])
+    naive = relative_saving_ci(base_tasks, arm_tasks, n_resamples=2000)
+    assert naive.low > 0 or naive.high < 0  # spuriously "significant"
+    runs = run_pair_saving_ci([base_tasks[6 * p : 6 * p + 6].sum() for p in range(4)],
+                              [arm_tasks[6 * p : 6 * p + 6].sum() for p in range(4)])
+    assert runs.estimate == pytest.approx(naive.estimate)
+    assert runs.low < 0 < runs.high
