@@ -73,12 +73,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from srollout.envs.prompts import system_prompt
+    from srollout.envs.prompts import system_prompt_for
     from srollout.policy.default_model import ensure_default_policy
     from srollout.policy.transformers_backend import TransformersPolicy
 
     model = Path(args.model) if args.model else ensure_default_policy()
-    system = system_prompt()
+    system = system_prompt_for(model)
     rows: list[tuple[str, str]] = []
 
     def pol(**kw):

@@ -43,14 +43,15 @@ def load_tasks(name: str, n: int):
     return list(load_task_set(name, n=n, progress=False))
 
 
-def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True) -> EvalResult:
-    """Roll out G trajectories per task with ``policy`` on the real engine, all at once."""
+def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None) -> EvalResult:
+    """Roll out G trajectories per task with ``policy`` on the real engine, all at once
+    (``system``: the system prompt, default the ReAct prompt)."""
     from srollout.envs.alfworld_env import AlfworldEnv
     from srollout.envs.prompts import parse_response, system_prompt, user_turn
     from srollout.policy.base import ActRequest, TrajKey
 
     t0 = time.perf_counter()
-    system = system_prompt()
+    system = system if system is not None else system_prompt()
     live = {}
     for gi, task in enumerate(tasks):
         for j in range(G):
@@ -130,7 +131,9 @@ def main() -> None:
 
     model = Path(args.model) if args.model else ensure_default_policy()
     policy = TransformersPolicy(model, temperature=args.temperature, max_new_tokens=48, max_batch_rows=96)
-    res = evaluate(policy, load_tasks(args.tasks, args.groups), args.G, args.t_max, args.seed)
+    from srollout.envs.prompts import system_prompt_for
+
+    res = evaluate(policy, load_tasks(args.tasks, args.groups), args.G, args.t_max, args.seed, system=system_prompt_for(model))
     print(
         f"model {model}\n{res.n_groups} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
         f"success {res.success:.1%}, mixed {res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "

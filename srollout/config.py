@@ -305,6 +305,8 @@ class BuildConfig:
     invalid_fraction: float = doc(0.5, "Share of noise actions that are invalid (answered 'Nothing happens.').")
     explore: str = doc("listed", "The demonstrating expert's exploration order: `listed` (the first receptacle not checked yet, in the room description's order) or `random`. v3 (random order, 6 epochs) reached 0 % success: it sampled receptacles absent from the room.")
     thoughts: bool = doc(False, "Keep the expert's ReAct thoughts in the demonstrations. Off: every response is `Action: ...` only; a 3M-parameter model trained on CPU learns to copy receptacles and objects from the room far better without ~25 thought tokens per step to imitate (v2 with thoughts: 0 % success).")
+    prompt: str = doc("short", "System prompt the policy is fine-tuned and rolled out with: `short` (one line, saved in the model directory's srollout.json so every stage uses it) or `react` (the full ReAct prompt of srollout.envs.prompts, ~530 tokens with its worked example; v2-v4 used it, and their most frequent invalid actions named receptacles of the example).")
+    template: str = doc("compact", "Chat template: `compact` (one special token per role, 2 template tokens per message) or `chatml` (Qwen's, ~5 per message).")
     vocab_size: int = doc(1024, "BPE vocabulary size.")
     d_model: int = doc(256, "Hidden size.")
     n_layers: int = doc(4, "Transformer layers.")

@@ -7,8 +7,12 @@ Normalised actions are what the environment plays and what the divergence signal
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import NamedTuple
+
+from srollout.errors import SrolloutError
 
 ACTION_VOCABULARY: tuple[str, ...] = (
     "go to {recep}",
@@ -66,6 +70,26 @@ def system_prompt() -> str:
         'An impossible action answers "Nothing happens." and wastes a step.\n'
         f"Example:\n{_EXAMPLE}"
     )
+
+
+MODEL_PROMPT_FILE = "srollout.json"
+
+
+def system_prompt_for(model_dir: str | Path | None) -> str:
+    """The system prompt a policy is rolled out with: the one its model directory asks for in
+    ``srollout.json`` (``{"system_prompt": "..."}``, written by models fine-tuned on their own
+    prompt, such as the default policy), else the ReAct prompt of :func:`system_prompt`."""
+    if model_dir is not None:
+        f = Path(model_dir) / MODEL_PROMPT_FILE
+        if f.is_file():
+            try:
+                prompt = json.loads(f.read_text()).get("system_prompt")
+            except (ValueError, AttributeError) as e:
+                raise SrolloutError(f"{f}: not a JSON object with a `system_prompt` string ({e})") from e
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise SrolloutError(f"{f}: `system_prompt` must be a non-empty string")
+            return prompt
+    return system_prompt()
 
 
 def user_turn(observation: str) -> str:

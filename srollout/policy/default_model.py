@@ -29,18 +29,23 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from srollout.config import BuildConfig
+from srollout.envs.prompts import MODEL_PROMPT_FILE
 from srollout.errors import SrolloutError
 from srollout.policy.chat import (
-    CHATML_TEMPLATE,
+    CHAT_TEMPLATES,
     END_OF_TEXT,
     IM_END,
     IM_START,
+    ROLE_TOKENS,
     TokenizedChat,
     Turn,
     tokenize_chat,
 )
 
-BUILD_VERSION = "v4"
+BUILD_VERSION = "v5"
+# The default policy's own system prompt (BuildConfig.prompt = "short"): the model learns the task
+# from its demonstrations, so the prompt only has to say what to answer.
+DEFAULT_POLICY_PROMPT = "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>"
 QWEN2_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
@@ -136,9 +141,10 @@ def _response(assistant: str, thoughts: bool) -> str:
 
 
 # --- step 2: tokenizer ------------------------------------------------------------------------
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
-    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``, with ChatML special
-    tokens (<|endoftext|> pad, <|im_start|>, <|im_end|> = EOS) and the ChatML chat template."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int, template: str = "chatml") -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``, with special tokens
+    <|endoftext|> (pad), <|im_start|>, <|im_end|> (EOS) and the role tokens of the compact
+    template, and the chat template ``template`` (``chatml`` or ``compact``)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -156,7 +162,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[END_OF_TEXT, IM_START, IM_END],
+        special_tokens=[END_OF_TEXT, IM_START, IM_END, *ROLE_TOKENS.values()],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         min_frequency=2,
         show_progress=False,
@@ -167,23 +173,24 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
         eos_token=IM_END,
         pad_token=END_OF_TEXT,
         unk_token=None,
-        chat_template=CHATML_TEMPLATE,
+        chat_template=CHAT_TEMPLATES[template],
         model_max_length=1 << 16,
         clean_up_tokenization_spaces=False,
     )
 
 
-def demo_texts(demos: Sequence[Demo]) -> Iterable[str]:
-    """Every string the tokenizer should know: system prompts once, user turns, responses."""
+def demo_texts(demos: Sequence[Demo], template: str = "chatml") -> Iterable[str]:
+    """Every string the tokenizer should know: system prompts once, user turns, responses
+    (ChatML: with the role headers as the template renders them, so BPE merges "user", "assistant")."""
     seen_systems: set[str] = set()
+    head = ("user\n", "assistant\n") if template == "chatml" else ("", "")
     for d in demos:
         if d.system not in seen_systems:
             seen_systems.add(d.system)
             yield d.system
-        # role headers as the chat template renders them, so BPE merges "user", "assistant"
         for t in d.turns:
-            yield "user\n" + t.user
-            yield "assistant\n" + t.assistant
+            yield head[0] + t.user
+            yield head[1] + t.assistant
 
 
 # --- step 3: model ----------------------------------------------------------------------------
@@ -369,8 +376,14 @@ def build_from_demos(
     t0 = time.perf_counter()
     if not demos:
         raise SrolloutError("no demonstrations to train the default policy on")
+    if cfg.prompt not in ("short", "react"):
+        raise SrolloutError(f"BuildConfig.prompt: expected `short` or `react`, got {cfg.prompt!r}")
+    if cfg.template not in CHAT_TEMPLATES:
+        raise SrolloutError(f"BuildConfig.template: expected one of {', '.join(CHAT_TEMPLATES)}, got {cfg.template!r}")
     torch.set_num_threads(cfg.threads)
-    tokenizer = train_tokenizer(demo_texts(demos), cfg.vocab_size)
+    if cfg.prompt == "short":  # the policy's own prompt, saved with it (srollout.json)
+        demos = [d._replace(system=DEFAULT_POLICY_PROMPT) for d in demos]
+    tokenizer = train_tokenizer(demo_texts(demos, cfg.template), cfg.vocab_size, cfg.template)
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     examples = [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), cfg.max_context) for d in demos]
     model = make_model(tokenizer, cfg)
@@ -387,6 +400,7 @@ def build_from_demos(
         "n_loss_tokens": sum(sum(e.loss_mask) for e in examples),
         "final_loss": final_loss,
         "seconds": seconds,
+        "system_prompt": DEFAULT_POLICY_PROMPT if cfg.prompt == "short" else None,
         **(extra_info or {}),
     }
     _save_atomic(model, tokenizer, out, info)
@@ -447,13 +461,13 @@ def _truncate(ex: TokenizedChat, max_len: int) -> TokenizedChat:
     return TokenizedChat(ex.token_ids[:max_len], ex.action_mask[:max_len], ex.loss_mask[:max_len])
 
 
-def _portable_tokenizer_config(path: Path) -> None:
+def _portable_tokenizer_config(path: Path, chat_template: str) -> None:
     """Make tokenizer_config.json loadable by transformers 4.x too (vLLM may pin it): name the
     generic fast-tokenizer class and embed the chat template (v5 writes it to a .jinja file)."""
     cfg_path = path / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg["chat_template"] = CHATML_TEMPLATE
+    cfg["chat_template"] = chat_template
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
@@ -468,7 +482,9 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        _portable_tokenizer_config(tmp)
+        _portable_tokenizer_config(tmp, tokenizer.chat_template)
+        if info.get("system_prompt"):
+            (tmp / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": info["system_prompt"]}, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         if out.exists():
             if is_built(out):
@@ -483,7 +499,7 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
 
 # --- a tiny model for tests and examples (no environment needed) ------------------------------
 TINY_CONFIG = BuildConfig(
-    seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
+    prompt="react", template="chatml", seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
     max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1,
 )
 

@@ -9,13 +9,14 @@ from srollout.rollout.engine import ParsedTurn
 
 
 class ReactPrompter:
-    """system(task) -> the system prompt; user(o_t, t, task) -> the user turn; parse(text) ->
+    """system(task) -> the system prompt (``system``, default the ReAct prompt; see
+    :func:`~srollout.envs.prompts.system_prompt_for` for a model's own); user(o_t, t, task) -> the user turn; parse(text) ->
     (thought, action, normalised action). The env is sent the normalised action."""
 
-    def __init__(self) -> None:
+    def __init__(self, system: str | None = None) -> None:
         from srollout.envs.prompts import system_prompt
 
-        self._system = system_prompt()
+        self._system = system if system is not None else system_prompt()
 
     def system(self, task: Task) -> str:
         return self._system

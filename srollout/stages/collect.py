@@ -99,8 +99,6 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks))
 
     # 3. policy, environments, the ReAct protocol, the gate
-    from srollout.rollout.react import ReactPrompter
-
     gate, gate_K = build_gate(config)
     settings = RolloutSettings(
         G=config.G,
@@ -130,7 +128,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
                 todo,
                 policy,
                 env_factory,
-                ReactPrompter(),
+                build_prompter(config),
                 settings,
                 on_group=lambda r: (on_group(r), show.group(r)),
                 on_tick=show.tick,
@@ -205,6 +203,19 @@ def build_policy(config: CollectConfig) -> Any:
         noise=config.eps,
         seed=config.seed,
     )
+
+
+def build_prompter(config: CollectConfig) -> Any:
+    """The ReAct prompter, with the LM's own system prompt when its model directory names one
+    (the default policy is fine-tuned on a short prompt of its own; see ``system_prompt_for``)."""
+    from srollout.envs.prompts import system_prompt_for
+    from srollout.rollout.react import ReactPrompter
+
+    if config.policy != "lm":
+        return ReactPrompter()
+    from srollout.policy import resolve_model
+
+    return ReactPrompter(system_prompt_for(resolve_model(config.model if config.model is not None else "default")))
 
 
 def build_env_factory(config: CollectConfig) -> Callable[[], Any]:
@@ -317,7 +328,6 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
     from functools import partial
 
     from srollout.dist.rollout import WorkerRecipe
-    from srollout.rollout.react import ReactPrompter
 
     if config.policy == "lm" and config.backend == "transformers":
         from srollout.policy import resolve_model
@@ -326,7 +336,7 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
     return WorkerRecipe(
         make_policy=partial(build_policy, config),
         env_factory=build_env_factory(config),
-        prompter=ReactPrompter(),
+        prompter=build_prompter(config),
         settings=settings,
         threads=1 if config.policy == "lm" else None,
     )

@@ -52,7 +52,21 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
             "--d-model", "48", "--n-layers", "1", "--threads", "1"]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json", "srollout.json"):
         assert (out / name).is_file()
+    # the default build is fine-tuned on its own short prompt, which every stage then sends
+    from srollout.envs.prompts import system_prompt_for
+    from srollout.policy.chat import first_turn_text
+    from srollout.policy.default_model import DEFAULT_POLICY_PROMPT
+    from srollout.stages.collect import build_prompter
+
+    assert system_prompt_for(out) == DEFAULT_POLICY_PROMPT
+    from srollout.config import CollectConfig
+
+    assert build_prompter(CollectConfig(model=out)).system(None) == DEFAULT_POLICY_PROMPT
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)  # the saved tokenizer renders the compact template
+    assert first_turn_text(tok, "S", "U") == "<|system|>S<|im_end|><|user|>U<|im_end|><|assistant|>"
     again = CliRunner().invoke(policy_app, args)
     assert "already built" in again.output

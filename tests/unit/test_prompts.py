@@ -102,3 +102,21 @@ def test_user_turn_roundtrip():
     obs = "You arrive at fridge 1. The fridge 1 is closed."
     assert user_turn(obs) == "Observation: " + obs
     assert observation_of(user_turn(obs)) == obs
+
+
+def test_a_model_directory_can_name_its_own_system_prompt(tmp_path):
+    import json
+
+    from srollout.envs.prompts import MODEL_PROMPT_FILE, system_prompt_for
+    from srollout.errors import SrolloutError
+
+    assert system_prompt_for(None) == system_prompt()
+    assert system_prompt_for(tmp_path) == system_prompt()  # no srollout.json: the ReAct prompt
+    (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": "Reply with one action."}))
+    assert system_prompt_for(tmp_path) == "Reply with one action."
+    (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": ""}))
+    with pytest.raises(SrolloutError, match="non-empty"):
+        system_prompt_for(tmp_path)
+    (tmp_path / MODEL_PROMPT_FILE).write_text("{not json")
+    with pytest.raises(SrolloutError, match=MODEL_PROMPT_FILE):
+        system_prompt_for(tmp_path)
