@@ -276,9 +276,11 @@ def sft(
     pad_id: int,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> float:
-    """Teacher-forced next-token loss on the loss-masked (assistant, non-noise) tokens.
+    """Teacher-forced next-token loss on the loss-masked (assistant, non-noise) tokens, plus
+    ``cfg.obs_loss_weight`` × the mean loss on the observation tokens (everything but actions,
+    after the shared system prefix) when that weight is > 0.
 
-    The prefix all examples share (the system turn, ~500 tokens of the ReAct prompt) is
+    The prefix all examples share (the system turn) is
     encoded once per step without gradient and given to the batch as ``past_key_values``:
     the same forward values as encoding it in every row, at a fraction of the cost (only its
     own representations go untrained, and they carry no loss). AdamW, linear warm-up then
@@ -290,6 +292,7 @@ def sft(
     from transformers import DynamicCache
 
     torch.manual_seed(cfg.seed)
+    obs_w = cfg.obs_loss_weight
     n_pre = shared_prefix_len(examples)
     prefix = torch.tensor([examples[0].token_ids[:n_pre]], dtype=torch.long)
     rest = [
@@ -317,16 +320,20 @@ def sft(
             att = torch.zeros((rows, n_pre + length), dtype=torch.long)
             att[:, :n_pre] = 1
             lab = torch.full((rows, length), -100, dtype=torch.long)
+            is_obs = torch.zeros((rows, length), dtype=torch.bool)
             for r, i in enumerate(batch):
                 ex = rest[i]
                 n = len(ex.token_ids)
                 ids[r, :n] = torch.tensor(ex.token_ids)
                 att[r, n_pre : n_pre + n] = 1
                 lm = torch.tensor(ex.loss_mask)
-                lab[r, :n] = torch.where(lm, ids[r, :n], torch.full_like(ids[r, :n], -100))
-            # label of position j is token j+1; the prefix's last position predicts ids[:, 0],
-            # which is never a loss token (the prefix stops before any action token)
+                obs = ~torch.tensor(ex.action_mask) if obs_w > 0 else torch.zeros(n, dtype=torch.bool)
+                lab[r, :n] = torch.where(lm | obs, ids[r, :n], torch.full_like(ids[r, :n], -100))
+                is_obs[r, :n] = obs
+            # label of position j is token j+1; the prefix's last position predicts ids[:, 0]
+            # (never an action token: the prefix stops before any)
             target = torch.cat([lab[:, 1:], torch.full((rows, 1), -100, dtype=torch.long)], dim=1)
+            obs_target = torch.cat([is_obs[:, 1:], torch.zeros((rows, 1), dtype=torch.bool)], dim=1)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -347,7 +354,11 @@ def sft(
                 ).last_hidden_state
                 keep = target != -100
                 logits = model.lm_head(hidden[keep])  # only where there is a loss: [n_loss, V]
-            loss = F.cross_entropy(logits.float(), target[keep])
+            ce = F.cross_entropy(logits.float(), target[keep], reduction="none")
+            on_obs = obs_target[keep]
+            loss = ce[~on_obs].mean() if bool((~on_obs).any()) else ce.sum() * 0.0
+            if obs_w > 0 and bool(on_obs.any()):
+                loss = loss + obs_w * ce[on_obs].mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
