@@ -11,7 +11,13 @@ torch = pytest.importorskip("torch")
 
 def _setup(template: str):
     from srollout.policy.chat import IM_END, tokenize_chat
-    from srollout.policy.default_model import TINY_CONFIG, make_model, synthetic_demos, train_tokenizer, demo_texts
+    from srollout.policy.default_model import (
+        TINY_CONFIG,
+        demo_texts,
+        make_model,
+        synthetic_demos,
+        train_tokenizer,
+    )
 
     torch.set_num_threads(1)
     demos = synthetic_demos(6, seed=3)
