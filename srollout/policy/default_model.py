@@ -511,7 +511,7 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
 # --- a tiny model for tests and examples (no environment needed) ------------------------------
 TINY_CONFIG = BuildConfig(
     prompt="react", template="chatml", seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
-    max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1,
+    max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1, obs_loss_weight=0.0,
 )
 
 
