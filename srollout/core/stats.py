@@ -309,6 +309,18 @@ def paired_bootstrap(
     return PairedBootstrap(diff, low, high, p, int(xa.shape[0]))
 
 
+def _paired_costs(a: ArrayLike, b: ArrayLike, what: str, empty: str) -> tuple[np.ndarray, np.ndarray]:
+    """Two equally long, non-empty float64 vectors of paired costs (``what`` and ``empty`` word
+    the errors)."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    y = np.asarray(b, dtype=np.float64).ravel()
+    if x.size != y.size:
+        raise SrolloutError(f"paired {what} have different lengths ({x.size} vs {y.size})")
+    if x.size == 0:
+        raise SrolloutError(empty)
+    return x, y
+
+
 def relative_saving_ci(
     baseline: ArrayLike,
     gated: ArrayLike,
@@ -322,12 +334,7 @@ def relative_saving_ci(
     seeds. This is the paper's "resample the task-level differences and recompute the
     percentage saving" (App. "Bootstrap confidence intervals"), as a fraction.
     """
-    base = np.asarray(baseline, dtype=np.float64).ravel()
-    gate = np.asarray(gated, dtype=np.float64).ravel()
-    if base.size != gate.size:
-        raise SrolloutError(f"paired samples have different lengths ({base.size} vs {gate.size})")
-    if base.size == 0:
-        raise SrolloutError("relative_saving_ci needs at least one paired task")
+    base, gate = _paired_costs(baseline, gated, "samples", "relative_saving_ci needs at least one paired task")
     if base.sum() <= 0:
         raise SrolloutError("the baseline costs sum to 0; no saving share is defined")
     _check_level(level, n_resamples)
@@ -373,12 +380,7 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     t_1 (97.5 %) = 12.706, half-width 0.7483, R = 0.85 -> ratio [0.4022, 1.7964], saving
     15 % [-79.6 %, 59.8 %].
     """
-    base = np.asarray(baseline, dtype=np.float64).ravel()
-    mine = np.asarray(arm, dtype=np.float64).ravel()
-    if base.size != mine.size:
-        raise SrolloutError(f"paired runs have different lengths ({base.size} vs {mine.size})")
-    if base.size == 0:
-        raise SrolloutError("run_pair_saving_ci needs at least one pair of timed runs")
+    base, mine = _paired_costs(baseline, arm, "runs", "run_pair_saving_ci needs at least one pair of timed runs")
     if np.any(base <= 0) or np.any(mine <= 0):
         raise SrolloutError("timed runs must have positive wall-clock")
     if not 0 < level < 1:
