@@ -72,9 +72,9 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[int, typer.Option("--workers", help="Parallel rollout workers: 1 runs in this process (no Ray); N > 1 runs every arm's timed rollouts on N Ray workers (extra 'dist'; each starts, builds its policy and warms up before the clock). Joins $RAY_ADDRESS, else starts a local cluster with N CPUs. Not part of --resume's check.")] = 1,
     ) -> None:
         import polars as pl
-        from rich.console import Console
 
         from srollout.report.ab import arms_view, same_work, savings_frame
+        from srollout.report.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.ab_rollout import run_ab_rollout
 
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
             greso_history=greso_history,
         )
         dist = DistConfig(workers=workers)
-        console = Console()
+        console = make_console()
         result = run_ab_rollout(config, console=console, dist=dist)
         blocks = pl.read_parquet(result.paths["blocks"])
         if result.arms is not None:

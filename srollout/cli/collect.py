@@ -57,8 +57,7 @@ def register(app: typer.Typer) -> None:
         quick: Annotated[bool, typer.Option("--quick", help=_h("quick"))] = False,
         workers: Annotated[int, typer.Option("--workers", help=help_for(DistConfig, "workers"))] = 1,
     ) -> None:
-        from rich.console import Console
-
+        from srollout.report.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.collect import run_collect, stats_frame
 
@@ -88,7 +87,7 @@ def register(app: typer.Typer) -> None:
             quick=quick,
         )
         dist = DistConfig(workers=workers)
-        console = Console()
+        console = make_console()
         result = run_collect(config, console=console, dist=dist)
         console.print(to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups"))
         console.print(f"[bold]run directory:[/] {result.run_dir}")

@@ -36,9 +36,8 @@ def build(
     import dataclasses
     import shutil
 
-    from rich.console import Console
-
     from srollout.policy.default_model import build_default_policy, default_policy_dir, is_built
+    from srollout.report.console import make_console
 
     for name, value in (("n-demo-tasks", n_demo_tasks), ("demos-per-task", demos_per_task),
                         ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads)):
@@ -49,7 +48,7 @@ def build(
         n_layers=n_layers, epochs=epochs, threads=threads,
     )
     target = out or default_policy_dir(cfg)
-    console = Console()
+    console = make_console()
     if is_built(target) and not force:
         console.print(f"already built: {target} (use --force to rebuild)")
         return
@@ -64,7 +63,7 @@ def info(
     model: str = typer.Argument("default", help="`default` or a local Hugging Face model directory."),
 ) -> None:
     """Show a model directory's architecture, size, tokenizer and (for built ones) build record."""
-    from rich.console import Console
+    from srollout.report.console import make_console
 
     if model == "default":
         from srollout.policy.default_model import default_policy_dir, is_built
@@ -76,7 +75,7 @@ def info(
         path = Path(model)
         if not (path / "config.json").is_file():
             raise SrolloutError(f"{model}: not a Hugging Face model directory (no config.json)")
-    _show(path, Console())
+    _show(path, make_console())
 
 
 def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:

@@ -53,8 +53,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
     ) -> None:
-        from rich.console import Console
-
+        from srollout.report.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.train_offpolicy import run_train_offpolicy, summary_frame
 
@@ -66,7 +65,7 @@ def register(app: typer.Typer) -> None:
             d_L=d_L, rule=rule, t_high=t_high, seed=seed, model=model, micro_batch=micro_batch, out=out,
             overwrite=overwrite,
         )
-        console = Console()
+        console = make_console()
         _threads()
         result = run_train_offpolicy(config, console=console)
         console.print(to_rich(summary_frame(result.summary), title="train-offpolicy: baseline vs gated"))

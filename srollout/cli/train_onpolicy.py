@@ -77,9 +77,8 @@ def register(app: typer.Typer) -> None:
         # --workers (srollout.dist.seeds): seeds in parallel on Ray
         workers: Annotated[int, typer.Option("--workers", help="Seeds trained in parallel, one per Ray worker (extra 'dist'), each in RUN/seeds/seed<S>/ with its own checkpoints; 1 = one after another in this process. Joins $RAY_ADDRESS, else starts a local cluster.")] = 1,
     ) -> None:
-        from rich.console import Console
-
         from srollout.cli.train_offpolicy import _threads
+        from srollout.report.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.train_onpolicy import run_train_onpolicy
 
@@ -95,7 +94,7 @@ def register(app: typer.Typer) -> None:
             arms=parse_names(arms, "--arms"), dapo_max_rounds=dapo_max_rounds, greso_p_explore=greso_p_explore,
             interleave=interleave, out=out, overwrite=overwrite, resume=resume,
         )
-        console = Console()
+        console = make_console()
         _threads()
         # --- --workers (srollout.dist.seeds) ---
         if DistConfig(workers=workers).workers > 1:

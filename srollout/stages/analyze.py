@@ -217,9 +217,9 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
 
 def run_analyze(config: AnalyzeConfig, console: Any | None = None) -> AnalyzeResult:
     """Run the analyze stage; returns the tables and the run directory it wrote."""
-    from rich.console import Console
+    from srollout.report.console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     t0 = time.perf_counter()
     buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES)
     t_load = time.perf_counter() - t0

@@ -173,11 +173,10 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
     gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
     (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
     report section; without it the outputs are exactly the plain sweep's."""
-    from rich.console import Console
-
     from srollout.core.gate import GateRule
+    from srollout.report.console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     t0 = time.perf_counter()
     buffer = load_buffer(config.input, config.K, default_K=config.K)
     t_load = time.perf_counter() - t0
