@@ -3,6 +3,11 @@
 Each stage subclasses :class:`StageBar` for its own updates (``tick``, ``group``, ...) and
 chooses the text columns around the bar; entering and leaving, and doing nothing at all when
 disabled (rich is then not even imported), live here once.
+
+Off a terminal (a log file, CI, ``nohup``) rich draws nothing until the bar closes, so a long
+run would look dead; there the bar also prints one plain line at most every
+:data:`LOG_EVERY_S` seconds and when the work is done: ``label: done/total unit fields, elapsed
+m:ss, ETA m:ss``.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from typing import Any
+
+LOG_EVERY_S = 30.0
 
 
 class StageBar:
@@ -28,6 +35,12 @@ class StageBar:
         self.t0 = time.perf_counter()
         if not enabled:
             return
+        self.console = console
+        self.label = label
+        self.unit = unit
+        self.fields = (*before, *after)
+        self.plain_lines = not getattr(console, "is_terminal", True)
+        self._last_line = -float("inf")
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -60,3 +73,26 @@ class StageBar:
         """``Progress.update`` of the one task (advance=, total=, or a field's new text)."""
         if self.enabled:
             self.bar.update(self.task, **changes)
+            if self.plain_lines:
+                self._plain_line()
+
+    def _plain_line(self) -> None:
+        """Off a terminal: one line of text, at most every LOG_EVERY_S seconds and at the end."""
+        task = self.bar.tasks[0]
+        now = time.perf_counter()
+        if now - self._last_line < LOG_EVERY_S and not task.finished:
+            return
+        self._last_line = now
+        parts = [f"{int(task.completed)}/{int(task.total or 0)}" + (f" {self.unit}" if self.unit else "")]
+        parts += [str(task.fields[name]) for name in self.fields if task.fields.get(name)]
+        clock = f"elapsed {_clock(now - self.t0)}"
+        if not task.finished and task.completed and task.total:
+            remaining = (now - self.t0) * (task.total - task.completed) / task.completed
+            clock += f", ETA {_clock(remaining)}"
+        self.console.print(f"{self.label}: {' '.join(parts)}, {clock}", highlight=False, markup=False)
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss`` (``h:mm:ss`` from an hour on)."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"

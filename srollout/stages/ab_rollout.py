@@ -1026,7 +1026,7 @@ class _Progress(StageBar):
         self.tokens += stats.gen_tokens
         if self.enabled:
             rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
-            self.bar.update(self.task, rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
+            self.update(rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
 
 
 __all__: Sequence[str] = (

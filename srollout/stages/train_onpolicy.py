@@ -260,4 +260,4 @@ class _Bar(StageBar):
     def iteration(self, row: dict[str, Any]) -> None:
         if self.enabled:
             info = f"seed {row['seed']} {row['arm']} it {row['iteration']}: reward {row['train_reward']:.2f}, cut {row['n_cut']}, grad {row['grad_l2']:.3g}"
-            self.bar.update(self.task, advance=1, info=info)
+            self.update(advance=1, info=info)

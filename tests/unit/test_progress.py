@@ -27,3 +27,31 @@ def test_enabled_bar_renders_label_unit_fields_and_counts():
     assert "ETA" in text
     seeds = StageBar(Console(file=io.StringIO(), width=200), "seeds", 4, enabled=True, eta=False)
     assert not any(type(c).__name__ == "TimeRemainingColumn" for c in seeds.bar.columns)
+
+
+def test_off_a_terminal_the_bar_prints_plain_lines_at_most_every_interval(monkeypatch):
+    import srollout.report.progress as progress
+
+    clock = iter([0.0, 10.0, 20.0, 45.0, 60.0, 100.0])  # t0, then one reading per update
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    bar = StageBar(console, "collect", 4, enabled=True, unit="groups", after=("rate",))
+    bar.update(advance=1, rate="700 tok/s")  # t=10: the first line
+    bar.update(advance=1)  # t=20: within 30 s of the last line, silent
+    bar.update(rate="650 tok/s")  # t=45: 35 s later, a line
+    bar.update(advance=1)  # t=60: silent
+    bar.update(advance=1)  # t=100: finished, a line
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("collect:")]
+    assert lines == [
+        "collect: 1/4 groups 700 tok/s, elapsed 0:10, ETA 0:30",  # 10 s per group, 3 to go
+        "collect: 2/4 groups 650 tok/s, elapsed 0:45, ETA 0:45",
+        "collect: 4/4 groups 650 tok/s, elapsed 1:40",
+    ]
+
+
+def test_on_a_terminal_the_bar_prints_no_plain_lines():
+    out = io.StringIO()
+    bar = StageBar(Console(file=out, force_terminal=True, width=200), "collect", 2, enabled=True)
+    bar.update(advance=2)
+    assert not bar.plain_lines and "collect: 2/2" not in out.getvalue()
