@@ -33,12 +33,13 @@ different actions whose 64-bit string hashes collide would count as equal (odds 
 pair of actions; accepted).
 
 Speed: the gate runs these at step K of every group, so :func:`compute_signals` first collapses
-identical prefixes (converged groups, the ones the gate cuts, have few distinct prefixes) and
-computes pairwise quantities over distinct prefixes weighted by their counts; from a few
-distinct prefixes on, all edit distances come from one ``cdist`` call; bigram Jaccard uses
-Python-int bitsets (AND + popcount per pair) up to a dozen distinct prefixes and a numpy
-incidence product beyond. ``benchmarks/bench_core.py`` measures it against the
-targets (≤ 50 µs per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
+identical padded prefixes (converged groups, the ones the gate cuts, have few distinct prefixes)
+and computes pairwise quantities over distinct prefixes weighted by their counts. Edit
+distances: one rapidfuzz call per pair for a handful of distinct prefixes, one ``cdist`` call
+for all pairs from seven on. Bigram Jaccard: each prefix's bigram set as a Python-int bitset
+(one dict lookup per bigram, then AND + popcount per pair) below a dozen distinct prefixes, a
+numpy incidence product beyond. ``benchmarks/bench_core.py`` measures it against the targets
+(≤ 50 µs per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, count, repeat
+from itertools import chain, combinations, count, pairwise, starmap
 from operator import mul
 
 import numpy as np
@@ -68,9 +69,9 @@ END = "<END>"
 
 # From this many distinct prefixes on, edit distances go to one rapidfuzz.process.cdist call
 # (the C++ engine behind the Levenshtein package) and bigram Jaccard to a numpy incidence
-# product; below, per-pair work is cheaper than their setup (measured crossovers:
-# cdist from U = 4, numpy Jaccard from U ~ 12; benchmarks/bench_core.py, docs/bench/core.md).
-_CDIST_FROM = 4
+# product; below, per-pair work is cheaper than their setup (measured crossovers at K = 10:
+# cdist from U ~ 7, ~5 at K = 20; numpy Jaccard from U ~ 12, ~10 at K = 30).
+_CDIST_FROM = 7
 _NUMPY_JACCARD_FROM = 12
 _END_PAD_LEN = 64
 
@@ -120,20 +121,24 @@ def _check_group(actions: Sequence[Sequence[str]], K: int) -> int:
     return G
 
 
-def _prefix_counts(actions: Sequence[Sequence[str]], K: int) -> dict[tuple[str, ...], int]:
-    """Distinct K-prefixes (unpadded, as tuples) and how many trajectories share each."""
-    counts: dict[tuple[str, ...], int] = {}
-    _count_elements(counts, [tuple(a[:K]) for a in actions])
-    return counts
-
-
 _END_PAD = (END,) * _END_PAD_LEN
 
 
-def _padded(prefixes: Sequence[tuple[str, ...]], K: int) -> list[tuple[str, ...]]:
-    """Each prefix END-padded to length K (a trajectory that ended differs from one still acting)."""
+def _padded_prefixes(actions: Sequence[Sequence[str]], K: int) -> list[tuple[str, ...]]:
+    """The G K-prefixes as tuples of K actions, END-padded (ended differs from still acting)."""
     pad = _END_PAD if K <= _END_PAD_LEN else (END,) * K
-    return [p if len(p) == K else p + pad[: K - len(p)] for p in prefixes]
+    return [tuple(a[:K]) if len(a) >= K else tuple(a) + pad[: K - len(a)] for a in actions]
+
+
+def _prefix_counts(actions: Sequence[Sequence[str]], K: int) -> dict[tuple[str, ...], int]:
+    """Distinct END-padded K-prefixes and how many trajectories share each.
+
+    Padded before counting: an action spelled like END makes two unpadded prefixes one padded
+    prefix ([] and ["<END>"] at K=1), and the signals are defined on padded prefixes.
+    """
+    counts: dict[tuple[str, ...], int] = {}
+    _count_elements(counts, _padded_prefixes(actions, K))
+    return counts
 
 
 def _edit_distance_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
@@ -148,20 +153,47 @@ def _edit_distance_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int
         return 0.0
     if U >= _CDIST_FROM:
         # The same algorithm as Levenshtein.distance, all U*U pairs in one C call.
-        dist = cdist(prefixes, prefixes, scorer=_rf_levenshtein.distance, dtype=np.int32, workers=1)
+        dist = cdist(prefixes, prefixes, scorer=_rf_levenshtein.distance, workers=1)  # U x U int32
         if len(counts) == sum(counts):  # every prefix distinct: plain sum over pairs
             return float(dist.sum()) / 2.0
         c = np.asarray(counts, dtype=np.float64)
         return float(c @ dist @ c) / 2.0
     # rapidfuzz's distance directly: Levenshtein.distance is a Python wrapper around this very
     # function (same algorithm, same result) that costs about as much again per call.
-    lev = _rf_levenshtein.distance
-    total = 0
-    for i in range(U - 1):
-        total += counts[i] * sum(
-            map(mul, counts[i + 1 :], map(lev, repeat(prefixes[i]), prefixes[i + 1 :]))
-        )
-    return float(total)
+    dists = starmap(_rf_levenshtein.distance, combinations(prefixes, 2))
+    if len(counts) == sum(counts):
+        return float(sum(dists))
+    return float(sum(map(mul, starmap(mul, combinations(counts, 2)), dists)))
+
+
+# _BITS[k] = 1 << k: a new bigram's bit is one tuple read instead of a shift. Replaced (never
+# mutated, so concurrent callers each see a complete table) when a group needs more bits.
+_BITS: tuple[int, ...] = tuple(1 << k for k in range(256))
+
+
+def _bigram_bitsets(prefixes: Sequence[tuple[str, ...]]) -> list[int]:
+    """Each padded prefix's bigram set as a bitset (bit k = the group's k-th distinct bigram).
+
+    prefixes: U padded prefixes of equal length K >= 2. An intersection of two sets is then one
+    AND and a popcount. A plain loop with one dict.setdefault per bigram: at G=8 it measured
+    faster than map/reduce chains, per-prefix Python sets and numpy (per-call overhead dominates
+    for 28 pairs of ~9 bigrams).
+    """
+    global _BITS
+    n_max = len(prefixes) * (len(prefixes[0]) - 1)  # bound on the number of distinct bigrams
+    bits = _BITS
+    if len(bits) < n_max:
+        bits = _BITS = tuple(1 << k for k in range(n_max))
+    bit: dict[tuple[str, str], int] = {}
+    setdefault = bit.setdefault
+    masks = []
+    for p in prefixes:
+        mask = 0
+        for bigram in pairwise(p):
+            # A bigram seen before gets its bit back; a new one takes the next free bit.
+            mask |= setdefault(bigram, bits[len(bit)])
+        masks.append(mask)
+    return masks
 
 
 def _bigram_jaccard_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
@@ -175,19 +207,7 @@ def _bigram_jaccard_sum(prefixes: Sequence[tuple[str, ...]], counts: Sequence[in
         return 0.0
     if U >= _NUMPY_JACCARD_FROM:
         return _bigram_jaccard_sum_numpy(prefixes, counts)
-    # Each prefix's bigram set as a bitset (bit k = the group's k-th distinct bigram), so an
-    # intersection is one AND and a popcount. Plain loops: at G=8 they beat map chains, Python
-    # sets and numpy (per-call overhead dominates for 28 pairs of ~9 bigrams; docs/bench/core.md).
-    bit: dict[tuple[str, str], int] = {}
-    masks = []
-    for p in prefixes:
-        mask = 0
-        for bigram in zip(p, p[1:], strict=False):
-            b = bit.get(bigram)
-            if b is None:
-                b = bit[bigram] = 1 << len(bit)
-            mask |= b
-        masks.append(mask)
+    masks = _bigram_bitsets(prefixes)
     sizes = [m.bit_count() for m in masks]
     # Sum over pairs of the Jaccard *similarity* |B_i ∩ B_j| / |B_i ∪ B_j|; pairs sharing no
     # bigram add nothing.
@@ -218,22 +238,24 @@ _BIGRAM_INDEX: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 def _bigram_jaccard_sum_numpy(prefixes: Sequence[tuple[str, ...]], counts: Sequence[int]) -> float:
     """:func:`_bigram_jaccard_sum` for many distinct prefixes: one bigram incidence product.
 
-    Every bigram of the flattened group gets an exact integer column (the U-1 bigrams that
-    straddle two prefixes get columns too, never filled); inc[u, col] = 1 marks prefix u's set
-    (a repeated bigram fills the same cell: set semantics); intersections = inc @ inc.T.
+    Each bigram's column is the position of its first occurrence in the flattened group (the U-1
+    bigrams that straddle two prefixes get positions too, never filled); inc[u, col] = 1 marks
+    prefix u's set (a repeated bigram fills the same cell: set semantics); intersections =
+    inc @ inc.T, exact in float32 (integer counts <= K).
     """
     U, K = len(prefixes), len(prefixes[0])
-    flat = list(chain.from_iterable(prefixes))
-    bigrams = list(zip(flat, flat[1:], strict=False))
-    column = dict(zip(dict.fromkeys(bigrams), count(), strict=False))
-    cols = np.fromiter(map(column.__getitem__, bigrams), dtype=np.intp, count=len(bigrams))
+    n = U * K - 1
+    first = {}.setdefault  # bigram -> the first position offered for it
+    cols = np.fromiter(
+        map(first, pairwise(chain.from_iterable(prefixes)), count()), dtype=np.intp, count=n
+    )
     index = _BIGRAM_INDEX.get((U, K))
     if index is None:
         pos = (np.arange(U)[:, None] * K + np.arange(K - 1)).ravel()
         index = _BIGRAM_INDEX.setdefault((U, K), (np.repeat(np.arange(U), K - 1), pos))
-    inc = np.zeros((U, len(column)))
+    inc = np.zeros((U, n), dtype=np.float32)
     inc[index[0], cols[index[1]]] = 1.0
-    inter = inc @ inc.T
+    inter = (inc @ inc.T).astype(np.float64)
     size = inter.diagonal()
     # Padded prefixes of length >= 2 have >= 1 bigram, so every union is >= 1.
     sim = inter / (size[:, None] + size - inter)  # diagonal = 1
@@ -254,9 +276,7 @@ def prefix_edit_distance(actions: Sequence[Sequence[str]], K: int) -> float:
     counts = _prefix_counts(actions, K)
     if len(counts) == 1:
         return 0.0
-    return _edit_distance_sum(_padded(list(counts), K), list(counts.values())) / (
-        K * G * (G - 1) / 2
-    )
+    return _edit_distance_sum(list(counts), list(counts.values())) / (K * G * (G - 1) / 2)
 
 
 def _unique_ratio_and_entropy(items: Sequence[str], G: int) -> tuple[float, float]:
@@ -295,9 +315,12 @@ def compute_signals(
         GroupSignals. Raises SrolloutError on G < 2, K < 1 or inconsistent inputs.
     """
     G = _check_group(actions, K)
-    counts = _prefix_counts(actions, K)
-    U = len(counts)
     lens = [len(a) for a in actions]
+    terminated = len([n for n in lens if n < K])  # trajectories that ended before step K
+    prefixes = _padded_prefixes(actions, K)
+    counts: dict[tuple[str, ...], int] = {}
+    _count_elements(counts, prefixes)
+    U = len(counts)
 
     if done is not None:
         if len(done) != G:
@@ -312,18 +335,13 @@ def compute_signals(
     if U == 1:
         d_k = jaccard = 0.0
     else:
-        padded = _padded(list(counts), K)
-        c = list(counts.values())
+        distinct, c = list(counts), list(counts.values())
         n_pairs = G * (G - 1) / 2
-        d_k = _edit_distance_sum(padded, c) / (K * n_pairs)
-        jaccard = _bigram_jaccard_sum(padded, c) / n_pairs
-        if min(lens) < K:
-            # Count distinct *padded* prefixes: an action spelled like END makes two unpadded
-            # prefixes equal once padded ([] and ["<END>"] at K=1).
-            U = len(set(padded))
+        d_k = _edit_distance_sum(distinct, c) / (K * n_pairs)
+        jaccard = _bigram_jaccard_sum(distinct, c) / n_pairs
 
-    a_k = [a[K - 1] if n >= K else END for a, n in zip(actions, lens, strict=False)]
-    unique_action, entropy = _unique_ratio_and_entropy(a_k, G)
+    # a_K is the last action of the padded prefix: END for a trajectory that ended before K.
+    unique_action, entropy = _unique_ratio_and_entropy([p[K - 1] for p in prefixes], G)
 
     if observations is None:
         obs_unique = math.nan
@@ -335,12 +353,11 @@ def compute_signals(
                 "observations must hold one list of observations per trajectory, got a string"
             )
         try:
-            o_k = [o[K - 1] if n >= K else END for o, n in zip(observations, lens, strict=False)]
+            o_k = [observations[i][K - 1] if lens[i] >= K else END for i in range(G)]
         except (IndexError, TypeError):
             raise SrolloutError(_observation_error(observations, lens, K)) from None
         obs_unique = len(set(o_k)) / G
 
-    terminated = sum(1 for n in lens if n < K)
     return GroupSignals(
         prefix_edit_distance_mean=d_k,
         action_bigram_jaccard_mean=jaccard,

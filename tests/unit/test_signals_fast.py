@@ -2,7 +2,7 @@
 
 test_signals.py already checks small groups over a 6-action vocabulary; here the groups cover
 every code path of compute_signals: unit and weighted (duplicate prefixes) pair sums, the
-per-pair and cdist edit distances (U < 4 and U >= 4), the bitset and numpy bigram Jaccard
+per-pair and cdist edit distances (U < 7 and U >= 7), the bitset and numpy bigram Jaccard
 (U < 12 and U >= 12), early-ended trajectories (END padding), repeated bigrams inside a prefix,
 and an action spelled like the END symbol itself.
 """
@@ -135,7 +135,7 @@ def _check(actions, K):
 @settings(max_examples=120, deadline=None)
 @given(group_and_k(max_g=12))
 def test_small_groups_match_reference(group):
-    # G <= 12: the per-pair edit distance (U < 4) and the bitset Jaccard (U < 12) paths.
+    # G <= 12: the per-pair edit distance (U < 7) and the bitset Jaccard (U < 12) paths.
     _check(*group)
 
 
