@@ -141,11 +141,16 @@ def test_presets_and_paper_defaults():
     from srollout.config import TrainOffpolicyConfig, TrainOnpolicyConfig
 
     assert TrainOnpolicyConfig() == TrainOnpolicyConfig.from_preset("default")
+    default = TrainOnpolicyConfig()
+    assert (default.iterations, default.prompts_per_iter, default.G, default.T_max) == (40, 8, 8, 20)
+    assert (default.eval_every, default.n_eval, default.eval_set, default.lr) == (10, 100, "eval", 2e-4)
+    assert default.denominator == "seq_mean"  # the paper's sum-of-log-probs denominator diverged here
     paper = TrainOnpolicyConfig.from_preset("paper", seeds=(7, 13, 23, 42))
     assert (paper.iterations, paper.prompts_per_iter, paper.G, paper.T_max) == (60, 10, 8, 30)
     assert (paper.eval_every, paper.n_eval, paper.K, paper.d_L, paper.lr) == (10, 50, 10, 0.12, 5e-5)
     assert (paper.lora_r, paper.lora_alpha, len(paper.lora_targets)) == (16, 32, 7)
     assert paper.denominator == "paper" and paper.clip_eps is None and paper.kl_coef == 0.0
+    assert paper.eval_set == "eval"  # the paper's held-out split: valid_seen task instances
     assert TrainOnpolicyConfig.from_preset("tiny", G=6).G == 6  # an explicit option wins
     off = TrainOffpolicyConfig(buffer=Path("."))
     assert (off.steps, off.groups_per_step, off.turns_per_traj, off.max_items) == (20, 4, 8, 128)
