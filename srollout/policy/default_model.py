@@ -443,24 +443,26 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
         disable=quiet,
         transient=False,
     ) as bar:
+        plain = not quiet and not bar.console.is_terminal  # CI, a log file: no live bar is drawn
+
+        def line(what: str, done: int, total: int, info: str = "") -> None:
+            """Off a terminal, a plain line every 5 % of a phase and at its end."""
+            if plain and (done % max(1, total // 20) == 0 or done == total):
+                bar.console.print(f"{what} {done}/{total}  {info}{time.perf_counter() - t0:.0f} s", highlight=False)
+
         demo_task = bar.add_task("demonstrations", total=None, info="")
 
         def on_demo(done: int, total: int) -> None:
             bar.update(demo_task, completed=done, total=total)
+            line("demonstrations", done, total)
 
         demos = make_demonstrations(cfg, on_demo)
         demo_s = time.perf_counter() - t0
         train_task = bar.add_task("SFT", total=None, info="")
 
-        every = None  # not a terminal (CI, a log file): a plain line every 5 % instead of a live bar
-
         def on_step(step: int, total: int, loss: float) -> None:
-            nonlocal every
             bar.update(train_task, completed=step, total=total, info=f"loss {loss:.3f}")
-            if not quiet and not bar.console.is_terminal:
-                every = every or max(1, total // 20)
-                if step % every == 0 or step == total:
-                    bar.console.print(f"SFT step {step}/{total}  loss {loss:.3f}  {time.perf_counter() - t0:.0f} s", highlight=False)
+            line("SFT step", step, total, f"loss {loss:.3f}  ")
 
         res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s})
     return res._replace(seconds=time.perf_counter() - t0)
