@@ -130,14 +130,17 @@ def _padded_prefixes(actions: Sequence[Sequence[str]], K: int) -> list[tuple[str
     return [tuple(a[:K]) if len(a) >= K else tuple(a) + pad[: K - len(a)] for a in actions]
 
 
-def _prefix_counts(actions: Sequence[Sequence[str]], K: int) -> dict[tuple[str, ...], int]:
+def _prefix_counts(
+    actions: Sequence[Sequence[str]], K: int, prefixes: list[tuple[str, ...]] | None = None
+) -> dict[tuple[str, ...], int]:
     """Distinct END-padded K-prefixes and how many trajectories share each.
 
     Padded before counting: an action spelled like END makes two unpadded prefixes one padded
     prefix ([] and ["<END>"] at K=1), and the signals are defined on padded prefixes.
+    ``prefixes``: the ``_padded_prefixes(actions, K)`` a caller already holds.
     """
     counts: dict[tuple[str, ...], int] = {}
-    _count_elements(counts, _padded_prefixes(actions, K))
+    _count_elements(counts, prefixes if prefixes is not None else _padded_prefixes(actions, K))
     return counts
 
 
@@ -318,8 +321,7 @@ def compute_signals(
     lens = [len(a) for a in actions]
     terminated = len([n for n in lens if n < K])  # trajectories that ended before step K
     prefixes = _padded_prefixes(actions, K)
-    counts: dict[tuple[str, ...], int] = {}
-    _count_elements(counts, prefixes)
+    counts = _prefix_counts(actions, K, prefixes)
     U = len(counts)
 
     if done is not None:
