@@ -12,6 +12,7 @@ m:ss, ETA m:ss``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +41,7 @@ class StageBar:
         self.unit = unit
         self.fields = (*before, *after)
         self.plain_lines = not getattr(console, "is_terminal", True)
-        self._last_line = -float("inf")
+        self._last_line = -math.inf
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -80,7 +81,10 @@ class StageBar:
         """Off a terminal: one line of text, at most every LOG_EVERY_S seconds and at the end."""
         task = self.bar.tasks[0]
         now = time.perf_counter()
-        if now - self._last_line < LOG_EVERY_S and not task.finished:
+        if task.finished:
+            if self._last_line == math.inf:  # the closing line is out already
+                return
+        elif now - self._last_line < LOG_EVERY_S:
             return
         self._last_line = now
         parts = [f"{int(task.completed)}/{int(task.total or 0)}" + (f" {self.unit}" if self.unit else "")]
@@ -90,6 +94,8 @@ class StageBar:
             remaining = (now - self.t0) * (task.total - task.completed) / task.completed
             clock += f", ETA {_clock(remaining)}"
         self.console.print(f"{self.label}: {' '.join(parts)}, {clock}", highlight=False, markup=False)
+        if task.finished:
+            self._last_line = math.inf
 
 
 def _clock(seconds: float) -> str:

@@ -55,3 +55,11 @@ def test_on_a_terminal_the_bar_prints_no_plain_lines():
     bar = StageBar(Console(file=out, force_terminal=True, width=200), "collect", 2, enabled=True)
     bar.update(advance=2)
     assert not bar.plain_lines and "collect: 2/2" not in out.getvalue()
+
+
+def test_the_closing_line_is_printed_once():
+    out = io.StringIO()
+    bar = StageBar(Console(file=out, force_terminal=False, width=200), "collect", 2, enabled=True, after=("rate",))
+    bar.update(advance=2)
+    bar.update(rate="700 tok/s")  # a field update after the work is done: no second closing line
+    assert sum(ln.startswith("collect: 2/2") for ln in out.getvalue().splitlines()) == 1
