@@ -71,6 +71,8 @@ def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K
     fields = ("wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "rows", "n_gen_tokens")
     totals = {arm: {f: sum(getattr(s, f) for s, _ in runs[arm]) for f in fields} for arm in runs}
     totals["n_cut"] = runs["gated"][0][0].n_cut
+    # one wall-clock per timed run, paired by repeat (same groups and seeds), for the run-pair CI
+    totals["wall_runs"] = {arm: [s.wall_s for s, _ in runs[arm]] for arm in runs}
     return totals
 
 
@@ -89,6 +91,17 @@ def report_lines(totals: dict, label: str) -> list[str]:
         f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} s: generation saving / "
         f"token saving = {saving('gen_s') / tok:.2f}.",
     ]
+    runs = totals.get("wall_runs")
+    if runs and len(runs["baseline"]) >= 2:
+        from srollout.core.stats import run_pair_saving_ci
+
+        ci = run_pair_saving_ci(runs["baseline"], runs["gated"])
+        pairs = ", ".join(f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True))
+        lines.append(
+            f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, {ci.high:.1%}] (95 % t interval "
+            f"on the log ratio of paired runs); per pair {pairs}; **wall / token {ci.estimate / tok:.2f} "
+            f"[{ci.low / tok:.2f}, {ci.high / tok:.2f}]** (the token saving is fixed by the seeds)."
+        )
     for arm, t in (("baseline", b), ("gated", g)):
         lines.append(
             f"  - {arm}: generation {t['gen_s']:.1f} s, env steps {t['env_s']:.1f} s, resets {t['reset_s']:.1f} s, "

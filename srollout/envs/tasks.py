@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,8 +192,14 @@ def _set_dir(name: str, difficulty: Difficulty, set_seed: int) -> Path:
 
 
 def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
-                     progress: bool = True, set_seed: int = 0) -> dict[str, list[GameRecord]]:
-    """Generate (once) and return the first ``counts[t]`` games of each type of a set."""
+                     progress: bool | Callable[[int, int], None] = True,
+                     set_seed: int = 0) -> dict[str, list[GameRecord]]:
+    """Generate (once) and return the first ``counts[t]`` games of each type of a set.
+
+    progress: True shows a rich bar (off a terminal, a plain line every 5 % instead, so a log
+    is not silent for the minutes a fresh machine spends generating); False shows nothing; a
+    callable gets ``(done, total)`` after every game (and ``(0, total)`` first) instead of a bar.
+    """
     root = _set_dir(name, difficulty, set_seed)
     have = {t: _read_cache(root / f"{t}.jsonl") for t in counts}
     missing = sum(max(0, c - len(have[t])) for t, c in counts.items())
@@ -217,9 +224,14 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
         env = AlfworldEnv()
         cols = (TextColumn("[bold]generating {task.description}"), BarColumn(),
                 MofNCompleteColumn(), RateColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+        report = progress if callable(progress) else None
         try:
-            with Progress(*cols, disable=not progress) as bar:
+            with Progress(*cols, disable=not progress or report is not None) as bar:
                 job = bar.add_task(f"{name} games ({difficulty.tag})", total=missing)
+                plain = progress is True and not bar.console.is_terminal
+                done = 0
+                if report is not None:
+                    report(0, missing)
                 for t, c in counts.items():
                     if len(have[t]) >= c:
                         continue
@@ -229,6 +241,11 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
                         have[t].append(_generate_one(name, t, k, difficulty, seen, env,
                                                      set_seed))
                         bar.advance(job)
+                        done += 1
+                        if report is not None:
+                            report(done, missing)
+                        elif plain and (done % max(1, missing // 20) == 0 or done == missing):
+                            bar.console.print(f"generating {name} games ({difficulty.tag}) {done}/{missing}", highlight=False)
                         if (k + 1) % 50 == 0:  # an interrupted run keeps what it made
                             _write_cache(root / f"{t}.jsonl", have[t])
                     _write_cache(root / f"{t}.jsonl", have[t])
@@ -238,7 +255,7 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
 
 
 def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | None = None,
-                  *, seed: int = 0, progress: bool = True) -> list[Task]:
+                  *, seed: int = 0, progress: bool | Callable[[int, int], None] = True) -> list[Task]:
     """The tasks of a named set, generating (once, cached) what is missing.
 
     name: ``train`` (default size 1000), ``eval`` (100), ``heldout`` (100, unseen scenes), or an
@@ -246,6 +263,7 @@ def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | No
         read from ``$ALFWORLD_DATA`` (difficulty is ignored for those).
     difficulty: a preset name (``small``, ``medium``, ``large``, ``full``) or a Difficulty.
     n: number of tasks (default: the set's size); the task-type mix is TASK_MIX for any n.
+    progress: how games still to generate are shown (see ``ensure_generated``).
     seed: 0 gives the standard sets; another seed gives another draw of the same kind of set
         (still disjoint from the other sets' draws: same scene split, same eval bucket rule).
     Returns tasks in a fixed interleaved order; ``task_id`` is ``<set>/<task_type>/<k>``.

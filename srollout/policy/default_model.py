@@ -102,8 +102,12 @@ def ensure_default_policy(cfg: BuildConfig | None = None, *, quiet: bool = False
 
 
 # --- step 1: demonstrations -------------------------------------------------------------------
-def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] | None = None) -> list[Demo]:
+def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] | None = None,
+                        games_progress: Callable[[int, int], None] | None = None) -> list[Demo]:
     """Noisy-expert demonstrations of ``cfg.n_demo_tasks`` tasks of the train set, in ReAct.
+
+    progress / games_progress: ``(done, total)`` callbacks for the episodes and for the games a
+    fresh machine must generate first (minutes for the 1000 train tasks; none when cached).
 
     Each task is played ``cfg.demos_per_task`` times with noise rates ``cfg.noise`` (cycled):
     a noise step is a random action (often invalid, answered "Nothing happens.") that stays in
@@ -113,7 +117,8 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     from srollout.envs.tasks import load_task_set
 
     # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
-    tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False)
+    tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks,
+                          progress=games_progress if games_progress is not None else False)
     episodes = generate_demonstrations(
         tasks,
         episodes_per_task=cfg.demos_per_task,
@@ -450,13 +455,26 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
             if plain and (done % max(1, total // 20) == 0 or done == total):
                 bar.console.print(f"{what} {done}/{total}  {info}{time.perf_counter() - t0:.0f} s", highlight=False)
 
-        demo_task = bar.add_task("demonstrations", total=None, info="")
+        game_task = None
+
+        def on_game(done: int, total: int) -> None:
+            """Only a fresh machine has games to generate: the phase appears when it does."""
+            nonlocal game_task
+            if game_task is None:
+                game_task = bar.add_task("generating games", total=total, info="")
+            bar.update(game_task, completed=done, total=total)
+            line("generating games", done, total)
+
+        demo_task = None
 
         def on_demo(done: int, total: int) -> None:
+            nonlocal demo_task
+            if demo_task is None:  # after the games row, when there is one
+                demo_task = bar.add_task("demonstrations", total=total, info="")
             bar.update(demo_task, completed=done, total=total)
             line("demonstrations", done, total)
 
-        demos = make_demonstrations(cfg, on_demo)
+        demos = make_demonstrations(cfg, on_demo, on_game)
         demo_s = time.perf_counter() - t0
         train_task = bar.add_task("SFT", total=None, info="")
 

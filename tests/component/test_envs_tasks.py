@@ -97,6 +97,22 @@ def test_task_sets_are_cached_deterministic_and_disjoint(home, tmp_path, monkeyp
     assert all(bigger[t.task_id].meta["pddl_problem"] == t.meta["pddl_problem"] for t in eval_)
 
 
+def test_game_generation_reports_progress_and_only_what_is_missing(home, capsys):
+    from srollout.envs.tasks import load_task_set
+
+    calls: list[tuple[int, int]] = []
+    load_task_set("eval", n=6, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 6), (1, 6), (2, 6), (3, 6), (4, 6), (5, 6), (6, 6)]
+    calls.clear()
+    load_task_set("eval", n=6, progress=lambda done, total: calls.append((done, total)))
+    assert calls == []  # all cached: nothing to report
+    # 8 tasks = 2 more games; off a terminal (pytest captures stdout) progress=True prints plain
+    # lines, one per 5 % of what is missing, i.e. after each of the 2 games here
+    load_task_set("eval", n=8)
+    out = capsys.readouterr().out
+    assert "generating eval games (" in out and out.count("/2\n") == 2, out
+
+
 def test_unknown_names_are_clear_errors(home):
     from srollout.envs.tasks import load_task_set
 
