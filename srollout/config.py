@@ -318,7 +318,7 @@ class BuildConfig:
     lr: float = doc(3e-4, "Peak learning rate (AdamW, cosine). Measured on 1000 episodes x 2 epochs at 1024-token batches (teacher-forced exact responses on eval demonstrations): 3e-3 0.30 (3 epochs), 2e-3 0.32, 1e-3 0.44, 5e-4 0.59, 2.5e-4 0.62 (with the observation loss). v2-v4 used 3e-3 at 4096-token batches.")
     obs_loss_weight: float = doc(0.5, "Weight of an auxiliary next-token loss on the observation (environment) tokens, added to the action-token loss (mean over each). The environment's text repeats names (`You arrive at cabinet 2. The cabinet 2 is closed.`): predicting it teaches the copying the actions need. Noise actions stay untrained either way.")
     batch_tokens: int = doc(1024, "Padded tokens per SFT batch (~2 episodes: 4x the optimizer steps of 4096, which learned far less per epoch).")
-    bf16: bool = doc(True, "bf16 autocast during SFT: 1.5x faster than fp32 on this machine's CPU (avx512_bf16); slower than fp32 on CPUs without bf16 units.")
+    bf16: bool = doc(True, "bf16 autocast during SFT where the CPU has native bf16 (AVX512-BF16 or AMX; 1.5x faster than fp32 there); fp32 on other CPUs, where emulated bf16 is ~40x slower (the model directory hash follows the precision used).")
     threads: int = doc(2, "torch threads for the build.")
 
 

@@ -80,3 +80,22 @@ def test_observation_loss_changes_the_update():
         sft(model, examples, cfg, tok.pad_token_id)
         finals.append(_reference(model, examples, 0.0))
     assert finals[0] != pytest.approx(finals[1], rel=1e-3)
+
+
+def test_bf16_only_where_the_cpu_has_it_and_the_cache_key_follows(monkeypatch, tmp_path):
+    from srollout.config import BuildConfig
+    from srollout.policy import default_model as dm
+
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path))
+    cfg = BuildConfig()
+    assert cfg.bf16
+    monkeypatch.setattr(dm, "native_bf16", lambda: True)
+    native = dm.default_policy_dir(cfg)
+    assert dm.effective_config(cfg) is cfg
+    assert native.name == f"default-{dm.BUILD_VERSION}-{dm.config_hash(cfg)}"
+    monkeypatch.setattr(dm, "native_bf16", lambda: False)
+    fallback = dm.effective_config(cfg)
+    assert not fallback.bf16 and dataclasses.replace(fallback, bf16=True) == cfg
+    # an fp32-trained model gets its own directory: the same as asking for fp32 outright
+    assert dm.default_policy_dir(cfg) != native
+    assert dm.default_policy_dir(cfg) == dm.default_policy_dir(dataclasses.replace(cfg, bf16=False))
