@@ -68,6 +68,9 @@ def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K
                     rule = GateRule(rule="r1", K=K, d_L=min(1.0, d + 1e-9))
                 gated = RolloutSettings(**common, gate=rule, gate_K=K, arm="gated")
             runs[arm].append(run_arm(policy, specs, base if arm == "baseline" else gated))
+            done = runs[arm][-1][0]
+            print(f"  {gate} gate, repeat {rep + 1}/{repeats}, {arm}: {done.wall_s:.1f} s, "
+                  f"{done.n_gen_tokens} generated tokens", flush=True)  # a killed run still leaves its numbers
     fields = ("wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "rows", "n_gen_tokens")
     totals = {arm: {f: sum(getattr(s, f) for s, _ in runs[arm]) for f in fields} for arm in runs}
     totals["n_cut"] = runs["gated"][0][0].n_cut
