@@ -458,7 +458,8 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
 
     from srollout.report.console import make_console
 
-    cfg = effective_config(cfg or BuildConfig())
+    asked = cfg or BuildConfig()
+    cfg = effective_config(asked)
     out = Path(out) if out is not None else default_policy_dir(cfg)
     t0 = time.perf_counter()
     with Progress(
@@ -474,7 +475,7 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
     ) as bar:
         plain = not quiet and not bar.console.is_terminal  # CI, a log file: no live bar is drawn
         if not quiet:
-            why = "" if cfg.bf16 or not BuildConfig().bf16 else " (this CPU has no native bf16, where bf16 autocast is far slower)"
+            why = "" if cfg.bf16 == asked.bf16 else " (this CPU has no native bf16, where bf16 autocast is far slower)"
             bar.console.print(f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}", highlight=False)
 
         def line(what: str, done: int, total: int, info: str = "") -> None:
@@ -482,26 +483,20 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
             if plain and (done % max(1, total // 20) == 0 or done == total):
                 bar.console.print(f"{what} {done}/{total}  {info}{time.perf_counter() - t0:.0f} s", highlight=False)
 
-        game_task = None
+        def phase(name: str) -> Callable[[int, int], None]:
+            """A (done, total) callback whose row appears at its first call: games come only on a
+            fresh machine, and then before the demonstrations."""
+            task: list[Any] = []
 
-        def on_game(done: int, total: int) -> None:
-            """Only a fresh machine has games to generate: the phase appears when it does."""
-            nonlocal game_task
-            if game_task is None:
-                game_task = bar.add_task("generating games", total=total, info="")
-            bar.update(game_task, completed=done, total=total)
-            line("generating games", done, total)
+            def report(done: int, total: int) -> None:
+                if not task:
+                    task.append(bar.add_task(name, total=total, info=""))
+                bar.update(task[0], completed=done, total=total)
+                line(name, done, total)
 
-        demo_task = None
+            return report
 
-        def on_demo(done: int, total: int) -> None:
-            nonlocal demo_task
-            if demo_task is None:  # after the games row, when there is one
-                demo_task = bar.add_task("demonstrations", total=total, info="")
-            bar.update(demo_task, completed=done, total=total)
-            line("demonstrations", done, total)
-
-        demos = make_demonstrations(cfg, on_demo, on_game)
+        demos = make_demonstrations(cfg, phase("demonstrations"), phase("generating games"))
         demo_s = time.perf_counter() - t0
         train_task = bar.add_task("SFT", total=None, info="")
 

@@ -52,6 +52,10 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
             "--d-model", "48", "--n-layers", "1", "--threads", "1"]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
+    # off a terminal each phase logs plain lines; a fresh home generates its 6 games first
+    assert "generating games 6/6" in res.output and "demonstrations 6/6" in res.output, res.output
+    assert res.output.index("generating games 6/6") < res.output.index("demonstrations 6/6")
+    assert ": SFT in " in res.output  # the precision used is said (bf16 autocast or fp32)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json", "srollout.json"):
         assert (out / name).is_file()
     # the default build is fine-tuned on its own short prompt, which every stage then sends
