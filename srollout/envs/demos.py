@@ -24,6 +24,7 @@ class Turn:
     assistant: str
     is_noise: bool
     valid: bool
+    admissible: tuple[str, ...] = ()
 
     @property
     def response(self) -> str:  # alias used by the policy builder
@@ -74,6 +75,9 @@ def generate_demonstrations(
     max_steps: int = 30,
     progress: bool | Callable[[int, int], None] = True,
     explore: str = "random",
+    take: str = "planned",
+    thoughts: str = "react",
+    workers: int = 1,
 ) -> list[Episode]:
     """Play (noisy) expert episodes on the real engine.
 
@@ -81,14 +85,13 @@ def generate_demonstrations(
     ``eps[r % len(eps)]`` (a float eps is one rate; 0 means the plain ExpertPolicy) and
     trajectory seed ``episode_seed(seed, i)``. Give either ``n_episodes`` or
     ``episodes_per_task`` (n_episodes = len(tasks) * episodes_per_task). ``noise`` and
-    ``invalid_fraction`` are aliases of ``eps`` and ``invalid_frac``. explore: the experts'
-    exploration order (``random`` or ``listed``, see ExpertPolicy). progress: show a rich bar
-    (bool) or call ``progress(done, total)`` after each episode. Same arguments -> same episodes.
+    ``invalid_fraction`` are aliases of ``eps`` and ``invalid_frac``. explore / take / thoughts:
+    the experts' exploration order, take rule and thought style (see ExpertPolicy). progress:
+    show a rich bar (bool) or call ``progress(done, total)`` as episodes finish. workers: processes
+    playing episodes side by side (the engine is single-threaded Python); an episode depends only
+    on its index, so any number of workers gives the same episodes. Same arguments -> same episodes.
     """
     from rich.progress import Progress
-
-    from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.envs.prompts import parse_response, system_prompt, user_turn
 
     if not tasks:
         raise SrolloutError("generate_demonstrations needs at least one task")
@@ -99,32 +102,79 @@ def generate_demonstrations(
     inv = invalid_fraction if invalid_fraction is not None else invalid_frac
     if n_episodes is None:
         n_episodes = len(tasks) * (episodes_per_task if episodes_per_task is not None else 1)
-    policies: dict[float, ExpertPolicy] = {
-        r: (NoisyExpertPolicy(r, inv, explore=explore) if r > 0 else ExpertPolicy(explore=explore)) for r in set(rates)
-    }
-    system = system_prompt()
-    env = AlfworldEnv(expert_plan=True)
-    episodes: list[Episode] = []
+    job = _DemoJob(rates, inv, seed, max_steps, {"explore": explore, "take": take, "thoughts": thoughts})
+    job.policies()  # a bad explore / take / thoughts fails here, before any worker starts
     callback = progress if callable(progress) else None
-    try:
-        with Progress(disable=progress is not True) as bar:
-            job = bar.add_task("demonstrations", total=n_episodes)
-            for i in range(n_episodes):
-                task = tasks[i % len(tasks)]
-                rate = rates[(i // len(tasks)) % len(rates)]
+    with Progress(disable=progress is not True) as bar:
+        task_id = bar.add_task("demonstrations", total=n_episodes)
+
+        def advance(done: int) -> None:
+            bar.update(task_id, completed=done)
+            if callback is not None:
+                callback(done, n_episodes)
+
+        # episode i: its task, and the noise rate of its repetition r = i // len(tasks)
+        items = [(i, tasks[i % len(tasks)], rates[(i // len(tasks)) % len(rates)]) for i in range(n_episodes)]
+        size = max(1, min(_CHUNK, -(-n_episodes // (4 * max(1, workers)))))  # >= 4 chunks per worker
+        chunks = [items[a:a + size] for a in range(0, n_episodes, size)]
+        if workers <= 1 or len(chunks) <= 1:
+            return job.play(items, advance)
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        done, results = 0, {}
+        # spawn, not fork: the caller may hold torch threads or open engine state
+        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(job.play, chunk): chunk[0][0] for chunk in chunks}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                done += len(results[futures[fut]])
+                advance(done)
+        return [ep for first in sorted(results) for ep in results[first]]
+
+
+_CHUNK = 20  # most episodes per unit of work for the worker processes
+
+
+@dataclass(frozen=True)
+class _DemoJob:
+    """What every demonstration episode of one call shares (picklable for worker processes)."""
+
+    rates: tuple[float, ...]
+    invalid_frac: float
+    seed: int
+    max_steps: int
+    style: dict
+
+    def policies(self) -> dict[float, ExpertPolicy]:
+        return {r: (NoisyExpertPolicy(r, self.invalid_frac, **self.style) if r > 0 else ExpertPolicy(**self.style))
+                for r in set(self.rates)}
+
+    def play(self, items: Sequence[tuple[int, Task, float]],
+             advance: Callable[[int], None] | None = None) -> list[Episode]:
+        """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after each."""
+        from srollout.envs.alfworld_env import AlfworldEnv
+        from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+        policies = self.policies()
+        system = system_prompt()
+        env = AlfworldEnv(expert_plan=True)
+        episodes: list[Episode] = []
+        try:
+            for i, task, rate in items:
                 policy = policies[rate]
-                tseed = episode_seed(seed, i)
+                tseed = episode_seed(self.seed, i)
                 key = TrajKey(f"demo-{i}", 0)
                 obs, info = env.reset(task, tseed)
                 turns: list[Turn] = []
                 success = False
-                for step in range(1, max_steps + 1):
+                for step in range(1, self.max_steps + 1):
                     req = ActRequest(key=key, step=step, seed=tseed, system=system,
                                      user=user_turn(obs), admissible=info.admissible,
                                      expert_plan=info.expert_plan)
                     text = policy.act([req])[0].text
                     res = env.step(parse_response(text).action)
-                    turns.append(Turn(req.user, text, policy.was_noise(key), res.valid))
+                    turns.append(Turn(req.user, text, policy.was_noise(key), res.valid, tuple(info.admissible)))
                     obs, info = res.observation, res
                     if res.done:
                         success = True
@@ -132,9 +182,8 @@ def generate_demonstrations(
                 policy.finish(key)
                 episodes.append(Episode(task.task_id, task.task_type, system, tuple(turns),
                                         success, len(turns), tseed, rate))
-                bar.advance(job)
-                if callback is not None:
-                    callback(i + 1, n_episodes)
-    finally:
-        env.close()
-    return episodes
+                if advance is not None:
+                    advance(len(episodes))
+        finally:
+            env.close()
+        return episodes

@@ -11,8 +11,19 @@ demonstrations only has to copy from the turn before instead of recalling the wh
 a random admissible action, or (a fraction ``invalid_frac`` of the time) an invalid one of the
 kinds small models make — "go to" the receptacle it stands at, "take X from" the wrong
 receptacle — so demonstrations contain "Nothing happens." followed by a recovery.
-Responses are ReAct text with short templated thoughts; every trajectory's randomness comes from
-``ActRequest.seed``.
+Two choices shape what a model trained on these demonstrations has to learn:
+
+- ``take``: ``planned`` explores until it has seen the very objects the planner's plan picks, then
+  follows the plan (so it may walk past an object of the needed kind and come back for it later);
+  ``greedy`` takes an object of a kind the plan needs as soon as one is in view and its hands are
+  free, and follows the plan as far as the plan's next real action names only things it has seen.
+  Greedy makes "take" a function of the task and the last observation alone.
+- ``thoughts``: ``react`` writes templated sentences; ``scratchpad`` writes the agent's working
+  memory, ``Find <kind>. Unchecked: <receptacles not visited yet, in the room's listed order>.``,
+  so the next receptacle to check is the first name of the previous thought minus the one just
+  visited, and the kind to look for sits next to the observation it is compared with.
+
+Responses are ReAct text; every trajectory's randomness comes from ``ActRequest.seed``.
 """
 
 from __future__ import annotations
@@ -31,6 +42,9 @@ _NOTHING = "Nothing happens."
 
 
 EXPLORE_ORDERS = ("random", "listed")
+TAKE_RULES = ("planned", "greedy")
+THOUGHT_STYLES = ("react", "scratchpad")
+_PLAN_STEPS = ("go to ", "open ", "close ")
 
 
 def _kind(name: str) -> str:
@@ -87,9 +101,12 @@ def plan_thought(plan: Sequence[str]) -> str:
 class _TrajState:
     rng: random.Random
     order: list[str] = field(default_factory=list)  # receptacles in the room description's order
-    visited: set[str] = field(default_factory=set)
+    visited: set[str] = field(default_factory=set)  # receptacles whose inside was in view
     seen: set[str] = field(default_factory=set)  # names ("apple 2") seen in observations
     at: str = ""  # receptacle the agent stands at ("" = middle of the room)
+    here: set[str] = field(default_factory=set)  # objects in view at ``at``
+    holding: str = ""  # object in the agent's hands ("" = none)
+    placed: set[str] = field(default_factory=set)  # objects the agent put somewhere itself
     last_action: str = ""
     last_noise: bool = False
 
@@ -102,15 +119,23 @@ class ExpertPolicy:
 
     name = "expert"
 
-    def __init__(self, *, seed: int = 0, explore: str = "random") -> None:
+    def __init__(self, *, seed: int = 0, explore: str = "random", take: str = "planned",
+                 thoughts: str = "react") -> None:
         """seed: mixed into every trajectory's ActRequest.seed (0 = the request seed alone).
         explore: ``random`` (the next receptacle to check is drawn from those not checked yet)
         or ``listed`` (the first not checked yet, in the order the room description lists
-        them: a pattern a small model can learn by copying)."""
-        if explore not in EXPLORE_ORDERS:
-            raise SrolloutError(f"explore must be one of {', '.join(EXPLORE_ORDERS)}, got {explore!r}")
+        them: a pattern a small model can learn by copying).
+        take: ``planned`` or ``greedy`` (see the module docstring).
+        thoughts: ``react`` (templated sentences) or ``scratchpad`` (``Find <kind>. Unchecked:
+        <receptacles>.``)."""
+        for what, value, allowed in (("explore", explore, EXPLORE_ORDERS), ("take", take, TAKE_RULES),
+                                     ("thoughts", thoughts, THOUGHT_STYLES)):
+            if value not in allowed:
+                raise SrolloutError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
         self.seed = seed
         self.explore = explore
+        self.take = take
+        self.thoughts = thoughts
         self._state: dict[TrajKey, _TrajState] = {}
 
     # -- Policy protocol --
@@ -125,6 +150,14 @@ class ExpertPolicy:
         """Whether the last response for ``key`` was a noise action (always False here)."""
         st = self._state.get(key)
         return bool(st and st.last_noise)
+
+    def played(self, key: TrajKey, action: str, admissible: Sequence[str]) -> None:
+        """Tell the expert that ``action`` (normalised), not its own answer, was played for ``key``
+        this step: its next observation is then read as the outcome of that action. For labelling
+        the states another policy visits (the default policy's self-correction rounds)."""
+        st = self._state.get(key)
+        if st is not None:
+            st.last_action = action if action in admissible else ""
 
     # -- internals --
     def _begin(self, req: ActRequest) -> _TrajState:
@@ -141,10 +174,55 @@ class ExpertPolicy:
     def _observe(self, st: _TrajState, obs: str) -> None:
         if obs == _NOTHING:
             return
-        if st.last_action.startswith("go to "):
-            st.at = st.last_action[6:]
-            st.visited.add(st.at)
-        st.seen.update(_NAME.findall(obs.split("Your task is to:")[0]))
+        names = _NAME.findall(obs.split("Your task is to:")[0])
+        last = st.last_action
+        if last.startswith("go to "):
+            st.at = last[6:]
+            st.here = set(names) - {st.at}
+            # greedy: checked once its inside was in view; planned (v2-v5): once arrived at
+            if self.take == "planned" or f"The {st.at} is closed." not in obs:
+                st.visited.add(st.at)
+        elif last.startswith("open "):
+            st.here = set(names) - {st.at, last[5:]}
+            st.visited.add(last[5:])
+        elif last.startswith("take "):
+            st.holding = last[5:].split(" from ")[0]
+            st.here.discard(st.holding)
+        elif last.startswith("move "):
+            st.placed.add(st.holding)
+            st.holding = ""
+        st.seen.update(names)
+
+    def _todo(self, st: _TrajState) -> list[str]:
+        """Receptacles not visited yet, in the exploration order, the current one excluded."""
+        return [r for r in st.order if r not in st.visited and r != st.at]
+
+    def _looking_for(self, st: _TrajState, plan: Sequence[str]) -> list[str]:
+        """Kinds the agent still has to find: of the objects the plan takes or uses, those not
+        in its hands and not seen yet."""
+        return list(dict.fromkeys(_kind(n) for n in _plan_needs(plan) if n != st.holding and n not in st.seen))
+
+    def _scratchpad(self, st: _TrajState, plan: Sequence[str]) -> str:
+        kinds = self._looking_for(st, plan)
+        find = f"Find {' and '.join(kinds)}. " if kinds else ""
+        return f"{find}Unchecked: {', '.join(self._todo(st)) or 'none'}."
+
+    def _greedy_take(self, st: _TrajState, req: ActRequest, plan: Sequence[str]) -> str:
+        """``take O from <here>`` for an object O in view of a kind the plan takes, hands free."""
+        if st.holding or not st.at:
+            return ""
+        kinds = {_kind(a[5:].split(" from ")[0]) for a in plan if a.startswith("take ")}
+        for obj in sorted(st.here - st.placed):
+            action = f"take {obj} from {st.at}"
+            if _kind(obj) in kinds and action in req.admissible:
+                return action
+        return ""
+
+    def _plan_is_known(self, st: _TrajState, plan: Sequence[str]) -> bool:
+        """Whether the plan's next real action (past moves and opening) names only what the
+        agent has seen or holds, so following it needs no knowledge the agent lacks."""
+        nxt = next((a for a in plan if not a.startswith(_PLAN_STEPS)), "")
+        return all(n in st.seen or n == st.holding for n in _NAME.findall(nxt))
 
     def _expert_action(self, st: _TrajState, req: ActRequest, obs: str) -> tuple[str, str]:
         plan = req.expert_plan
@@ -154,17 +232,25 @@ class ExpertPolicy:
                                     "(create the env with expert_plan=True)")
             a = st.rng.choice([x for x in req.admissible if x != "help"])
             return f"I try to {a}.", a
-        needs = _plan_needs(plan)
-        unseen = [n for n in needs if n not in st.seen]
-        todo = [r for r in st.order if r not in st.visited and r != st.at]
-        if unseen and todo:
+        todo = self._todo(st)
+        if self.take == "greedy":
+            take = self._greedy_take(st, req, plan)
+            explore = not take and todo and not self._plan_is_known(st, plan)
+        else:
+            take = ""
+            explore = todo and any(n not in st.seen for n in _plan_needs(plan))
+        pad = self.thoughts == "scratchpad"
+        if take:
+            return (self._scratchpad(st, plan) if pad else plan_thought([take])), take
+        if explore:
             left = f"Not checked: {', '.join(todo)}."
-            if st.at and f"The {st.at} is closed." in obs and f"open {st.at}" in req.admissible:
-                return f"The {st.at} is closed. I open it. {left}", f"open {st.at}"
-            kinds = " and ".join(dict.fromkeys(_kind(n) for n in unseen))
+            closed = f"The {st.at} is closed." in obs if self.take == "planned" else st.at not in st.visited
+            if st.at and closed and f"open {st.at}" in req.admissible:
+                return (self._scratchpad(st, plan) if pad else f"The {st.at} is closed. I open it. {left}"), f"open {st.at}"
+            kinds = " and ".join(dict.fromkeys(_kind(n) for n in _plan_needs(plan) if n not in st.seen))
             nxt = todo[0] if self.explore == "listed" else st.rng.choice(todo)
-            return f"I need to find the {kinds}. {left} I will check {nxt}.", f"go to {nxt}"
-        return plan_thought(plan), plan[0]
+            return (self._scratchpad(st, plan) if pad else f"I need to find the {kinds}. {left} I will check {nxt}."), f"go to {nxt}"
+        return (self._scratchpad(st, plan) if pad else plan_thought(plan)), plan[0]
 
     def _choose(self, st: _TrajState, req: ActRequest, obs: str) -> tuple[str, str, bool]:
         thought, action = self._expert_action(st, req, obs)
@@ -175,7 +261,7 @@ class ExpertPolicy:
         obs = observation_of(req.user)
         self._observe(st, obs)
         thought, action, noise = self._choose(st, req, obs)
-        if obs == _NOTHING and not noise:
+        if obs == _NOTHING and not noise and self.thoughts == "react":
             thought = "That did not work. " + thought
         st.last_action = action if action in req.admissible else ""
         st.last_noise = noise
@@ -187,10 +273,13 @@ class NoisyExpertPolicy(ExpertPolicy):
     ``invalid_frac`` of noise actions are invalid (answered "Nothing happens.")."""
 
     def __init__(self, eps: float = 0.3, invalid_frac: float = 0.3, *, seed: int = 0,
-                 noise: float | None = None, explore: str = "random") -> None:
+                 noise: float | None = None, explore: str = "random", take: str = "planned",
+                 thoughts: str = "react") -> None:
         """eps: noise rate ε (``noise`` is an alias); invalid_frac: share of noise actions that
-        are invalid; seed: mixed into every trajectory's seed; explore: as ExpertPolicy."""
-        super().__init__(seed=seed, explore=explore)
+        are invalid; seed: mixed into every trajectory's seed; explore / take / thoughts: as
+        ExpertPolicy. A noise turn keeps the expert's own thought (scratchpad) or says
+        "Maybe I should ..." (react)."""
+        super().__init__(seed=seed, explore=explore, take=take, thoughts=thoughts)
         eps = noise if noise is not None else eps
         if not 0.0 <= eps <= 1.0 or not 0.0 <= invalid_frac <= 1.0:
             raise SrolloutError(f"eps and invalid_frac must be in [0, 1], got {eps}, {invalid_frac}")
@@ -200,6 +289,8 @@ class NoisyExpertPolicy(ExpertPolicy):
 
     def _invalid_candidates(self, st: _TrajState, req: ActRequest) -> list[tuple[str, str]]:
         """(thought, action) pairs that the engine will reject in this state."""
+        if self.take == "greedy":
+            return [(f"I {a}.", a) for a in self._model_like_mistakes(st, req)]
         out = []
         if st.at:
             out.append((f"I go to {st.at}.", f"go to {st.at}"))
@@ -212,15 +303,39 @@ class NoisyExpertPolicy(ExpertPolicy):
                     out.append((f"I take the {obj} from {rec}.", a))
         return [(t, a) for t, a in out if a not in req.admissible]
 
+    def _model_like_mistakes(self, st: _TrajState, req: ActRequest) -> list[str]:
+        """The invalid actions a small policy makes most (measured on the v5 default policy's
+        rollouts): "go to" where it stands, taking an object of the kind the task needs from
+        where it stands though none is there, "go to" a receptacle the room does not have, and
+        taking a seen object from the wrong receptacle. One of each kind that applies, so each
+        kind is drawn about equally often."""
+        plan = req.expert_plan
+        recs = sorted({a[6:] for a in req.admissible if a.startswith("go to ")} | {st.at} - {""})
+        out = []
+        if st.at:
+            out.append(f"go to {st.at}")
+            kinds = [_kind(n) for n in _plan_needs(plan)] or [_kind(n) for n in sorted(st.seen - set(recs))]
+            if kinds:
+                out.append(f"take {st.rng.choice(kinds)} {st.rng.randint(1, 3)} from {st.at}")
+        if recs:
+            kind = _kind(st.rng.choice(recs))
+            n = 1 + max(int(r.rsplit(" ", 1)[1]) for r in recs if _kind(r) == kind)
+            out.append(f"go to {kind} {n}")
+        objs = sorted(st.seen - set(recs))
+        if objs and recs:
+            out.append(f"take {st.rng.choice(objs)} from {st.rng.choice(recs)}")
+        return [a for a in out if a not in req.admissible]
+
     def _choose(self, st: _TrajState, req: ActRequest, obs: str) -> tuple[str, str, bool]:
         if st.rng.random() < self.eps:
+            pad = self.thoughts == "scratchpad"
             if st.rng.random() < self.invalid_frac:
                 cands = self._invalid_candidates(st, req)
                 if cands:
                     t, a = st.rng.choice(cands)
-                    return t, a, True
+                    return (self._scratchpad(st, req.expert_plan) if pad else t), a, True
             pool = [a for a in req.admissible if a not in ("help", "look", "inventory")]
             if pool:
                 a = st.rng.choice(pool)
-                return f"Maybe I should {a}.", a, True
+                return (self._scratchpad(st, req.expert_plan) if pad else f"Maybe I should {a}."), a, True
         return super()._choose(st, req, obs)

@@ -261,3 +261,139 @@ def test_listed_exploration_checks_receptacles_in_the_rooms_order_and_still_wins
         # nothing is visible from the middle of the room: the first move is to the first
         # receptacle the description lists ("You arrive at <it>."), whatever the seed
         assert seen[1].startswith(f"You arrive at {listed[0]}."), (listed, seen[1])
+
+
+def _kind(name):
+    return name.rsplit(" ", 1)[0]
+
+
+def test_greedy_expert_takes_a_needed_object_at_first_sight_and_wins(tasks, env):
+    import re
+
+    from srollout.envs.experts import ExpertPolicy
+    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+    names = re.compile(r"\b([a-z]+ \d+)\b")
+    checked = 0
+    for i, task in enumerate(tasks):
+        needed = {_kind(a[5:].split(" from ")[0]) for a in task.meta["walkthrough"] if a.startswith("take ")}
+        policy = ExpertPolicy(explore="listed", take="greedy")
+        obs, info = env.reset(task, i)
+        key = TrajKey("g", 0)
+        holding, placed, won = "", set(), False
+        for step in range(1, 31):
+            req = ActRequest(key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+            action = parse_response(policy.act([req])[0].text).action
+            m = re.match(r"You (?:arrive at|open the) ([a-z]+ \d+)\.", obs)
+            if m and not holding:
+                here = set(names.findall(obs)) - {m.group(1)} - placed
+                in_view = sorted(o for o in here if _kind(o) in needed)
+                if in_view:  # hands free and a needed kind in view: take it now, not later
+                    assert action == f"take {in_view[0]} from {m.group(1)}", (task.task_text, obs, action)
+                    checked += 1
+            res = env.step(action)
+            assert res.valid, (task.task_text, obs, action)
+            if action.startswith("take "):
+                holding = action[5:].split(" from ")[0]
+            elif action.startswith("move "):
+                placed.add(holding)
+                holding = ""
+            obs, info = res.observation, res
+            if res.done:
+                won = True
+                break
+        policy.finish(key)
+        assert won, task.task_text
+    assert checked >= len(tasks) // 2, checked  # the rule was exercised, not vacuously true
+
+
+def test_scratchpad_thought_is_what_to_find_and_the_receptacles_left_in_the_rooms_order(tasks, env):
+    import re
+
+    from srollout.envs.experts import ExpertPolicy
+    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+    task = next(t for t in tasks if t.task_type == "pick_and_place_simple")
+    obs, info = env.reset(task, 0)
+    listed = re.findall(r"an? ([a-z]+ \d+)", obs.split("Your task is to:")[0])
+    kind = _kind(task.meta["walkthrough"][1][5:].split(" from ")[0])
+    policy = ExpertPolicy(explore="listed", take="greedy", thoughts="scratchpad")
+    key = TrajKey("g", 0)
+    req = ActRequest(key, 1, 0, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+    text = policy.act([req])[0].text
+    assert text == f"Thought: Find {kind}. Unchecked: {', '.join(listed)}.\nAction: go to {listed[0]}"
+    res = env.step(f"go to {listed[0]}")
+    req = ActRequest(key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan)
+    thought = parse_response(policy.act([req])[0].text).thought
+    # the receptacle just reached is no longer listed, whether or not its inside was in view
+    assert thought.endswith(f"Unchecked: {', '.join(listed[1:])}.")
+
+
+def test_played_tells_the_expert_what_another_policy_did(tasks, env):
+    import re
+
+    from srollout.envs.experts import ExpertPolicy
+    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+    task = tasks[0]
+    obs, info = env.reset(task, 0)
+    listed = re.findall(r"an? ([a-z]+ \d+)", obs.split("Your task is to:")[0])
+    policy = ExpertPolicy(explore="listed", take="greedy", thoughts="scratchpad")
+    key = TrajKey("g", 0)
+    req = ActRequest(key, 1, 0, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+    assert parse_response(policy.act([req])[0].text).action == f"go to {listed[0]}"
+    # another policy went to the last receptacle instead: the expert reads the next observation
+    # as the outcome of that move (it now stands there, and the list keeps the first one)
+    other = f"go to {listed[-1]}"
+    policy.played(key, other, info.admissible)
+    res = env.step(other)
+    req = ActRequest(key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan)
+    thought = parse_response(policy.act([req])[0].text).thought
+    assert thought.endswith(f"Unchecked: {', '.join(listed[:-1])}."), thought
+
+
+def test_greedy_noise_makes_the_mistakes_small_policies_make(tasks, env):
+    from srollout.envs.experts import NoisyExpertPolicy
+    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+    seen_kinds, n_noise = set(), 0
+    for i, task in enumerate(tasks[:6]):
+        # half the steps noise, every noise step invalid when an invalid candidate applies
+        policy = NoisyExpertPolicy(0.5, 1.0, explore="listed", take="greedy", thoughts="scratchpad")
+        obs, info = env.reset(task, i)
+        recs = {a[6:] for a in info.admissible if a.startswith("go to ")}
+        key, at = TrajKey("g", 0), ""
+        for step in range(1, 21):
+            req = ActRequest(key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+            action = parse_response(policy.act([req])[0].text).action
+            res = env.step(action)
+            if policy.was_noise(key):
+                n_noise += 1
+                assert not res.valid, action  # a "go to" a receptacle the room lacks always applies
+                if action == f"go to {at}":
+                    seen_kinds.add("go to where it stands")
+                elif action.startswith("go to "):
+                    assert action[6:] not in recs
+                    seen_kinds.add("go to a receptacle the room lacks")
+                else:
+                    assert action.startswith("take ")
+                    seen_kinds.add("take what is not there")
+            elif action.startswith("go to "):
+                at = action[6:]
+            obs, info = res.observation, res
+            if res.done:
+                break
+        policy.finish(key)
+    assert n_noise >= 20
+    assert seen_kinds == {"go to where it stands", "go to a receptacle the room lacks", "take what is not there"}
+
+
+def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
+    from srollout.envs.demos import generate_demonstrations
+
+    kw = dict(episodes_per_task=2, noise=(0.1, 0.3), invalid_fraction=0.5, seed=3, progress=False,
+              explore="listed", take="greedy", thoughts="scratchpad")
+    one = generate_demonstrations(tasks[:3], **kw)
+    two = generate_demonstrations(tasks[:3], **kw, workers=2)
+    assert len(one) == 6 and [e.turns for e in one] == [e.turns for e in two]
+    assert [e.task_id for e in one] == [t.task_id for t in tasks[:3]] * 2
