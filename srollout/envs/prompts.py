@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,32 +74,71 @@ def system_prompt() -> str:
 
 
 MODEL_PROMPT_FILE = "srollout.json"
+# The ReAct user turn: the observation o_t alone (the paper's protocol).
+USER_TEMPLATE = "Observation: {observation}"
 
 
-def system_prompt_for(model_dir: str | Path | None) -> str:
-    """The system prompt a policy is rolled out with: the one its model directory asks for in
-    ``srollout.json`` (``{"system_prompt": "..."}``, written by models fine-tuned on their own
-    prompt, such as the default policy), else the ReAct prompt of :func:`system_prompt`."""
+class ModelPrompt(NamedTuple):
+    """How a policy is prompted: its system prompt, and the template of its user turns
+    (``{observation}`` is o_t, ``{task}`` the goal sentence without its final period,
+    ``{actions}`` the admissible actions of the state, comma-separated)."""
+
+    system: str
+    user_template: str = USER_TEMPLATE
+
+
+def model_prompt(model_dir: str | Path | None) -> ModelPrompt:
+    """The prompt a policy is rolled out with: what its model directory asks for in
+    ``srollout.json`` (``{"system_prompt": "...", "user_template": "..."}``, written by models
+    fine-tuned on a prompt of their own, such as the default policy), else the ReAct prompt of
+    :func:`system_prompt` with ``Observation: ...`` user turns."""
     if model_dir is not None:
         f = Path(model_dir) / MODEL_PROMPT_FILE
         if f.is_file():
             try:
-                prompt = json.loads(f.read_text()).get("system_prompt")
+                spec = json.loads(f.read_text())
+                prompt = spec.get("system_prompt")
+                template = spec.get("user_template", USER_TEMPLATE)
             except (ValueError, AttributeError) as e:
                 raise SrolloutError(f"{f}: not a JSON object with a `system_prompt` string ({e})") from e
             if not isinstance(prompt, str) or not prompt.strip():
                 raise SrolloutError(f"{f}: `system_prompt` must be a non-empty string")
-            return prompt
-    return system_prompt()
+            check_user_template(template, str(f))
+            return ModelPrompt(prompt, template)
+    return ModelPrompt(system_prompt())
 
 
-def user_turn(observation: str) -> str:
-    """One user message: the observation o_t."""
-    return f"Observation: {observation.strip()}"
+def system_prompt_for(model_dir: str | Path | None) -> str:
+    """The system prompt of :func:`model_prompt`."""
+    return model_prompt(model_dir).system
+
+
+def check_user_template(template: object, where: str) -> None:
+    """A user template must be a string that names ``{observation}``, and optionally ``{task}``
+    and ``{actions}``, nothing else."""
+    import string
+
+    fields = set()
+    if isinstance(template, str):
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as e:
+            raise SrolloutError(f"{where}: `user_template` is not a valid template ({e})") from e
+    if not isinstance(template, str) or "observation" not in fields or not fields <= {"observation", "task", "actions"}:
+        raise SrolloutError(f"{where}: `user_template` must be a string with {{observation}} and optionally {{task}} "
+                            f"and {{actions}}, got {template!r}")
+
+
+def user_turn(observation: str, task: str = "", template: str = USER_TEMPLATE,
+              admissible: Sequence[str] = ()) -> str:
+    """One user message: the observation o_t, in ``template`` (``task``: the goal sentence;
+    ``admissible``: the state's admissible actions, listed without ALFWorld's ``help``)."""
+    actions = ", ".join(a for a in admissible if a != "help") if "{actions}" in template else ""
+    return template.format(observation=observation.strip(), task=task.strip().rstrip("."), actions=actions)
 
 
 def observation_of(user_text: str) -> str:
-    """Inverse of :func:`user_turn`."""
+    """Inverse of :func:`user_turn` with the default template."""
     text = user_text.strip()
     return text[len("Observation:"):].strip() if text.startswith("Observation:") else text
 

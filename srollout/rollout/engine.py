@@ -62,7 +62,7 @@ class Prompter(Protocol):
 
     def system(self, task: Task) -> str: ...
 
-    def user(self, observation: str, step: int, task: Task) -> str: ...
+    def user(self, observation: str, step: int, task: Task, admissible: Sequence[str] = ()) -> str: ...
 
     def parse(self, text: str) -> ParsedTurn: ...
 
@@ -368,7 +368,7 @@ def run_groups(
                     step=g.step + 1,
                     seed=live.rec.seed,
                     system=g.system,
-                    user=prompter.user(live.observation, g.step + 1, g.record.spec.task),
+                    user=prompter.user(live.observation, g.step + 1, g.record.spec.task, live.admissible),
                     admissible=live.admissible,
                     expert_plan=live.expert_plan,
                 )

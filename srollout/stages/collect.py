@@ -206,16 +206,16 @@ def build_policy(config: CollectConfig) -> Any:
 
 
 def build_prompter(config: CollectConfig) -> Any:
-    """The ReAct prompter, with the LM's own system prompt when its model directory names one
-    (the default policy is fine-tuned on a short prompt of its own; see ``system_prompt_for``)."""
-    from srollout.envs.prompts import system_prompt_for
+    """The ReAct prompter, with the LM's own system prompt and user-turn template when its model
+    directory names them (the default policy is fine-tuned on a prompt of its own; see
+    ``srollout.envs.prompts.model_prompt``)."""
     from srollout.rollout.react import ReactPrompter
 
     if config.policy != "lm":
         return ReactPrompter()
     from srollout.policy import resolve_model
 
-    return ReactPrompter(system_prompt_for(resolve_model(config.model if config.model is not None else "default")))
+    return ReactPrompter.for_model(resolve_model(config.model if config.model is not None else "default"))
 
 
 def build_env_factory(config: CollectConfig) -> Callable[[], Any]:

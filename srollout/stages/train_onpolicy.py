@@ -79,11 +79,10 @@ def run_train_onpolicy(
 
         env_factory = partial(AlfworldEnv, expert_plan=False)
     if prompter is None:
-        from srollout.envs.prompts import system_prompt_for
         from srollout.policy import resolve_model
         from srollout.rollout.react import ReactPrompter
 
-        prompter = ReactPrompter(system_prompt_for(resolve_model(config.model)))
+        prompter = ReactPrompter.for_model(resolve_model(config.model))
     if train_tasks is None or eval_tasks is None:
         from srollout.envs import load_task_set
 

@@ -52,7 +52,7 @@ def greedy_eval(
             requests = [
                 ActRequest(
                     key=t["key"], step=step, seed=t["seed"], system=prompter.system(tasks[t["i"]]),
-                    user=prompter.user(t["obs"], step, tasks[t["i"]]),
+                    user=prompter.user(t["obs"], step, tasks[t["i"]], tuple(t["info"].admissible)),
                     admissible=tuple(t["info"].admissible), expert_plan=tuple(t["info"].expert_plan),
                 )
                 for t in live

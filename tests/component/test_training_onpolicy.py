@@ -44,7 +44,7 @@ class Prompter:
     def system(self, task):
         return "You walk a corridor."
 
-    def user(self, observation, step, task):
+    def user(self, observation, step, task, admissible=()):
         return observation
 
     def parse(self, text):

@@ -91,7 +91,7 @@ class Prompter:
     def system(self, task):
         return "sys"
 
-    def user(self, observation, step, task):
+    def user(self, observation, step, task, admissible=()):
         return observation
 
     def parse(self, text):

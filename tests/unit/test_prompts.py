@@ -120,3 +120,30 @@ def test_a_model_directory_can_name_its_own_system_prompt(tmp_path):
     (tmp_path / MODEL_PROMPT_FILE).write_text("{not json")
     with pytest.raises(SrolloutError, match=MODEL_PROMPT_FILE):
         system_prompt_for(tmp_path)
+
+
+def test_a_model_directory_can_name_its_user_turn_template(tmp_path):
+    import json
+
+    from srollout.envs.base import Task
+    from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE, model_prompt
+    from srollout.errors import SrolloutError
+    from srollout.rollout.react import ReactPrompter
+
+    assert model_prompt(tmp_path).user_template == USER_TEMPLATE
+    spec = {"system_prompt": "Act.", "user_template": "Observation: {observation}\nTask: {task}.\nActions: {actions}."}
+    (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps(spec))
+    assert model_prompt(tmp_path) == ("Act.", spec["user_template"])
+    prompter = ReactPrompter.for_model(tmp_path)
+    task = Task("eval/x/0000", "pick_and_place_simple", "put a mug in desk.", "")
+    turn = prompter.user("You arrive at desk 1. On the desk 1, you see a mug 1.", 2, task,
+                         ("go to shelf 1", "help", "take mug 1 from desk 1"))
+    # the task without its period, and the admissible actions without ALFWorld's `help`
+    assert turn == ("Observation: You arrive at desk 1. On the desk 1, you see a mug 1.\n"
+                    "Task: put a mug in desk.\nActions: go to shelf 1, take mug 1 from desk 1.")
+    # the default template is the paper's: the observation alone
+    assert ReactPrompter().user(" Nothing happens. ", 3, task, ("look",)) == "Observation: Nothing happens."
+    for bad in ("Task: {task}", "{observation} {room}", 7):
+        (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": "Act.", "user_template": bad}))
+        with pytest.raises(SrolloutError, match="user_template"):
+            model_prompt(tmp_path)
