@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from srollout.config import BuildConfig
-from srollout.envs.prompts import MODEL_PROMPT_FILE
+from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE, system_prompt
 from srollout.errors import SrolloutError
 from srollout.policy.chat import (
     CHAT_TEMPLATES,
@@ -72,9 +72,24 @@ class BuildResult(NamedTuple):
 
 
 # --- cache location ---------------------------------------------------------------------------
+# Build options added after v5, with the value that builds exactly what v5 built (checked:
+# the same demonstrations episode for episode). At that value they stay out of the hash, so a
+# v5 model already in a cache stays the default policy; set otherwise they name a new model.
+_NEUTRAL_SINCE_V5 = {"take": "planned", "user_template": "Observation: {observation}", "correction_rounds": 0}
+
+
 def config_hash(cfg: BuildConfig) -> str:
-    """12 hex chars of sha256 over the build config and the builder version."""
-    payload = json.dumps({"version": BUILD_VERSION, **dataclasses.asdict(cfg)}, sort_keys=True, default=str)
+    """12 hex chars of sha256 over the build config and the builder version (options added
+    since v5 only where they change the build; ``thoughts="none"`` was v5's ``False``)."""
+    fields = dataclasses.asdict(cfg)
+    if fields["correction_rounds"] == 0:  # the rounds' settings matter only with rounds
+        fields = {k: v for k, v in fields.items() if not k.startswith("correction_") or k == "correction_rounds"}
+    for k, neutral in _NEUTRAL_SINCE_V5.items():
+        if k in fields and fields[k] == neutral:
+            del fields[k]
+    if fields.get("thoughts") == "none":
+        fields["thoughts"] = False
+    payload = json.dumps({"version": BUILD_VERSION, **fields}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -135,6 +150,7 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     """
     from srollout.envs.demos import generate_demonstrations
     from srollout.envs.tasks import load_task_set
+    from srollout.policy.dagger import demo_response
 
     # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
     tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks,
@@ -147,22 +163,27 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
         seed=cfg.seed,
         progress=progress if progress is not None else False,
         explore=cfg.explore,
+        take=cfg.take,
+        thoughts="react" if cfg.thoughts == "none" else cfg.thoughts,
+        workers=cfg.threads,  # the engine is single-threaded: one process per core the build may use
     )
+    texts = {t.task_id: t.task_text for t in tasks}
     # only won episodes: a demonstration that wanders for T_max steps teaches wandering
     return [
-        Demo(system=ep.system, turns=[Turn(t.user, _response(t.assistant, cfg.thoughts), not t.is_noise) for t in ep.turns])
+        Demo(system=ep.system, turns=[Turn(_user(t, texts[ep.task_id], cfg.user_template),
+                                           demo_response(t.assistant, cfg.thoughts), not t.is_noise) for t in ep.turns])
         for ep in episodes
         if ep.success and ep.turns
     ]
 
 
-def _response(assistant: str, thoughts: bool) -> str:
-    """The expert's ``Thought: ...\nAction: ...``, or only its ``Action: ...`` line."""
-    if thoughts:
-        return assistant
-    from srollout.envs.prompts import parse_response
+def _user(turn: Any, task: str, template: str) -> str:
+    """A demonstration turn's user text (made in the default template) in the policy's ``template``."""
+    from srollout.envs.prompts import USER_TEMPLATE, observation_of, user_turn
 
-    return f"Action: {parse_response(assistant).action}"
+    if template == USER_TEMPLATE:
+        return turn.user
+    return user_turn(observation_of(turn.user), task, template, turn.admissible)
 
 
 # --- step 2: tokenizer ------------------------------------------------------------------------
@@ -405,17 +426,17 @@ def build_from_demos(
     out: Path,
     on_step: Callable[[int, int, float], None] | None = None,
     extra_info: dict[str, Any] | None = None,
+    phase: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> BuildResult:
-    """Tokenizer + model + SFT on ``demos``; writes the HF directory to ``out`` atomically."""
+    """Tokenizer + model + SFT on ``demos`` + ``cfg.correction_rounds`` DAgger rounds; writes
+    the HF directory to ``out`` atomically. ``phase(name)`` gives a (done, total) callback for
+    each round's rollouts and fine-tuning (``on_step`` gets the first SFT's steps)."""
     import torch
 
     t0 = time.perf_counter()
     if not demos:
         raise SrolloutError("no demonstrations to train the default policy on")
-    if cfg.prompt not in ("short", "react"):
-        raise SrolloutError(f"BuildConfig.prompt: expected `short` or `react`, got {cfg.prompt!r}")
-    if cfg.template not in CHAT_TEMPLATES:
-        raise SrolloutError(f"BuildConfig.template: expected one of {', '.join(CHAT_TEMPLATES)}, got {cfg.template!r}")
+    check_build_config(cfg)
     torch.set_num_threads(cfg.threads)
     cfg = effective_config(cfg)
     if cfg.prompt == "short":  # the policy's own prompt, saved with it (srollout.json)
@@ -425,6 +446,10 @@ def build_from_demos(
     examples = [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), cfg.max_context) for d in demos]
     model = make_model(tokenizer, cfg)
     final_loss = sft(model, examples, cfg, tokenizer.pad_token_id, on_step)
+    rounds = []
+    for r in range(cfg.correction_rounds):
+        final_loss, stats = _dagger_round(model, tokenizer, examples, demos[0].system, cfg, r, phase)
+        rounds.append(stats._asdict())
     n_params = sum(p.numel() for p in model.parameters())
     seconds = time.perf_counter() - t0
     info = {
@@ -436,12 +461,50 @@ def build_from_demos(
         "n_tokens": sum(len(e.token_ids) for e in examples),
         "n_loss_tokens": sum(sum(e.loss_mask) for e in examples),
         "final_loss": final_loss,
+        "dagger_rounds": rounds,
         "seconds": seconds,
         "system_prompt": DEFAULT_POLICY_PROMPT if cfg.prompt == "short" else None,
         **(extra_info or {}),
     }
     _save_atomic(model, tokenizer, out, info)
     return BuildResult(out, n_params, len(demos), info["n_tokens"], info["n_loss_tokens"], final_loss, seconds)
+
+
+def check_build_config(cfg: BuildConfig) -> None:
+    """Reject a config the build would only trip over minutes in (after the demonstrations)."""
+    from srollout.envs.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
+    from srollout.envs.prompts import check_user_template
+
+    for field, allowed in (("prompt", ("short", "react")), ("template", CHAT_TEMPLATES), ("explore", EXPLORE_ORDERS),
+                           ("take", TAKE_RULES), ("thoughts", ("none", *THOUGHT_STYLES))):
+        if getattr(cfg, field) not in allowed:
+            raise SrolloutError(f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got {getattr(cfg, field)!r}")
+    check_user_template(cfg.user_template, "BuildConfig")
+    if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:
+        raise SrolloutError("BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]")
+
+
+def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
+                  round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
+    """One DAgger round (srollout.policy.dagger) on ``model`` in place: play, label, fine-tune on
+    the won trajectories plus ``cfg.correction_replay`` of the original ``examples``.
+    Returns the fine-tuning's last-epoch loss and the round's counts."""
+    import random
+
+    from srollout.envs.tasks import load_task_set
+    from srollout.policy.dagger import play_round, round_tasks
+
+    name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
+    tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
+    won, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx, phase(f"{name}: rollouts") if phase else None)
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    new = [_truncate(tokenize_chat(tokenizer, sys_, turns, im_end), cfg.max_context) for sys_, turns in won]
+    rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
+    replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
+    tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
+    report = phase(f"{name}: fine-tuning") if phase else None
+    loss = sft(model, new + replay, tune, tokenizer.pad_token_id, (lambda s, t, _: report(s, t)) if report else None)
+    return loss, stats
 
 
 def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False) -> BuildResult:
@@ -459,6 +522,7 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
     from srollout.report.console import make_console
 
     asked = cfg or BuildConfig()
+    check_build_config(asked)
     cfg = effective_config(asked)
     out = Path(out) if out is not None else default_policy_dir(cfg)
     t0 = time.perf_counter()
@@ -504,7 +568,7 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
             bar.update(train_task, completed=step, total=total, info=f"loss {loss:.3f}")
             line("SFT step", step, total, f"loss {loss:.3f}  ")
 
-        res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s})
+        res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s}, phase)
     return res._replace(seconds=time.perf_counter() - t0)
 
 
@@ -536,8 +600,10 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         _portable_tokenizer_config(tmp, tokenizer.chat_template)
-        if info.get("system_prompt"):
-            (tmp / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": info["system_prompt"]}, indent=2) + "\n")
+        template = info["config"]["user_template"]
+        if info.get("system_prompt") or template != USER_TEMPLATE:  # the ReAct prompt is the default
+            spec = {"system_prompt": info.get("system_prompt") or system_prompt(), "user_template": template}
+            (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         if out.exists():
             if is_built(out):
@@ -554,6 +620,7 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
 TINY_CONFIG = BuildConfig(
     prompt="react", template="chatml", seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
     max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1, obs_loss_weight=0.0,
+    correction_rounds=0, user_template="Observation: {observation}",
 )
 
 

@@ -189,6 +189,26 @@ class TransformersPolicy:
         return TrajectoryTokens(token_ids=list(state.token_ids), action_mask=list(state.action_mask))
 
     # --- beyond the protocol ---------------------------------------------------------------
+    def force(self, request: ActRequest, text: str) -> None:
+        """Record ``text`` as the trajectory's response to ``request`` without generating: the
+        turn another policy played in its place (the default policy's self-correction rounds
+        mix the model's turns with the expert's). Nothing runs now; the request's tokens and the
+        response (with its end-of-turn token) are fed with the trajectory's next ``act``."""
+        fed = self._prepare(request)
+        state = self._states[request.key]
+        eot = self.eot_ids[0]
+        resp = encode_text(self.tokenizer, text) + [eot]
+        state.token_ids += resp
+        state.action_mask += [True] * len(resp)
+        state.last_text = text
+        state.last_end = self.tokenizer.decode([eot], skip_special_tokens=False)
+        state.pending = fed + resp if self.kv_reuse else []
+
+    def context_used(self, key: TrajKey) -> int:
+        """Tokens the trajectory ``key`` holds so far (0 before its first turn)."""
+        state = self._states.get(key)
+        return len(state.token_ids) if state is not None else 0
+
     @property
     def live(self) -> int:
         """Number of trajectories with state held."""

@@ -99,3 +99,22 @@ def test_bf16_only_where_the_cpu_has_it_and_the_cache_key_follows(monkeypatch, t
     # an fp32-trained model gets its own directory: the same as asking for fp32 outright
     assert dm.default_policy_dir(cfg) != native
     assert dm.default_policy_dir(cfg) == dm.default_policy_dir(dataclasses.replace(cfg, bf16=False))
+
+
+def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_build():
+    # the two v5 builds measured in docs/benchmarks.md: bf16 5f0694242274, fp32 528086900d8d;
+    # the demonstrations of the default config are those v5 trained on (checked episode for episode)
+    from srollout.config import BuildConfig
+    from srollout.policy.default_model import BUILD_VERSION, config_hash
+
+    cfg = BuildConfig()
+    assert BUILD_VERSION == "v5"
+    assert config_hash(cfg) == "5f0694242274"
+    assert config_hash(dataclasses.replace(cfg, bf16=False)) == "528086900d8d"
+    # a rounds setting without rounds changes nothing; anything that changes the build does
+    assert config_hash(dataclasses.replace(cfg, correction_tasks=10)) == "5f0694242274"
+    changed = [dataclasses.replace(cfg, **kw) for kw in (
+        {"take": "greedy"}, {"thoughts": "react"}, {"correction_rounds": 1},
+        {"user_template": "Observation: {observation}\nTask: {task}."}, {"epochs": 2})]
+    hashes = {config_hash(c) for c in changed}
+    assert len(hashes) == len(changed) and "5f0694242274" not in hashes

@@ -261,3 +261,32 @@ def test_in_place_weight_update_refreshes_the_shared_system_cache(tiny_model):
     fresh, _, _ = _rollout(reference, KEYS[:2], n_steps=2)
     assert after == fresh
     assert after != before
+
+
+def test_a_forced_turn_continues_the_conversation_as_if_generated(tiny_model):
+    # steps 1 and 3 are played by another policy (force), steps 2 and 4 by the model: the
+    # record equals the SFT tokenization of the whole chat, and the model's own turns equal
+    # those of a re-encoding policy that sees the same conversation
+    im_end = None
+    key, seed = TrajKey("g9", 0), 7
+    forced = {1: "Thought: I look.\nAction: go to cabinet 1", 3: "Action: take apple 1 from cabinet 1"}
+    runs = {}
+    for kv in (True, False):
+        # greedy with room to finish: the model's turns end with <|im_end|>, as SFT tokenizes them
+        policy = _policy(tiny_model, temperature=0.0, kv_reuse=kv, max_new_tokens=60)
+        im_end = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        texts = []
+        for step in range(1, 5):
+            req = ActRequest(key=key, step=step, seed=seed, system=SYSTEM, user=OBS[step - 1])
+            if step in forced:
+                policy.force(req, forced[step])
+                texts.append(forced[step])
+            else:
+                texts.append(policy.act([req])[0].text)
+        runs[kv] = (texts, policy.finish(key), policy)
+    (texts, rec, policy), (re_texts, re_rec, _) = runs[True], runs[False]
+    assert texts == re_texts
+    chat = tokenize_chat(policy.tokenizer, SYSTEM, [Turn(u, t) for u, t in zip(OBS[:4], texts, strict=False)], im_end)
+    assert rec.token_ids == chat.token_ids == re_rec.token_ids
+    assert rec.action_mask == chat.action_mask
+    assert policy.tokenizer.decode(rec.token_ids).count("take apple 1 from cabinet 1") == 1

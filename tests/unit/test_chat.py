@@ -118,13 +118,15 @@ def test_sampler_greedy_top_p_and_seed():
 
 
 def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_for():
-    from srollout.policy.default_model import _response
+    from srollout.policy.dagger import demo_response as _response
 
     expert = "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk 1.\nAction: go to desk 1"
-    assert _response(expert, thoughts=False) == "Action: go to desk 1"
-    assert _response(expert, thoughts=True) == expert
+    assert _response(expert, thoughts="none") == "Action: go to desk 1"
+    assert _response(expert, thoughts="react") == expert
+    pad = "Thought: Find mug. Unchecked: desk 1, shelf 2.\nAction: go to desk 1"
+    assert _response(pad, thoughts="scratchpad") == pad
     # the engine's dialect survives (normalised, as the parser returns it)
-    assert _response("Thought: put it.\nAction: move mug 1 to shelf 2", thoughts=False) == "Action: move mug 1 to shelf 2"
+    assert _response("Thought: put it.\nAction: move mug 1 to shelf 2", thoughts="none") == "Action: move mug 1 to shelf 2"
 
 
 @pytest.fixture(scope="module")
