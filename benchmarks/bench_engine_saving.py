@@ -38,7 +38,9 @@ def run_arm(policy, specs, settings):
     from srollout.rollout.react import ReactPrompter
 
     records = []
-    summary = run_groups(specs, policy, lambda: AlfworldEnv(expert_plan=False), ReactPrompter(), settings, on_group=records.append)
+    # the model's own prompt (srollout.json: system prompt and user template), as collect sends it
+    prompter = ReactPrompter.for_model(policy.model_path)
+    summary = run_groups(specs, policy, lambda: AlfworldEnv(expert_plan=False), prompter, settings, on_group=records.append)
     return summary, records
 
 

@@ -43,21 +43,25 @@ def load_tasks(name: str, n: int):
     return list(load_task_set(name, n=n, progress=False))
 
 
-def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None) -> EvalResult:
+def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None,
+             user_template: str | None = None) -> EvalResult:
     """Roll out G trajectories per task with ``policy`` on the real engine, all at once
-    (``system``: the system prompt, default the ReAct prompt)."""
+    (``system`` / ``user_template``: the prompt, default the ReAct one)."""
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.envs.prompts import parse_response, system_prompt, user_turn
+    from srollout.envs.prompts import USER_TEMPLATE, parse_response, system_prompt, user_turn
     from srollout.policy.base import ActRequest, TrajKey
 
     t0 = time.perf_counter()
     system = system if system is not None else system_prompt()
+    template = user_template or USER_TEMPLATE
     live = {}
     for gi, task in enumerate(tasks):
         for j in range(G):
             env = AlfworldEnv(expert_plan=False)
-            obs, _ = env.reset(task, seed)
-            live[TrajKey(f"g{gi:04d}", j)] = {"env": env, "user": user_turn(obs), "reward": 0.0, "steps": 0}
+            obs, info = env.reset(task, seed)
+            live[TrajKey(f"g{gi:04d}", j)] = {"env": env, "task": task.task_text,
+                                               "user": user_turn(obs, task.task_text, template, info.admissible),
+                                               "reward": 0.0, "steps": 0}
     rewards: dict[str, list[float]] = {f"g{gi:04d}": [] for gi in range(len(tasks))}
     n_valid = n_steps = gen_tokens = 0
     invalid = Counter()
@@ -82,7 +86,7 @@ def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress
                 invalid[action] += 1
             st["steps"] += 1
             st["reward"] = max(st["reward"], res.reward)
-            st["user"] = user_turn(res.observation)
+            st["user"] = user_turn(res.observation, st["task"], template, res.admissible)
             if res.done or step == t_max:
                 policy.finish(k)
                 st["env"].close()
@@ -131,9 +135,11 @@ def main() -> None:
 
     model = Path(args.model) if args.model else ensure_default_policy()
     policy = TransformersPolicy(model, temperature=args.temperature, max_new_tokens=48, max_batch_rows=96)
-    from srollout.envs.prompts import system_prompt_for
+    from srollout.envs.prompts import model_prompt
 
-    res = evaluate(policy, load_tasks(args.tasks, args.groups), args.G, args.t_max, args.seed, system=system_prompt_for(model))
+    prompt = model_prompt(model)
+    res = evaluate(policy, load_tasks(args.tasks, args.groups), args.G, args.t_max, args.seed, system=prompt.system,
+                   user_template=prompt.user_template)
     print(
         f"model {model}\n{res.n_groups} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
         f"success {res.success:.1%}, mixed {res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "

@@ -31,15 +31,23 @@ from pathlib import Path
 CACHE = Path("/tmp/srollout-recipe")
 
 
-def demos(task_set: str, n: int):
-    """Cached demonstrations of the first ``n`` tasks of ``task_set`` (BuildConfig's generator)."""
+DEMO_FIELDS = ("seed", "difficulty", "demos_per_task", "noise", "invalid_fraction", "explore", "take", "thoughts", "user_template")
+
+
+def demos(task_set: str, n: int, cfg=None):
+    """Cached demonstrations of the first ``n`` tasks of ``task_set``, made as ``cfg`` (default:
+    the shipped BuildConfig) makes them; the cache key holds every field that shapes them."""
+    import hashlib
+
     from srollout.config import BuildConfig
     from srollout.policy.default_model import make_demonstrations
 
-    path = CACHE / f"{task_set}-{n}.pkl"
+    cfg = dataclasses.replace(cfg or BuildConfig(), n_demo_tasks=n, task_set=task_set)
+    key = hashlib.sha1(repr([getattr(cfg, f) for f in DEMO_FIELDS]).encode()).hexdigest()[:8]
+    path = CACHE / f"{task_set}-{n}-{key}.pkl"
     if path.is_file():
         return pickle.loads(path.read_bytes())
-    out = make_demonstrations(dataclasses.replace(BuildConfig(), n_demo_tasks=n, task_set=task_set))
+    out = make_demonstrations(cfg)
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(out))
     return out
@@ -82,13 +90,14 @@ def main() -> None:
     ap.add_argument("--set", nargs="*", default=[], help="BuildConfig overrides, key=value")
     ap.add_argument("--tasks", type=int, default=500)
     ap.add_argument("--eval-tasks", type=int, default=60)
-    ap.add_argument("--eval-groups", type=int, default=10)
+    ap.add_argument("--eval-groups", type=int, default=30)
+    ap.add_argument("--eval-G", type=int, default=4)
     args = ap.parse_args()
 
     import torch
 
     from srollout.config import BuildConfig
-    from srollout.envs.prompts import system_prompt_for
+    from srollout.envs.prompts import model_prompt
     from srollout.policy.default_model import build_from_demos
     from srollout.policy.transformers_backend import TransformersPolicy
 
@@ -101,21 +110,23 @@ def main() -> None:
             over[key] = value
     cfg = dataclasses.replace(BuildConfig(), **{"epochs": 2, "threads": 1, **over})
     torch.set_num_threads(cfg.threads)
-    train = demos("train", args.tasks)
-    held = demos("eval", args.eval_tasks)
+    train = demos("train", args.tasks, cfg)
+    held = demos("eval", args.eval_tasks, cfg)
     out = CACHE / f"model-{args.name}"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     res = build_from_demos(train, cfg, out)
     train_s = time.perf_counter() - t0
-    system = system_prompt_for(out)
+    prompt = model_prompt(out)
+    system = prompt.system
     exact = teacher_forced_exact(out, held, system)
 
     sys.path.insert(0, str(Path(__file__).parent))
     from eval_policy import evaluate, load_tasks
 
-    policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=24, max_batch_rows=96)
-    r = evaluate(policy, load_tasks("eval", args.eval_groups), 4, 30, 0, progress=False, system=system)
+    policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=96, max_batch_rows=96)
+    r = evaluate(policy, load_tasks("eval", args.eval_groups), args.eval_G, 30, 0, progress=False, system=system,
+                 user_template=prompt.user_template)
     print(json.dumps({
         "name": args.name, **over, "train_s": round(train_s), "final_loss": round(res.final_loss, 4), "n_tokens": res.n_tokens,
         "resp_acc": round(exact, 3), "success": round(r.success, 3), "valid": round(r.valid, 3), "mixed": r.mixed,
