@@ -80,6 +80,7 @@ def play_round(
     from srollout.envs.prompts import parse_response, user_turn
     from srollout.policy.base import ActRequest, TrajKey
     from srollout.policy.transformers_backend import TransformersPolicy
+    from srollout.rollout.seeding import traj_seeds
 
     t0 = time.perf_counter()
     policy = TransformersPolicy("in-memory", model=model, tokenizer=tokenizer,
@@ -90,8 +91,10 @@ def play_round(
     for gi, task in enumerate(tasks):
         for j in range(G):
             env = AlfworldEnv(expert_plan=True)
-            seed = hash_seed(cfg.seed, round_idx, gi, j)
-            obs, info = env.reset(task, seed)
+            # the rollout engine's seeds; every round's groups get indices of their own
+            seeds = traj_seeds(cfg.seed, round_idx * len(tasks) + gi, j)
+            seed = seeds.sample
+            obs, info = env.reset(task, seeds.env)
             live[TrajKey(f"dagger{round_idx}-{gi}", j)] = {
                 "env": env, "task": task, "obs": obs, "info": info, "turns": [], "seed": seed,
                 "coin": random.Random(seed),
@@ -161,9 +164,3 @@ def play_round(
     stats = RoundStats(total, len(won), n_model, n_off, n_expert, time.perf_counter() - t0)
     return won, stats
 
-
-def hash_seed(*parts: int) -> int:
-    """A 48-bit seed from integers (stable across processes, unlike ``hash``)."""
-    import hashlib
-
-    return int(hashlib.sha1(":".join(map(str, parts)).encode()).hexdigest()[:12], 16)
