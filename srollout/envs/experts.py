@@ -47,6 +47,11 @@ THOUGHT_STYLES = ("react", "scratchpad")
 _PLAN_STEPS = ("go to ", "open ", "close ")
 
 
+def _observation(req: ActRequest) -> str:
+    """o_t of ``req``: the engine's raw observation, else read back from a default-template turn."""
+    return req.observation.strip() if req.observation is not None else observation_of(req.user)
+
+
 def _kind(name: str) -> str:
     """``apple 2`` -> ``apple``."""
     return name.rsplit(" ", 1)[0]
@@ -165,7 +170,7 @@ class ExpertPolicy:
         if st is None or req.step == 1:
             st = _TrajState(rng=random.Random(f"srollout-expert:{self.seed}:{req.seed}"))
             recs = {a[6:] for a in req.admissible if a.startswith("go to ")}
-            listed = [n for n in _NAME.findall(observation_of(req.user).split("Your task is to:")[0])
+            listed = [n for n in _NAME.findall(_observation(req).split("Your task is to:")[0])
                       if n in recs]
             st.order = list(dict.fromkeys(listed)) + sorted(recs - set(listed))
             self._state[req.key] = st
@@ -258,7 +263,7 @@ class ExpertPolicy:
 
     def _respond(self, req: ActRequest) -> str:
         st = self._begin(req)
-        obs = observation_of(req.user)
+        obs = _observation(req)
         self._observe(st, obs)
         thought, action, noise = self._choose(st, req, obs)
         if obs == _NOTHING and not noise and self.thoughts == "react":

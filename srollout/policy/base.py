@@ -32,6 +32,8 @@ class ActRequest:
     user: this step's user turn (the observation o_step, formatted by the ReAct protocol).
     admissible: admissible actions in the current state (non-LLM policies use them).
     expert_plan: the planner's plan from the current state, or () (expert policies use it).
+    observation: o_step itself, or None; non-LLM policies read it when ``user`` wraps it in a
+        model's template (goal, admissible actions), since they do not parse the template.
     """
 
     key: TrajKey
@@ -41,6 +43,7 @@ class ActRequest:
     user: str
     admissible: tuple[str, ...] = ()
     expert_plan: tuple[str, ...] = ()
+    observation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,11 @@ model leaves them after its first mistake (an object it thinks it sees, a recept
 at) and then repeats the mistake, because no demonstration ever showed what to do *there*. A
 DAgger round (Ross, Gordon & Bagnell 2011, with a β-mixture of learner and expert) fixes that:
 
-1. roll out G trajectories on ``correction_tasks`` train tasks; at every step a coin with
-   probability ``correction_beta`` lets the expert act, else the model samples its own action
-   (temperature ``correction_temperature``); either way the expert, told what was really played
+1. roll out G trajectories on ``correction_tasks`` train tasks on the rollout engine
+   (:func:`srollout.rollout.engine.run_groups`, the one ``collect`` uses) with a
+   :class:`MixturePolicy`: at every step a coin with probability ``correction_beta`` lets the
+   expert act, else the model samples its own action (temperature ``correction_temperature``)
+   in the tick's batch; either way the expert, told what was really played
    (``ExpertPolicy.played``), labels the state;
 2. keep the won trajectories as conversations in the policy's own prompt: the expert's turns and
    the model's turns that equal the label carry loss, the model's other turns stay in the
@@ -27,7 +29,10 @@ from typing import Any, NamedTuple
 
 from srollout.config import BuildConfig
 from srollout.envs.base import Task
+from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
 from srollout.policy.chat import Turn
+
+_T_MAX = 30  # the paper's step limit, as collect's default
 
 
 def demo_response(expert_text: str, thoughts: str) -> str:
@@ -41,8 +46,10 @@ def demo_response(expert_text: str, thoughts: str) -> str:
 
 
 class RoundStats(NamedTuple):
-    """What one round played: trajectories (and how many the expert won with the model),
-    steps by who acted, and the model's steps that differed from the expert's label."""
+    """What one round played: trajectories (and how many the expert won with the model, not
+    counting those that outgrew the context), steps by who acted, the model's steps that
+    differed from the expert's label, and the trajectories whose next turn would not have fit
+    the model's context (the expert played them out; they are not trained on)."""
 
     trajectories: int
     won: int
@@ -50,12 +57,89 @@ class RoundStats(NamedTuple):
     model_off_label: int
     expert_steps: int
     seconds: float
+    past_context: int = 0
 
 
 def round_tasks(tasks: Sequence[Task], cfg: BuildConfig, round_idx: int) -> list[Task]:
     """The train tasks of round ``round_idx``: a seeded sample, a fresh one every round."""
     rng = random.Random(f"srollout-dagger:{cfg.seed}:{round_idx}")
     return rng.sample(list(tasks), min(cfg.correction_tasks, len(tasks)))
+
+
+class _Mix:
+    """One trajectory of a mixture rollout: its coin, its turns so far, whether it outgrew the
+    model's context."""
+
+    def __init__(self, seed: int) -> None:
+        self.coin = random.Random(seed)
+        self.turns: list[Turn] = []
+        self.past_context = False
+
+
+class MixturePolicy:
+    """The β-mixture of step 1 behind the engine's Policy protocol.
+
+    For every request the expert labels the state (it reads ``ActRequest.observation``, so the
+    user turn can be in the model's own template); a per-trajectory coin seeded from the
+    request's seed then lets the expert play with probability ``beta`` (its label is forced into
+    the model's conversation, :meth:`TransformersPolicy.force`), else the model samples its turn
+    in the batch of this tick. Each turn is recorded as the model is to be taught it (see the
+    module docstring). A trajectory whose next turn would not fit the model's context is played
+    out by the expert and flagged, not trained on: the rollout engine would stop with an error.
+    ``ended`` holds every finished trajectory's (turns, past_context) until the caller pops it.
+    """
+
+    def __init__(self, model: Any, expert: Any, beta: float, thoughts: str) -> None:
+        self.model = model
+        self.expert = expert
+        self.beta = float(beta)
+        self.thoughts = thoughts
+        self.name = f"mixture(beta={beta:g})"
+        self.ended: dict[TrajKey, tuple[list[Turn], bool]] = {}
+        self.model_steps = self.model_off_label = self.expert_steps = 0
+        self._trajs: dict[TrajKey, _Mix] = {}
+
+    def act(self, requests: list[ActRequest]) -> list[ActResponse]:
+        from srollout.envs.prompts import parse_response
+
+        out: list[ActResponse | None] = [None] * len(requests)
+        to_model: list[tuple[int, str, str]] = []
+        for i, req in enumerate(requests):
+            if req.step == 1 or req.key not in self._trajs:
+                self._trajs[req.key] = _Mix(req.seed)
+            traj = self._trajs[req.key]
+            text = self.expert.act([req])[0].text
+            label, label_text = parse_response(text).action, demo_response(text, self.thoughts)
+            if not traj.past_context and not self.model.fits(req):
+                traj.past_context = True
+                self.model.finish(req.key)
+            if traj.past_context:
+                out[i] = ActResponse(label_text)
+            elif traj.coin.random() < self.beta:
+                self.model.force(req, label_text)
+                traj.turns.append(Turn(req.user, label_text, True))
+                self.expert_steps += 1
+                out[i] = ActResponse(label_text)
+            else:
+                to_model.append((i, label, label_text))
+        responses = self.model.act([requests[i] for i, _, _ in to_model]) if to_model else []
+        for (i, label, label_text), resp in zip(to_model, responses, strict=True):
+            on_label = parse_response(resp.text).action == label
+            self._trajs[requests[i].key].turns.append(Turn(requests[i].user, label_text if on_label else resp.text, on_label))
+            self.model_steps += 1
+            self.model_off_label += not on_label
+            out[i] = resp
+        for req, resp in zip(requests, out, strict=True):
+            # the expert reads its next observation as the outcome of what was really played
+            self.expert.played(req.key, parse_response(resp.text).action, req.admissible)
+        return out  # type: ignore[return-value]
+
+    def finish(self, key: TrajKey) -> TrajectoryTokens | None:
+        self.expert.finish(key)
+        traj = self._trajs.pop(key, None)
+        if traj is not None:
+            self.ended[key] = (traj.turns, traj.past_context)
+        return self.model.finish(key)
 
 
 def play_round(
@@ -67,8 +151,9 @@ def play_round(
     round_idx: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[tuple[str, list[Turn]]], RoundStats]:
-    """One round's rollouts (step 1 of the module docstring): every trajectory of every task in
-    flight at once, the model's turns generated in one batch per step.
+    """One round's rollouts (step 1 of the module docstring) on the rollout engine: G =
+    ``cfg.correction_G`` trajectories per task, T_max 30, every trajectory in flight at once,
+    seeded as ``collect`` seeds group ``round_idx * len(tasks) + i`` of run seed ``cfg.seed``.
 
     Returns the won trajectories as (system prompt, turns) and the round's counts; calls
     ``progress(trajectories finished, total)``.
@@ -77,90 +162,34 @@ def play_round(
 
     from srollout.envs.alfworld_env import AlfworldEnv
     from srollout.envs.experts import ExpertPolicy
-    from srollout.envs.prompts import parse_response, user_turn
-    from srollout.policy.base import ActRequest, TrajKey
     from srollout.policy.transformers_backend import TransformersPolicy
-    from srollout.rollout.seeding import traj_seeds
+    from srollout.rollout.engine import GroupSpec, RolloutSettings, run_groups
+    from srollout.rollout.react import ReactPrompter
 
     t0 = time.perf_counter()
-    policy = TransformersPolicy("in-memory", model=model, tokenizer=tokenizer,
-                                temperature=cfg.correction_temperature, max_new_tokens=48, max_batch_rows=128)
-    expert = ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take)
+    lm = TransformersPolicy("in-memory", model=model, tokenizer=tokenizer,
+                            temperature=cfg.correction_temperature, max_new_tokens=48, max_batch_rows=128)
+    mix = MixturePolicy(lm, ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take), cfg.correction_beta, cfg.thoughts)
     G = cfg.correction_G
-    live: dict[TrajKey, dict[str, Any]] = {}
-    for gi, task in enumerate(tasks):
-        for j in range(G):
-            env = AlfworldEnv(expert_plan=True)
-            # the rollout engine's seeds; every round's groups get indices of their own
-            seeds = traj_seeds(cfg.seed, round_idx * len(tasks) + gi, j)
-            seed = seeds.sample
-            obs, info = env.reset(task, seeds.env)
-            live[TrajKey(f"dagger{round_idx}-{gi}", j)] = {
-                "env": env, "task": task, "obs": obs, "info": info, "turns": [], "seed": seed,
-                "coin": random.Random(seed),
-            }
-    total, done = len(live), 0
+    specs = [GroupSpec(round_idx * len(tasks) + i, task) for i, task in enumerate(tasks)]
+    settings = RolloutSettings(G=G, T_max=_T_MAX, seed=cfg.seed, concurrency=max(G, G * len(tasks)), signal_K=())
+    won: list[tuple[int, int, list[Turn]]] = []
+    done = past = 0
 
-    def end(k: TrajKey) -> None:
-        nonlocal done
-        expert.finish(k)
-        policy.finish(k)
-        live.pop(k)["env"].close()
-        done += 1
+    def on_group(group: Any) -> None:
+        nonlocal done, past
+        for rec in group.trajs:
+            turns, past_context = mix.ended.pop(TrajKey(group.group_id, rec.traj_idx))
+            past += past_context
+            if rec.success and not past_context:
+                won.append((group.spec.index, rec.traj_idx, turns))
+        done += G
         if progress is not None:
-            progress(done, total)
+            progress(done, len(specs) * G)
 
-    won: list[tuple[str, list[Turn]]] = []
-    n_model = n_off = n_expert = 0
-    try:
-        for step in range(1, 31):
-            if not live:
-                break
-            keys = list(live)
-            users, labels = {}, {}
-            for k in keys:
-                t = live[k]
-                users[k] = user_turn(t["obs"], t["task"].task_text, cfg.user_template, t["info"].admissible)
-                # the expert reads the plain observation turn it was written for
-                req = ActRequest(key=k, step=step, seed=t["seed"], system=system, user=user_turn(t["obs"]),
-                                 admissible=t["info"].admissible, expert_plan=t["info"].expert_plan)
-                text = expert.act([req])[0].text
-                labels[k] = (parse_response(text).action, demo_response(text, cfg.thoughts))
-            # a trajectory whose next turn would not fit the model's context ends there, lost
-            # (a wandering one; the collect engine would stop with an error instead)
-            for k in keys:
-                need = len(tokenizer(users[k] + labels[k][1])["input_ids"]) + 16 + policy.max_new_tokens
-                if policy.context_used(k) + need > policy.max_context:
-                    end(k)
-            keys = list(live)
-            by_model = [k for k in keys if live[k]["coin"].random() >= cfg.correction_beta]
-            requests = {k: ActRequest(key=k, step=step, seed=live[k]["seed"], system=system, user=users[k])
-                        for k in keys}
-            texts = dict(zip(by_model, (r.text for r in policy.act([requests[k] for k in by_model])), strict=True))
-            for k in keys:
-                t = live[k]
-                label, label_text = labels[k]
-                if k in texts:
-                    played = parse_response(texts[k]).action
-                    on_label = played == label
-                    t["turns"].append(Turn(users[k], label_text if on_label else texts[k], on_label))
-                    n_model += 1
-                    n_off += not on_label
-                else:
-                    played = label
-                    policy.force(requests[k], label_text)
-                    t["turns"].append(Turn(users[k], label_text, True))
-                    n_expert += 1
-                expert.played(k, played, t["info"].admissible)
-                res = t["env"].step(played)
-                t["obs"], t["info"] = res.observation, res
-                if res.done or step == 30:
-                    if res.done:
-                        won.append((system, t["turns"]))
-                    end(k)
-    finally:
-        for t in live.values():
-            t["env"].close()
-    stats = RoundStats(total, len(won), n_model, n_off, n_expert, time.perf_counter() - t0)
-    return won, stats
-
+    run_groups(specs, mix, lambda: AlfworldEnv(expert_plan=True), ReactPrompter(system, cfg.user_template),
+               settings, on_group=on_group)
+    stats = RoundStats(len(specs) * G, len(won), mix.model_steps, mix.model_off_label, mix.expert_steps,
+                       time.perf_counter() - t0, past)
+    # groups finish in scheduling order; the round's trajectories are returned in task order
+    return [(system, turns) for _, _, turns in sorted(won, key=lambda w: w[:2])], stats

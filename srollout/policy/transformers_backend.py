@@ -235,7 +235,28 @@ class TransformersPolicy:
             raise SrolloutError("weights changed while trajectories are live; finish them first")
         self._prefixes.clear()
 
+    def fits(self, request: ActRequest) -> bool:
+        """Whether ``request``'s turn fits the model's context: the trajectory's tokens, this
+        turn's injected tokens and ``max_new_tokens`` of response. :meth:`act` and :meth:`force`
+        raise where this is False; this changes nothing."""
+        state = self._states.get(request.key)
+        fresh = state is None or request.step == 1
+        held = 0 if fresh else len(state.token_ids)
+        return held + len(self._turn_tokens(request, None if fresh else state)) + self.max_new_tokens <= self.max_context
+
     # --- internals -------------------------------------------------------------------------
+    def _turn_tokens(self, req: ActRequest, state: _TrajState | None) -> list[int]:
+        """The tokens the environment injects for ``req``'s turn: the system and first user
+        message at step 1 (``state`` None or new), else the close of the last response and
+        the new user message."""
+        if state is None or not state.token_ids:
+            text = first_turn_text(self.tokenizer, req.system, req.user)
+        else:
+            text = next_turn_text(
+                self.tokenizer, state.system, state.last_user, state.last_text, req.user, state.last_end
+            )
+        return encode_text(self.tokenizer, text)
+
     def _prepare(self, req: ActRequest) -> list[int]:
         """Record this turn's new (injected) tokens and return all tokens to feed now."""
         import torch
@@ -246,12 +267,7 @@ class TransformersPolicy:
             gen.manual_seed(int(req.seed) & 0xFFFF_FFFF_FFFF_FFFF)
             state = _TrajState(generator=gen, system=req.system)
             self._states[req.key] = state
-            text = first_turn_text(self.tokenizer, req.system, req.user)
-        else:
-            text = next_turn_text(
-                self.tokenizer, state.system, state.last_user, state.last_text, req.user, state.last_end
-            )
-        new = encode_text(self.tokenizer, text)
+        new = self._turn_tokens(req, state)
         state.token_ids += new
         state.action_mask += [False] * len(new)
         state.last_user = req.user

@@ -371,6 +371,7 @@ def run_groups(
                     user=prompter.user(live.observation, g.step + 1, g.record.spec.task, live.admissible),
                     admissible=live.admissible,
                     expert_plan=live.expert_plan,
+                    observation=live.observation,
                 )
                 for g, live in rows
             ]

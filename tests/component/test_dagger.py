@@ -77,11 +77,12 @@ def test_with_beta_one_the_expert_plays_every_step_and_every_turn_is_trained(tas
 def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
     from srollout.policy.dagger import play_round
 
-    # beta 0: the model plays every step. The tiny model never wins, so every trajectory ends at
-    # T_max = 30 or earlier, where its next turn would not fit the 2048-token context: 6 x 30 = 180
-    # steps without that guard (which collect's engine would turn into an error)
+    # beta 0: the model plays every step. The tiny model never wins, and every trajectory's next
+    # turn stops fitting its 2048-token context before T_max = 30 (6 x 30 = 180 model steps
+    # otherwise; collect's engine would stop with an error there). The expert plays those out (and
+    # wins 4 of the 6), but they are not trained on: nothing is won
     won, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.0), 0)
-    assert (stats.trajectories, stats.won, stats.expert_steps) == (6, 0, 0) and won == []
+    assert (stats.trajectories, stats.won, stats.expert_steps, stats.past_context) == (6, 0, 0, 6) and won == []
     assert 6 <= stats.model_steps < 180 and stats.model_off_label == stats.model_steps
     # beta 0.5: both play; in a won trajectory the expert's turns and the model's on-label turns
     # are trained and read as the label (`Action: ...`), the model's other turns keep its own

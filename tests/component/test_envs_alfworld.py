@@ -397,3 +397,30 @@ def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
     two = generate_demonstrations(tasks[:3], **kw, workers=2)
     assert len(one) == 6 and [e.turns for e in one] == [e.turns for e in two]
     assert [e.task_id for e in one] == [t.task_id for t in tasks[:3]] * 2
+
+
+def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observations_in(tasks):
+    # the engine hands non-LLM policies o_t itself (ActRequest.observation), so an expert driven
+    # with a model's prompt (goal and admissible actions in every user turn: a DAgger round)
+    # plays as with plain observations. React thoughts show it: "That did not work." follows a
+    # "Nothing happens." observation, which a templated turn never equals
+    from srollout.envs.alfworld_env import AlfworldEnv
+    from srollout.envs.experts import NoisyExpertPolicy
+    from srollout.rollout.engine import RolloutSettings, make_specs, run_groups
+    from srollout.rollout.react import ReactPrompter
+
+    def responses(template):
+        out = {}
+
+        def keep(group):
+            out[group.group_id] = [[s["response"] for s in t.steps] for t in group.trajs]
+
+        run_groups(make_specs(tasks[:3], 3), NoisyExpertPolicy(0.5, 1.0, explore="listed", thoughts="react"),
+                   lambda: AlfworldEnv(expert_plan=True), ReactPrompter(user_template=template),
+                   RolloutSettings(G=2, T_max=30, seed=3, signal_K=()), on_group=keep)
+        return out
+
+    plain = responses("Observation: {observation}")
+    templated = responses("Observation: {observation}\nTask: {task}.\nActions: {actions}.")
+    assert templated == plain
+    assert sum(r.startswith("Thought: That did not work.") for g in plain.values() for t in g for r in t) >= 3

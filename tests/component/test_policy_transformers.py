@@ -192,6 +192,36 @@ def test_conversation_past_the_context_is_a_user_error(tiny_model):
         policy.act([ActRequest(key=KEYS[0], step=2, seed=1, system=SYSTEM, user=OBS[1])])
 
 
+def test_fits_says_beforehand_what_act_would_refuse_and_changes_nothing(tiny_model):
+    step1 = ActRequest(key=KEYS[0], step=1, seed=1, system=SYSTEM, user=OBS[0])
+    step2 = ActRequest(key=KEYS[0], step=2, seed=1, system=SYSTEM, user=OBS[1])
+    # a reference run measures what step 2 injects (the close of response 1, then user turn 2)
+    ref = _policy(tiny_model, temperature=0.0, max_new_tokens=8)
+    ref.act([step1])
+    injected_before = ref._states[KEYS[0]].action_mask.count(False)
+    ref.act([step2])
+    n_new = ref._states[KEYS[0]].action_mask.count(False) - injected_before
+    assert n_new > 0
+    for room, ok in ((8, True), (7, False)):  # 8 = max_new_tokens: a full response just fits
+        policy = _policy(tiny_model, temperature=0.0, max_new_tokens=8)
+        policy.act([step1])
+        used = len(policy._states[KEYS[0]].token_ids)
+        policy.max_context = used + n_new + room
+        assert policy.fits(step2) is ok
+        assert len(policy._states[KEYS[0]].token_ids) == used  # asking changed nothing
+        if ok:
+            policy.act([step2])
+        else:
+            with pytest.raises(SrolloutError, match="exceed the model's context"):
+                policy.act([step2])
+    # a trajectory not started yet: its first turn (system + user) against the whole context
+    fresh = _policy(tiny_model, temperature=0.0, max_new_tokens=8)
+    fresh.max_context = injected_before + 8
+    assert fresh.fits(step1) and fresh.live == 0
+    fresh.max_context -= 1
+    assert not fresh.fits(step1)
+
+
 def test_lora_adapter_loads_and_changes_outputs(tiny_model, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
