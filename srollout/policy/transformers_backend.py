@@ -204,11 +204,6 @@ class TransformersPolicy:
         state.last_end = self.tokenizer.decode([eot], skip_special_tokens=False)
         state.pending = fed + resp if self.kv_reuse else []
 
-    def context_used(self, key: TrajKey) -> int:
-        """Tokens the trajectory ``key`` holds so far (0 before its first turn)."""
-        state = self._states.get(key)
-        return len(state.token_ids) if state is not None else 0
-
     @property
     def live(self) -> int:
         """Number of trajectories with state held."""
