@@ -45,70 +45,41 @@ def load_tasks(name: str, n: int):
 
 def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None,
              user_template: str | None = None) -> EvalResult:
-    """Roll out G trajectories per task with ``policy`` on the real engine, all at once
+    """Roll out G trajectories per task with ``policy`` on the rollout engine (``run_groups``, as
+    ``collect`` does: same seeds as ``collect --seed``), every group in flight at once
     (``system`` / ``user_template``: the prompt, default the ReAct one)."""
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.envs.prompts import USER_TEMPLATE, parse_response, system_prompt, user_turn
-    from srollout.policy.base import ActRequest, TrajKey
+    from srollout.rollout.engine import RolloutSettings, make_specs, run_groups
+    from srollout.rollout.react import ReactPrompter
 
     t0 = time.perf_counter()
-    system = system if system is not None else system_prompt()
-    template = user_template or USER_TEMPLATE
-    live = {}
-    for gi, task in enumerate(tasks):
-        for j in range(G):
-            env = AlfworldEnv(expert_plan=False)
-            obs, info = env.reset(task, seed)
-            live[TrajKey(f"g{gi:04d}", j)] = {"env": env, "task": task.task_text,
-                                               "user": user_turn(obs, task.task_text, template, info.admissible),
-                                               "reward": 0.0, "steps": 0}
-    rewards: dict[str, list[float]] = {f"g{gi:04d}": [] for gi in range(len(tasks))}
-    n_valid = n_steps = gen_tokens = 0
-    invalid = Counter()
-    for step in range(1, t_max + 1):
-        keys = list(live)
-        if not keys:
-            break
-        reqs = [
-            ActRequest(key=k, step=step, seed=seed * 1_000_003 + int(k.group_id[1:]) * 64 + k.traj_idx,
-                       system=system, user=live[k]["user"])
-            for k in keys
-        ]
-        outs = policy.act(reqs)
-        for k, out in zip(keys, outs, strict=False):
-            st = live[k]
-            gen_tokens += out.n_gen_tokens
-            action = parse_response(out.text).action
-            res = st["env"].step(action)
-            n_steps += 1
-            n_valid += res.valid
-            if not res.valid:
-                invalid[action] += 1
-            st["steps"] += 1
-            st["reward"] = max(st["reward"], res.reward)
-            st["user"] = user_turn(res.observation, st["task"], template, res.admissible)
-            if res.done or step == t_max:
-                policy.finish(k)
-                st["env"].close()
-                rewards[k.group_id].append(st["reward"])
-                del live[k]
+    groups = []
+
+    def on_group(group) -> None:
+        groups.append(group)
         if progress:
-            print(f"  step {step:2d}: {len(live):4d} live, {time.perf_counter() - t0:6.1f} s", flush=True)
+            print(f"  {len(groups):4d}/{len(tasks)} groups, {time.perf_counter() - t0:6.1f} s", flush=True)
+
+    settings = RolloutSettings(G=G, T_max=t_max, seed=seed, concurrency=G * max(1, len(tasks)), signal_K=())
+    summary = run_groups(make_specs(tasks, len(tasks)), policy, lambda: AlfworldEnv(expert_plan=False),
+                         ReactPrompter(system, user_template), settings, on_group=on_group)
     labels = Counter()
-    for r in rewards.values():
-        m = sum(r) / len(r)
+    for g in groups:
+        m = sum(g.rewards) / len(g.rewards)
         labels["all_succeed" if m == 1 else "all_fail" if m == 0 else "mixed"] += 1
-    n = len(rewards)
-    all_r = [x for r in rewards.values() for x in r]
+    trajs = [t for g in groups for t in g.trajs]
+    steps = [s for t in trajs for s in t.steps]
+    invalid = Counter(s["action"] for s in steps if not s["valid"])
+    n = len(groups)
     return EvalResult(
-        success=sum(all_r) / len(all_r),
+        success=sum(t.success for t in trajs) / len(trajs),
         mixed=labels["mixed"] / n,
         all_fail=labels["all_fail"] / n,
         all_succeed=labels["all_succeed"] / n,
-        valid=n_valid / max(1, n_steps),
-        steps=n_steps / len(all_r),
+        valid=sum(s["valid"] for s in steps) / max(1, len(steps)),
+        steps=len(steps) / len(trajs),
         seconds=time.perf_counter() - t0,
-        gen_tokens=gen_tokens,
+        gen_tokens=summary.n_gen_tokens,
         n_groups=n,
         invalid_examples=[f"{a!r} x{c}" for a, c in invalid.most_common(8)],
     )
