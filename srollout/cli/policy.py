@@ -30,23 +30,41 @@ def build(
     n_layers: int = typer.Option(_D.n_layers, help=help_for(BuildConfig, "n_layers")),
     epochs: int = typer.Option(_D.epochs, help=help_for(BuildConfig, "epochs")),
     threads: int = typer.Option(_D.threads, help=help_for(BuildConfig, "threads")),
+    difficulty: str = typer.Option(_D.difficulty, help=help_for(BuildConfig, "difficulty")),
+    take: str = typer.Option(_D.take, help=help_for(BuildConfig, "take")),
+    thoughts: str = typer.Option(_D.thoughts, help=help_for(BuildConfig, "thoughts")),
+    user_template: str = typer.Option(
+        _D.user_template, help=help_for(BuildConfig, "user_template") + " A literal \\n on the command line is a newline."),
+    max_context: int = typer.Option(_D.max_context, help=help_for(BuildConfig, "max_context")),
+    correction_rounds: int = typer.Option(_D.correction_rounds, help=help_for(BuildConfig, "correction_rounds")),
+    correction_tasks: int = typer.Option(_D.correction_tasks, help=help_for(BuildConfig, "correction_tasks")),
+    correction_beta: float = typer.Option(_D.correction_beta, help=help_for(BuildConfig, "correction_beta")),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the cache already holds this config."),
 ) -> None:
     """Build the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) and cache it."""
     import dataclasses
     import shutil
 
-    from srollout.policy.default_model import build_default_policy, default_policy_dir, is_built
+    from srollout.policy.default_model import (
+        build_default_policy,
+        check_build_config,
+        default_policy_dir,
+        is_built,
+    )
     from srollout.report.console import make_console
 
     for name, value in (("n-demo-tasks", n_demo_tasks), ("demos-per-task", demos_per_task),
-                        ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads)):
+                        ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads),
+                        ("max-context", max_context), ("correction-tasks", correction_tasks)):
         if value < 1:
             raise SrolloutError(f"--{name} must be >= 1, got {value}")
     cfg = dataclasses.replace(
         _D, seed=seed, n_demo_tasks=n_demo_tasks, demos_per_task=demos_per_task, d_model=d_model,
-        n_layers=n_layers, epochs=epochs, threads=threads,
+        n_layers=n_layers, epochs=epochs, threads=threads, difficulty=difficulty, take=take, thoughts=thoughts,
+        user_template=user_template.replace("\\n", "\n"), max_context=max_context,
+        correction_rounds=correction_rounds, correction_tasks=correction_tasks, correction_beta=correction_beta,
     )
+    check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
     target = out or default_policy_dir(cfg)
     console = make_console()
     if is_built(target) and not force:

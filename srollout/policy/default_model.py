@@ -473,10 +473,11 @@ def build_from_demos(
 def check_build_config(cfg: BuildConfig) -> None:
     """Reject a config the build would only trip over minutes in (after the demonstrations)."""
     from srollout.envs.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
+    from srollout.envs.gen import DIFFICULTIES
     from srollout.envs.prompts import check_user_template
 
     for field, allowed in (("prompt", ("short", "react")), ("template", CHAT_TEMPLATES), ("explore", EXPLORE_ORDERS),
-                           ("take", TAKE_RULES), ("thoughts", ("none", *THOUGHT_STYLES))):
+                           ("take", TAKE_RULES), ("thoughts", ("none", *THOUGHT_STYLES)), ("difficulty", tuple(DIFFICULTIES))):
         if getattr(cfg, field) not in allowed:
             raise SrolloutError(f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got {getattr(cfg, field)!r}")
     check_user_template(cfg.user_template, "BuildConfig")

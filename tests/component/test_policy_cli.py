@@ -74,3 +74,38 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     assert first_turn_text(tok, "S", "U") == "<|system|>S<|im_end|><|user|>U<|im_end|><|assistant|>"
     again = CliRunner().invoke(policy_app, args)
     assert "already built" in again.output
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--take", "eager", "BuildConfig.take: expected one of planned, greedy"),
+    ("--difficulty", "huge", "BuildConfig.difficulty: expected one of small, medium"),
+    ("--user-template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
+])
+def test_build_refuses_a_bad_recipe_option_before_any_work(option, value, message, tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
+    res = CliRunner().invoke(policy_app, ["build", option, value])
+    assert isinstance(res.exception, SrolloutError) and re.search(re.escape(message), str(res.exception))
+    assert not (tmp_path / "home").exists()  # no games generated, nothing cached
+
+
+def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
+    import json
+
+    pytest.importorskip("alfworld")
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
+    out = tmp_path / "m"
+    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1", "--d-model", "48",
+            "--n-layers", "1", "--threads", "1", "--take", "greedy",
+            "--user-template", r"Observation: {observation}\nTask: {task}.",  # a typed \n
+            "--max-context", "8192", "--correction-rounds", "1", "--correction-tasks", "2", "--correction-beta", "1"]
+    res = CliRunner().invoke(policy_app, args)
+    assert res.exit_code == 0, res.output
+    info = json.loads((out / "build.json").read_text())
+    cfg = info["config"]
+    assert (cfg["take"], cfg["user_template"], cfg["max_context"]) == ("greedy", "Observation: {observation}\nTask: {task}.", 8192)
+    # one DAgger round: 2 tasks x G=4, the expert playing every step (beta 1) wins them all
+    (r,) = info["dagger_rounds"]
+    assert (r["trajectories"], r["won"], r["model_steps"], r["past_context"]) == (8, 8, 0, 0)
+    assert json.loads((out / "srollout.json").read_text())["user_template"] == "Observation: {observation}\nTask: {task}."
