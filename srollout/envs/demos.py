@@ -171,7 +171,7 @@ class _DemoJob:
                 for step in range(1, self.max_steps + 1):
                     req = ActRequest(key=key, step=step, seed=tseed, system=system,
                                      user=user_turn(obs), admissible=info.admissible,
-                                     expert_plan=info.expert_plan)
+                                     expert_plan=info.expert_plan, observation=obs)
                     text = policy.act([req])[0].text
                     res = env.step(parse_response(text).action)
                     turns.append(Turn(req.user, text, policy.was_noise(key), res.valid, tuple(info.admissible)))

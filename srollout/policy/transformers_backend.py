@@ -195,14 +195,8 @@ class TransformersPolicy:
         mix the model's turns with the expert's). Nothing runs now; the request's tokens and the
         response (with its end-of-turn token) are fed with the trajectory's next ``act``."""
         fed = self._prepare(request)
-        state = self._states[request.key]
-        eot = self.eot_ids[0]
-        resp = encode_text(self.tokenizer, text) + [eot]
-        state.token_ids += resp
-        state.action_mask += [True] * len(resp)
-        state.last_text = text
-        state.last_end = self.tokenizer.decode([eot], skip_special_tokens=False)
-        state.pending = fed + resp if self.kv_reuse else []
+        resp = encode_text(self.tokenizer, text) + [self.eot_ids[0]]
+        self._record_response(self._states[request.key], resp, text, unfed=fed + resp)
 
     @property
     def live(self) -> int:
@@ -405,17 +399,23 @@ class TransformersPolicy:
         responses = []
         for i, state in enumerate(states):
             gen = generated[i]
-            state.token_ids += gen
-            state.action_mask += [True] * len(gen)
-            ended_eot = gen[-1] in self._eot_set
-            content = gen[:-1] if ended_eot else gen
-            state.last_text = self.tokenizer.decode(content, skip_special_tokens=True)
-            state.last_end = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended_eot else None
-            state.pending = [gen[-1]] if self.kv_reuse else []
+            content = gen[:-1] if gen[-1] in self._eot_set else gen
+            self._record_response(state, gen, self.tokenizer.decode(content, skip_special_tokens=True), unfed=gen[-1:])
             responses.append(
                 ActResponse(text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen))
             )
         return responses
+
+    def _record_response(self, state: _TrajState, tokens: list[int], text: str, unfed: list[int]) -> None:
+        """Append a response's ``tokens`` (generated, or forced) to the trajectory as action
+        tokens; ``text``: its content for the next turn's template; ``unfed``: the recorded tokens
+        the model has not seen yet (fed with the next turn when the KV cache is kept)."""
+        state.token_ids += tokens
+        state.action_mask += [True] * len(tokens)
+        state.last_text = text
+        ended_eot = tokens[-1] in self._eot_set
+        state.last_end = self.tokenizer.decode(tokens[-1:], skip_special_tokens=False) if ended_eot else None
+        state.pending = list(unfed) if self.kv_reuse else []
 
     def _kv_shape(self) -> tuple[int, int, int]:
         """(layers, key/value heads, head dim) of the model."""

@@ -54,6 +54,7 @@ def greedy_eval(
                     key=t["key"], step=step, seed=t["seed"], system=prompter.system(tasks[t["i"]]),
                     user=prompter.user(t["obs"], step, tasks[t["i"]], tuple(t["info"].admissible)),
                     admissible=tuple(t["info"].admissible), expert_plan=tuple(t["info"].expert_plan),
+                    observation=t["obs"],
                 )
                 for t in live
             ]
