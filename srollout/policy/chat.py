@@ -55,11 +55,14 @@ class Turn(NamedTuple):
 
 class TokenizedChat(NamedTuple):
     """token_ids: [L] ints; action_mask: [L] bools, True on the assistant's tokens and its
-    end-of-turn token; loss_mask: [L] bools, action_mask restricted to trained turns."""
+    end-of-turn token; loss_mask: [L] bools, action_mask restricted to trained turns;
+    obs_mask: [L] bools, the environment tokens an observation loss may train (None: every
+    token off the action mask)."""
 
     token_ids: list[int]
     action_mask: list[bool]
     loss_mask: list[bool]
+    obs_mask: list[bool] | None = None
 
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool) -> str:

@@ -15,7 +15,13 @@ DAgger round (Ross, Gordon & Bagnell 2011, with a β-mixture of learner and expe
    the model's turns that equal the label carry loss, the model's other turns stay in the
    context untrained, exactly like the noise turns of the demonstrations, so the model learns
    the way back from its *own* mistakes;
-3. fine-tune on them plus ``correction_replay`` original demonstrations (so the rest is not
+3. with ``correction_relabel``, also teach the label *at* each state where the model went off
+   it (of every trajectory that fit the context, won or lost): a branch conversation, the turns
+   up to that state untrained, then the state's user turn answered by the label. One sequence
+   cannot hold both the model's turn (the context of what follows) and the label at the same
+   place, and without the branch the one state DAgger exists for — the model's own mistake, a
+   repeat of "take X from Y" after "Nothing happens." above all — never meets its label;
+4. fine-tune on them plus ``correction_replay`` original demonstrations (so the rest is not
    forgotten), ``correction_epochs`` epochs at ``correction_lr``.
 
 Everything is seeded from ``BuildConfig.seed`` and the round index: same config, same rounds.
@@ -48,8 +54,9 @@ def demo_response(expert_text: str, thoughts: str) -> str:
 class RoundStats(NamedTuple):
     """What one round played: trajectories (and how many the expert won with the model, not
     counting those that outgrew the context), steps by who acted, the model's steps that
-    differed from the expert's label, and the trajectories whose next turn would not have fit
-    the model's context (the expert played them out; they are not trained on)."""
+    differed from the expert's label, the trajectories whose next turn would not have fit
+    the model's context (the expert played them out; they are not trained on), and the branch
+    conversations that teach the label at an off-label state (step 3 of the module docstring)."""
 
     trajectories: int
     won: int
@@ -58,6 +65,7 @@ class RoundStats(NamedTuple):
     expert_steps: int
     seconds: float
     past_context: int = 0
+    relabelled: int = 0
 
 
 def round_tasks(tasks: Sequence[Task], cfg: BuildConfig, round_idx: int) -> list[Task]:
@@ -67,13 +75,20 @@ def round_tasks(tasks: Sequence[Task], cfg: BuildConfig, round_idx: int) -> list
 
 
 class _Mix:
-    """One trajectory of a mixture rollout: its coin, its turns so far, whether it outgrew the
-    model's context."""
+    """One trajectory of a mixture rollout: its coin, its turns so far, the (turn index, label
+    text) of every model turn off the label, whether it outgrew the model's context."""
 
     def __init__(self, seed: int) -> None:
         self.coin = random.Random(seed)
         self.turns: list[Turn] = []
+        self.off_label: list[tuple[int, str]] = []
         self.past_context = False
+
+
+def relabel_branches(turns: Sequence[Turn], off_label: Sequence[tuple[int, str]]) -> list[list[Turn]]:
+    """Step 3 of the module docstring: for each (turn index j, label text), the conversation
+    ``turns[:j]`` with no turn trained, then turn j's user turn answered by the label (trained)."""
+    return [[t._replace(trained=False) for t in turns[:j]] + [Turn(turns[j].user, label, True)] for j, label in off_label]
 
 
 class MixturePolicy:
@@ -86,7 +101,8 @@ class MixturePolicy:
     in the batch of this tick. Each turn is recorded as the model is to be taught it (see the
     module docstring). A trajectory whose next turn would not fit the model's context is played
     out by the expert and flagged, not trained on: the rollout engine would stop with an error.
-    ``ended`` holds every finished trajectory's (turns, past_context) until the caller pops it.
+    ``ended`` holds every finished trajectory's record (turns, off-label turns, past_context)
+    until the caller pops it.
     """
 
     def __init__(self, model: Any, expert: Any, beta: float, thoughts: str) -> None:
@@ -95,7 +111,7 @@ class MixturePolicy:
         self.beta = float(beta)
         self.thoughts = thoughts
         self.name = f"mixture(beta={beta:g})"
-        self.ended: dict[TrajKey, tuple[list[Turn], bool]] = {}
+        self.ended: dict[TrajKey, _Mix] = {}
         self.model_steps = self.model_off_label = self.expert_steps = 0
         self._trajs: dict[TrajKey, _Mix] = {}
 
@@ -125,7 +141,10 @@ class MixturePolicy:
         responses = self.model.act([requests[i] for i, _, _ in to_model]) if to_model else []
         for (i, label, label_text), resp in zip(to_model, responses, strict=True):
             on_label = parse_response(resp.text).action == label
-            self._trajs[requests[i].key].turns.append(Turn(requests[i].user, label_text if on_label else resp.text, on_label))
+            traj = self._trajs[requests[i].key]
+            if not on_label:
+                traj.off_label.append((len(traj.turns), label_text))
+            traj.turns.append(Turn(requests[i].user, label_text if on_label else resp.text, on_label))
             self.model_steps += 1
             self.model_off_label += not on_label
             out[i] = resp
@@ -138,7 +157,7 @@ class MixturePolicy:
         self.expert.finish(key)
         traj = self._trajs.pop(key, None)
         if traj is not None:
-            self.ended[key] = (traj.turns, traj.past_context)
+            self.ended[key] = traj
         return self.model.finish(key)
 
 
@@ -150,13 +169,14 @@ def play_round(
     cfg: BuildConfig,
     round_idx: int,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[tuple[str, list[Turn]]], RoundStats]:
+) -> tuple[list[tuple[str, list[Turn]]], list[tuple[str, list[Turn]]], RoundStats]:
     """One round's rollouts (step 1 of the module docstring) on the rollout engine: G =
     ``cfg.correction_G`` trajectories per task, T_max 30, every trajectory in flight at once,
     seeded as ``collect`` seeds group ``round_idx * len(tasks) + i`` of run seed ``cfg.seed``.
 
-    Returns the won trajectories as (system prompt, turns) and the round's counts; calls
-    ``progress(trajectories finished, total)``.
+    Returns the won trajectories and, with ``cfg.correction_relabel``, the branch conversations
+    of step 3 (both as (system prompt, turns), in task then trajectory order), and the round's
+    counts; calls ``progress(trajectories finished, total)``.
     """
     import time
 
@@ -174,15 +194,20 @@ def play_round(
     specs = [GroupSpec(round_idx * len(tasks) + i, task) for i, task in enumerate(tasks)]
     settings = RolloutSettings(G=G, T_max=_T_MAX, seed=cfg.seed, concurrency=max(G, G * len(tasks)), signal_K=())
     won: list[tuple[int, int, list[Turn]]] = []
+    branches: list[tuple[int, int, list[Turn]]] = []
     done = past = 0
 
     def on_group(group: Any) -> None:
         nonlocal done, past
         for rec in group.trajs:
-            turns, past_context = mix.ended.pop(TrajKey(group.group_id, rec.traj_idx))
-            past += past_context
-            if rec.success and not past_context:
-                won.append((group.spec.index, rec.traj_idx, turns))
+            traj = mix.ended.pop(TrajKey(group.group_id, rec.traj_idx))
+            past += traj.past_context
+            if traj.past_context:
+                continue
+            if rec.success:
+                won.append((group.spec.index, rec.traj_idx, traj.turns))
+            if cfg.correction_relabel:
+                branches.extend((group.spec.index, rec.traj_idx, b) for b in relabel_branches(traj.turns, traj.off_label))
         done += G
         if progress is not None:
             progress(done, len(specs) * G)
@@ -190,6 +215,10 @@ def play_round(
     run_groups(specs, mix, lambda: AlfworldEnv(expert_plan=True), ReactPrompter(system, cfg.user_template),
                settings, on_group=on_group)
     stats = RoundStats(len(specs) * G, len(won), mix.model_steps, mix.model_off_label, mix.expert_steps,
-                       time.perf_counter() - t0, past)
-    # groups finish in scheduling order; the round's trajectories are returned in task order
-    return [(system, turns) for _, _, turns in sorted(won, key=lambda w: w[:2])], stats
+                       time.perf_counter() - t0, past, len(branches))
+
+    # groups finish in scheduling order; the round's conversations are returned in task order
+    def ordered(convs: list[tuple[int, int, list[Turn]]]) -> list[tuple[str, list[Turn]]]:
+        return [(system, turns) for _, _, turns in sorted(convs, key=lambda c: c[:2])]
+
+    return ordered(won), ordered(branches), stats

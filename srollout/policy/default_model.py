@@ -341,9 +341,7 @@ def sft(
     obs_w = cfg.obs_loss_weight
     n_pre = shared_prefix_len(examples)
     prefix = torch.tensor([examples[0].token_ids[:n_pre]], dtype=torch.long)
-    rest = [
-        TokenizedChat(e.token_ids[n_pre:], e.action_mask[n_pre:], e.loss_mask[n_pre:]) for e in examples
-    ]
+    rest = [_cut(e, n_pre, None) for e in examples]
     plan = [make_batches(rest, cfg.batch_tokens, cfg.seed, e) for e in range(cfg.epochs)]
     total = sum(len(p) for p in plan)
     warmup = max(1, int(0.05 * total))
@@ -373,7 +371,10 @@ def sft(
                 ids[r, :n] = torch.tensor(ex.token_ids)
                 att[r, n_pre : n_pre + n] = 1
                 lm = torch.tensor(ex.loss_mask)
-                obs = ~torch.tensor(ex.action_mask) if obs_w > 0 else torch.zeros(n, dtype=torch.bool)
+                if obs_w <= 0:
+                    obs = torch.zeros(n, dtype=torch.bool)
+                else:
+                    obs = ~torch.tensor(ex.action_mask) if ex.obs_mask is None else torch.tensor(ex.obs_mask, dtype=torch.bool)
                 lab[r, :n] = torch.where(lm | obs, ids[r, :n], torch.full_like(ids[r, :n], -100))
                 is_obs[r, :n] = obs
             # label of position j is token j+1; the prefix's last position predicts ids[:, 0]
@@ -488,7 +489,8 @@ def check_build_config(cfg: BuildConfig) -> None:
 def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
                   round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
     """One DAgger round (srollout.policy.dagger) on ``model`` in place: play, label, fine-tune on
-    the won trajectories plus ``cfg.correction_replay`` of the original ``examples``.
+    the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the original
+    ``examples``.
     Returns the fine-tuning's last-epoch loss and the round's counts."""
     import random
 
@@ -497,9 +499,14 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
 
     name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
     tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
-    won, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx, phase(f"{name}: rollouts") if phase else None)
+    won, branches, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx,
+                                      phase(f"{name}: rollouts") if phase else None)
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     new = [_truncate(tokenize_chat(tokenizer, sys_, turns, im_end), cfg.max_context) for sys_, turns in won]
+    for sys_, turns in branches:  # a branch teaches its last turn only: no observation loss
+        ex = tokenize_chat(tokenizer, sys_, turns, im_end)
+        if len(ex.token_ids) <= cfg.max_context:  # a turn that fit the rollout fits here
+            new.append(ex._replace(obs_mask=[False] * len(ex.token_ids)))
     rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
     replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
     tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
@@ -573,10 +580,14 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
     return res._replace(seconds=time.perf_counter() - t0)
 
 
+def _cut(ex: TokenizedChat, start: int, stop: int | None) -> TokenizedChat:
+    """``ex[start:stop]``, every mask alike."""
+    obs = None if ex.obs_mask is None else ex.obs_mask[start:stop]
+    return TokenizedChat(ex.token_ids[start:stop], ex.action_mask[start:stop], ex.loss_mask[start:stop], obs)
+
+
 def _truncate(ex: TokenizedChat, max_len: int) -> TokenizedChat:
-    if len(ex.token_ids) <= max_len:
-        return ex
-    return TokenizedChat(ex.token_ids[:max_len], ex.action_mask[:max_len], ex.loss_mask[:max_len])
+    return ex if len(ex.token_ids) <= max_len else _cut(ex, 0, max_len)
 
 
 def _portable_tokenizer_config(path: Path, chat_template: str) -> None:

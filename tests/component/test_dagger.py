@@ -57,9 +57,10 @@ def _cfg(**over):
 def test_with_beta_one_the_expert_plays_every_step_and_every_turn_is_trained(tasks, model):
     from srollout.policy.dagger import play_round
 
-    won, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=1.0), 0)
+    won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=1.0), 0)
     # the expert solves every generated task: 3 tasks x G=2 trajectories, all won
     assert (stats.trajectories, stats.won, stats.model_steps, stats.model_off_label) == (6, 6, 0, 0)
+    assert branches == [] and stats.relabelled == 0  # the model never acted: nothing to relabel
     assert stats.expert_steps == sum(len(turns) for _, turns in won)
     for system, turns in won:
         assert system == "SYS"
@@ -81,24 +82,61 @@ def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
     # turn stops fitting its 2048-token context before T_max = 30 (6 x 30 = 180 model steps
     # otherwise; collect's engine would stop with an error there). The expert plays those out (and
     # wins 4 of the 6), but they are not trained on: nothing is won
-    won, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.0), 0)
+    won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.0), 0)
     assert (stats.trajectories, stats.won, stats.expert_steps, stats.past_context) == (6, 0, 0, 6) and won == []
+    assert branches == [] and stats.relabelled == 0  # nor relabelled
     assert 6 <= stats.model_steps < 180 and stats.model_off_label == stats.model_steps
     # beta 0.5: both play; in a won trajectory the expert's turns and the model's on-label turns
     # are trained and read as the label (`Action: ...`), the model's other turns keep its own
     # text (the tiny model answers `Thought: ...`) and carry no loss
     cfg = _cfg(correction_beta=0.5)
-    won, stats = play_round(*model, tasks, "SYS", cfg, 0)
+    won, branches, stats = play_round(*model, tasks, "SYS", cfg, 0)
     assert stats.won >= 1 and stats.model_steps > 0 and stats.expert_steps > 0
     for _, turns in won:
         assert all(t.trained == t.assistant.startswith("Action: ") for t in turns)
         assert any(not t.trained for t in turns) and any(t.trained for t in turns)
     assert sum(not t.trained for _, turns in won for t in turns) <= stats.model_off_label
+    # every off-label model turn of a won trajectory has its branch: the turns before it, none
+    # trained, then its user turn answered by the expert's label (trained); lost trajectories
+    # that fit the context add theirs, so there are at least as many as untrained won turns
+    assert stats.relabelled == len(branches) <= stats.model_off_label
+    assert len(branches) >= sum(not t.trained for _, turns in won for t in turns) > 0
+    for _, b in branches:
+        assert not any(t.trained for t in b[:-1]) and b[-1].trained and b[-1].assistant.startswith("Action: ")
+    for _, turns in won:
+        for j, t in enumerate(turns):
+            if not t.trained:
+                head = [u._replace(trained=False) for u in turns[:j]]
+                assert any(b[:-1] == head and b[-1].user == t.user for _, b in branches)
     # same config and round: the same round, step for step; another round index: other seeds
-    won2, stats2 = play_round(*model, tasks, "SYS", cfg, 0)
-    assert won2 == won and stats2._replace(seconds=0) == stats._replace(seconds=0)
-    _, stats3 = play_round(*model, tasks, "SYS", cfg, 1)
+    won2, branches2, stats2 = play_round(*model, tasks, "SYS", cfg, 0)
+    assert won2 == won and branches2 == branches and stats2._replace(seconds=0) == stats._replace(seconds=0)
+    _, _, stats3 = play_round(*model, tasks, "SYS", cfg, 1)
     assert stats3._replace(seconds=0) != stats._replace(seconds=0)
+
+
+def test_without_relabel_a_round_has_no_branches(tasks, model):
+    from srollout.policy.dagger import play_round
+
+    won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5, correction_relabel=False), 0)
+    assert branches == [] and stats.relabelled == 0 and stats.model_off_label > 0
+    # the rollouts themselves do not depend on it
+    won2, _, stats2 = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5), 0)
+    assert won2 == won and stats2._replace(seconds=0, relabelled=0) == stats._replace(seconds=0)
+
+
+def test_relabel_branches_by_hand():
+    from srollout.policy.chat import Turn
+    from srollout.policy.dagger import relabel_branches
+
+    turns = [Turn("u1", "Action: a1", True), Turn("u2", "Action: bad", False),
+             Turn("u3", "Action: a3", True), Turn("u4", "Thought: hm", False)]
+    assert relabel_branches(turns, [(1, "Action: a2"), (3, "Action: a4")]) == [
+        [Turn("u1", "Action: a1", False), Turn("u2", "Action: a2", True)],
+        [Turn("u1", "Action: a1", False), Turn("u2", "Action: bad", False), Turn("u3", "Action: a3", False),
+         Turn("u4", "Action: a4", True)],
+    ]
+    assert relabel_branches(turns, []) == []
 
 
 def test_round_tasks_are_a_fresh_seeded_sample_each_round(tasks):
