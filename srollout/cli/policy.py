@@ -39,6 +39,8 @@ def build(
     correction_rounds: int = typer.Option(_D.correction_rounds, help=help_for(BuildConfig, "correction_rounds")),
     correction_tasks: int = typer.Option(_D.correction_tasks, help=help_for(BuildConfig, "correction_tasks")),
     correction_beta: float = typer.Option(_D.correction_beta, help=help_for(BuildConfig, "correction_beta")),
+    correction_relabel: bool = typer.Option(_D.correction_relabel, "--correction-relabel/--no-correction-relabel",
+                                            help=help_for(BuildConfig, "correction_relabel")),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the cache already holds this config."),
 ) -> None:
     """Build the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) and cache it."""
@@ -63,6 +65,7 @@ def build(
         n_layers=n_layers, epochs=epochs, threads=threads, difficulty=difficulty, take=take, thoughts=thoughts,
         user_template=user_template.replace("\\n", "\n"), max_context=max_context,
         correction_rounds=correction_rounds, correction_tasks=correction_tasks, correction_beta=correction_beta,
+        correction_relabel=correction_relabel,
     )
     check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
     target = out or default_policy_dir(cfg)
