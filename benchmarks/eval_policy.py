@@ -2,7 +2,8 @@
 trajectories of all groups stepped together (one batched ``act`` per tick), no gate.
 
     python benchmarks/eval_policy.py [--model DIR] [--groups 24] [--G 8] [--t-max 30]
-                                     [--temperature 0.7] [--tasks eval] [--threads 2]
+                                     [--temperature 0.7] [--tasks eval] [--difficulty small]
+                                     [--threads 2]
 
 Prints success rate, label mix (all-fail / mixed / all-succeed), valid-action rate and cost.
 This is the default policy's acceptance check (targets: success 25-75 %, >= 40 % of groups
@@ -36,11 +37,11 @@ class EvalResult(NamedTuple):
     invalid_examples: list[str]
 
 
-def load_tasks(name: str, n: int):
-    """The first ``n`` tasks of task set ``name`` (srollout.envs.tasks)."""
+def load_tasks(name: str, n: int, difficulty: str = "small"):
+    """The first ``n`` tasks of task set ``name`` at ``difficulty`` (srollout.envs.tasks)."""
     from srollout.envs.tasks import load_task_set
 
-    return list(load_task_set(name, n=n, progress=False))
+    return list(load_task_set(name, difficulty, n=n, progress=False))
 
 
 def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None,
@@ -93,6 +94,7 @@ def main() -> None:
     ap.add_argument("--t-max", type=int, default=30)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--tasks", default="eval")
+    ap.add_argument("--difficulty", default="small", help="room size preset: small (the default task set), medium, ...")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the result here")
@@ -109,10 +111,10 @@ def main() -> None:
     from srollout.envs.prompts import model_prompt
 
     prompt = model_prompt(model)
-    res = evaluate(policy, load_tasks(args.tasks, args.groups), args.G, args.t_max, args.seed, system=prompt.system,
+    res = evaluate(policy, load_tasks(args.tasks, args.groups, args.difficulty), args.G, args.t_max, args.seed, system=prompt.system,
                    user_template=prompt.user_template)
     print(
-        f"model {model}\n{res.n_groups} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
+        f"model {model}\n{res.n_groups} {args.difficulty} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
         f"success {res.success:.1%}, mixed {res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "
         f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} steps/traj, "
         f"{res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"

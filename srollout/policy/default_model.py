@@ -75,7 +75,8 @@ class BuildResult(NamedTuple):
 # Build options added after v5, with the value that builds exactly what v5 built (checked:
 # the same demonstrations episode for episode). At that value they stay out of the hash, so a
 # v5 model already in a cache stays the default policy; set otherwise they name a new model.
-_NEUTRAL_SINCE_V5 = {"take": "planned", "user_template": "Observation: {observation}", "correction_rounds": 0}
+_NEUTRAL_SINCE_V5 = {"take": "planned", "user_template": "Observation: {observation}", "correction_rounds": 0,
+                     "correction_relabel": False}
 
 
 def config_hash(cfg: BuildConfig) -> str:

@@ -89,7 +89,7 @@ def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
     # beta 0.5: both play; in a won trajectory the expert's turns and the model's on-label turns
     # are trained and read as the label (`Action: ...`), the model's other turns keep its own
     # text (the tiny model answers `Thought: ...`) and carry no loss
-    cfg = _cfg(correction_beta=0.5)
+    cfg = _cfg(correction_beta=0.5, correction_relabel=True)
     won, branches, stats = play_round(*model, tasks, "SYS", cfg, 0)
     assert stats.won >= 1 and stats.model_steps > 0 and stats.expert_steps > 0
     for _, turns in won:
@@ -115,13 +115,13 @@ def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
     assert stats3._replace(seconds=0) != stats._replace(seconds=0)
 
 
-def test_without_relabel_a_round_has_no_branches(tasks, model):
+def test_without_relabel_a_round_has_no_branches_and_the_same_rollouts(tasks, model):
     from srollout.policy.dagger import play_round
 
-    won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5, correction_relabel=False), 0)
+    won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5), 0)  # off by default
     assert branches == [] and stats.relabelled == 0 and stats.model_off_label > 0
     # the rollouts themselves do not depend on it
-    won2, _, stats2 = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5), 0)
+    won2, _, stats2 = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5, correction_relabel=True), 0)
     assert won2 == won and stats2._replace(seconds=0, relabelled=0) == stats._replace(seconds=0)
 
 

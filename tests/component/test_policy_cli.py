@@ -100,13 +100,13 @@ def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
             "--n-layers", "1", "--threads", "1", "--take", "greedy",
             "--user-template", r"Observation: {observation}\nTask: {task}.",  # a typed \n
             "--max-context", "8192", "--correction-rounds", "1", "--correction-tasks", "2", "--correction-beta", "1",
-            "--no-correction-relabel"]
+            "--correction-relabel"]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
     info = json.loads((out / "build.json").read_text())
     cfg = info["config"]
     assert (cfg["take"], cfg["user_template"], cfg["max_context"]) == ("greedy", "Observation: {observation}\nTask: {task}.", 8192)
-    assert cfg["correction_relabel"] is False  # on by default
+    assert cfg["correction_relabel"] is True  # off by default
     # one DAgger round: 2 tasks x G=4, the expert playing every step (beta 1) wins them all
     (r,) = info["dagger_rounds"]
     assert (r["trajectories"], r["won"], r["model_steps"], r["past_context"]) == (8, 8, 0, 0)
