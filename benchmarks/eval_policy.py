@@ -23,7 +23,8 @@ from typing import NamedTuple
 class EvalResult(NamedTuple):
     """success: mean final reward; mixed / all_fail / all_succeed: group label fractions;
     valid: share of steps whose action was admissible; steps: mean trajectory length;
-    seconds: wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions."""
+    seconds: wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions;
+    invalid / invalid_repeats: invalid steps, and those that repeat the trajectory's previous action."""
 
     success: float
     mixed: float
@@ -35,6 +36,8 @@ class EvalResult(NamedTuple):
     gen_tokens: int
     n_groups: int
     invalid_examples: list[str]
+    invalid: int = 0
+    invalid_repeats: int = 0
 
 
 def load_tasks(name: str, n: int, difficulty: str = "small"):
@@ -71,6 +74,8 @@ def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress
     trajs = [t for g in groups for t in g.trajs]
     steps = [s for t in trajs for s in t.steps]
     invalid = Counter(s["action"] for s in steps if not s["valid"])
+    repeats = sum(not b["valid"] and b["action"] == a["action"]
+                  for t in trajs for a, b in zip(t.steps, t.steps[1:], strict=False))
     n = len(groups)
     return EvalResult(
         success=sum(t.success for t in trajs) / len(trajs),
@@ -83,6 +88,8 @@ def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress
         gen_tokens=summary.n_gen_tokens,
         n_groups=n,
         invalid_examples=[f"{a!r} x{c}" for a, c in invalid.most_common(8)],
+        invalid=sum(invalid.values()),
+        invalid_repeats=repeats,
     )
 
 
@@ -119,7 +126,8 @@ def main() -> None:
         f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} steps/traj, "
         f"{res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"
     )
-    print("most frequent invalid actions:", "; ".join(res.invalid_examples))
+    print(f"{res.invalid_repeats} of {res.invalid} invalid actions repeat the action before;",
+          "most frequent:", "; ".join(res.invalid_examples))
     if args.json:
         Path(args.json).write_text(json.dumps(res._asdict(), indent=2))
 

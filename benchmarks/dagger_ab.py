@@ -1,0 +1,134 @@
+"""What a DAgger round should fine-tune on: one round of rollouts, the same rollouts fine-tuned
+several ways, each result evaluated on the engine with collect's seeds.
+
+    python benchmarks/dagger_ab.py --model DIR [--round 0] [--arms won,all,invalid]
+                                   [--round-tasks N] [--groups 40] [--out WORK] [--threads 2]
+
+Arms: ``won`` — the won trajectories, the model's off-label turns untrained (the build's
+default); ``all`` — plus one branch per off-label model step (``correction_relabel``); ``invalid``
+— plus only the branches where the model's action was invalid (answered "Nothing happens.";
+found in the won trajectories, so lost ones add none). Every arm also replays
+``correction_replay`` of the model's original demonstrations, as the build does. The round uses
+the build config in ``DIR/build.json`` (the default config for a model without one) and its
+prompt (``srollout.json``), round index ``--round`` (for a model built with R rounds, R gives
+fresh tasks). Models are written to ``WORK/<arm>``; prints one line per arm (fine-tuning tokens
+and seconds, success, mixed, valid actions, invalid actions repeating the one before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+from eval_policy import evaluate, load_tasks
+
+ARMS = ("won", "all", "invalid")
+
+
+def build_config(model: Path):
+    """The model's build config (build.json), ``correction_relabel`` on so the round keeps its
+    branches (the arms choose which to use)."""
+    from srollout.config import BuildConfig
+
+    fields = {f.name for f in dataclasses.fields(BuildConfig)}
+    info = model / "build.json"
+    raw = json.loads(info.read_text())["config"] if info.exists() else {}
+    raw = {k: v for k, v in raw.items() if k in fields}
+    if raw.get("thoughts") is False:  # v5 wrote a bool
+        raw["thoughts"] = "none"
+    if "noise" in raw:
+        raw["noise"] = tuple(raw["noise"])
+    return dataclasses.replace(BuildConfig(**raw), correction_relabel=True)
+
+
+def invalid_only(won, branches):
+    """The branches whose state's model action was invalid: the won trajectory they come from
+    answers it with "Nothing happens."."""
+    keep = []
+    for system, b in branches:
+        n = len(b)
+        head = b[:-1]
+        for _, w in won:
+            if len(w) > n and w[n - 1].user == b[-1].user and [t._replace(trained=False) for t in w[: n - 1]] == head:
+                if w[n].user.split("\n")[0].endswith("Nothing happens."):
+                    keep.append((system, b))
+                break
+    return keep
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, type=Path)
+    ap.add_argument("--round", type=int, default=0)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--round-tasks", type=int, default=None, help="train tasks in the round (default: the config's)")
+    ap.add_argument("--groups", type=int, default=40)
+    ap.add_argument("--out", type=Path, default=Path("dagger-ab"))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    arms = args.arms.split(",")
+    if not set(arms) <= set(ARMS):
+        raise SystemExit(f"--arms: expected some of {', '.join(ARMS)}, got {args.arms}")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from srollout.envs.prompts import model_prompt
+    from srollout.envs.tasks import load_task_set
+    from srollout.policy.chat import IM_END, tokenize_chat
+    from srollout.policy.dagger import play_round, round_tasks
+    from srollout.policy.default_model import _truncate, make_demonstrations, sft
+    from srollout.policy.transformers_backend import TransformersPolicy
+
+    torch.set_num_threads(args.threads)
+    cfg = dataclasses.replace(build_config(args.model), threads=args.threads)
+    if args.round_tasks:
+        cfg = dataclasses.replace(cfg, correction_tasks=args.round_tasks)
+    prompt = model_prompt(args.model)  # the build's system prompt and user template
+    system = prompt.system
+
+    def load():
+        return AutoModelForCausalLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
+
+    model, tok = load()
+    tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, args.round)
+    won, branches, stats = play_round(model, tok, tasks, system, cfg, args.round)
+    print(f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, {stats.model_off_label} of "
+          f"{stats.model_steps} model steps off the label, {stats.seconds:.0f} s", flush=True)
+    demos = [d._replace(system=system) for d in make_demonstrations(cfg)]
+    im_end = tok.convert_tokens_to_ids(IM_END)
+    examples = [_truncate(tokenize_chat(tok, d.system, d.turns, im_end), cfg.max_context) for d in demos]
+    replay = random.Random(f"srollout-dagger-replay:{cfg.seed}:{args.round}").sample(
+        examples, min(cfg.correction_replay, len(examples)))
+    tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
+    eval_tasks = load_tasks("eval", args.groups, cfg.difficulty)
+    for arm in arms:
+        extra = {"won": [], "all": branches, "invalid": invalid_only(won, branches)}[arm]
+        new = [_truncate(tokenize_chat(tok, s, t, im_end), cfg.max_context) for s, t in won]
+        for s, t in extra:  # a branch teaches its last turn only: no observation loss
+            ex = tokenize_chat(tok, s, t, im_end)
+            if len(ex.token_ids) <= cfg.max_context:
+                new.append(ex._replace(obs_mask=[False] * len(ex.token_ids)))
+        model, tok = load()
+        t0 = time.perf_counter()
+        sft(model, new + replay, tune, tok.pad_token_id)
+        ft_s = time.perf_counter() - t0
+        out = args.out / arm
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(args.model, out)
+        model.save_pretrained(out)
+        policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=48, max_batch_rows=96)
+        res = evaluate(policy, eval_tasks, progress=False, system=prompt.system, user_template=prompt.user_template)
+        n_tok = sum(len(e.token_ids) for e in new + replay)
+        print(f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning {ft_s:.0f} s | {res.n_groups} groups: "
+              f"success {res.success:.1%}, mixed {res.mixed:.1%}, valid {res.valid:.1%}, "
+              f"{res.invalid_repeats} of {res.invalid} invalid repeat the action before", flush=True)
+
+
+if __name__ == "__main__":
+    main()
