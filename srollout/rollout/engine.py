@@ -101,7 +101,8 @@ def group_id_of(index: int) -> str:
 class RolloutSettings:
     """How the engine rolls out.
 
-    G: trajectories per group; T_max: step limit per trajectory; seed: the run seed;
+    G: trajectories per group (1 only without signals or gate: independent trajectories, as a
+    greedy evaluation plays them); T_max: step limit per trajectory; seed: the run seed;
     concurrency: most trajectories in flight at once (>= G); signal_K: K values at which the
     seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
     step gate_K (None = no gate; a gate with ``check_K`` is applied at each of its check steps
@@ -119,8 +120,11 @@ class RolloutSettings:
     arm: str = "collect"
 
     def __post_init__(self) -> None:
-        if self.G < 2:
-            raise SrolloutError(f"G must be >= 2 (a group of one has no variance), got {self.G}")
+        if self.G < 1:
+            raise SrolloutError(f"G must be >= 1, got {self.G}")
+        if self.G < 2 and (self.signal_K or self.gate is not None):
+            # one trajectory per "group" (a greedy evaluation) is fine; agreement needs two
+            raise SrolloutError(f"G must be >= 2 for signals or a gate (a group of one has no variance), got {self.G}")
         if self.T_max < 1:
             raise SrolloutError(f"T_max must be >= 1, got {self.T_max}")
         if self.concurrency < self.G:

@@ -139,8 +139,13 @@ def test_tables_follow_the_schemas():
 
 
 def test_bad_settings_raise_one_line_errors():
-    with pytest.raises(SrolloutError, match="G must be >= 2"):
-        RolloutSettings(G=1)
+    with pytest.raises(SrolloutError, match="G must be >= 2 for signals or a gate"):
+        RolloutSettings(G=1)  # collect's signals need two trajectories to compare
+    with pytest.raises(SrolloutError, match="G must be >= 2 for signals or a gate"):
+        RolloutSettings(G=1, signal_K=(), gate=FixedGate(True), gate_K=2)
+    with pytest.raises(SrolloutError, match="G must be >= 1"):
+        RolloutSettings(G=0, signal_K=())
+    assert RolloutSettings(G=1, signal_K=(), concurrency=1).G == 1
     with pytest.raises(SrolloutError, match="concurrency"):
         RolloutSettings(G=8, concurrency=4)
     with pytest.raises(SrolloutError, match="gate K"):
@@ -197,3 +202,21 @@ def test_multi_step_gate_skips_groups_that_ended_and_checks_past_T_max():
     assert RolloutSettings(G=3, T_max=9, gate=FixedGate(True, K=5), gate_K=5).gate_steps == (5,)
     with pytest.raises(SrolloutError, match="first check step"):
         RolloutSettings(G=3, T_max=9, gate=TwoStepGate(), gate_K=4)
+
+
+def test_greedy_eval_plays_task_i_as_the_first_trajectory_of_group_i():
+    # greedy_eval runs on the engine with G=1: its outcome for task i is, action for action,
+    # trajectory 0 of group i of a G=3 run with the same seed (the walker's coin is the sample
+    # seed; corridors of 2..4 cells, T_max 5, so some win and some run out of steps)
+    from corridor_env import Prompter
+
+    from srollout.training.evaluate import greedy_eval
+
+    ts = tasks([2, 3, 4, 2, 3])
+    out = greedy_eval(SeededWalker(), Corridor, Prompter(), ts, T_max=5, seed=7)
+    records, _ = roll(make_specs(ts, 5), RolloutSettings(G=3, T_max=5, seed=7, concurrency=15, signal_K=()))
+    first = {r.spec.index: r.trajs[0] for r in records}
+    assert [o.task_id for o in out] == [t.task_id for t in ts]
+    assert [(o.success, o.reward, o.n_steps) for o in out] == [
+        (first[i].success, first[i].reward, len(first[i].steps)) for i in range(5)]
+    assert 0 < sum(o.success for o in out) < 5 and {o.n_steps for o in out} != {5}
