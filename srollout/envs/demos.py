@@ -17,14 +17,16 @@ from srollout.policy.base import ActRequest, TrajKey
 @dataclass(frozen=True)
 class Turn:
     """One step: the user turn (``Observation: ...``), the assistant text
-    (``Thought: ...\\nAction: ...``), whether the action was noise (mask its loss) and whether
-    the engine accepted it."""
+    (``Thought: ...\\nAction: ...``), whether the action was noise (mask its loss), whether
+    the engine accepted it, the state's admissible actions and the observation o_t itself (so a
+    policy with another user template can render the turn its own way)."""
 
     user: str
     assistant: str
     is_noise: bool
     valid: bool
     admissible: tuple[str, ...] = ()
+    observation: str = ""
 
     @property
     def response(self) -> str:  # alias used by the policy builder
@@ -174,7 +176,7 @@ class _DemoJob:
                                      expert_plan=info.expert_plan, observation=obs)
                     text = policy.act([req])[0].text
                     res = env.step(parse_response(text).action)
-                    turns.append(Turn(req.user, text, policy.was_noise(key), res.valid, tuple(info.admissible)))
+                    turns.append(Turn(req.user, text, policy.was_noise(key), res.valid, tuple(info.admissible), obs))
                     obs, info = res.observation, res
                     if res.done:
                         success = True

@@ -179,12 +179,10 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
 
 
 def _user(turn: Any, task: str, template: str) -> str:
-    """A demonstration turn's user text (made in the default template) in the policy's ``template``."""
-    from srollout.envs.prompts import USER_TEMPLATE, observation_of, user_turn
+    """A demonstration turn's user text in the policy's ``template``, from its observation."""
+    from srollout.envs.prompts import user_turn
 
-    if template == USER_TEMPLATE:
-        return turn.user
-    return user_turn(observation_of(turn.user), task, template, turn.admissible)
+    return user_turn(turn.observation, task, template, turn.admissible)
 
 
 # --- step 2: tokenizer ------------------------------------------------------------------------

@@ -397,6 +397,16 @@ def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
     two = generate_demonstrations(tasks[:3], **kw, workers=2)
     assert len(one) == 6 and [e.turns for e in one] == [e.turns for e in two]
     assert [e.task_id for e in one] == [t.task_id for t in tasks[:3]] * 2
+    # each turn keeps o_t itself: the user turn is it in the default template, the first is the
+    # room's description and a turn after an invalid action is "Nothing happens."
+    from srollout.envs.prompts import user_turn
+
+    turns = [t for e in one for t in e.turns]
+    assert all(t.user == user_turn(t.observation) for t in turns)
+    assert all(e.turns[0].observation.startswith("You are in the middle of a room.") for e in one)
+    assert sum(not t.valid for t in turns) >= 2  # the noise made some invalid actions
+    assert all(b.observation == "Nothing happens." for e in one for a, b in zip(e.turns, e.turns[1:], strict=False)
+               if not a.valid)
 
 
 def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observations_in(tasks):
