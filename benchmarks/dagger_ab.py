@@ -82,7 +82,7 @@ def main() -> None:
     from srollout.envs.tasks import load_task_set
     from srollout.policy.chat import IM_END, tokenize_chat
     from srollout.policy.dagger import play_round, round_tasks
-    from srollout.policy.default_model import _truncate, make_demonstrations, sft
+    from srollout.policy.default_model import _truncate, make_demonstrations, round_examples, sft
     from srollout.policy.transformers_backend import TransformersPolicy
 
     torch.set_num_threads(args.threads)
@@ -109,11 +109,7 @@ def main() -> None:
     eval_tasks = load_tasks("eval", args.groups, cfg.difficulty)
     for arm in arms:
         extra = {"won": [], "all": branches, "invalid": invalid_only(won, branches)}[arm]
-        new = [_truncate(tokenize_chat(tok, s, t, im_end), cfg.max_context) for s, t in won]
-        for s, t in extra:  # a branch teaches its last turn only: no observation loss
-            ex = tokenize_chat(tok, s, t, im_end)
-            if len(ex.token_ids) <= cfg.max_context:
-                new.append(ex._replace(obs_mask=[False] * len(ex.token_ids)))
+        new = round_examples(tok, won, extra, cfg.max_context)
         model, tok = load()
         t0 = time.perf_counter()
         sft(model, new + replay, tune, tok.pad_token_id)

@@ -485,6 +485,20 @@ def check_build_config(cfg: BuildConfig) -> None:
         raise SrolloutError("BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]")
 
 
+def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branches: Sequence[tuple[str, list[Any]]],
+                   max_context: int) -> list[TokenizedChat]:
+    """A DAgger round's fine-tuning examples: the won conversations (cut to ``max_context``),
+    then the relabelled branches, which teach their last turn only (no observation loss; a
+    branch past ``max_context`` is dropped, not cut, which would lose the label)."""
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    out = [_truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context) for system, turns in won]
+    for system, turns in branches:
+        ex = tokenize_chat(tokenizer, system, turns, im_end)
+        if len(ex.token_ids) <= max_context:  # a turn that fit the rollout fits here
+            out.append(ex._replace(obs_mask=[False] * len(ex.token_ids)))
+    return out
+
+
 def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
                   round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
     """One DAgger round (srollout.policy.dagger) on ``model`` in place: play, label, fine-tune on
@@ -500,12 +514,7 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
     tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
     won, branches, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx,
                                       phase(f"{name}: rollouts") if phase else None)
-    im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    new = [_truncate(tokenize_chat(tokenizer, sys_, turns, im_end), cfg.max_context) for sys_, turns in won]
-    for sys_, turns in branches:  # a branch teaches its last turn only: no observation loss
-        ex = tokenize_chat(tokenizer, sys_, turns, im_end)
-        if len(ex.token_ids) <= cfg.max_context:  # a turn that fit the rollout fits here
-            new.append(ex._replace(obs_mask=[False] * len(ex.token_ids)))
+    new = round_examples(tokenizer, won, branches, cfg.max_context)
     rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
     replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
     tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)

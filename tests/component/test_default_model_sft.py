@@ -141,3 +141,25 @@ def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_buil
                              user_template="Observation: {observation}\nTask: {task}.\nActions: {actions}.")
     assert config_hash(q3) == "87812bf28342"
     assert config_hash(dataclasses.replace(q3, correction_relabel=True)) not in {"87812bf28342", *hashes}
+
+
+def test_round_examples_cut_the_won_and_drop_a_branch_too_long_to_keep_its_label():
+    from srollout.policy.chat import IM_END, tokenize_chat
+    from srollout.policy.dagger import relabel_branches
+    from srollout.policy.default_model import round_examples, synthetic_demos
+
+    _, tok, _, _ = _setup("compact")
+    d = synthetic_demos(1, seed=5)[0]
+    im_end = tok.convert_tokens_to_ids(IM_END)
+    full = tokenize_chat(tok, d.system, d.turns, im_end)
+    short, long_ = relabel_branches(d.turns, [(1, "Action: look"), (len(d.turns) - 1, "Action: look")])
+    n_short = len(tokenize_chat(tok, d.system, short, im_end).token_ids)
+    limit = n_short + 1
+    assert len(full.token_ids) > limit and len(tokenize_chat(tok, d.system, long_, im_end).token_ids) > limit
+    won, branch = round_examples(tok, [(d.system, d.turns)], [(d.system, short), (d.system, long_)], limit)
+    # the won conversation is cut to the limit with the observation loss on; the short branch is
+    # whole, trains only its last response and no observation; the long one is gone
+    assert won.token_ids == full.token_ids[:limit] and won.obs_mask is None
+    assert len(branch.token_ids) == n_short and branch.obs_mask == [False] * n_short
+    last = tokenize_chat(tok, d.system, short, im_end)
+    assert branch.loss_mask == last.loss_mask and sum(branch.loss_mask) == len(tok("Action: look", add_special_tokens=False)["input_ids"]) + 1
