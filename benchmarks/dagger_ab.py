@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import random
 import shutil
 import time
 from pathlib import Path
@@ -80,9 +79,13 @@ def main() -> None:
 
     from srollout.envs.prompts import model_prompt
     from srollout.envs.tasks import load_task_set
-    from srollout.policy.chat import IM_END, tokenize_chat
     from srollout.policy.dagger import play_round, round_tasks
-    from srollout.policy.default_model import _truncate, make_demonstrations, round_examples, sft
+    from srollout.policy.default_model import (
+        demo_examples,
+        make_demonstrations,
+        round_finetuning,
+        sft,
+    )
     from srollout.policy.transformers_backend import TransformersPolicy
 
     torch.set_num_threads(args.threads)
@@ -100,19 +103,14 @@ def main() -> None:
     won, branches, stats = play_round(model, tok, tasks, system, cfg, args.round)
     print(f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, {stats.model_off_label} of "
           f"{stats.model_steps} model steps off the label, {stats.seconds:.0f} s", flush=True)
-    demos = [d._replace(system=system) for d in make_demonstrations(cfg)]
-    im_end = tok.convert_tokens_to_ids(IM_END)
-    examples = [_truncate(tokenize_chat(tok, d.system, d.turns, im_end), cfg.max_context) for d in demos]
-    replay = random.Random(f"srollout-dagger-replay:{cfg.seed}:{args.round}").sample(
-        examples, min(cfg.correction_replay, len(examples)))
-    tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
+    examples = demo_examples(tok, [d._replace(system=system) for d in make_demonstrations(cfg)], cfg.max_context)
     eval_tasks = load_tasks("eval", args.groups, cfg.difficulty)
     for arm in arms:
         extra = {"won": [], "all": branches, "invalid": invalid_only(won, branches)}[arm]
-        new = round_examples(tok, won, extra, cfg.max_context)
+        data, tune = round_finetuning(tok, examples, won, extra, cfg, args.round)  # as the build's round does
         model, tok = load()
         t0 = time.perf_counter()
-        sft(model, new + replay, tune, tok.pad_token_id)
+        sft(model, data, tune, tok.pad_token_id)
         ft_s = time.perf_counter() - t0
         out = args.out / arm
         shutil.rmtree(out, ignore_errors=True)
@@ -120,7 +118,7 @@ def main() -> None:
         model.save_pretrained(out)
         policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=48, max_batch_rows=96)
         res = evaluate(policy, eval_tasks, progress=False, system=prompt.system, user_template=prompt.user_template)
-        n_tok = sum(len(e.token_ids) for e in new + replay)
+        n_tok = sum(len(e.token_ids) for e in data)
         print(f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning {ft_s:.0f} s | {res.n_groups} groups: "
               f"success {res.success:.1%}, mixed {res.mixed:.1%}, valid {res.valid:.1%}, "
               f"{res.invalid_repeats} of {res.invalid} invalid repeat the action before", flush=True)

@@ -150,6 +150,7 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     the context untrained; the expert then recovers from the state it left.
     """
     from srollout.envs.demos import generate_demonstrations
+    from srollout.envs.prompts import user_turn
     from srollout.envs.tasks import load_task_set
     from srollout.policy.dagger import demo_response
 
@@ -169,20 +170,14 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
         workers=cfg.threads,  # the engine is single-threaded: one process per core the build may use
     )
     texts = {t.task_id: t.task_text for t in tasks}
-    # only won episodes: a demonstration that wanders for T_max steps teaches wandering
+    # only won episodes: a demonstration that wanders for T_max steps teaches wandering; each user
+    # turn is rendered in the policy's template from the turn's own observation
     return [
-        Demo(system=ep.system, turns=[Turn(_user(t, texts[ep.task_id], cfg.user_template),
+        Demo(system=ep.system, turns=[Turn(user_turn(t.observation, texts[ep.task_id], cfg.user_template, t.admissible),
                                            demo_response(t.assistant, cfg.thoughts), not t.is_noise) for t in ep.turns])
         for ep in episodes
         if ep.success and ep.turns
     ]
-
-
-def _user(turn: Any, task: str, template: str) -> str:
-    """A demonstration turn's user text in the policy's ``template``, from its observation."""
-    from srollout.envs.prompts import user_turn
-
-    return user_turn(turn.observation, task, template, turn.admissible)
 
 
 # --- step 2: tokenizer ------------------------------------------------------------------------
@@ -442,8 +437,7 @@ def build_from_demos(
     if cfg.prompt == "short":  # the policy's own prompt, saved with it (srollout.json)
         demos = [d._replace(system=DEFAULT_POLICY_PROMPT) for d in demos]
     tokenizer = train_tokenizer(demo_texts(demos, cfg.template), cfg.vocab_size, cfg.template)
-    im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    examples = [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), cfg.max_context) for d in demos]
+    examples = demo_examples(tokenizer, demos, cfg.max_context)
     model = make_model(tokenizer, cfg)
     final_loss = sft(model, examples, cfg, tokenizer.pad_token_id, on_step)
     rounds = []
@@ -485,6 +479,25 @@ def check_build_config(cfg: BuildConfig) -> None:
         raise SrolloutError("BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]")
 
 
+def demo_examples(tokenizer: Any, demos: Sequence[Demo], max_context: int) -> list[TokenizedChat]:
+    """The demonstrations as SFT examples, each cut to ``max_context``."""
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    return [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), max_context) for d in demos]
+
+
+def round_finetuning(tokenizer: Any, examples: Sequence[TokenizedChat], won: Sequence[tuple[str, list[Any]]],
+                     branches: Sequence[tuple[str, list[Any]]], cfg: BuildConfig,
+                     round_idx: int) -> tuple[list[TokenizedChat], BuildConfig]:
+    """What round ``round_idx`` fine-tunes on (:func:`round_examples` plus a seeded sample of
+    ``cfg.correction_replay`` of the original ``examples``) and the config it fine-tunes with."""
+    import random
+
+    rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
+    replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
+    tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
+    return round_examples(tokenizer, won, branches, cfg.max_context) + replay, tune
+
+
 def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branches: Sequence[tuple[str, list[Any]]],
                    max_context: int) -> list[TokenizedChat]:
     """A DAgger round's fine-tuning examples: the won conversations (cut to ``max_context``),
@@ -505,8 +518,6 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
     the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the original
     ``examples``.
     Returns the fine-tuning's last-epoch loss and the round's counts."""
-    import random
-
     from srollout.envs.tasks import load_task_set
     from srollout.policy.dagger import play_round, round_tasks
 
@@ -514,12 +525,9 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
     tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
     won, branches, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx,
                                       phase(f"{name}: rollouts") if phase else None)
-    new = round_examples(tokenizer, won, branches, cfg.max_context)
-    rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
-    replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
-    tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
+    data, tune = round_finetuning(tokenizer, examples, won, branches, cfg, round_idx)
     report = phase(f"{name}: fine-tuning") if phase else None
-    loss = sft(model, new + replay, tune, tokenizer.pad_token_id, (lambda s, t, _: report(s, t)) if report else None)
+    loss = sft(model, data, tune, tokenizer.pad_token_id, (lambda s, t, _: report(s, t)) if report else None)
     return loss, stats
 
 
