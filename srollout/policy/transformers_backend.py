@@ -231,7 +231,11 @@ class TransformersPolicy:
         state = self._states.get(request.key)
         fresh = state is None or request.step == 1
         held = 0 if fresh else len(state.token_ids)
-        return held + len(self._turn_tokens(request, None if fresh else state)) + self.max_new_tokens <= self.max_context
+        return self._within_context(held + len(self._turn_tokens(request, None if fresh else state)))
+
+    def _within_context(self, n_tokens: int) -> bool:
+        """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the context."""
+        return n_tokens + self.max_new_tokens <= self.max_context
 
     # --- internals -------------------------------------------------------------------------
     def _turn_tokens(self, req: ActRequest, state: _TrajState | None) -> list[int]:
@@ -261,7 +265,7 @@ class TransformersPolicy:
         state.action_mask += [False] * len(new)
         state.last_user = req.user
         state.step = req.step
-        if len(state.token_ids) + self.max_new_tokens > self.max_context:
+        if not self._within_context(len(state.token_ids)):
             # checked before any forward: past the context the model would fail inside torch
             # (or silently extrapolate its positions)
             raise SrolloutError(
