@@ -206,6 +206,13 @@ def _check_rollout(cfg: Any, policies: Sequence[str]) -> None:
     if cfg.backend not in COLLECT_BACKENDS:
         raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {cfg.backend!r}")
     _check_unit((cfg.eps,), "--eps")
+    from srollout.envs.gen import DIFFICULTIES
+    from srollout.envs.tasks import OFFICIAL_SPLITS
+
+    if cfg.difficulty not in DIFFICULTIES:
+        raise SrolloutError(f"--difficulty: expected one of {', '.join(DIFFICULTIES)}, got {cfg.difficulty!r}")
+    if cfg.difficulty != "small" and cfg.tasks in OFFICIAL_SPLITS:
+        raise SrolloutError(f"--difficulty sizes the generated task sets; the official split {cfg.tasks!r} has its own rooms")
     if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
         raise SrolloutError(f"--model {cfg.model}: no such model directory")
     if cfg.adapter is not None and not Path(cfg.adapter).is_dir():
@@ -242,6 +249,7 @@ class CollectConfig:
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
     backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
     tasks: str = doc("eval", "Task set to draw groups from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
+    difficulty: str = doc("small", "Room size of the generated task sets: `small` (<=6 receptacles, 3 distractors; the embedded default policy is trained on these), `medium` (10, 6), `large` (16, 6) or `full` (the whole FloorPlan, 3). Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
     policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
     eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
     gate: Path | None = doc(None, "gate.json (from `srollout sweep`) to apply at its step K; off by default so outcomes are complete.")
@@ -544,17 +552,6 @@ def parse_names(text: str, option: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class EnvConfig:
-    """Which games a stage plays (``srollout.envs.tasks.load_task_set`` arguments)."""
-
-    tasks: str = doc("eval", "Task set: generated `train` (1000) / `eval` (100) / `heldout` (100, unseen scenes), or an official split (`valid_seen`, `valid_unseen`, `valid_train`, `alfworld_train`) from $ALFWORLD_DATA.")
-    difficulty: str = doc("small", "Generated rooms: `small` (<=6 receptacles, 3 distractors), `medium` (10, 6), `large` (16, 6), `full` (whole FloorPlan, 3).")
-    n_tasks: int | None = doc(None, "Number of tasks (default: the set's size); the task-type mix stays the paper's.")
-    task_seed: int = doc(0, "0 = the standard sets; another value draws other games of the same kind.")
-    expert_plan: bool = doc(False, "Ask the planner for a plan after every step (only expert policies need it).")
-
-
-@dataclass(frozen=True)
 class GateFitConfig:
     """`srollout sweep --learned/--adaptive`: gates fit on one set of groups and judged on another."""
 
@@ -596,6 +593,7 @@ class AbRolloutConfig:
 
     groups: int = doc(AB_GROUPS, "Number of tasks (groups) per arm; group i plays task i of the task set, with the same seeds in every arm.")
     tasks: str = doc("eval", "Task set to draw the tasks from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
+    difficulty: str = doc("small", "Room size of the generated task sets: `small` (<=6 receptacles, 3 distractors; the embedded default policy is trained on these), `medium` (10, 6), `large` (16, 6) or `full` (the whole FloorPlan, 3). Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
     G: int = doc(PAPER_G, "Trajectories per group (group size G).")
     T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")

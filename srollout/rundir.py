@@ -113,6 +113,11 @@ class Manifest:
         self.update(**fields)
 
 
+# Config options added after runs were first written, with the value that runs made before them
+# played: a manifest without the option reads as that value, so those runs still resume.
+ADDED_OPTIONS: dict[str, Any] = {"difficulty": "small"}
+
+
 def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what: str) -> None:
     """Refuse to resume ``run_dir`` unless it is a ``stage`` run made with the same settings.
 
@@ -126,7 +131,7 @@ def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what:
     if old.get("stage") != stage:
         raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a {stage} run")
     for name, value in resume_key.items():
-        before = old.get("config", {}).get(name)
+        before = old.get("config", {}).get(name, ADDED_OPTIONS.get(name))
         now = json.loads(json.dumps(value, default=str))
         if now != before:
             raise SrolloutError(

@@ -39,6 +39,7 @@ def register(app: typer.Typer) -> None:
     def ab_rollout(
         groups: Annotated[int | None, typer.Option("--groups", help=_h("groups") + f"  \\[default: {_DEFAULT.groups}]", show_default=False)] = None,
         tasks: Annotated[str, typer.Option("--tasks", help=_h("tasks"))] = _DEFAULT.tasks,
+        difficulty: Annotated[str, typer.Option("--difficulty", help=_h("difficulty"))] = _DEFAULT.difficulty,
         G: Annotated[int, typer.Option("--G", help=_h("G"))] = _DEFAULT.G,
         T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max") + f"  \\[default: {_DEFAULT.T_max}]", show_default=False)] = None,
         K: Annotated[int | None, typer.Option("--K", help=_h("K"), show_default=False)] = None,
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
         config = AbRolloutConfig(
             groups=n_groups,
             tasks=tasks,
+            difficulty=difficulty,
             G=G,
             T_max=T_max if T_max is not None else (QUICK_T_MAX if quick else _DEFAULT.T_max),
             temperature=temperature,

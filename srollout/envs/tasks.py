@@ -254,6 +254,11 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
     return {t: have[t][:c] for t, c in counts.items()}
 
 
+def rooms_note(name: str, difficulty: str) -> str:
+    """`` (small rooms)`` for a generated set, for reports; nothing for an official split."""
+    return "" if name in OFFICIAL_SPLITS else f" ({difficulty} rooms)"
+
+
 def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | None = None,
                   *, seed: int = 0, progress: bool | Callable[[int, int], None] = True) -> list[Task]:
     """The tasks of a named set, generating (once, cached) what is missing.

@@ -241,6 +241,8 @@ def _mismatch_text(c: Any) -> str:
 
 
 def method_text(config: Any, blocks: pl.DataFrame) -> str:
+    from srollout.envs.tasks import rooms_note
+
     n_arms = blocks["arm"].n_unique()
     runs = blocks.sort("order")["arm"].to_list()
     order = " ".join(a[0].upper() for a in runs) if n_arms == 2 else ", ".join(runs)
@@ -249,7 +251,7 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
            "build their policy replica and warm up before the clock; a run's time counts from when all are up, and its "
            "per-task charges are worker-seconds (workers × wall-clock)." if workers > 1 else "")
     return (
-        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}` (G={config.G}, T_max={config.T_max}, temperature "
+        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, T_max={config.T_max}, temperature "
         f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
         f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
         f"{'A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"

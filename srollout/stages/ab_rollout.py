@@ -379,7 +379,7 @@ def run_ab_rollout(
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
     # a bad gate.json, task set or GRESO history fails here, before anything is written
     arms = build_arms(config)
-    tasks = list(tasks) if tasks is not None else load_tasks(config.tasks)
+    tasks = list(tasks) if tasks is not None else load_tasks(config.tasks, config.difficulty)
     history = load_greso_history(config.greso_history) if config.greso_history is not None and any(a.kind.greso for a in arms) else []
     if config.policy == "lm" and config.backend == "vllm" and policy is None:
         from srollout.policy.vllm_backend import require_vllm

@@ -91,7 +91,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
         _check_resumable(run_dir, config)
 
     # 2. tasks and groups
-    tasks = load_tasks(config.tasks)
+    tasks = load_tasks(config.tasks, config.difficulty)
     specs = make_specs(tasks, config.groups)
     done_ids = finished_groups(run_dir) if config.resume else []
     todo = select(specs, done_ids)
@@ -160,11 +160,12 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
 # --- building blocks the story uses ------------------------------------------------------------
 
 
-def load_tasks(name: str) -> list:
-    """The tasks of set ``name`` (an unknown name is a SrolloutError from the envs package)."""
+def load_tasks(name: str, difficulty: str = "small") -> list:
+    """The tasks of set ``name`` with rooms of ``difficulty`` (an unknown name is a
+    SrolloutError from the envs package)."""
     from srollout.envs import load_task_set
 
-    tasks = list(load_task_set(name))
+    tasks = list(load_task_set(name, difficulty))
     if not tasks:
         raise SrolloutError(f"task set {name!r} is empty")
     return tasks
@@ -275,6 +276,7 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
 
     workers: Ray rollout workers of this process's rollout (1: in process); with several, the
     engine's times are summed over workers and "other" is worker-seconds spent on neither."""
+    from srollout.envs.tasks import rooms_note
     from srollout.report.markdown import Section, write_report
     from srollout.report.tables import to_markdown
 
@@ -309,7 +311,7 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
                    f"summed over workers, \"other\" includes worker start-up and idle time; wall-clock {summary.wall_s:.1f} s.")
     sections = [
         Section("Summary", to_markdown(stats_frame(stats))),
-        Section("Settings", f"task set `{config.tasks}`, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
+        Section("Settings", f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
                 f"temperature {config.temperature}, top-p {config.top_p}, seed {config.seed}; gate {gate}\n\n{engine}"),
         Section("By task type", to_markdown(by_type)),
     ]

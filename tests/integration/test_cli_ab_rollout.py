@@ -67,6 +67,7 @@ def test_always_cut_gate_is_judged_by_the_baseline_arm(tmp_path):
     assert (per_block["wall_s"] - per_block["clock"]).abs().max() < 1e-9
     report = (out / "report.md").read_text()
     assert "judged by the baseline arm" in report and "ab_task_time.png" in report
+    assert "the same 4 tasks of `eval` (small rooms)" in report
     assert (out / "figures" / "ab_saving_decomposition.png").stat().st_size > 0
     assert "gated vs baseline" in proc.stdout and "seed match" in proc.stdout
 
@@ -80,6 +81,7 @@ def test_always_cut_gate_is_judged_by_the_baseline_arm(tmp_path):
         (["--repeats", "0"], "--repeats"),
         (["--gate", "/no/such/gate.json"], "/no/such/gate.json"),
         (["--tasks", "no-such-set"], "no-such-set"),
+        (["--difficulty", "huge"], "--difficulty: expected one of small, medium"),
         (["--rule", "r3"], "--t-high"),
         (["--arms", "gated,dapo"], "--arms must include baseline"),
         (["--arms", "baseline,dapo2"], "unknown arm 'dapo2'"),

@@ -73,6 +73,8 @@ def test_quick_collect_with_the_noisy_expert(tmp_path):
         (["--model", "/no/such/model"], "/no/such/model"),
         (["--signal-K", "5,x"], "--signal-K"),
         (["--resume"], "--resume"),
+        (["--difficulty", "huge"], "--difficulty: expected one of small, medium, large, full"),
+        (["--tasks", "valid_seen", "--difficulty", "medium"], "has its own rooms"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -99,3 +101,29 @@ def test_gate_json_cuts_every_group_at_its_K(tmp_path):
     assert trajs["n_steps"].max() == 3
     signals = read(out / "signals.parquet", SIGNALS)
     assert sorted(set(signals["K"])) == [2, 3]  # K=5 is after the cut
+
+
+def test_difficulty_picks_the_rooms_and_is_part_of_the_resume_key(tmp_path):
+    args = ["collect", "--policy", "expert", "--groups", "2", "--G", "2", "--T-max", "3", "--signal-K", "2"]
+    runs = {}
+    for difficulty in ("small", "medium"):
+        runs[difficulty] = out = tmp_path / difficulty
+        proc = srollout(*args, "--difficulty", difficulty, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads((out / "manifest.json").read_text())["config"]["difficulty"] == difficulty
+        assert f"task set `eval` ({difficulty} rooms)" in (out / "report.md").read_text()
+    # the same tasks and seeds, other games: the expert sees other rooms
+    small, medium = (read(runs[d] / "steps.parquet", STEPS).sort("group_id", "traj_idx", "step") for d in ("small", "medium"))
+    assert set(small["task_id"]) == set(medium["task_id"])
+    assert small["observation"].to_list() != medium["observation"].to_list()
+    # a medium run resumes only as a medium run
+    refused = srollout(*args, "--out", str(runs["medium"]), "--resume")
+    assert refused.returncode == 2 and "difficulty" in refused.stderr
+    # a run made before --difficulty existed (no such key in its manifest) played small rooms
+    # and still resumes without it
+    path = runs["small"] / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["config"]["difficulty"]
+    path.write_text(json.dumps(manifest))
+    resumed = srollout(*args, "--out", str(runs["small"]), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
