@@ -33,10 +33,9 @@ from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from srollout.envs.base import StepResult, Task
+from srollout.envs.base import NOTHING_HAPPENS, StepResult, Task
 from srollout.errors import SrolloutError
 
-NOTHING_HAPPENS = "Nothing happens."
 _WELCOME = "-= Welcome to TextWorld, ALFRED! =-"
 
 

@@ -37,6 +37,10 @@ class Task:
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
+# What the engine answers an action it rejects (an invalid action).
+NOTHING_HAPPENS = "Nothing happens."
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one environment step returns.

@@ -33,12 +33,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from srollout.envs.base import NOTHING_HAPPENS
 from srollout.envs.prompts import format_response, observation_of
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
 
 _NAME = re.compile(r"\b([a-z]+ \d+)\b")
-_NOTHING = "Nothing happens."
 
 
 EXPLORE_ORDERS = ("random", "listed")
@@ -177,7 +177,7 @@ class ExpertPolicy:
         return st
 
     def _observe(self, st: _TrajState, obs: str) -> None:
-        if obs == _NOTHING:
+        if obs == NOTHING_HAPPENS:
             return
         names = _NAME.findall(obs.split("Your task is to:")[0])
         last = st.last_action
@@ -266,7 +266,7 @@ class ExpertPolicy:
         obs = _observation(req)
         self._observe(st, obs)
         thought, action, noise = self._choose(st, req, obs)
-        if obs == _NOTHING and not noise and self.thoughts == "react":
+        if obs == NOTHING_HAPPENS and not noise and self.thoughts == "react":
             thought = "That did not work. " + thought
         st.last_action = action if action in req.admissible else ""
         st.last_noise = noise
