@@ -186,6 +186,11 @@ QUICK_GROUPS = 8
 QUICK_T_MAX = 15
 
 
+DIFFICULTY_HELP = ("Room size of the generated task sets: `small` (<=6 receptacles, 3 distractors; the embedded default "
+                   "policy is trained on these), `medium` (10, 6), `large` (16, 6) or `full` (the whole FloorPlan, 3). "
+                   "Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
+
+
 def _check_rollout(cfg: Any, policies: Sequence[str]) -> None:
     """The options every stage that rolls groups out shares (collect, ab-rollout): sizes,
     sampling, who acts, the model, and the gate (--gate or --K/--d-L/--rule/--t-high)."""
@@ -249,7 +254,7 @@ class CollectConfig:
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
     backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
     tasks: str = doc("eval", "Task set to draw groups from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
-    difficulty: str = doc("small", "Room size of the generated task sets: `small` (<=6 receptacles, 3 distractors; the embedded default policy is trained on these), `medium` (10, 6), `large` (16, 6) or `full` (the whole FloorPlan, 3). Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
+    difficulty: str = doc("small", DIFFICULTY_HELP)
     policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
     eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
     gate: Path | None = doc(None, "gate.json (from `srollout sweep`) to apply at its step K; off by default so outcomes are complete.")
@@ -593,7 +598,7 @@ class AbRolloutConfig:
 
     groups: int = doc(AB_GROUPS, "Number of tasks (groups) per arm; group i plays task i of the task set, with the same seeds in every arm.")
     tasks: str = doc("eval", "Task set to draw the tasks from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
-    difficulty: str = doc("small", "Room size of the generated task sets: `small` (<=6 receptacles, 3 distractors; the embedded default policy is trained on these), `medium` (10, 6), `large` (16, 6) or `full` (the whole FloorPlan, 3). Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
+    difficulty: str = doc("small", DIFFICULTY_HELP)
     G: int = doc(PAPER_G, "Trajectories per group (group size G).")
     T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
