@@ -48,13 +48,15 @@ def build_config(model: Path):
 def invalid_only(won, branches):
     """The branches whose state's model action was invalid: the won trajectory they come from
     answers it with "Nothing happens."."""
+    from srollout.envs.base import NOTHING_HAPPENS
+
     keep = []
     for system, b in branches:
         n = len(b)
         head = b[:-1]
         for _, w in won:
             if len(w) > n and w[n - 1].user == b[-1].user and [t._replace(trained=False) for t in w[: n - 1]] == head:
-                if w[n].user.split("\n")[0].endswith("Nothing happens."):
+                if w[n].user.split("\n")[0].endswith(NOTHING_HAPPENS):
                     keep.append((system, b))
                 break
     return keep

@@ -479,10 +479,10 @@ def check_build_config(cfg: BuildConfig) -> None:
         raise SrolloutError("BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]")
 
 
-def demo_examples(tokenizer: Any, demos: Sequence[Demo], max_context: int) -> list[TokenizedChat]:
-    """The demonstrations as SFT examples, each cut to ``max_context``."""
+def demo_examples(tokenizer: Any, demos: Sequence[tuple[str, list[Turn]]], max_context: int) -> list[TokenizedChat]:
+    """Conversations ((system, turns), e.g. :class:`Demo`) as SFT examples, each cut to ``max_context``."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    return [_truncate(tokenize_chat(tokenizer, d.system, d.turns, im_end), max_context) for d in demos]
+    return [_truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context) for system, turns in demos]
 
 
 def round_finetuning(tokenizer: Any, examples: Sequence[TokenizedChat], won: Sequence[tuple[str, list[Any]]],
@@ -504,7 +504,7 @@ def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branche
     then the relabelled branches, which teach their last turn only (no observation loss; a
     branch past ``max_context`` is dropped, not cut, which would lose the label)."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    out = [_truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context) for system, turns in won]
+    out = demo_examples(tokenizer, won, max_context)
     for system, turns in branches:
         ex = tokenize_chat(tokenizer, system, turns, im_end)
         if len(ex.token_ids) <= max_context:  # a turn that fit the rollout fits here
