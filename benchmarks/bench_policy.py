@@ -74,10 +74,10 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from srollout.envs.prompts import system_prompt_for
-    from srollout.policy.default_model import ensure_default_policy
+    from srollout.policy.default_model import default_policy
     from srollout.policy.transformers_backend import TransformersPolicy
 
-    model = Path(args.model) if args.model else ensure_default_policy()
+    model = Path(args.model) if args.model else default_policy()
     system = system_prompt_for(model)
     rows: list[tuple[str, str]] = []
 

@@ -110,10 +110,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from srollout.policy.default_model import ensure_default_policy
+    from srollout.policy.default_model import default_policy
     from srollout.policy.transformers_backend import TransformersPolicy
 
-    model = Path(args.model) if args.model else ensure_default_policy()
+    model = Path(args.model) if args.model else default_policy()
     policy = TransformersPolicy(model, temperature=args.temperature, max_new_tokens=48, max_batch_rows=96)
     from srollout.envs.prompts import model_prompt
 

@@ -5,8 +5,9 @@
 #   DEMO_QUICK=1 bash examples/demo.sh [OUT]   # a one-minute look (collect --quick)
 #   DEMO_POLICY=noisy-expert bash examples/demo.sh   # no model: the noisy planner expert acts
 #
-# The default policy and the generated ALFWorld games are built on first use and cached in
-# $SROLLOUT_HOME (default ~/.cache/srollout). Rerunning continues an interrupted collect.
+# The default policy ships with the package; the generated ALFWorld games are made on first use
+# (seconds) and cached in $SROLLOUT_HOME (default ~/.cache/srollout). Rerunning continues an
+# interrupted collect.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/demo}"

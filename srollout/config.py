@@ -250,7 +250,7 @@ class CollectConfig:
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
     top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy.")
     seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx).")
-    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the embedded default policy, built on first use.")
+    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the default policy the package ships.")
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
     backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
     tasks: str = doc("eval", "Task set to draw groups from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
@@ -296,7 +296,7 @@ class PolicyConfig:
     """Which policy a stage rolls out and how it samples."""
 
     kind: str = doc("lm", "Policy: `lm` (a language model), `expert` or `noisy-expert` (planner-driven).")
-    model: str = doc("default", "`default` (built on first use) or a local Hugging Face model directory.")
+    model: str = doc("default", "`default` (the default policy the package ships) or a local Hugging Face model directory.")
     adapter: str | None = doc(None, "A peft LoRA adapter directory to load on top of the model.")
     backend: str = doc("transformers", "`transformers` (CPU/GPU, KV cache) or `vllm` (GPU, extra `gpu`).")
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature (0 = greedy).")
@@ -604,7 +604,7 @@ class AbRolloutConfig:
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
     top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy.")
     seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx), identical in both arms.")
-    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the embedded default policy, built on first use.")
+    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the default policy the package ships.")
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
     backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
     policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")

@@ -140,3 +140,13 @@ def tiny_policy(tmp_path_factory) -> Path:
     from srollout.policy.default_model import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("tiny-policy") / "model", seed=0, n_demos=60)
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The default policy the package ships (v5, 3.3M parameters): the real model the end-to-end
+    tests of collect, ab-rollout and training roll out. Tests that need weights they control use
+    ``tiny_policy``."""
+    from srollout.policy.default_model import default_policy
+
+    return default_policy()

@@ -12,7 +12,7 @@ from srollout.errors import SrolloutError
 
 policy_app = typer.Typer(
     name="policy",
-    help="Build the default policy (done automatically on first use) or inspect a model directory.",
+    help="Rebuild the default policy the package ships, or inspect a model directory.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -23,6 +23,9 @@ _D = BuildConfig()
 @policy_app.command("build")
 def build(
     out: Path | None = typer.Option(None, help="Write here instead of the $SROLLOUT_HOME cache."),  # noqa: B008
+    replace_shipped: bool = typer.Option(
+        False, "--replace-shipped",
+        help="Then copy the build over the default policy the package ships (a clone or an editable install)."),
     seed: int = typer.Option(_D.seed, help=help_for(BuildConfig, "seed")),
     n_demo_tasks: int = typer.Option(_D.n_demo_tasks, help=help_for(BuildConfig, "n_demo_tasks")),
     demos_per_task: int = typer.Option(_D.demos_per_task, help=help_for(BuildConfig, "demos_per_task")),
@@ -43,7 +46,8 @@ def build(
                                             help=help_for(BuildConfig, "correction_relabel")),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the cache already holds this config."),
 ) -> None:
-    """Build the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) and cache it."""
+    """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe
+    and seed into the cache, or --out DIR; --replace-shipped puts it in the package."""
     import dataclasses
     import shutil
 
@@ -52,6 +56,9 @@ def build(
         check_build_config,
         default_policy_dir,
         is_built,
+    )
+    from srollout.policy.default_model import (
+        replace_shipped as put_in_package,
     )
     from srollout.report.console import make_console
 
@@ -68,35 +75,57 @@ def build(
         correction_relabel=correction_relabel,
     )
     check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
+    if replace_shipped and cfg != _D:
+        raise SrolloutError("--replace-shipped builds the default recipe only; drop the recipe options, "
+                            "or build with --out DIR and pass --model DIR")
     target = out or default_policy_dir(cfg)
     console = make_console()
+    if out is not None and out.exists() and not is_built(out) and any(out.iterdir()):
+        raise SrolloutError(f"--out {out}: exists and is not a finished build; choose another directory")
     if is_built(target) and not force:
         console.print(f"already built: {target} (use --force to rebuild)")
-        return
-    if force and target.exists():
-        shutil.rmtree(target)
-    res = build_default_policy(cfg, out=target)
-    _show(target, console, extra={"build wall-clock": f"{res.seconds:.0f} s"})
+        extra = {}
+    else:
+        if force and target.exists():
+            shutil.rmtree(target)
+        res = build_default_policy(cfg, out=target)
+        extra = {"build wall-clock": f"{res.seconds:.0f} s"}
+    if replace_shipped:
+        extra["shipped"] = str(put_in_package(target))
+    _show(target, console, extra=extra)
 
 
 @policy_app.command("info")
 def info(
     model: str = typer.Argument("default", help="`default` or a local Hugging Face model directory."),
 ) -> None:
-    """Show a model directory's architecture, size, tokenizer and (for built ones) build record."""
+    """Show a model directory's architecture, size, tokenizer and (for built ones) build record;
+    for `default`, which model `--model default` uses and whether the cache holds a rebuild."""
+    from srollout.policy import resolve_model
     from srollout.report.console import make_console
 
+    path = resolve_model(model)  # checks every file: a damaged model is one line, exit 2
+    extra: dict[str, str] = {}
     if model == "default":
-        from srollout.policy.default_model import default_policy_dir, is_built
+        extra = _default_in_use(path)
+    _show(path, make_console(), extra=extra)
 
-        path = default_policy_dir()
-        if not is_built(path):
-            raise SrolloutError(f"the default policy is not built yet ({path}); run `srollout policy build`")
-    else:
-        path = Path(model)
-        if not (path / "config.json").is_file():
-            raise SrolloutError(f"{model}: not a Hugging Face model directory (no config.json)")
-    _show(path, make_console())
+
+def _default_in_use(shipped: Path) -> dict[str, str]:
+    """Rows saying which model `--model default` loads and how a cached rebuild compares."""
+    import hashlib
+
+    from srollout.policy.default_model import default_policy_dir, is_built
+
+    def digest(p: Path) -> str:
+        return hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()
+
+    rows = {"in use for --model default": f"the shipped model ({shipped})"}
+    cached = default_policy_dir()
+    if is_built(cached):
+        same = digest(cached) == digest(shipped)
+        rows["cache rebuild"] = f"{cached} ({'weights identical to' if same else 'differs from'} the shipped; not used by default)"
+    return rows
 
 
 def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
@@ -117,10 +146,19 @@ def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
     if build_json.is_file():
         b = json.loads(build_json.read_text())
         rows["parameters"] = f"{b['n_params']:,}"
+        if "precision" in b or "config" in b:
+            rows["precision"] = b.get("precision") or ("bf16 autocast" if b["config"].get("bf16") else "fp32")
+        if "built_on" in b:
+            m = b["built_on"]
+            rows["built on"] = f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('date')} (torch {m.get('torch')})"
+        if "seed" in b.get("config", {}):
+            rows["seed"] = str(b["config"]["seed"])
         rows["SFT data"] = f"{b['n_demos']} demos, {b['n_tokens']:,} tokens ({b['n_loss_tokens']:,} with loss)"
         rows["final SFT loss"] = f"{b['final_loss']:.4f}"
-        rows["built in"] = f"{b['seconds']:.0f} s"
+        rows["built in"] = f"{(b.get('wall_clock_seconds') or {}).get('total', b['seconds']):.0f} s"
         rows["config hash"] = b["config_hash"]
+        for name, value in (b.get("figures") or {}).items():
+            rows[name] = str(value)
     rows.update(extra or {})
     table = Table(title="policy", show_header=False)
     for k, v in rows.items():

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,39 +197,24 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
                      set_seed: int = 0) -> dict[str, list[GameRecord]]:
     """Generate (once) and return the first ``counts[t]`` games of each type of a set.
 
-    progress: True shows a rich bar (off a terminal, a plain line every 5 % instead, so a log
-    is not silent for the minutes a fresh machine spends generating); False shows nothing; a
-    callable gets ``(done, total)`` after every game (and ``(0, total)`` first) instead of a bar.
+    progress: True shows the stages' progress bar (:class:`srollout.report.progress.StageBar`;
+    off a terminal a plain line every 30 s, so a log is not silent while a fresh machine
+    generates); False shows nothing; a callable gets ``(done, total)`` after every game (and
+    ``(0, total)`` first) instead of a bar.
     """
     root = _set_dir(name, difficulty, set_seed)
     have = {t: _read_cache(root / f"{t}.jsonl") for t in counts}
     missing = sum(max(0, c - len(have[t])) for t, c in counts.items())
     if missing:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            ProgressColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-        from rich.text import Text
-
         from srollout.envs.alfworld_env import AlfworldEnv
-
-        class RateColumn(ProgressColumn):
-            def render(self, task) -> Text:
-                return Text(f"{task.speed:.1f} games/s" if task.speed else "- games/s")
+        from srollout.report.console import make_console
+        from srollout.report.progress import StageBar
 
         env = AlfworldEnv()
-        cols = (TextColumn("[bold]generating {task.description}"), BarColumn(),
-                MofNCompleteColumn(), RateColumn(), TimeElapsedColumn(), TimeRemainingColumn())
         report = progress if callable(progress) else None
         try:
-            with Progress(*cols, disable=not progress or report is not None) as bar:
-                job = bar.add_task(f"{name} games ({difficulty.tag})", total=missing)
-                plain = progress is True and not bar.console.is_terminal
+            with StageBar(make_console(), f"generating {name} games ({difficulty.tag})", missing,
+                          enabled=progress is True, unit="games") as bar:
                 done = 0
                 if report is not None:
                     report(0, missing)
@@ -240,12 +226,10 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
                     for k in range(len(have[t]), c):
                         have[t].append(_generate_one(name, t, k, difficulty, seen, env,
                                                      set_seed))
-                        bar.advance(job)
                         done += 1
+                        bar.update(completed=done, info=f"{done / (time.perf_counter() - bar.t0):.1f} games/s")
                         if report is not None:
                             report(done, missing)
-                        elif plain and (done % max(1, missing // 20) == 0 or done == missing):
-                            bar.console.print(f"generating {name} games ({difficulty.tag}) {done}/{missing}", highlight=False)
                         if (k + 1) % 50 == 0:  # an interrupted run keeps what it made
                             _write_cache(root / f"{t}.jsonl", have[t])
                     _write_cache(root / f"{t}.jsonl", have[t])

@@ -29,16 +29,21 @@ __all__ = [
 
 
 def resolve_model(model: str | Path | None) -> Path:
-    """``"default"``/None -> the default policy (built on first use); else a local directory."""
+    """``"default"``/None -> the shipped default policy; else a local directory. Either is
+    checked file by file first (:func:`srollout.policy.model_files.check_model_dir`), so a
+    damaged one is one line naming the file, not a traceback from the loader."""
     if model is None or str(model) == "default":
-        from srollout.policy.default_model import ensure_default_policy
+        from srollout.policy.default_model import default_policy
 
-        return ensure_default_policy()
+        return default_policy()
+    from srollout.policy.model_files import check_model_dir
+
     path = Path(model).expanduser()
     if not path.is_dir():
         raise SrolloutError(f"--model {model}: no such directory (a local Hugging Face model directory or `default`)")
     if not (path / "config.json").is_file():
         raise SrolloutError(f"--model {model}: not a Hugging Face model directory (no config.json)")
+    check_model_dir(path)
     return path
 
 

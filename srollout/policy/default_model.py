@@ -10,8 +10,11 @@ No download can happen, so the default policy is made here from the environment 
    tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
    transformers, peft and vLLM all load it.
 
-The result is cached under ``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` and built
-atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its seed) -> same weights.
+The package ships the result (:mod:`srollout.default_policy`); ``--model default`` loads it and
+nothing is built on a first run. ``srollout policy build`` rebuilds it into
+``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` (or over the shipped one with
+``--replace-shipped``), atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its
+seed) on the same kind of CPU -> same weights.
 """
 
 from __future__ import annotations
@@ -128,13 +131,76 @@ def is_built(path: Path) -> bool:
     return all((path / n).is_file() for n in need)
 
 
-def ensure_default_policy(cfg: BuildConfig | None = None, *, quiet: bool = False) -> Path:
-    """Return the default policy's directory, building it first (with a progress bar) if needed."""
-    cfg = cfg or BuildConfig()
-    path = default_policy_dir(cfg)
-    if is_built(path):
-        return path
-    return build_default_policy(cfg, out=path, quiet=quiet).path
+# --- the shipped default policy -----------------------------------------------------------------
+REBUILD_SHIPPED = "srollout policy build --replace-shipped"
+
+
+def shipped_policy_dir() -> Path:
+    """Where the package carries the default policy (``srollout/default_policy/model``)."""
+    from srollout.default_policy import SHIPPED_DIR
+
+    return SHIPPED_DIR
+
+
+def default_policy() -> Path:
+    """The directory ``--model default`` names: the shipped model, checked file by file (a
+    damaged one is one line naming the file and the command that rebuilds it). Nothing is built."""
+    from srollout.policy.model_files import check_model_dir
+
+    path = shipped_policy_dir()
+    check_model_dir(path, rebuild=REBUILD_SHIPPED)
+    if not (path / "build.json").is_file():
+        raise SrolloutError(f"{path / 'build.json'}: missing; rebuild it with `{REBUILD_SHIPPED}`")
+    return path
+
+
+def replace_shipped(built: Path) -> Path:
+    """Copy a finished build over the shipped model: into a temp dir beside it, then two renames,
+    so the package never holds half a model. Needs a writable package (a clone, ``pip install -e``)."""
+    target = shipped_policy_dir()
+    if not is_built(built):
+        raise SrolloutError(f"{built}: not a finished build")
+    parent = target.parent
+    if not os.access(parent, os.W_OK):
+        raise SrolloutError(f"{parent}: not writable (an installed wheel); rebuild into the cache and pass --model PATH")
+    tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=parent))
+    old = parent / f".model.old-{os.getpid()}"
+    try:
+        for f in sorted(built.iterdir()):
+            if f.is_file():
+                shutil.copy2(f, tmp / f.name)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not target.exists():
+            os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def build_machine() -> dict[str, Any]:
+    """What a build ran on (build.json ``built_on``): the CPU, its native bf16, library versions."""
+    import platform
+
+    import torch
+    import transformers
+
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    return {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "native_bf16": native_bf16(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 
 # --- step 1: demonstrations -------------------------------------------------------------------
@@ -450,6 +516,8 @@ def build_from_demos(
         "builder": f"srollout default policy {BUILD_VERSION}",
         "config": dataclasses.asdict(cfg),
         "config_hash": config_hash(cfg),
+        "precision": "bf16 autocast" if cfg.bf16 else "fp32",
+        "built_on": build_machine(),
         "n_params": n_params,
         "n_demos": len(demos),
         "n_tokens": sum(len(e.token_ids) for e in examples),
@@ -532,68 +600,38 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
 
 
 def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False) -> BuildResult:
-    """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save) with a
-    rich progress bar; returns where it was written and what it cost."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
+    """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save), each phase
+    with the stages' progress bar (:class:`srollout.report.progress.PhaseBars`); returns where it
+    was written and what it cost."""
     from srollout.report.console import make_console
+    from srollout.report.progress import PhaseBars
 
     asked = cfg or BuildConfig()
     check_build_config(asked)
     cfg = effective_config(asked)
     out = Path(out) if out is not None else default_policy_dir(cfg)
     t0 = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=quiet,
-        transient=False,
-        console=make_console(),
-    ) as bar:
-        plain = not quiet and not bar.console.is_terminal  # CI, a log file: no live bar is drawn
-        if not quiet:
-            why = "" if cfg.bf16 == asked.bf16 else " (this CPU has no native bf16, where bf16 autocast is far slower)"
-            bar.console.print(f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}", highlight=False)
-
-        def line(what: str, done: int, total: int, info: str = "") -> None:
-            """Off a terminal, a plain line every 5 % of a phase and at its end."""
-            if plain and (done % max(1, total // 20) == 0 or done == total):
-                bar.console.print(f"{what} {done}/{total}  {info}{time.perf_counter() - t0:.0f} s", highlight=False)
-
-        def phase(name: str) -> Callable[[int, int], None]:
-            """A (done, total) callback whose row appears at its first call: games come only on a
-            fresh machine, and then before the demonstrations."""
-            task: list[Any] = []
-
-            def report(done: int, total: int) -> None:
-                if not task:
-                    task.append(bar.add_task(name, total=total, info=""))
-                bar.update(task[0], completed=done, total=total)
-                line(name, done, total)
-
-            return report
-
-        demos = make_demonstrations(cfg, phase("demonstrations"), phase("generating games"))
+    console = make_console()
+    if not quiet:
+        why = "" if cfg.bf16 == asked.bf16 else " (this CPU has no native bf16, where bf16 autocast is far slower)"
+        console.print(f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}", highlight=False)
+    units = {"generating games": "games", "demonstrations": "episodes", "SFT": "steps"}
+    with PhaseBars(console, enabled=not quiet, unit=units) as bars:
+        demos = make_demonstrations(cfg, bars.phase("demonstrations"), bars.phase("generating games"))
         demo_s = time.perf_counter() - t0
-        train_task = bar.add_task("SFT", total=None, info="")
+        sft_bar = bars.phase("SFT")
 
         def on_step(step: int, total: int, loss: float) -> None:
-            bar.update(train_task, completed=step, total=total, info=f"loss {loss:.3f}")
-            line("SFT step", step, total, f"loss {loss:.3f}  ")
+            sft_bar(step, total, f"loss {loss:.3f}")
 
-        res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s}, phase)
-    return res._replace(seconds=time.perf_counter() - t0)
+        res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s}, bars.phase)
+    total = time.perf_counter() - t0
+    record = json.loads((out / "build.json").read_text())
+    record["wall_clock_seconds"] = {"demonstrations (games included)": round(demo_s), "total": round(total)}
+    tmp = out / ".build.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    os.replace(tmp, out / "build.json")
+    return res._replace(seconds=total)
 
 
 def _cut(ex: TokenizedChat, start: int, stop: int | None) -> TokenizedChat:

@@ -102,3 +102,50 @@ def _clock(seconds: float) -> str:
     """``m:ss`` (``h:mm:ss`` from an hour on)."""
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class PhaseBars:
+    """Phases of one long job shown one after another, each a :class:`StageBar` (rich shows one
+    live bar at a time): ``phase(name)`` gives a ``(done, total)`` callback whose bar opens at its
+    first call (closing the phase before it) and closes when ``done == total``.
+
+    Used by work made of steps whose sizes are known only as they start (the default-policy
+    build: games, demonstrations, SFT; game generation on its own). ``close()`` ends the open one.
+    """
+
+    def __init__(self, console: Any, *, enabled: bool, unit: dict[str, str] | None = None) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.units = unit or {}
+        self.open: StageBar | None = None
+        self.name: str | None = None
+
+    def phase(self, name: str, *, info: bool = False) -> Any:
+        """A ``(done, total)`` callback; with ``info`` a ``(done, total, text)`` one whose text
+        (a loss, a rate) shows after the count."""
+
+        def report(done: int, total: int, text: str = "") -> None:
+            if not self.enabled:
+                return
+            if self.name != name:
+                self.close()
+                self.open = StageBar(self.console, name, total, enabled=True, unit=self.units.get(name))
+                self.open.__enter__()
+                self.name = name
+            assert self.open is not None
+            self.open.update(completed=done, total=total, info=text)
+            if done >= total:
+                self.close()
+
+        return report
+
+    def close(self) -> None:
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+        self.open, self.name = None, None
+
+    def __enter__(self) -> PhaseBars:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

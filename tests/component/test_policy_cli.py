@@ -31,11 +31,11 @@ def test_info_on_a_non_model_is_a_user_error(tmp_path):
     assert isinstance(res.exception, SrolloutError)
 
 
-def test_info_default_unbuilt_says_how_to_build(tmp_path, monkeypatch):
-    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path))
+def test_info_default_without_the_shipped_model_says_how_to_rebuild(tmp_path, monkeypatch):
+    monkeypatch.setattr("srollout.default_policy.SHIPPED_DIR", tmp_path / "absent")
     res = CliRunner().invoke(policy_app, ["info", "default"])
     assert isinstance(res.exception, SrolloutError)
-    assert "srollout policy build" in str(res.exception)
+    assert "srollout policy build --replace-shipped" in str(res.exception)
 
 
 def test_build_rejects_bad_sizes(tmp_path):
@@ -53,8 +53,11 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
     # off a terminal each phase logs plain lines; a fresh home generates its 6 games first
-    assert "generating games 6/6" in res.output and "demonstrations 6/6" in res.output, res.output
-    assert res.output.index("generating games 6/6") < res.output.index("demonstrations 6/6")
+    # off a terminal each phase is the stages' bar, printing plain lines; a fresh home
+    # generates its 6 games first
+    assert "generating games: 6/6 games" in res.output and "demonstrations: 6/6 episodes" in res.output, res.output
+    assert res.output.index("generating games: 6/6") < res.output.index("demonstrations: 6/6")
+    assert "SFT: " in res.output and " steps loss " in res.output
     assert ": SFT in " in res.output  # the precision used is said (bf16 autocast or fp32)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json", "srollout.json"):
         assert (out / name).is_file()

@@ -181,14 +181,14 @@ class Counting:
         return self.inner.finish(key)
 
 
-def _lm_ab(tiny_policy: Path, out: Path, **gate):
+def _lm_ab(model: Path, out: Path, **gate):
     torch = pytest.importorskip("torch")
     from srollout.policy import make_policy
     from srollout.stages.ab_rollout import run_ab_rollout
 
     torch.set_num_threads(1)
-    cfg = AbRolloutConfig(model=tiny_policy, groups=3, G=3, T_max=4, temperature=1.0, n_boot=50, blocks=1, repeats=1, figures=False, out=out, **gate)
-    policy = Counting(make_policy(model=tiny_policy, temperature=1.0, max_new_tokens=12, seed=0))
+    cfg = AbRolloutConfig(model=model, groups=3, G=3, T_max=4, temperature=1.0, n_boot=50, blocks=1, repeats=1, figures=False, out=out, **gate)
+    policy = Counting(make_policy(model=model, temperature=1.0, max_new_tokens=12, seed=0))
     return run_ab_rollout(cfg, progress=False, policy=policy), policy
 
 
@@ -197,8 +197,8 @@ def _tables(out: Path, arm: str, name: str) -> pl.DataFrame:
     return df.drop([c for c in TIMING if c in df.columns])
 
 
-def test_a_gate_that_never_fires_gives_identical_arms(tiny_policy, tmp_path):
-    result, _ = _lm_ab(tiny_policy, tmp_path / "never", K=2, d_L=0.0)
+def test_a_gate_that_never_fires_gives_identical_arms(default_model, tmp_path):
+    result, _ = _lm_ab(default_model, tmp_path / "never", K=2, d_L=0.0)
     out = result.run_dir
     for name in ("steps", "trajectories", "signals"):
         assert _tables(out, "baseline", name).equals(_tables(out, "gated", name)), name
@@ -209,9 +209,9 @@ def test_a_gate_that_never_fires_gives_identical_arms(tiny_policy, tmp_path):
     assert c.savings["n_gen_tokens"].saving == 0.0 and c.savings["n_steps"].saving == 0.0
 
 
-def test_a_cut_groups_post_K_steps_are_never_generated(tiny_policy, tmp_path):
+def test_a_cut_groups_post_K_steps_are_never_generated(default_model, tmp_path):
     gate = FixedGate(cut=True, K=2).save(tmp_path / "gate.json")
-    result, policy = _lm_ab(tiny_policy, tmp_path / "always", gate=gate)
+    result, policy = _lm_ab(default_model, tmp_path / "always", gate=gate)
     out = result.run_dir
     gated = pl.read_parquet(out / "gated" / "r0" / "groups.parquet")
     assert gated["cut"].all() and (gated["cut_step"] == 2).all()

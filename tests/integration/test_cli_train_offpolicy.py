@@ -1,4 +1,4 @@
-"""End to end: `srollout collect` with a tiny real LM on the real ALFWorld engine, then
+"""End to end: `srollout collect` with the shipped default policy on the real ALFWorld engine, then
 `srollout train-offpolicy` on that buffer (both arms), checked against hand-derived numbers."""
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tiny_policy) -> Path:
-    return tiny_policy
+def real_model(default_model) -> Path:
+    """The default policy the package ships."""
+    return default_model
 
 
-def _make_buffer(run_cli, tiny_model: Path, out: Path, K: int) -> tuple[float, set[str]]:
+def _make_buffer(run_cli, real_model: Path, out: Path, K: int) -> tuple[float, set[str]]:
     """Collect 6 groups (G=4, T_max=4), choose d_L so the gate cuts about half of them at K, and
     rewrite the rewards so every uncut group is mixed (trajectory 0 wins) and every cut group is
     all-fail: the gate then cuts only zero-variance groups. Returns (d_L, cut group ids)."""
-    res = run_cli("collect", "--model", tiny_model, "--groups", "6", "--G", "4", "--T-max", "4", "--signal-K", str(K), "--out", out)
+    res = run_cli("collect", "--model", real_model, "--groups", "6", "--G", "4", "--T-max", "4", "--signal-K", str(K), "--out", out)
     assert res.exit_code == 0, res.stderr[-2000:]
     sig = pl.read_parquet(out / "signals.parquet").filter(pl.col("K") == K).sort("prefix_edit_distance_mean")
     d = sig["prefix_edit_distance_mean"].to_list()
@@ -41,9 +42,9 @@ def _make_buffer(run_cli, tiny_model: Path, out: Path, K: int) -> tuple[float, s
     return d_L, cut
 
 
-def test_train_offpolicy_end_to_end(run_cli, tiny_model, tmp_path):
+def test_train_offpolicy_end_to_end(run_cli, real_model, tmp_path):
     K = 3
-    d_L, cut = _make_buffer(run_cli, tiny_model, tmp_path / "buffer", K)
+    d_L, cut = _make_buffer(run_cli, real_model, tmp_path / "buffer", K)
     out = tmp_path / "train"
     res = run_cli("train-offpolicy", tmp_path / "buffer", "--steps", "2", "--groups-per-step", "6", "--K", str(K),
                   "--d-L", f"{d_L:.10f}", "--lr", "1e-2", "--out", out)

@@ -1,4 +1,4 @@
-"""End to end: `srollout train-onpolicy --preset tiny` with a tiny real LM on the real ALFWorld
+"""End to end: `srollout train-onpolicy --preset tiny` with the shipped default policy on the real ALFWorld
 engine (both arms, one seed), and the one-line errors of bad options."""
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tiny_policy) -> Path:
-    return tiny_policy
+def real_model(default_model) -> Path:
+    """The default policy the package ships."""
+    return default_model
 
 
-def test_train_onpolicy_tiny_preset_end_to_end(run_cli, tiny_model, tmp_path):
+def test_train_onpolicy_tiny_preset_end_to_end(run_cli, real_model, tmp_path):
     out = tmp_path / "run"
-    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
                   "--n-eval", "2", "--no-interleave", "--out", out)
     assert res.exit_code == 0, res.stderr[-2000:]
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
@@ -46,18 +47,18 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, tiny_model, tmp_path):
     assert manifest["config"]["lora_r"] == 16 and manifest["config"]["G"] == 4
     assert "dilution prediction" in (out / "report.md").read_text()
     # resuming a finished run changes nothing and trains nothing
-    again = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+    again = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
                     "--n-eval", "2", "--out", out, "--resume")  # interleaved now: must not matter
     assert again.exit_code == 0, again.stderr[-2000:]
     m2 = schemas.read(out / "metrics.parquet", schemas.METRICS)
     assert m2.equals(m)
 
 
-def test_train_onpolicy_dapo_and_greso_arms_end_to_end(run_cli, tiny_model, tmp_path):
+def test_train_onpolicy_dapo_and_greso_arms_end_to_end(run_cli, real_model, tmp_path):
     """One seed, arms gated+dapo and greso on the real engine: DAPO's rounds and GRESO's skips are
     logged, the per-arm table is written and printed."""
     out = tmp_path / "run"
-    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", tiny_model, "--iterations", "2",
+    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
                   "--n-eval", "1", "--arms", "gated+dapo,greso", "--dapo-max-rounds", "1", "--out", out)
     assert res.exit_code == 0, res.stderr[-2000:]
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
@@ -97,7 +98,7 @@ def test_bad_options_are_one_line_and_exit_2(run_cli, tmp_path, args, message):
 
 
 @pytest.mark.slow
-def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, tiny_model, tmp_path):
+def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp_path):
     """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then --resume."""
     import os
     import signal
@@ -106,7 +107,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, tiny_model, tmp
     import time
 
     root = Path(__file__).resolve().parents[2]
-    args = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", str(tiny_model), "--iterations", "4", "--n-eval", "2"]
+    args = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", str(real_model), "--iterations", "4", "--n-eval", "2"]
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "srollout.cli.app", *args, "--out", str(killed)], cwd=root, env=env,

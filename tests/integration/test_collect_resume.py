@@ -79,12 +79,10 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_kill_9_then_resume_with_the_lm(tmp_path):
-    """The same with a tiny Qwen2 through the transformers backend (batch composition differs
-    after the resume; per-trajectory seeds and per-row KV caches keep the tokens equal)."""
-    from srollout.policy.default_model import build_tiny_policy
-
-    model = build_tiny_policy(tmp_path / "tiny")
-    args = ["collect", "--policy", "lm", "--model", str(model), "--groups", "6", "--G", "3", "--T-max", "6", "--concurrency", "6", "--seed", "3", "--signal-K", "3,5", "--temperature", "1.0"]
+    """The same with the shipped default policy through the transformers backend (batch
+    composition differs after the resume; per-trajectory seeds and per-row KV caches keep the
+    tokens equal)."""
+    args = ["collect", "--policy", "lm", "--model", "default", "--groups", "6", "--G", "3", "--T-max", "6", "--concurrency", "6", "--seed", "3", "--signal-K", "3,5", "--temperature", "1.0"]
     cut = _kill_then_resume(tmp_path, args, 6)
     trajs = pl.read_parquet(cut / "trajectories.parquet")
     assert (trajs["token_ids"].list.len() > 0).all()

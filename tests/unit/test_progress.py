@@ -63,3 +63,32 @@ def test_the_closing_line_is_printed_once():
     bar.update(advance=2)
     bar.update(rate="700 tok/s")  # a field update after the work is done: no second closing line
     assert sum(ln.startswith("collect: 2/2") for ln in out.getvalue().splitlines()) == 1
+
+
+def test_phase_bars_show_each_phase_in_turn_with_its_unit_and_info():
+    from srollout.report.progress import PhaseBars
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    with PhaseBars(console, enabled=True, unit={"generating games": "games", "SFT": "steps"}) as bars:
+        games, sft = bars.phase("generating games"), bars.phase("SFT")
+        for k in range(1, 4):
+            games(k, 3)
+        assert bars.open is None  # 3/3 closed it
+        sft(1, 10, "loss 2.500")  # opens the next phase
+        assert bars.name == "SFT"
+    assert bars.open is None  # leaving closes an unfinished phase
+    text = out.getvalue()
+    # off a terminal: the first update and the closing one print a plain line each
+    assert "generating games: 3/3 games" in text
+    assert "SFT: 1/10 steps loss 2.500" in text
+    assert text.index("generating games: 3/3") < text.index("SFT: 1/10")
+
+
+def test_disabled_phase_bars_print_nothing():
+    from srollout.report.progress import PhaseBars
+
+    out = io.StringIO()
+    with PhaseBars(Console(file=out, force_terminal=False), enabled=False) as bars:
+        bars.phase("SFT")(5, 5, "loss 1")
+    assert out.getvalue() == ""
