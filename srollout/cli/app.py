@@ -32,13 +32,15 @@ def _register() -> None:
         analyze,
         collect,
         policy,
+        serve,
         sweep,
         train_offpolicy,
         train_onpolicy,
     )
 
-    # `policy` (build/inspect the default policy) is a helper group, listed after the pipeline.
-    for module in (collect, analyze, sweep, ab_rollout, train_offpolicy, train_onpolicy, policy):
+    # `policy` (build/inspect the default policy) and `serve` (a vLLM server) are helpers, listed
+    # after the pipeline.
+    for module in (collect, analyze, sweep, ab_rollout, train_offpolicy, train_onpolicy, policy, serve):
         module.register(app)
 
 

@@ -13,7 +13,7 @@ from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
 
 POLICY_KINDS = ("lm", "expert", "noisy-expert")
-BACKENDS = ("transformers", "vllm")
+BACKENDS = ("transformers", "vllm", "vllm-server")
 
 __all__ = [
     "ActRequest",
@@ -24,6 +24,7 @@ __all__ = [
     "POLICY_KINDS",
     "BACKENDS",
     "make_policy",
+    "preflight",
     "resolve_model",
 ]
 
@@ -47,6 +48,30 @@ def resolve_model(model: str | Path | None) -> Path:
     return path
 
 
+def preflight(kind: str, model: str | Path | None, backend: str, *, adapter: str | Path | None = None,
+              base_url: str | None = None) -> None:
+    """The checks a stage runs before it writes anything: the model's and the adapter's files,
+    vLLM installed and importable (``vllm``), the server answering (``vllm-server``). Each
+    failure is one line (:class:`SrolloutError`); nothing is loaded."""
+    if kind != "lm":
+        return
+    path = resolve_model(model)
+    if adapter is not None:
+        from srollout.policy.model_files import check_adapter
+
+        check_adapter(Path(adapter), path)
+    if backend == "vllm":
+        from srollout.policy.vllm_backend import require_vllm
+
+        require_vllm()
+    elif backend == "vllm-server":
+        from srollout.policy.vllm_server import served_models
+
+        if base_url is None:
+            raise SrolloutError("--backend vllm-server needs --base-url")
+        served_models(base_url)
+
+
 def make_policy(
     kind: str = "lm",
     model: str | Path | None = "default",
@@ -59,6 +84,7 @@ def make_policy(
     device: str = "cpu",
     noise: float = 0.3,
     seed: int = 0,
+    base_url: str | None = None,
     **backend_kwargs: Any,
 ) -> Policy:
     """Build the policy a stage rolls out.
@@ -66,7 +92,8 @@ def make_policy(
     kind: ``lm`` (a language model through ``backend``), ``expert`` or ``noisy-expert``
         (planner-driven, from :mod:`srollout.envs`; ``noise`` is the noisy expert's ε).
     model: ``default`` or a local HF model directory; adapter: a peft LoRA directory.
-    backend: ``transformers`` or ``vllm``. Extra keyword arguments go to the backend.
+    backend: ``transformers``, ``vllm`` (in process) or ``vllm-server`` (``base_url`` names the
+        server). Extra keyword arguments go to the backend.
     """
     if kind not in POLICY_KINDS:
         raise SrolloutError(f"--policy {kind!r}: choose one of {', '.join(POLICY_KINDS)}")
@@ -82,11 +109,22 @@ def make_policy(
         raise SrolloutError(f"--temperature must be >= 0, got {temperature}")
     if adapter is not None and not Path(adapter).is_dir():
         raise SrolloutError(f"--adapter {adapter}: no such directory")
+    if backend == "vllm-server":
+        from srollout.policy.vllm_server import VLLMServerPolicy
+
+        if base_url is None:
+            raise SrolloutError("--backend vllm-server needs --base-url")
+        return VLLMServerPolicy(base_url, resolve_model(model), adapter, temperature=temperature, top_p=top_p,
+                                max_new_tokens=max_new_tokens, **backend_kwargs)
     if backend == "vllm":
         from srollout.policy.vllm_backend import VLLMPolicy, require_vllm
 
-        require_vllm()  # fail fast, before building the default model
+        require_vllm()  # fail fast, before the model is read
         path = resolve_model(model)
+        if adapter is not None:
+            from srollout.policy.model_files import check_adapter
+
+            check_adapter(Path(adapter), path)
         return VLLMPolicy(
             path, adapter, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, **backend_kwargs
         )

@@ -109,3 +109,28 @@ def model_provenance(path: Path) -> dict:
                 digest.update(block)
         record["weights_sha256"] = digest.hexdigest()[:16]
     return record
+
+
+_ARCH_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def check_adapter(adapter: Path, model: Path) -> None:
+    """A peft LoRA adapter directory that can go on ``model``: adapter_config.json parses, and the
+    base model it was trained on (``base_model_name_or_path``, when that directory exists here)
+    has the same architecture as ``model`` (model type, sizes, vocabulary)."""
+    adapter, model = Path(adapter), Path(model)
+    if not adapter.is_dir():
+        raise SrolloutError(f"--adapter {adapter}: no such directory")
+    cfg = _read_json(adapter / "adapter_config.json", " (not a peft adapter directory)")
+    if not any((adapter / n).is_file() for n in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise SrolloutError(f"{adapter / 'adapter_model.safetensors'}: missing (no adapter weights)")
+    if (adapter / "adapter_model.safetensors").is_file():
+        check_safetensors(adapter / "adapter_model.safetensors")
+    base = Path(str(cfg.get("base_model_name_or_path") or "")).expanduser()
+    if str(base) and (base / "config.json").is_file() and base.resolve() != model.resolve():
+        theirs = _read_json(base / "config.json", "")
+        ours = _read_json(model / "config.json", "")
+        differ = [k for k in _ARCH_KEYS if theirs.get(k) != ours.get(k)]
+        if differ:
+            raise SrolloutError(f"--adapter {adapter}: trained on {base}, whose {', '.join(differ)} differ from "
+                                f"{model}'s; pass that model as --model")

@@ -381,10 +381,10 @@ def run_ab_rollout(
     arms = build_arms(config)
     tasks = list(tasks) if tasks is not None else load_tasks(config.tasks, config.difficulty)
     history = load_greso_history(config.greso_history) if config.greso_history is not None and any(a.kind.greso for a in arms) else []
-    if config.policy == "lm" and config.backend == "vllm" and policy is None:
-        from srollout.policy.vllm_backend import require_vllm
+    if policy is None:  # a missing backend, a damaged model or a silent server: nothing written
+        from srollout.policy import preflight
 
-        require_vllm()
+        preflight(config.policy, config.model, config.backend, adapter=config.adapter, base_url=config.base_url)
     # 1. the run directory
     run_dir = prepare_run_dir(config.out, "ab-rollout", overwrite=config.overwrite, resume=config.resume)
     if config.resume:

@@ -86,6 +86,10 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
         require_ray(dist.workers)
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    from srollout.policy import preflight
+
+    # a missing backend, a damaged model or a server that does not answer leaves nothing behind
+    preflight(config.policy, config.model, config.backend, adapter=config.adapter, base_url=config.base_url)
     run_dir = prepare_run_dir(config.out, "collect", overwrite=config.overwrite, resume=config.resume)
     if config.resume:
         _check_resumable(run_dir, config)
@@ -208,6 +212,7 @@ def build_policy(config: CollectConfig) -> Any:
         adapter=config.adapter,
         noise=config.eps,
         seed=config.seed,
+        base_url=config.base_url,
     )
 
 
