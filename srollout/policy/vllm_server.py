@@ -10,8 +10,9 @@ device) the sampled tokens are those of ``--backend vllm``.
 One ``act`` sends one request per live trajectory, all at once from a thread pool, so the
 server's scheduler batches them as the in-process engine batches one ``generate`` call. A LoRA
 adapter is loaded into the server at run time (``/v1/load_lora_adapter``; the server must run
-with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, as ``srollout serve`` starts it) under a fresh
-name per load, so no prefix cache computed with old weights is reused.
+with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``, as ``srollout serve --lora`` starts it) under a
+fresh name per load, so no prefix cache computed with old weights is reused, and the adapter it
+replaces is unloaded.
 
 Start a server for the default policy or any model directory with ``srollout serve [MODEL]``.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,7 @@ class VLLMServerPolicy:
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vllm-client")
         self._target = self.served
         self._lora_id = 0
+        self._session = uuid.uuid4().hex[:8]
         self.name = f"vllm-server:{self.served}"
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -140,9 +143,12 @@ class VLLMServerPolicy:
         path = Path(adapter_path).resolve()
         check_adapter(path, self.model_path)
         self._lora_id += 1
-        name = f"srollout-adapter-{self._lora_id}-{path.name}"
+        # unique per client: one server may serve many rollout workers and runs
+        name = f"srollout-{self._session}-{self._lora_id}-{path.name}"
         self.client.call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
-        self._target = name
+        old, self._target = self._target, name
+        if old != self.served:  # the adapter it replaces is not used again: free its slot
+            self.client.call("POST", "/v1/unload_lora_adapter", {"lora_name": old})
         self.name = f"vllm-server:{self.served}+{path.name}#{self._lora_id}"
 
     def _complete(self, ids: list[int], seed: int) -> list[int]:

@@ -17,6 +17,7 @@ The story, top to bottom (:func:`run_collect`):
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -116,7 +117,12 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     )
     distributed = dist.workers > 1 and bool(todo)
     # --- workers > 1: each Ray worker builds its own policy replica from the recipe
-    policy = build_policy(config) if todo and not distributed else None
+    try:
+        policy = build_policy(config) if todo and not distributed else None
+    except SrolloutError:
+        if not config.resume:  # the directory this call made holds nothing yet: leave none behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     env_factory = build_env_factory(config)
     manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K), workers=dist.workers)
     if config.policy == "lm":

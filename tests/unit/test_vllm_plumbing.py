@@ -1,0 +1,46 @@
+"""Pure parts of the vLLM backends: per-step seeds, error lines, URLs, a missing vLLM."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from srollout.errors import NotAvailableError, SrolloutError
+from srollout.policy.vllm_backend import one_line, require_vllm, step_seed
+from srollout.policy.vllm_server import ServerClient
+
+
+def test_step_seed_is_a_fixed_mix_of_seed_and_step():
+    # (seed * 1_000_003 + step * 7_919) mod (2^31 - 1), by hand
+    assert step_seed(0, 1) == 7_919
+    assert step_seed(3, 2) == 3 * 1_000_003 + 2 * 7_919 == 3_015_847
+    # 5_000_022_919 = 2 * 2_147_483_647 + 705_055_625: it wraps into [0, 2^31 - 1)
+    assert step_seed(5_000, 1) == 705_055_625
+
+
+def test_one_line_takes_pydantics_reason_not_its_header():
+    err = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures ['X'] are not supported "
+                     "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n    more")
+    assert one_line(err) == "Value error, Model architectures ['X'] are not supported"
+    assert one_line(RuntimeError("\n\nfirst\nsecond")) == "first"
+    assert one_line(KeyError()) in ("KeyError", "")  # an empty message still names something
+
+
+def test_without_vllm_the_backend_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(NotAvailableError, match="make setup-vllm"):
+        require_vllm()
+
+
+@pytest.mark.parametrize(("url", "base"), [("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+                                           ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+                                           ("localhost:9", "http://localhost:9")])
+def test_server_urls(url, base):
+    assert ServerClient(url).base_url == base
+
+
+def test_a_bad_url_is_refused():
+    with pytest.raises(SrolloutError, match="expected http://HOST:PORT"):
+        ServerClient("ftp://x")
