@@ -289,7 +289,7 @@ class CollectConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """The fields that must match for --resume to continue a run (all but where/how to write)."""
-        skip = {"out", "overwrite", "resume", "concurrency"}
+        skip = {"out", "overwrite", "resume", "concurrency", "base_url"}  # a server may move between runs
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
@@ -478,6 +478,8 @@ class TrainOnpolicyConfig:
     rule: str = doc("r1", "Gate rule: r1 or r3.")
     t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
     model: Path | None = doc(None, "Local Hugging Face model directory, or default (the embedded default policy).")
+    backend: str = doc("transformers", "Rollout backend: `transformers` (the trained module itself), `vllm` (in process) or `vllm-server` (--base-url; the server must run `srollout serve --lora`); with vLLM the updated LoRA adapter is loaded into the engine after every update, and the loss is computed by transformers on the tokens vLLM generated.")
+    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server.")
     max_new_tokens: int = doc(48, "Cap on the tokens of one response.")
     concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
     micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
@@ -521,6 +523,10 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
+        if self.backend not in COLLECT_BACKENDS:
+            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
+        if (self.backend == "vllm-server") != (self.base_url is not None):
+            raise SrolloutError("--base-url goes with --backend vllm-server, and --backend vllm-server needs --base-url")
         _check_training(self)
 
     @classmethod
@@ -535,7 +541,7 @@ class TrainOnpolicyConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the seed list)."""
-        skip = {"out", "overwrite", "resume", "seeds", "concurrency", "interleave"}
+        skip = {"out", "overwrite", "resume", "seeds", "concurrency", "interleave", "base_url"}
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
@@ -669,7 +675,7 @@ class AbRolloutConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the report's knobs)."""
-        skip = {"out", "overwrite", "resume", "n_boot", "figures", "warmup"}
+        skip = {"out", "overwrite", "resume", "n_boot", "figures", "warmup", "base_url"}
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 

@@ -115,7 +115,7 @@ class Manifest:
 
 # Config options added after runs were first written, with the value that runs made before them
 # played: a manifest without the option reads as that value, so those runs still resume.
-ADDED_OPTIONS: dict[str, Any] = {"difficulty": "small"}
+ADDED_OPTIONS: dict[str, Any] = {"difficulty": "small", "backend": "transformers"}
 
 
 def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what: str) -> None:

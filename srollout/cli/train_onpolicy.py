@@ -64,6 +64,8 @@ def register(app: typer.Typer) -> None:
         rule: Annotated[str | None, typer.Option("--rule", help=_h("rule"), show_default=False)] = None,
         t_high: Annotated[float | None, typer.Option("--t-high", help=_h("t_high"), show_default=False)] = None,
         model: Annotated[Path | None, typer.Option("--model", help=_h("model"), show_default=False)] = None,
+        backend: Annotated[str, typer.Option("--backend", help=_h("backend"))] = "transformers",
+        base_url: Annotated[str | None, typer.Option("--base-url", help=_h("base_url"), show_default=False)] = None,
         max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help=_h("max_new_tokens"), show_default=False)] = None,
         concurrency: Annotated[int | None, typer.Option("--concurrency", help=_h("concurrency"), show_default=False)] = None,
         micro_batch: Annotated[int | None, typer.Option("--micro-batch", help=_h("micro_batch"), show_default=False)] = None,
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
             lora_targets=parse_names(lora_targets, "--lora-targets") if lora_targets is not None else None,
             denominator=denominator, denominator_constant=denominator_constant, clip_eps=clip_eps, kl_coef=kl_coef,
             gate=gate, K=K, d_L=d_L, rule=rule, t_high=t_high,
-            model=model, max_new_tokens=max_new_tokens, concurrency=concurrency, micro_batch=micro_batch,
+            model=model, backend=backend, base_url=base_url, max_new_tokens=max_new_tokens, concurrency=concurrency, micro_batch=micro_batch,
             arms=parse_names(arms, "--arms"), dapo_max_rounds=dapo_max_rounds, greso_p_explore=greso_p_explore,
             interleave=interleave, out=out, overwrite=overwrite, resume=resume,
         )

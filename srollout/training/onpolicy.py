@@ -153,7 +153,7 @@ class ArmRunner:
         lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
         self.tm = load_trainable(config.model, lora, spec.seed)
         common = dict(model=self.tm.model, tokenizer=self.tm.tokenizer, max_new_tokens=config.max_new_tokens)
-        self.policy = TransformersPolicy(self.tm.path, temperature=config.temperature, **common)
+        self.policy = self._rollout_policy(common)
         self.greedy = TransformersPolicy(self.tm.path, temperature=0.0, **common)
         self.optimizer = make_optimizer(self.tm.model, config.lr)
         self.settings = RolloutSettings(
@@ -174,10 +174,49 @@ class ArmRunner:
             state = ArmState(0, adapter_state(self.tm.model), self.optimizer.state_dict(), rng_states(), [], first)
             save_state(spec.ckpt_dir, state)
         self.iteration = state.iteration
+        self.adapter_iteration: int | None = None  # whose weights the vLLM engine holds
+        self._sync_rollout_weights(self.iteration)
         self.metrics: list[dict[str, Any]] = list(state.metrics)
         self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.kind.greso else None
+
+    @property
+    def on_vllm(self) -> bool:
+        return getattr(self.config, "backend", "transformers") != "transformers"
+
+    def _rollout_policy(self, common: dict[str, Any]) -> Any:
+        """The sampling policy: the trained module itself (transformers), or a vLLM engine in
+        process or behind a server that serves the LoRA adapter this arm trains."""
+        from srollout.policy.transformers_backend import TransformersPolicy
+
+        config = self.config
+        if not self.on_vllm:
+            return TransformersPolicy(self.tm.path, temperature=config.temperature, **common)
+        from srollout.policy import make_policy
+
+        extra: dict[str, Any] = {"base_url": config.base_url} if config.backend == "vllm-server" else {
+            "lora": True, "max_lora_rank": max(16, config.lora_r)}
+        return make_policy(model=self.tm.path, backend=config.backend, temperature=config.temperature,
+                           max_new_tokens=config.max_new_tokens, **extra)
+
+    def _sync_rollout_weights(self, iteration: int) -> None:
+        """vLLM: save the adapter as it is after ``iteration`` updates and load it into the engine
+        (a fresh name each time, so no cache of older weights is used), keeping the last two on
+        disk. transformers: nothing to do, the policies share the trained module."""
+        if not self.on_vllm:
+            return
+        import shutil
+
+        root = self.spec.ckpt_dir / "rollout-adapters"
+        path = root / f"iter-{iteration:04d}"
+        if path.exists():
+            shutil.rmtree(path)
+        self.tm.model.save_pretrained(path)
+        self.policy.load_adapter(path)
+        self.adapter_iteration = iteration
+        for old in sorted(root.glob("iter-*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
 
     def _load_greso(self, resume: bool) -> Any:
         """The GRESO skipper, with the history of the checkpointed iterations on resume (greso.json
@@ -278,10 +317,13 @@ class ArmRunner:
             constant=config.denominator_constant, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
             micro_batch=config.micro_batch, pad_id=tm.pad_id,
         )
-        # 3. sync: the policies share the updated module; no KV cache may outlive the update
+        # 3. sync: transformers policies share the updated module (no KV cache may outlive the
+        # update); a vLLM engine gets the updated adapter, so iteration it+1 samples from it
         s0 = time.perf_counter()
-        if self.policy.live or self.greedy.live:
+        rolled_with = self.adapter_iteration
+        if getattr(self.policy, "live", False) or self.greedy.live:
             raise RuntimeError("trajectories still live after the rollout; their KV caches would be stale")
+        self._sync_rollout_weights(it)
         sync_s = time.perf_counter() - s0
         iter_s = totals["rollout_s"] + stats.update_s + sync_s
         self.cum_s += iter_s
@@ -303,6 +345,8 @@ class ArmRunner:
             "n_useful": len(kept) - n_zero_var_kept, "n_skipped": n_skipped, "n_rounds": n_rounds,
             "dapo_hit_cap": dapo_hit_cap,
         }
+        if self.on_vllm:  # the weights that generated this iteration's rollouts (it - 1 if fresh)
+            row["rollout_adapter_iteration"] = rolled_with
         # 4. held-out evaluation every E iterations (and at the end), no gate, greedy
         e0 = time.perf_counter()
         if it % config.eval_every == 0 or it == config.iterations:

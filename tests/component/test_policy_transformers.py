@@ -261,21 +261,6 @@ def test_saved_directory_is_a_normal_hf_model(tiny_model):
     assert json.loads((tiny_model / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
 
 
-def test_vllm_backend_needs_gpu_extra(tiny_model):
-    try:
-        import vllm  # noqa: F401
-        has_vllm = torch.cuda.is_available()
-    except ImportError:
-        has_vllm = False
-    if has_vllm:
-        pytest.skip("vllm and a GPU are present: the refusal path is not reachable here")
-    from srollout.errors import NotAvailableError
-    from srollout.policy import make_policy
-
-    with pytest.raises(NotAvailableError, match="gpu"):
-        make_policy("lm", model=tiny_model, backend="vllm")
-
-
 def test_in_place_weight_update_refreshes_the_shared_system_cache(tiny_model):
     # a trainer that updates the shared model in place must not get stale system-prompt KV
     policy = _policy(tiny_model, temperature=0.0)
