@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 
 import polars as pl
@@ -86,7 +85,7 @@ def test_always_cut_gate_is_judged_by_the_baseline_arm(tmp_path):
         (["--arms", "gated,dapo"], "--arms must include baseline"),
         (["--arms", "baseline,dapo2"], "unknown arm 'dapo2'"),
         (["--arms", "baseline,greso", "--greso-history", "/no/such/groups.parquet"], "/no/such/groups.parquet"),
-        pytest.param(["--policy", "lm", "--backend", "vllm"], "vllm", marks=pytest.mark.skipif(find_spec("vllm") is not None, reason="vllm is installed")),
+        (["--policy", "lm", "--backend", "vllm-server", "--base-url", "http://127.0.0.1:9"], "no vLLM server answers"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, monkeypatch, tmp_path, args, message):
