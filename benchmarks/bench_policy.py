@@ -73,8 +73,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from srollout.default_policy import default_policy
     from srollout.envs.prompts import system_prompt_for
-    from srollout.policy.default_model import default_policy
     from srollout.policy.transformers_backend import TransformersPolicy
 
     model = Path(args.model) if args.model else default_policy()

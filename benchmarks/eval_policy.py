@@ -110,7 +110,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from srollout.policy.default_model import default_policy
+    from srollout.default_policy import default_policy
     from srollout.policy.transformers_backend import TransformersPolicy
 
     model = Path(args.model) if args.model else default_policy()

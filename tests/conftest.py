@@ -147,6 +147,6 @@ def default_model() -> Path:
     """The default policy the package ships (v5, 3.3M parameters): the real model the end-to-end
     tests of collect, ab-rollout and training roll out. Tests that need weights they control use
     ``tiny_policy``."""
-    from srollout.policy.default_model import default_policy
+    from srollout.default_policy import default_policy
 
     return default_policy()

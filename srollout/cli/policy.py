@@ -51,14 +51,12 @@ def build(
     import dataclasses
     import shutil
 
+    from srollout.default_policy import replace_shipped as put_in_package
     from srollout.policy.default_model import (
         build_default_policy,
         check_build_config,
         default_policy_dir,
         is_built,
-    )
-    from srollout.policy.default_model import (
-        replace_shipped as put_in_package,
     )
     from srollout.report.console import make_console
 

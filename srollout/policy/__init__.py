@@ -34,7 +34,7 @@ def resolve_model(model: str | Path | None) -> Path:
     checked file by file first (:func:`srollout.policy.model_files.check_model_dir`), so a
     damaged one is one line naming the file, not a traceback from the loader."""
     if model is None or str(model) == "default":
-        from srollout.policy.default_model import default_policy
+        from srollout.default_policy import default_policy
 
         return default_policy()
     from srollout.policy.model_files import check_model_dir

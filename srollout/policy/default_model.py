@@ -10,8 +10,8 @@ No download can happen, so the default policy is made here from the environment 
    tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
    transformers, peft and vLLM all load it.
 
-The package ships the result (:mod:`srollout.default_policy`); ``--model default`` loads it and
-nothing is built on a first run. ``srollout policy build`` rebuilds it into
+The package ships the result (:mod:`srollout.default_policy`, which also resolves ``--model
+default`` and replaces the shipped copy); nothing is built on a first run. ``srollout policy build`` rebuilds it into
 ``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` (or over the shipped one with
 ``--replace-shipped``), atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its
 seed) on the same kind of CPU -> same weights.
@@ -129,56 +129,6 @@ def is_built(path: Path) -> bool:
     """A finished build has all its files (the rename makes that atomic)."""
     need = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json")
     return all((path / n).is_file() for n in need)
-
-
-# --- the shipped default policy -----------------------------------------------------------------
-REBUILD_SHIPPED = "srollout policy build --replace-shipped"
-
-
-def shipped_policy_dir() -> Path:
-    """Where the package carries the default policy (``srollout/default_policy/model``)."""
-    from srollout.default_policy import SHIPPED_DIR
-
-    return SHIPPED_DIR
-
-
-def default_policy() -> Path:
-    """The directory ``--model default`` names: the shipped model, checked file by file (a
-    damaged one is one line naming the file and the command that rebuilds it). Nothing is built."""
-    from srollout.policy.model_files import check_model_dir
-
-    path = shipped_policy_dir()
-    check_model_dir(path, rebuild=REBUILD_SHIPPED)
-    if not (path / "build.json").is_file():
-        raise SrolloutError(f"{path / 'build.json'}: missing; rebuild it with `{REBUILD_SHIPPED}`")
-    return path
-
-
-def replace_shipped(built: Path) -> Path:
-    """Copy a finished build over the shipped model: into a temp dir beside it, then two renames,
-    so the package never holds half a model. Needs a writable package (a clone, ``pip install -e``)."""
-    target = shipped_policy_dir()
-    if not is_built(built):
-        raise SrolloutError(f"{built}: not a finished build")
-    parent = target.parent
-    if not os.access(parent, os.W_OK):
-        raise SrolloutError(f"{parent}: not writable (an installed wheel); rebuild into the cache and pass --model PATH")
-    tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=parent))
-    old = parent / f".model.old-{os.getpid()}"
-    try:
-        for f in sorted(built.iterdir()):
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not target.exists():
-            os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    return target
 
 
 def build_machine() -> dict[str, Any]:

@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from srollout.config import BuildConfig
-from srollout.default_policy import SHIPPED_DIR
-from srollout.policy.default_model import (
-    BUILD_VERSION,
-    REBUILD_SHIPPED,
-    config_hash,
-    default_policy,
-)
+from srollout.default_policy import REBUILD_SHIPPED, SHIPPED_DIR, default_policy
+from srollout.policy.default_model import BUILD_VERSION, config_hash
 
 
 def _build() -> dict:
