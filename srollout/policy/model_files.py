@@ -87,16 +87,15 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
                 _read_json(path / name, hint)
 
 
-def model_provenance(path: Path) -> dict:
+def model_provenance(path: Path, shipped: Path) -> dict:
     """What a run's manifest records of the model it rolled out: the directory, whether it is the
-    shipped default policy, its build's config hash and precision (built models), and the first
-    16 hex digits of the weights' sha256, so two runs can be told apart by their weights."""
+    shipped default policy (``shipped``), its build's config hash and precision (built models),
+    and the first 16 hex digits of the weights' sha256, so two runs can be told apart by their
+    weights."""
     import hashlib
 
-    from srollout.default_policy import SHIPPED_DIR
-
     path = Path(path)
-    record: dict = {"path": str(path), "shipped_default": path.resolve() == SHIPPED_DIR}
+    record: dict = {"path": str(path), "shipped_default": path.resolve() == Path(shipped).resolve()}
     build = path / "build.json"
     if build.is_file():
         info = json.loads(build.read_text())

@@ -126,10 +126,11 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     env_factory = build_env_factory(config)
     manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K), workers=dist.workers)
     if config.policy == "lm":
+        from srollout.default_policy import SHIPPED_DIR
         from srollout.policy import resolve_model
         from srollout.policy.model_files import model_provenance
 
-        manifest.update(model=model_provenance(resolve_model(config.model if config.model is not None else "default")))
+        manifest.update(model=model_provenance(resolve_model(config.model if config.model is not None else "default"), SHIPPED_DIR))
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
