@@ -80,7 +80,10 @@ def main() -> None:
         "gate": None if gate is None else {"rule": "r1", "K": args.K, "d_L": args.d_L},
         "steps": args.steps, "wall_s": round(wall, 1), "groups": c.groups, "groups_cut": c.cut,
         "env_steps": c.env_steps, "gen_tokens": c.gen_tokens, "steps_saved_max": c.steps_saved_max,
-        "reward": [h["reward"] for h in trainer.state.log_history if "reward" in h],  # None: every group cut
+        # per step, from TRL's log: reward (None when every group was cut), seconds, cuts, tokens
+        "per_step": [{k: h.get(k) for k in ("step", "reward", "step_time", "gate/groups_cut", "rollout/gen_tokens",
+                                            "rollout/env_steps", "loss", "grad_norm")}
+                     for h in trainer.state.log_history if "gate/groups_cut" in h],
     }
     (out / "srollout-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary))

@@ -238,7 +238,7 @@ class GatedRollout:
 
         policy = TransformersPolicy(getattr(model.config, "_name_or_path", "trl-model") or "trl-model",
                                     model=model, tokenizer=tokenizer, temperature=self.temperature,
-                                    max_new_tokens=self.max_new_tokens)
+                                    max_new_tokens=self.max_new_tokens, device=str(next(model.parameters()).device))
         specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
         self._next_group += len(tasks)
         records: dict[int, GroupRecord] = {}
