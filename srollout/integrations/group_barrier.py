@@ -141,8 +141,8 @@ class GroupMember:
             raise SrolloutError(f"session {self.index} of group {group.uid!r} reported a step "
                                 "after it ended")
         if group.fate is not None and group.fate.cut:
-            raise SrolloutError(f"session {self.index} of group {group.uid!r} reported a step after "
-                                f"the group was cut at step {group.fate.K}; stop the session")
+            raise SrolloutError(f"session {self.index} of group {group.uid!r} reported a step "
+                                f"after the group was cut at step {group.fate.K}; stop the session")
         session.actions.append(action)
         session.observations.append(observation)
         session.ended = bool(ended)
@@ -191,7 +191,8 @@ class GroupBarrier:
     def __init__(self, gate: Gate, G: int, timeout_s: float = 600.0) -> None:
         if isinstance(G, bool) or not isinstance(G, int) or G < 2:
             raise SrolloutError(f"a group needs G >= 2 sessions for the gate, got G={G!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not timeout_s > 0:
             raise SrolloutError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
         if not hasattr(gate, "decide") or not hasattr(gate, "K"):
             raise SrolloutError(f"gate must be a srollout gate (GateRule, a loaded gate.json), "
@@ -220,8 +221,9 @@ class GroupBarrier:
                                     f"barrier was built for groups of G={self.G}")
             index = free[0]
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.G:
-            raise SrolloutError(f"session index {index!r} of group {uid!r} is outside 0..{self.G - 1}: "
-                                f"the barrier was built for groups of G={self.G} sessions")
+            raise SrolloutError(f"session index {index!r} of group {uid!r} is outside "
+                                f"0..{self.G - 1}: the barrier was built for groups of G={self.G} "
+                                "sessions")
         if index in group.sessions:
             raise SrolloutError(f"group {uid!r} already has a session {index}")
         group.sessions[index] = _Session()

@@ -15,7 +15,8 @@ What one session (:class:`SrolloutAgentLoop`) does:
    (:meth:`~srollout.rollout.react.ReactPrompter.for_model`), the whole conversation kept, one
    ``server_manager.generate`` per step, the response parsed into an action, the env stepped;
    the episode ends when it is won, at T_max steps, or when the response budget
-   (``rollout.response_length``) is spent;
+   (``rollout.response_length``) is spent. Environment steps run in the worker's event loop,
+   synchronously, as the engine runs them (the ALFWorld engine is not known to be thread-safe);
 3. reports each step's action to the barrier; after step K the gate is resolved once for the
    group (the engine's rules: see group_barrier);
 4. a cut session stops at once. Every session of a cut group, the ones that had already finished
@@ -385,8 +386,8 @@ class SrolloutUngatedAgentLoop(SrolloutAgentLoop):
     gated = False
 
 
-# id(tokenizer) -> the builder class that renders its chat template token for token
-_BUILDERS: dict[int, type] = {}
+# (tokenizer path, chat template) -> the builder class that renders that template token for token
+_BUILDERS: dict[tuple[str, str], type] = {}
 
 
 def _matching_builder(tokenizer: Any, builder: Any) -> Any:
@@ -400,14 +401,17 @@ def _matching_builder(tokenizer: Any, builder: Any) -> Any:
     """
     from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder
 
-    cls = _BUILDERS.get(id(tokenizer))
+    key = (str(getattr(tokenizer, "name_or_path", "")),
+           str(getattr(tokenizer, "chat_template", "")))
+    cls = _BUILDERS.get(key)
     if cls is None:
         cls = type(builder)
-        if not _renders_like_template(tokenizer, builder):
-            generic = ContinuousTokenBuilder(tokenizer, chat_template_kwargs=builder.chat_template_kwargs)
-            if type(builder) is not ContinuousTokenBuilder and _renders_like_template(tokenizer, generic):
+        kwargs = builder.chat_template_kwargs
+        if cls is not ContinuousTokenBuilder and not _renders_like_template(tokenizer, builder):
+            generic = ContinuousTokenBuilder(tokenizer, chat_template_kwargs=kwargs)
+            if _renders_like_template(tokenizer, generic):
                 cls = ContinuousTokenBuilder
-        _BUILDERS[id(tokenizer)] = cls
+        _BUILDERS[key] = cls
     if cls is type(builder):
         return builder
     return cls(tokenizer, chat_template_kwargs=builder.chat_template_kwargs)
@@ -423,7 +427,8 @@ def _renders_like_template(tokenizer: Any, builder: Any) -> bool:
                                                  return_dict=False)
         eot = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         ids = builder.build_initial_tokens(first)
-        ids = builder.merge_assistant_tokens(ids, tokenizer.encode("a1", add_special_tokens=False) + eot).token_ids
+        answer = tokenizer.encode("a1", add_special_tokens=False) + eot
+        ids = builder.merge_assistant_tokens(ids, answer).token_ids
         ids = builder.merge_context_tokens(with_answer, full, ids).token_ids
         return list(ids) == list(expected)
     except Exception:  # a template this probe cannot render: keep verl's choice

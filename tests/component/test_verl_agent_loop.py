@@ -49,7 +49,8 @@ class ScriptedServer:
         self.calls = 0
         self.eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs: Any) -> TokenOutput:
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs: Any
+                       ) -> TokenOutput:
         self.calls += 1
         await asyncio.sleep(0.001)  # a real server answers later, in any order
         if request_id not in self.sessions:
@@ -73,7 +74,8 @@ def make_worker(server, tokenizer, agent_loop_config: str, n: int = G) -> AgentL
                 "n": n, "prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN,
                 "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
                 "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0, "n": 1},
-                "agent": {"default_agent_loop": sv.GATED, "agent_loop_config_path": agent_loop_config},
+                "agent": {"default_agent_loop": sv.GATED,
+                          "agent_loop_config_path": agent_loop_config},
                 "multi_turn": {"tool_config_path": None},
             },
             "model": {"path": str(SHIPPED_DIR)},

@@ -104,7 +104,8 @@ def test_a_group_with_no_session_acting_after_K_is_not_shown_to_the_gate():
                                     play(barrier, "g", 1, ["a", "b", "c"], ended_after=3))
 
     results = asyncio.run(main())
-    assert gate.calls == 0  # session 1 ended at step 3 itself: nobody acts after K (the engine's rule)
+    # session 1 ended at step 3 itself: nobody acts after K (the engine's rule)
+    assert gate.calls == 0
     assert all(not fate.cut and fate.how == NOT_SHOWN for _, fate, _ in results)
 
 
