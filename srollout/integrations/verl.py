@@ -1,0 +1,456 @@
+"""srollout's gate inside verl: an agent loop whose n sessions of one prompt meet at step K.
+
+verl 0.9.1's default trainer (``trainer.use_v1=true``) starts the n samples of a prompt as n
+``AgentLoopBase.run`` coroutines in one agent-loop worker's event loop, all created before any of
+them runs, each given the prompt's ``uid`` and its ``session_id`` 0..n-1
+(``AgentLoopWorkerTQ._run_prompt``, verl/trainer/ppo/v1/agent_loop_tq.py). So one
+:class:`~srollout.integrations.group_barrier.GroupBarrier` per worker process sees a whole group.
+
+What one session (:class:`SrolloutAgentLoop`) does:
+
+1. joins its group at the barrier (before its first ``await``), reads its task from the dataset
+   row (``extra_info.srollout_task``, written by :func:`write_verl_dataset`) and resets a real
+   ALFWorld environment on it;
+2. plays the episode the way srollout's engine does: the model directory's prompt
+   (:meth:`~srollout.rollout.react.ReactPrompter.for_model`), the whole conversation kept, one
+   ``server_manager.generate`` per step, the response parsed into an action, the env stepped;
+   the episode ends when it is won, at T_max steps, or when the response budget
+   (``rollout.response_length``) is spent. Environment steps run in the worker's event loop,
+   synchronously, as the engine runs them (the ALFWorld engine is not known to be thread-safe);
+3. reports each step's action to the barrier; after step K the gate is resolved once for the
+   group (the engine's rules: see group_barrier);
+4. a cut session stops at once. Every session of a cut group, the ones that had already finished
+   included, returns ``reward_score = 0.0``: a constant reward, so verl's ``filter_groups``
+   (``algorithm.filter_groups.enable=true``, ``metric=reward``) evicts the group from the batch;
+   without filter_groups GRPO still gives it zero advantage. The episode's own reward is kept in
+   ``extra_fields["srollout_env_reward"]``, logged only;
+5. returns an ``AgentLoopOutput``: response = the model's turns (mask 1) and the observations
+   between them (mask 0), and ``extra_fields`` ``srollout_cut``, ``srollout_cut_step`` (-1 when
+   kept), ``srollout_steps``, ``srollout_ended_by`` (``done|max_steps|max_tokens|gate``),
+   ``srollout_task_id``, ``srollout_env_reward``; ``reward_extra_info`` holds ``score`` (the
+   reward verl trains on) and ``srollout_cut`` (1.0/0.0) for verl's reward metrics.
+
+Two loops are registered: ``srollout_gated`` (this gate) and ``srollout_ungated`` (the same
+episodes, no barrier: for validation rows, whose n is ``val_kwargs.n``, and for a baseline arm).
+verl's workers are separate processes, so name the class in an agent-loop config file
+(``actor_rollout_ref.rollout.agent.agent_loop_config_path``, written by
+:func:`write_agent_loop_config`); its keys are this loop's settings (:class:`VerlGateSettings`).
+docs/integrations.md has the whole recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from srollout.core.gate import Gate, GateRule, gate_from_dict, load_gate
+from srollout.envs.base import Task
+from srollout.errors import SrolloutError
+from srollout.integrations.group_barrier import GateDecision, GroupBarrier
+
+VERL_VERSION = "0.9.1"  # the release this adapter was written against and tested with
+_INSTALL = (f"pip install verl=={VERL_VERSION} (in an environment of its own: verl {VERL_VERSION} "
+            "requires transformers<5.11, srollout's own backends >=5.19)")
+
+try:
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopMetrics,
+        AgentLoopOutput,
+        register,
+    )
+except ImportError as err:  # pragma: no cover - exercised where verl is absent
+    missing = getattr(err, "name", None) or str(err)
+    if missing and str(missing).split(".")[0] == "verl":
+        raise SrolloutError(f"srollout.integrations.verl needs verl: {_INSTALL}") from None
+    raise SrolloutError(f"verl is installed but cannot be imported ({err}); "
+                        f"install what it names, or reinstall with {_INSTALL}") from None
+
+GATED, UNGATED = "srollout_gated", "srollout_ungated"
+TASK_KEY = "srollout_task"  # extra_info key of a row's task (JSON)
+CUT_REWARD = 0.0  # every session of a cut group: a constant, so filter_groups evicts the group
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerlGateSettings:
+    """The agent loop's settings (keys of its entry in the agent-loop config file, or of a
+    ``srollout:`` section of verl's trainer config, e.g. ``+srollout.gate=/path/gate.json``).
+
+    gate: a gate.json path (a sweep run directory works) or its dict; None = the paper's R1
+    gate (K=10, d_L=0.12). G: sessions per group; must equal ``actor_rollout_ref.rollout.n``
+    (None = take rollout.n). T_max: step limit per episode (paper: 30). timeout_s: how long a
+    group may go without any session reporting a step while one waits at the barrier before it
+    is released and kept. model_dir: the model directory whose ``srollout.json`` prompt the
+    episodes use (None = ``actor_rollout_ref.model.path``).
+    """
+
+    gate: str | Mapping[str, Any] | None = None
+    G: int | None = None
+    T_max: int = 30
+    timeout_s: float = 600.0
+    model_dir: str | None = None
+
+    @classmethod
+    def resolve(cls, overrides: Mapping[str, Any], trainer_config: Any) -> VerlGateSettings:
+        """``overrides`` (agent-loop config entry) over the trainer config's ``srollout:``
+        section over the defaults; unknown keys are a SrolloutError naming the known ones."""
+        section = trainer_config.get("srollout", None) if hasattr(trainer_config, "get") else None
+        merged: dict[str, Any] = {}
+        for source, where in ((section or {}, "srollout: section of the trainer config"),
+                              (overrides, "agent-loop config entry")):
+            for key, value in dict(source).items():
+                if key not in cls.__dataclass_fields__:
+                    known = ", ".join(cls.__dataclass_fields__)
+                    raise SrolloutError(f"unknown srollout setting {key!r} in the {where} "
+                                        f"(known: {known})")
+                merged[key] = _plain(value)
+        return cls(**merged)
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf node as plain Python (dicts and lists), anything else as it is."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf comes with verl
+        pass
+    return value
+
+
+def resolve_gate(spec: str | Mapping[str, Any] | Gate | None) -> Gate:
+    """A gate from a gate.json path, its dict, a gate object, or None (the paper's R1 gate)."""
+    if spec is None:
+        return GateRule()
+    if isinstance(spec, (str, Path)):
+        return load_gate(spec)
+    if isinstance(spec, Mapping):
+        return gate_from_dict(spec, "srollout gate setting")
+    if hasattr(spec, "decide") and hasattr(spec, "K"):
+        return spec  # type: ignore[return-value]
+    raise SrolloutError(f"gate must be a gate.json path or its dict, got {type(spec).__name__}")
+
+
+# One barrier per (gate, G, timeout) in each worker process: the n sessions of a uid must meet
+# at the same object, and verl instantiates the agent loop anew for every session.
+_BARRIERS: dict[tuple[str, int, float], GroupBarrier] = {}
+
+
+def barrier_for(gate: Gate, G: int, timeout_s: float) -> GroupBarrier:
+    """The process-wide barrier of this gate and group size."""
+    key = (json.dumps(gate.to_dict(), sort_keys=True, default=str), G, float(timeout_s))
+    barrier = _BARRIERS.get(key)
+    if barrier is None:
+        barrier = _BARRIERS[key] = GroupBarrier(gate, G=G, timeout_s=timeout_s)
+    return barrier
+
+
+# --- tasks in verl's dataset ------------------------------------------------------------------
+
+
+def task_to_json(task: Task) -> str:
+    """A task as the JSON a dataset row carries (generated games carry their PDDL problem)."""
+    meta = {k: list(v) if isinstance(v, tuple) else v for k, v in (task.meta or {}).items()}
+    return json.dumps({"task_id": task.task_id, "task_type": task.task_type,
+                       "task_text": task.task_text, "source": task.source, "meta": meta})
+
+
+def task_from_row(row: Mapping[str, Any]) -> Task:
+    """The task of a verl dataset row (``extra_info.srollout_task``), or a SrolloutError."""
+    extra = row.get("extra_info") or {}
+    text = extra.get(TASK_KEY) if isinstance(extra, Mapping) else None
+    if not text:
+        raise SrolloutError(f"the dataset row has no extra_info.{TASK_KEY}: build the dataset "
+                            "with srollout.integrations.verl.write_verl_dataset")
+    try:
+        d = json.loads(text)
+        meta = dict(d.get("meta") or {})
+        if "walkthrough" in meta:
+            meta["walkthrough"] = tuple(meta["walkthrough"])
+        return Task(task_id=d["task_id"], task_type=d["task_type"], task_text=d["task_text"],
+                    source=d["source"], meta=meta)
+    except (ValueError, KeyError, TypeError) as err:
+        raise SrolloutError(f"extra_info.{TASK_KEY} is not a srollout task ({err!r}); rebuild "
+                            "the dataset with write_verl_dataset") from None
+
+
+def write_verl_dataset(tasks: Sequence[Task], path: str | Path, agent_name: str = GATED,
+                       *, overwrite: bool = False) -> Path:
+    """A Parquet dataset for verl's RLHFDataset: one row per task (verl repeats it n times).
+
+    Columns: data_source ``srollout/alfworld``, prompt (the task sentence as one user message;
+    the agent loop builds the real conversation from the environment), agent_name (``GATED`` for
+    training files, ``UNGATED`` for validation files), reward_model (``style="env"``: the
+    environment's reward, computed by the agent loop), extra_info (index, task JSON).
+    """
+    import polars as pl
+
+    from srollout import schemas
+
+    if agent_name not in (GATED, UNGATED):
+        raise SrolloutError(f"agent_name must be {GATED!r} or {UNGATED!r}, got {agent_name!r}")
+    if not tasks:
+        raise SrolloutError("no tasks to write")
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise SrolloutError(f"{path} exists; pass overwrite=True or choose another path")
+    rows = [{
+        "data_source": "srollout/alfworld",
+        "prompt": [{"role": "user", "content": task.task_text}],
+        "agent_name": agent_name,
+        "reward_model": {"style": "env", "ground_truth": ""},
+        "extra_info": {"index": i, "task_id": task.task_id, TASK_KEY: task_to_json(task)},
+    } for i, task in enumerate(tasks)]
+    return schemas.write(pl.DataFrame(rows), path)
+
+
+def write_agent_loop_config(path: str | Path, settings: VerlGateSettings | None = None,
+                            *, overwrite: bool = False) -> Path:
+    """The file for ``actor_rollout_ref.rollout.agent.agent_loop_config_path``: both loops, the
+    gated one with ``settings`` (its keys become the loop's constructor arguments)."""
+    from srollout.atomic import atomic_write_text
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise SrolloutError(f"{path} exists; pass overwrite=True or choose another path")
+    body = {k: v for k, v in asdict(settings or VerlGateSettings()).items() if v is not None}
+    entries = [{"name": GATED, "_target_": f"{__name__}.SrolloutAgentLoop", **body},
+               {"name": UNGATED, "_target_": f"{__name__}.SrolloutUngatedAgentLoop",
+                **{k: v for k, v in body.items() if k in ("T_max", "model_dir")}}]
+    # JSON is YAML: OmegaConf.load reads it as it is.
+    return atomic_write_text(json.dumps(entries, indent=2) + "\n", path)
+
+
+# --- the agent loop ---------------------------------------------------------------------------
+
+
+@register(GATED)
+class SrolloutAgentLoop(AgentLoopBase):
+    """One session of a group: an ALFWorld episode, gated at step K with its n-1 siblings."""
+
+    gated = True
+
+    def __init__(self, *args: Any, name: str | None = None, tools: Any = None,
+                 **settings: Any) -> None:
+        # verl passes the agent-loop config entry's keys (name included) and a tools wrapper.
+        super().__init__(*args, **_verl_kwargs(settings))
+        self.continuous_token_builder = _matching_builder(self.tokenizer,
+                                                          self.continuous_token_builder)
+        self.settings = VerlGateSettings.resolve(_own_settings(settings), self.config)
+        from srollout.rollout.react import ReactPrompter
+
+        model_dir = self.settings.model_dir or _get(self.config, "actor_rollout_ref.model.path")
+        self.prompter = ReactPrompter.for_model(model_dir)
+        self.response_length = int(self.rollout_config.response_length)
+        if self.settings.T_max < 1:
+            raise SrolloutError(f"T_max must be >= 1, got {self.settings.T_max}")
+        self.barrier: GroupBarrier | None = None
+        if self.gated:
+            n = self.rollout_config.get("n", None)
+            G = self.settings.G if self.settings.G is not None else n
+            if G is None:
+                raise SrolloutError("set the group size: actor_rollout_ref.rollout.n (or G in the "
+                                    "srollout settings)")
+            if n is not None and int(n) != int(G):
+                raise SrolloutError(f"the gate was set for groups of G={G} but "
+                                    f"actor_rollout_ref.rollout.n={n}: set rollout.n={G}")
+            gate = resolve_gate(self.settings.gate)
+            self.barrier = barrier_for(gate, int(G), self.settings.timeout_s)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        from srollout.envs.alfworld_env import AlfworldEnv
+
+        task = task_from_row(kwargs)
+        member = None
+        if self.barrier is not None:
+            uid = kwargs.get("uid")
+            if uid is None:
+                raise SrolloutError("verl passed no uid to the agent loop: run verl's v1 trainer "
+                                    "(trainer.use_v1=true, its default)")
+            session = kwargs.get("session_id")
+            member = self.barrier.join(str(uid), None if session is None else int(session))
+        env = AlfworldEnv(expert_plan=False)
+        try:
+            return await self._play(env, task, member, sampling_params)
+        finally:
+            env.close()
+            if member is not None:
+                member.end()
+
+    async def _play(self, env: Any, task: Task, member: Any, sampling_params: dict[str, Any]
+                    ) -> AgentLoopOutput:
+        t0 = time.perf_counter()
+        observation, info = env.reset(task, 0)
+        env_s = time.perf_counter() - t0
+        gen_s = 0.0
+        messages = [{"role": "system", "content": self.prompter.system(task)},
+                    {"role": "user",
+                     "content": self.prompter.user(observation, 1, task, info.admissible)}]
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        response_mask: list[int] = []
+        logprobs: list[float] | None = None
+        request_id = uuid4().hex  # one sticky session for all turns (prefix cache)
+        reward, steps, ended_by = 0.0, 0, "max_steps"
+        decision = GateDecision(cut=False)
+        for t in range(1, self.settings.T_max + 1):
+            g0 = time.perf_counter()
+            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids,
+                                                     sampling_params=sampling_params)
+            gen_s += time.perf_counter() - g0
+            if out.log_probs and logprobs is None:
+                logprobs = [0.0] * len(response_mask)  # observation tokens carry 0.0, as verl's
+            merged, response_mask, new_logprobs = await self.ct_merge_assistant_token(
+                prompt_ids, out.token_ids, response_mask, logprobs,
+                assistant_logprobs=out.log_probs or None)
+            prompt_ids = merged.token_ids
+            if new_logprobs is not None:
+                logprobs = new_logprobs
+            text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            turn = self.prompter.parse(text)
+            e0 = time.perf_counter()
+            result = env.step(turn.action)
+            env_s += time.perf_counter() - e0
+            reward += float(result.reward)
+            steps = t
+            ended = bool(result.done) or t == self.settings.T_max
+            ended_by = "done" if result.done else "max_steps"
+            if not ended and len(response_mask) >= self.response_length:
+                ended, ended_by = True, "max_tokens"
+            if not ended:
+                # as verl's tool loop: the assistant turn is in the context already (its
+                # generated tokens), the next user turn is the delta to merge
+                messages.append({"role": "assistant", "content": text})
+                previous = list(messages)
+                messages.append({"role": "user", "content": self.prompter.user(
+                    result.observation, t + 1, task, result.admissible)})
+                merged, mask, new_logprobs = await self.ct_merge_context_msg(
+                    previous, messages, prompt_ids, response_mask, logprobs)
+                if len(mask) >= self.response_length:
+                    # as verl's tool loop: the budget is spent, the observation is not added
+                    ended, ended_by = True, "max_tokens"
+                else:
+                    prompt_ids, response_mask = merged.token_ids, mask
+                    if logprobs is not None:
+                        logprobs = new_logprobs or []
+            if member is not None:
+                decision = await member.step(turn.normalized, observation, ended=ended)
+            observation = result.observation
+            if ended:
+                break
+            if decision.cut:
+                ended_by = "gate"
+                break
+        if member is not None:
+            decision = await member.outcome()  # a session that ended before K waits here
+        cut = decision.cut
+        reward_score = CUT_REWARD if cut else reward
+        n_resp = len(response_mask)
+        response_ids = prompt_ids[len(prompt_ids) - n_resp:]
+        prompt_only = prompt_ids[: len(prompt_ids) - n_resp]
+        L = self.response_length
+        extra = {
+            "turn_scores": [], "tool_rewards": [],  # verl's own loops always carry these keys
+            "srollout_cut": bool(cut),
+            "srollout_cut_step": int(decision.K) if cut else -1,
+            "srollout_steps": steps,
+            "srollout_ended_by": ended_by,
+            "srollout_task_id": task.task_id,
+            "srollout_env_reward": reward,
+            "reward_extra_info": {"score": reward_score, "srollout_cut": float(cut)},
+        }
+        return AgentLoopOutput(
+            prompt_ids=prompt_only,
+            response_ids=response_ids[:L],
+            response_mask=response_mask[:L],
+            response_logprobs=logprobs[:L] if logprobs else None,
+            reward_score=reward_score,
+            num_turns=2 * steps + 1,
+            metrics=AgentLoopMetrics(generate_sequences=gen_s, tool_calls=env_s),
+            extra_fields=extra,
+        )
+
+
+@register(UNGATED)
+class SrolloutUngatedAgentLoop(SrolloutAgentLoop):
+    """The same episodes without the barrier (validation rows; a baseline arm)."""
+
+    gated = False
+
+
+# (tokenizer path, chat template) -> the builder class that renders that template token for token
+_BUILDERS: dict[tuple[str, str], type] = {}
+
+
+def _matching_builder(tokenizer: Any, builder: Any) -> Any:
+    """verl's Continuous Token builder, or verl's generic one when only that one reproduces the
+    tokenizer's own chat template over a two-step episode.
+
+    verl picks the builder by config.json model_type alone: "qwen2" gets its Qwen (ChatML)
+    builder, which appends ChatML's newline after each assistant turn. srollout's shipped policy
+    is a qwen2 model with its own compact template (no newlines, srollout.policy.chat), so that
+    builder would train on tokens the model never saw; the generic builder renders it exactly.
+    """
+    from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder
+
+    key = (str(getattr(tokenizer, "name_or_path", "")),
+           str(getattr(tokenizer, "chat_template", "")))
+    cls = _BUILDERS.get(key)
+    if cls is None:
+        cls = type(builder)
+        kwargs = builder.chat_template_kwargs
+        if cls is not ContinuousTokenBuilder and not _renders_like_template(tokenizer, builder):
+            generic = ContinuousTokenBuilder(tokenizer, chat_template_kwargs=kwargs)
+            if _renders_like_template(tokenizer, generic):
+                cls = ContinuousTokenBuilder
+        _BUILDERS[key] = cls
+    if cls is type(builder):
+        return builder
+    return cls(tokenizer, chat_template_kwargs=builder.chat_template_kwargs)
+
+
+def _renders_like_template(tokenizer: Any, builder: Any) -> bool:
+    """Does ``builder``'s incremental path give the template's tokens for s, u1, a1, u2?"""
+    try:
+        first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}]
+        with_answer = first + [{"role": "assistant", "content": "a1"}]
+        full = with_answer + [{"role": "user", "content": "u2"}]
+        expected = tokenizer.apply_chat_template(full, tokenize=True, add_generation_prompt=True,
+                                                 return_dict=False)
+        eot = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        ids = builder.build_initial_tokens(first)
+        answer = tokenizer.encode("a1", add_special_tokens=False) + eot
+        ids = builder.merge_assistant_tokens(ids, answer).token_ids
+        ids = builder.merge_context_tokens(with_answer, full, ids).token_ids
+        return list(ids) == list(expected)
+    except Exception:  # a template this probe cannot render: keep verl's choice
+        return True
+
+
+_VERL_INIT_KEYS = ("trainer_config", "server_manager", "tokenizer", "processor", "dataset_cls",
+                   "data_config", "hf_model_type")
+
+
+def _verl_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k in _VERL_INIT_KEYS}
+
+
+def _own_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k not in _VERL_INIT_KEYS}
+
+
+def _get(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = node.get(part, None) if hasattr(node, "get") else None
+        if node is None:
+            return None
+    return node
