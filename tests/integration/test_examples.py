@@ -21,6 +21,28 @@ def test_gate_in_your_trainer_cuts_only_zero_variance_groups_and_saves_steps():
     assert gated < full
 
 
+def test_trl_example_trains_two_steps_with_the_gate(tmp_path):
+    """examples/trl_grpo_alfworld.py on tiny settings: real TRL, the shipped policy, ALFWorld. A gate
+    at K=2 with d_L=1 cuts every group whose prefixes are not all different; the summary's totals
+    are the sums of what TRL logged per step."""
+    import json
+
+    out = tmp_path / "trl"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "trl_grpo_alfworld.py"), "--steps", "2", "--groups", "2", "--G",
+         "4", "--T-max", "4", "--K", "2", "--d-L", "1.0", "--tasks", "4", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    summary = json.loads((out / "srollout-summary.json").read_text())
+    assert summary["groups"] == 4 and len(summary["per_step"]) == 2
+    assert sum(s["gate/groups_cut"] for s in summary["per_step"]) == summary["groups_cut"]
+    assert sum(s["rollout/gen_tokens"] for s in summary["per_step"]) == summary["gen_tokens"]
+    # a cut group stops at K=2: at most G x K steps; a kept one plays up to T_max=4
+    assert summary["env_steps"] <= summary["groups_cut"] * 4 * 2 + (4 - summary["groups_cut"]) * 4 * 4
+    assert summary["groups_cut"] >= 1  # d_K < 1 unless all 4 prefixes differ at every position
+    assert 0 < summary["steps_saved_max"] <= summary["groups_cut"] * 4 * (4 - 2)
+
+
 def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
     """`make demo`'s script on the real engine, quick settings, noisy expert (no model build)."""
     import os
