@@ -94,6 +94,22 @@ class Buffer:
 
         return [group_advantages(np.asarray(r, dtype=float)) for r in self.groups["rewards"].to_list()]
 
+    def advantage_sq_norms(self, eps: float = 1e-6) -> np.ndarray | None:
+        """‖A_g‖² of every group's GRPO advantages (groups order), or None without per-trajectory
+        rewards: Σ_i (r_i − r̄)² / (σ_r + ε)², 0 for a group with σ_r = 0 (as
+        :func:`srollout.core.grpo.group_advantages`), in one vectorised pass."""
+        if not self.has_rewards:
+            return None
+        r = pl.col("rewards")
+        sums = self.groups.select(
+            ss=r.list.eval(((pl.element() - pl.element().mean()) ** 2).sum()).list.first(),
+            G=r.list.len(),
+        )
+        ss = sums["ss"].to_numpy().astype(np.float64)
+        std = np.sqrt(ss / sums["G"].to_numpy())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(std > 0, ss / (std + eps) ** 2, 0.0)
+
 
 def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int]) -> Buffer:
     """Read and check the input of `analyze`/`sweep`; compute the signals at K from steps.
