@@ -101,6 +101,68 @@ def spearman(x: ArrayLike, y: ArrayLike, nan_policy: str = "omit") -> SpearmanRe
     return SpearmanResult(rho, float(res.pvalue), n)
 
 
+class RankStats(NamedTuple):
+    """Spearman ρ of a score against a target (with its p-value) and the AUROC of the score for
+    a binary label, over the n pairs with a finite score."""
+
+    n: int
+    rho: float
+    p_value: float
+    auroc: float
+
+
+def rank_stats(score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_ranks: ArrayLike | None = None) -> RankStats:
+    """:func:`spearman` (score, target) and :func:`auroc` (score, positive) from one ranking of
+    the score: ρ is Pearson's r of the average-tie ranks, AUROC the positives' rank sum (U).
+
+    score, target: [N] floats; positive: bool[N]. Pairs with a nan score are dropped (n counts the
+    rest); target_ranks: ``rankdata(target)`` when the caller already has it and no score is
+    nan (analyze ranks σ_r² once per K for seven signals). ρ and p are nan for n < 3 or a
+    constant side; AUROC is nan when a class is empty. The same numbers as
+    ``scipy.stats.spearmanr`` and ``mannwhitneyu`` (tests hold them to it) with a third of their
+    sorting: on a million groups analyze's 56 (K, signal) cells take ~8 s instead of ~30 s.
+    """
+    x = np.asarray(score, dtype=np.float64).ravel()
+    y = np.asarray(target, dtype=np.float64).ravel()
+    pos = np.asarray(positive).ravel().astype(bool)
+    if not x.size == y.size == pos.size:
+        raise SrolloutError(f"score, target and positive have different lengths ({x.size}, {y.size}, {pos.size})")
+    ok = np.isfinite(x)
+    if not ok.all():
+        x, y, pos, target_ranks = x[ok], y[ok], pos[ok], None
+    n = int(x.size)
+    if n == 0:
+        return RankStats(0, math.nan, math.nan, math.nan)
+    rx = rankdata(x)
+    n_pos = int(pos.sum())
+    n_neg = n - n_pos
+    auc = (float(rx[pos].sum()) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg) if n_pos and n_neg else math.nan
+    if n < 3 or x.min() == x.max() or y.min() == y.max():
+        return RankStats(n, math.nan, math.nan, auc)
+    ry = rankdata(y) if target_ranks is None else np.asarray(target_ranks, dtype=np.float64)
+    rx -= rx.mean()
+    ry = ry - ry.mean()
+    rho = max(-1.0, min(1.0, float(rx @ ry) / math.sqrt(float(rx @ rx) * float(ry @ ry))))
+    if abs(rho) > 1.0 - 1e-12:  # ranks in the same (or opposite) order: exactly ±1
+        rho = math.copysign(1.0, rho)
+    return RankStats(n, rho, float(spearman_p_value(rho, n)), auc)
+
+
+def spearman_p_value(rho: ArrayLike, n: ArrayLike) -> np.ndarray:
+    """Two-sided p-value of Spearman's ρ from n pairs, elementwise (the t-test of
+    ``scipy.stats.spearmanr``): t = ρ·sqrt((n−2)/(1−ρ²)) with n − 2 degrees of freedom; 0 at
+    |ρ| = 1, nan where ρ is nan or n < 3."""
+    from scipy.stats import t as student_t
+
+    r = np.asarray(rho, dtype=np.float64)
+    dof = np.asarray(n, dtype=np.float64) - 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_stat = r * np.sqrt(dof / ((1.0 - r) * (1.0 + r)))
+        p = 2.0 * student_t.sf(np.abs(t_stat), np.maximum(dof, 1.0))
+    p = np.where(np.abs(r) == 1.0, 0.0, p)
+    return np.where(np.isnan(r) | (dof < 1), np.nan, p)
+
+
 def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
     """Area under the ROC curve of ``scores`` for the positive class (labels True / 1).
 
