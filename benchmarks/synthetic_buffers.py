@@ -66,9 +66,10 @@ def synthetic_signals(n_groups: int, seed: int = 0) -> pl.DataFrame:
 
 
 def synthetic_steps(n_groups: int, seed: int = 0) -> pl.DataFrame:
-    """A steps table (``schemas.STEPS``) of n_groups groups of G=8, T_max=30 (about 120 rows per
+    """A steps table (``schemas.STEPS``) of n_groups groups of G=8, T_max=30 (about 135 rows per
     group): each group has a "plan" and a per-step chance that a trajectory deviates from it;
-    converged groups tend to share the outcome; failed trajectories mostly run to T_max."""
+    converged groups tend to share the outcome; a successful trajectory ends within 20 steps, a
+    failed one ends anywhere or runs to T_max."""
     rng = np.random.default_rng(seed)
     n = n_groups
     pool = np.array([f"{v} {p}" for v in VERBS for p in PLACES])
@@ -82,8 +83,8 @@ def synthetic_steps(n_groups: int, seed: int = 0) -> pl.DataFrame:
     )
     traj_group = np.repeat(np.arange(n), G)
     success = rng.random(n * G) < p_success[traj_group]
-    length = np.where(success, rng.integers(4, T_MAX + 1, n * G),
-                      np.where(rng.random(n * G) < 0.8, T_MAX, rng.integers(3, T_MAX, n * G)))
+    length = np.where(success, rng.integers(4, 21, n * G),
+                      np.where(rng.random(n * G) < 0.3, T_MAX, rng.integers(3, T_MAX, n * G)))
     row_traj = np.repeat(np.arange(n * G), length)
     starts = np.cumsum(length) - length
     step = np.arange(row_traj.size) - np.repeat(starts, length) + 1
