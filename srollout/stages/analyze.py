@@ -51,6 +51,8 @@ FP_SHOWN_CONSOLE = 20
 FP_SHOWN_REPORT = 100
 # points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the caption)
 SCATTER_POINTS = 20_000
+# signals-table rows from which analyze shows a bar over its statistics (~2 s at 400,000 rows)
+STATISTICS_BAR_FROM = 400_000
 
 
 class AnalyzeResult(NamedTuple):
@@ -217,30 +219,42 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
     return wide.select(["label", "n", *[m for m in SIGNAL_NAMES if m in wide.columns]])
 
 
-def run_analyze(config: AnalyzeConfig, console: Any | None = None) -> AnalyzeResult:
-    """Run the analyze stage; returns the tables and the run directory it wrote."""
+def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: bool = True) -> AnalyzeResult:
+    """Run the analyze stage; returns the tables and the run directory it wrote. progress: show
+    bars for the long parts (the signals computed from steps, the statistics)."""
     from srollout.report.console import make_console
+    from srollout.report.progress import PhaseBars
 
     console = console or make_console()
     t0 = time.perf_counter()
-    buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES)
-    t_load = time.perf_counter() - t0
+    with PhaseBars(console, enabled=progress, unit={"signals": "groups", "statistics": "parts"}) as bars:
+        buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase("signals"))
+        t_load = time.perf_counter() - t0
 
-    corr = correlation_table(buffer.signals)
-    per_type = per_task_type_table(buffer.signals)
-    summary = task_type_summary(per_type, config.gate_K)
-    strat = stratification_table(buffer.signals)
-    gate_available = config.gate_K in buffer.Ks
-    fps = false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
-    fig_K = config.gate_K if gate_available else buffer.Ks[len(buffer.Ks) // 2]
+        parts = bars.phase("statistics", info=True)
+        # shown only for large buffers: below ~100,000 groups the whole stage takes seconds
+        show = parts if buffer.signals.height >= STATISTICS_BAR_FROM else (lambda *a: None)
+        show(0, 5, "correlation")
+        corr = correlation_table(buffer.signals)
+        show(1, 5, "per task type")
+        per_type = per_task_type_table(buffer.signals)
+        summary = task_type_summary(per_type, config.gate_K)
+        show(2, 5, "stratification")
+        strat = stratification_table(buffer.signals)
+        gate_available = config.gate_K in buffer.Ks
+        show(3, 5, "false positives")
+        fps = false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
+        fig_K = config.gate_K if gate_available else buffer.Ks[len(buffer.Ks) // 2]
 
-    corr8, groups8 = None, None
-    G_values = buffer.groups["G"].drop_nulls()
-    can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
-    if can_subsample:
-        sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
-        groups8 = groups_from_trajectories(sub, buffer.source)
-        corr8 = correlation_table(signals_from_trajectories(sub, groups8, buffer.Ks))
+        corr8, groups8 = None, None
+        G_values = buffer.groups["G"].drop_nulls()
+        can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
+        show(4, 5, f"G={SUBSAMPLE_G} sub-samples" if can_subsample else "")
+        if can_subsample:
+            sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
+            groups8 = groups_from_trajectories(sub, buffer.source)
+            corr8 = correlation_table(signals_from_trajectories(sub, groups8, buffer.Ks))
+        show(5, 5, "")
 
     t_compute = time.perf_counter() - t0 - t_load
 

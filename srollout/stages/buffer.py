@@ -289,7 +289,8 @@ def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Seq
 
     Groups go in chunks of SIGNALS_CHUNK to one worker process per core when there are at least
     PARALLEL_FROM (group, K) cells (:func:`srollout.core.signals.compute_signals` is pure, so the
-    table is the same either way). progress: ``(groups done, groups)`` after each chunk."""
+    table is the same either way). progress: ``(groups done, groups)`` after each chunk (only
+    from PARALLEL_FROM cells on; below, the work takes a second or two)."""
     per_group = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
@@ -305,6 +306,8 @@ def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Seq
         return per_group.slice(start, stop - start), Ks
 
     workers = min(_cores(), len(chunks)) if n * len(Ks) >= PARALLEL_FROM else 1
+    if n * len(Ks) < PARALLEL_FROM:
+        progress = None  # a second or two: no bar
     values: list[np.ndarray] = []
     if workers <= 1:
         for start, stop in chunks:

@@ -32,6 +32,8 @@ from srollout.stages.buffer import Buffer, load_buffer
 D_K = "prefix_edit_distance_mean"
 TAU_K = "termination_fraction"
 GATE_FILE = "gate.json"
+# groups from which sweep shows a bar over its K values (one K of a million groups: ~2 s)
+SWEEP_BAR_FROM = 500_000
 
 # columns shown in the console and in report.md (sweep.parquet holds them all)
 # short console headers: the whole row must fit an ordinary terminal
@@ -175,25 +177,33 @@ def _interval(name: str, ci: Any) -> Interval:
     return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
 
 
-def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None) -> SweepResult:
+def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None,
+              progress: bool = True) -> SweepResult:
     """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
 
     gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
     (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
-    report section; without it the outputs are exactly the plain sweep's."""
+    report section; without it the outputs are exactly the plain sweep's. progress: show bars for
+    the long parts (the signals computed from steps, the gates at each K)."""
     from srollout.core.gate import GateRule
     from srollout.report.console import make_console
 
     console = console or make_console()
     t0 = time.perf_counter()
-    buffer = load_buffer(config.input, config.K, default_K=config.K)
+    from srollout.report.progress import PhaseBars
+
+    bars = PhaseBars(console, enabled=progress, unit={"signals": "groups", "sweep": "K"})
+    with bars:
+        buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase("signals"))
     t_load = time.perf_counter() - t0
     if buffer.has_step_counts:
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > config.T_max:
             raise SrolloutError(f"{config.input}: trajectories run up to {longest} steps, more than --T-max {config.T_max}; pass --T-max {longest} or more")
 
-    sweep = sweep_table(buffer, config)
+    with bars:
+        # a bar over the K values only where one K takes seconds (a million groups)
+        sweep = sweep_table(buffer, config, progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None)
     index = choose(sweep, config.precision_floor)
     chosen = bootstrap_operating_point(buffer, sweep, index, config) if index is not None else None
     sweep = sweep.with_columns(chosen=pl.int_range(pl.len()) == (index if index is not None else -1))
