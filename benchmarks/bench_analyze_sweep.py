@@ -155,8 +155,9 @@ def main() -> None:
         f"- date: {started}",
         f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}, "
         f"polars {pl.__version__}, numpy {np.__version__}",
-        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} — the machine is shared with other jobs, "
-        "so wall times are inflated by tens of percent",
+        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores — the machine "
+        "is shared with other jobs (other agents' tests and trainings), so wall times are inflated, by up to several times "
+        "when the load is well above the core count",
         f"- command: `{cmd}`",
         "",
         "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory is the peak resident "
