@@ -10,7 +10,9 @@ seed gives the same interval. :func:`bootstrap_sums_ci` resamples counts of dist
 instead of rows (the same estimator, O(distinct rows) per resample) for statistics that depend
 on the data only through column sums; :func:`relative_saving_ci` keeps a hand-written gather
 (about 25 % faster than ``scipy.stats.bootstrap(paired=True)`` at N = 1,000, docs/benchmarks.md)
-that draws the very resamples scipy draws.
+that draws the very resamples scipy draws, and :func:`rank_stats` gets ρ and AUROC from one
+ranking (half the time of ``spearmanr`` + ``mannwhitneyu`` on a million groups); tests hold
+both to scipy's numbers.
 """
 
 from __future__ import annotations

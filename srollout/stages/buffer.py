@@ -308,6 +308,8 @@ def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Seq
     workers = min(_cores(), len(chunks)) if n * len(Ks) >= PARALLEL_FROM else 1
     if n * len(Ks) < PARALLEL_FROM:
         progress = None  # a second or two: no bar
+    if progress is not None:
+        progress(0, n)  # the bar (and its clock) starts with the work
     values: list[np.ndarray] = []
     if workers <= 1:
         for start, stop in chunks:

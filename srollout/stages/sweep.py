@@ -91,6 +91,8 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
     adv_sq = buffer.advantage_sq_norms()
     rows: list[dict[str, Any]] = []
+    if progress is not None:
+        progress(0, len(config.K))
     for k_done, K in enumerate(config.K):
         at = buffer.at_K(K)
         zero_var = at["zero_var"].to_numpy()
