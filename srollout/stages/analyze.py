@@ -227,8 +227,8 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
 
     console = console or make_console()
     t0 = time.perf_counter()
-    with PhaseBars(console, enabled=progress, unit={"signals": "groups", "statistics": "parts"}) as bars:
-        buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase("signals"))
+    with PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "statistics": "parts"}) as bars:
+        buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase)
         t_load = time.perf_counter() - t0
 
         parts = bars.phase("statistics", info=True)

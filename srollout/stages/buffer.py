@@ -115,10 +115,12 @@ class Buffer:
 
 
 def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int],
-                progress: Callable[[int, int], None] | None = None) -> Buffer:
+                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
     """Read and check the input of `analyze`/`sweep`; compute the signals at K from steps.
 
-    progress: ``(groups done, groups)`` while the signals are computed from steps.
+    progress: ``PhaseBars.phase``: from a large steps table, phase "read steps" reports
+    ``(done, 2, what)`` over trajectories and groups, phase "signals" ``(groups done,
+    groups)`` while the signals are computed.
     K: the K values wanted (None: ``default_K`` from steps, every K present in a signals table).
     Raises SrolloutError (one line) on a missing file, wrong schema, empty table, a group with
     G < 2, a K outside the data or a buffer whose groups were cut by a gate.
@@ -386,8 +388,12 @@ def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int,
     return wanted
 
 
+# steps rows from which reading them shows a bar (a million rows: a few seconds)
+READ_BAR_FROM = 1_000_000
+
+
 def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int],
-                progress: Callable[[int, int], None] | None = None) -> Buffer:
+                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
     # lazily, and only the columns (and the steps) the signals at K need: a buffer of 100,000
     # groups is ~12 million rows, whose texts would not fit in memory whole
     steps = schemas.scan(steps_file, schemas.STEPS)
@@ -396,11 +402,18 @@ def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, 
     steps = steps.select(wanted)
     if trajectories_file is not None:
         _refuse_gated_trajectories(trajectories_file)
-    longest = steps.select(pl.col("step").max()).collect().item()  # = the longest trajectory once steps are 1..n
+    longest, n_rows = steps.select(pl.col("step").max(), pl.len()).collect().row(0)  # longest = the longest trajectory once steps are 1..n
     Ks = _wanted_K(K, default_K, int(longest), steps_file)
+    read = progress("read steps", info=True) if progress is not None and n_rows >= READ_BAR_FROM else None
+    if read is not None:
+        read(0, 2, f"{n_rows:,} rows: trajectories")
     trajs = trajectories_from_steps(steps, steps_file, keep_actions_to=max(Ks), observations_at=Ks)
+    if read is not None:
+        read(1, 2, "groups")
     groups = groups_from_trajectories(trajs, steps_file)
-    signals = signals_from_trajectories(trajs, groups, Ks, progress)
+    if read is not None:
+        read(2, 2, "")
+    signals = signals_from_trajectories(trajs, groups, Ks, progress("signals") if progress is not None else None)
     return Buffer(source, "steps", groups, signals, trajs, True, Ks)
 
 

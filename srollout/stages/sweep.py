@@ -194,9 +194,9 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
     t0 = time.perf_counter()
     from srollout.report.progress import PhaseBars
 
-    bars = PhaseBars(console, enabled=progress, unit={"signals": "groups", "sweep": "K"})
+    bars = PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"})
     with bars:
-        buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase("signals"))
+        buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase)
     t_load = time.perf_counter() - t0
     if buffer.has_step_counts:
         longest = int(buffer.groups["n_steps"].list.max().max())

@@ -141,9 +141,14 @@ def test_signals_in_worker_processes_equal_the_serial_table(tmp_path: Path, monk
     monkeypatch.setattr(B, "PARALLEL_FROM", 0)
     monkeypatch.setattr(B, "SIGNALS_CHUNK", 7)  # 9 chunks over 2 workers, out of order or not
     seen = []
-    parallel = load_buffer(tmp_path, None, default_K=(5, 10, 20), progress=lambda done, total: seen.append((done, total)))
+
+    def phase(name: str, **_: object):
+        return lambda done, total, *_: seen.append((name, done, total))
+
+    parallel = load_buffer(tmp_path, None, default_K=(5, 10, 20), progress=phase)
     assert parallel.signals.equals(serial.signals)
-    assert seen[-1] == (60, 60) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[0] == ("signals", 0, 60) and seen[-1] == ("signals", 60, 60)
+    assert [d for _, d, _ in seen] == sorted(d for _, d, _ in seen)
 
 
 def test_the_lazy_read_keeps_only_what_the_signals_need(tmp_path: Path) -> None:
