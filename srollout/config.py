@@ -97,8 +97,7 @@ class SweepConfig:
     T_max: int = doc(PAPER_T_MAX, "Rollout horizon T_max (steps) of the paper's savings formulas.")
     precision_floor: float = doc(PAPER_PRECISION_FLOOR, "Smallest precision TP/cut an operating point may have.")
     n_boot: int = doc(10_000, "Bootstrap resamples (over groups) for the chosen point's confidence intervals.")
-    n_random: int = doc(1_000, "Seeded draws of the random-cut baseline (same number of cuts) per row.")
-    seed: int = doc(0, "Seed of the bootstrap and of the random-cut baseline.")
+    seed: int = doc(0, "Seed of the bootstrap (and of the --learned/--adaptive folds).")
     out: Path | None = doc(None, "Run directory to write (default runs/sweep-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
@@ -121,8 +120,8 @@ class SweepConfig:
         if too_late:
             raise SrolloutError(f"--K {too_late[0]} is larger than --T-max {self.T_max}")
         _check_unit((self.precision_floor,), "--precision-floor")
-        if self.n_boot < 1 or self.n_random < 1:
-            raise SrolloutError("--n-boot and --n-random must be >= 1")
+        if self.n_boot < 1:
+            raise SrolloutError("--n-boot must be >= 1")
 
 
 def parse_int_list(text: str, option: str) -> tuple[int, ...]:

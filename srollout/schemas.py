@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,28 @@ def read(path: str | Path, artifact: Artifact, allow_empty: bool = False) -> pl.
     except Exception as err:  # polars raises several error types for a non-Parquet file
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     return validate(df, artifact, path, allow_empty=allow_empty)
+
+
+def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = None, allow_empty: bool = False) -> pl.LazyFrame:
+    """A Parquet artifact read lazily: the file's schema is checked as :func:`read` checks it
+    (missing file, not Parquet, missing or mistyped column, empty table), nothing else is read
+    until the caller collects. columns: the columns to keep (default all), cast to the declared
+    dtypes. For tables too large to hold whole (a steps.parquet of millions of rows): the query
+    reads only the columns and row groups it needs."""
+    path = Path(path)
+    if not path.exists():
+        raise SrolloutError(f"{path}: no such file")
+    try:
+        lazy = pl.scan_parquet(path)
+        file_schema = lazy.collect_schema()
+        n_rows = lazy.select(pl.len()).collect().item()  # from the Parquet footer
+    except Exception as err:  # polars raises several error types for a non-Parquet file
+        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
+    validate(pl.DataFrame(schema=file_schema), artifact, path, allow_empty=True)
+    if n_rows == 0 and not allow_empty:
+        raise SchemaError(f"{path}: the {artifact.name} table is empty")
+    keep = list(file_schema) if columns is None else list(columns)
+    return lazy.select([pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep])
 
 
 def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) -> Path:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -67,6 +68,31 @@ def group_label(rewards: ArrayLike, success_threshold: float = 0.5) -> str:
     if not is_zero_variance(r):
         return "mixed"
     return "all_succeed" if float(r.mean()) >= success_threshold else "all_fail"
+
+
+class GroupOutcomes(NamedTuple):
+    """Per-group outcome of M groups of equal size: reward_var [M] (σ_r², population),
+    zero_var bool[M], label [M] (str)."""
+
+    reward_var: np.ndarray
+    zero_var: np.ndarray
+    label: np.ndarray
+
+
+def group_outcomes(rewards: ArrayLike, atol: float = 1e-12, success_threshold: float = 0.5) -> GroupOutcomes:
+    """:func:`reward_variance`, :func:`is_zero_variance` and :func:`group_label` of each row of
+    rewards [M, G] at once (row-wise the same arithmetic, so the same floats)."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] == 0:
+        raise SrolloutError(f"rewards must be an [M, G] array of G final rewards per group, got shape {r.shape}")
+    if not np.all(np.isfinite(r)):
+        raise SrolloutError("rewards must be finite numbers (found nan or inf)")
+    mean = r.mean(axis=1)
+    centred = r - mean[:, None]
+    var = np.mean(centred * centred, axis=1)
+    zero = r.max(axis=1) - r.min(axis=1) <= atol
+    label = np.where(~zero, "mixed", np.where(mean >= success_threshold, "all_succeed", "all_fail"))
+    return GroupOutcomes(var, zero, label)
 
 
 def sequence_weights(

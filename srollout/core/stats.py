@@ -2,8 +2,17 @@
 intervals"): Spearman's ρ with its t-test p-value, AUROC as Mann–Whitney U, seeded percentile
 bootstrap (plain and paired), exact McNemar test.
 
-All functions are numpy + scipy.stats (for the t and binomial distributions only); the bootstrap
-resamples rows with one ``numpy.random.Generator(PCG64(seed))`` so that same seed = same interval.
+Ranks, ρ, AUROC, the exact McNemar p-value and the bootstrap resampling are scipy.stats
+(``rankdata``, ``spearmanr``, ``mannwhitneyu``, ``binomtest``, ``bootstrap``); this module adds
+the paper's conventions around them (nan handling, one-line errors, the paired p-value, ratios
+of sums). The bootstrap draws rows with one ``numpy.random.Generator(PCG64(seed))``, so the same
+seed gives the same interval. :func:`bootstrap_sums_ci` resamples counts of distinct rows
+instead of rows (the same estimator, O(distinct rows) per resample) for statistics that depend
+on the data only through column sums; :func:`relative_saving_ci` keeps a hand-written gather
+(about 25 % faster than ``scipy.stats.bootstrap(paired=True)`` at N = 1,000, docs/benchmarks.md)
+that draws the very resamples scipy draws, and :func:`rank_stats` gets ρ and AUROC from one
+ranking (half the time of ``spearmanr`` + ``mannwhitneyu`` on a million groups); tests hold
+both to scipy's numbers.
 """
 
 from __future__ import annotations
@@ -52,22 +61,10 @@ class McNemarResult(NamedTuple):
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of a 1-D array, ties get the average of their ranks (scipy's 'average')."""
-    x = np.asarray(x)
-    n = x.size
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    # Start of each run of equal values; a run [s, e) gets rank (s + 1 + e) / 2.
-    new = np.empty(n, dtype=bool)
-    if n:
-        new[0] = True
-        new[1:] = xs[1:] != xs[:-1]
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], n)
-    avg = (starts + 1 + ends) / 2.0
-    ranks = np.empty(n, dtype=np.float64)
-    ranks[order] = np.repeat(avg, ends - starts)
-    return ranks
+    """Ranks 1..n of a 1-D array, ties get the average of their ranks (``scipy.stats.rankdata``)."""
+    from scipy.stats import rankdata as scipy_rankdata
+
+    return scipy_rankdata(np.asarray(x)).astype(np.float64)
 
 
 def _paired_finite(x: ArrayLike, y: ArrayLike, nan_policy: str) -> tuple[np.ndarray, np.ndarray]:
@@ -93,25 +90,79 @@ def spearman(x: ArrayLike, y: ArrayLike, nan_policy: str = "omit") -> SpearmanRe
     a, b = _paired_finite(x, y, nan_policy)
     n = int(a.size)
     nan = SpearmanResult(math.nan, math.nan, n)
-    if n < 2 or np.isnan(a).any() or np.isnan(b).any():
+    if n < 2 or np.isnan(a).any() or np.isnan(b).any() or a.min() == a.max() or b.min() == b.max():
         return nan
-    ra = rankdata(a)
-    rb = rankdata(b)
-    ra -= ra.mean()
-    rb -= rb.mean()
-    denom = math.sqrt(float(ra @ ra) * float(rb @ rb))
-    if denom == 0.0:
-        return nan
-    rho = max(-1.0, min(1.0, float(ra @ rb) / denom))
+    from scipy.stats import spearmanr
+
+    res = spearmanr(a, b)
+    rho = max(-1.0, min(1.0, float(res.statistic)))
+    if abs(rho) > 1.0 - 1e-12:  # scipy's Pearson of ranks leaves ±1 a rounding away from ±1
+        rho = math.copysign(1.0, rho)
     if n < 3:
         return SpearmanResult(rho, math.nan, n)
-    dof = n - 2
-    if abs(rho) == 1.0:
-        return SpearmanResult(rho, 0.0, n)
+    return SpearmanResult(rho, float(res.pvalue), n)
+
+
+class RankStats(NamedTuple):
+    """Spearman ρ of a score against a target (with its p-value) and the AUROC of the score for
+    a binary label, over the n pairs with a finite score."""
+
+    n: int
+    rho: float
+    p_value: float
+    auroc: float
+
+
+def rank_stats(score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_ranks: ArrayLike | None = None) -> RankStats:
+    """:func:`spearman` (score, target) and :func:`auroc` (score, positive) from one ranking of
+    the score: ρ is Pearson's r of the average-tie ranks, AUROC the positives' rank sum (U).
+
+    score, target: [N] floats; positive: bool[N]. Pairs with a nan score are dropped (n counts the
+    rest); target_ranks: ``rankdata(target)`` when the caller already has it and no score is
+    nan (analyze ranks σ_r² once per K for seven signals). ρ and p are nan for n < 3 or a
+    constant side; AUROC is nan when a class is empty. The same numbers as
+    ``scipy.stats.spearmanr`` and ``mannwhitneyu`` (tests hold them to it) with a third of their
+    sorting: on a million groups analyze's 56 (K, signal) cells take ~8 s instead of ~30 s.
+    """
+    x = np.asarray(score, dtype=np.float64).ravel()
+    y = np.asarray(target, dtype=np.float64).ravel()
+    pos = np.asarray(positive).ravel().astype(bool)
+    if not x.size == y.size == pos.size:
+        raise SrolloutError(f"score, target and positive have different lengths ({x.size}, {y.size}, {pos.size})")
+    ok = np.isfinite(x)
+    if not ok.all():
+        x, y, pos, target_ranks = x[ok], y[ok], pos[ok], None
+    n = int(x.size)
+    if n == 0:
+        return RankStats(0, math.nan, math.nan, math.nan)
+    rx = rankdata(x)
+    n_pos = int(pos.sum())
+    n_neg = n - n_pos
+    auc = (float(rx[pos].sum()) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg) if n_pos and n_neg else math.nan
+    if n < 3 or x.min() == x.max() or y.min() == y.max():
+        return RankStats(n, math.nan, math.nan, auc)
+    ry = rankdata(y) if target_ranks is None else np.asarray(target_ranks, dtype=np.float64)
+    rx -= rx.mean()
+    ry = ry - ry.mean()
+    rho = max(-1.0, min(1.0, float(rx @ ry) / math.sqrt(float(rx @ rx) * float(ry @ ry))))
+    if abs(rho) > 1.0 - 1e-12:  # ranks in the same (or opposite) order: exactly ±1
+        rho = math.copysign(1.0, rho)
+    return RankStats(n, rho, float(spearman_p_value(rho, n)), auc)
+
+
+def spearman_p_value(rho: ArrayLike, n: ArrayLike) -> np.ndarray:
+    """Two-sided p-value of Spearman's ρ from n pairs, elementwise (the t-test of
+    ``scipy.stats.spearmanr``): t = ρ·sqrt((n−2)/(1−ρ²)) with n − 2 degrees of freedom; 0 at
+    |ρ| = 1, nan where ρ is nan or n < 3."""
     from scipy.stats import t as student_t
 
-    t_stat = rho * math.sqrt(dof / ((1.0 - rho) * (1.0 + rho)))
-    return SpearmanResult(rho, float(2.0 * student_t.sf(abs(t_stat), dof)), n)
+    r = np.asarray(rho, dtype=np.float64)
+    dof = np.asarray(n, dtype=np.float64) - 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_stat = r * np.sqrt(dof / ((1.0 - r) * (1.0 + r)))
+        p = 2.0 * student_t.sf(np.abs(t_stat), np.maximum(dof, 1.0))
+    p = np.where(np.abs(r) == 1.0, 0.0, p)
+    return np.where(np.isnan(r) | (dof < 1), np.nan, p)
 
 
 def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
@@ -131,8 +182,10 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
     n_neg = int(pos.size - n_pos)
     if n_pos == 0 or n_neg == 0:
         return math.nan
-    ranks = rankdata(s)
-    u = float(ranks[pos].sum()) - n_pos * (n_pos + 1) / 2.0
+    from scipy.stats import mannwhitneyu
+
+    # U of the positives; the p-value is not used (the asymptotic method costs one ranking)
+    u = float(mannwhitneyu(s[pos], s[~pos], method="asymptotic").statistic)
     return u / (n_pos * n_neg)
 
 
@@ -180,16 +233,19 @@ def _bootstrap_stats(
     n_resamples: int,
     seed: int,
 ) -> np.ndarray:
-    """The statistic on each of n_resamples resamples of the rows of x: [n_resamples]."""
+    """The statistic on each of n_resamples resamples of the rows of x: [n_resamples].
+
+    ``scipy.stats.bootstrap`` draws the row indices (in batches of ``_CHUNK_CELLS // N``
+    resamples, which bounds memory) and the statistic sees ``x`` gathered at them."""
     if statistic is None:
         if x.ndim != 1:
             raise SrolloutError(
                 "data of shape [N, k] needs a statistic (the default is the mean of [N] data)"
             )
         statistic, batched = _batched_mean, True
-    out = np.empty(n_resamples, dtype=np.float64)
-    pos = 0
-    for idx in _resample_indices(x.shape[0], n_resamples, seed):
+
+    def on_rows(idx: np.ndarray, axis: int = -1) -> np.ndarray:
+        """The statistic of each resample, given its row indices idx: [b, N] -> [b]."""
         b = idx.shape[0]
         if batched:
             vals = np.asarray(statistic(x[idx]), dtype=np.float64)
@@ -197,11 +253,25 @@ def _bootstrap_stats(
                 raise SrolloutError(
                     f"a batched statistic must return one value per resample, shape {(b,)}, got {vals.shape}"
                 )
-            out[pos : pos + b] = vals
-        else:
-            out[pos : pos + b] = [statistic(x[r]) for r in idx]
-        pos += b
-    return out
+            return vals
+        return np.array([statistic(x[r]) for r in idx], dtype=np.float64)
+
+    n = x.shape[0]
+    if n == 1:  # scipy needs two rows; every resample of one row is that row
+        return np.repeat(on_rows(np.zeros((1, 1), dtype=np.intp)), n_resamples)
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    with warnings.catch_warnings():
+        # nan resample values (a ratio over an empty resample) are dropped by _percentiles;
+        # scipy's own interval, unused here, warns about them
+        warnings.simplefilter("ignore")
+        res = bootstrap(
+            (np.arange(n),), on_rows, n_resamples=n_resamples, batch=max(1, _CHUNK_CELLS // n),
+            vectorized=True, method="percentile", rng=np.random.Generator(np.random.PCG64(seed)),
+        )
+    return np.asarray(res.bootstrap_distribution, dtype=np.float64)
 
 
 def _estimate(
@@ -247,6 +317,71 @@ def bootstrap_ci(
     stats = _bootstrap_stats(x, statistic, batched, n_resamples, seed)
     low, high = _percentiles(stats, level)
     return BootstrapCI(_estimate(x, statistic, batched), low, high, int(n_resamples), float(level))
+
+
+class ResampledSums(NamedTuple):
+    """Column sums of a data table and of n_resamples bootstrap resamples of its rows.
+
+    total: [k] the sums over all N rows; resampled: [n_resamples, k]; n: N."""
+
+    total: np.ndarray
+    resampled: np.ndarray
+    n: int
+
+
+def bootstrap_sums(data: ArrayLike, n_resamples: int = 10_000, seed: int = 0) -> ResampledSums:
+    """The column sums of ``n_resamples`` bootstrap resamples of the rows of ``data`` [N] or [N, k],
+    drawn as counts rather than rows.
+
+    A resample of N rows drawn with replacement holds each distinct row r a Multinomial(N, c_r/N)
+    number of times (c_r its count in the data), so its column sums are counts @ distinct rows:
+    the same law as gathering N rows, at O(#distinct rows) per resample instead of O(N). For
+    statistics of the sums (a share of groups, a ratio of sums) this is the row bootstrap of
+    :func:`bootstrap_ci`, drawn from other random numbers (so with the same seed its interval
+    differs from bootstrap_ci's by Monte Carlo noise only). Seeded: one
+    ``numpy.random.Generator(PCG64(seed))``.
+    """
+    _check_level(0.5, n_resamples)
+    x = _as_rows(data)
+    if x.ndim == 1:
+        x = x[:, None]
+    n = x.shape[0]
+    distinct, counts = np.unique(x, axis=0, return_counts=True)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    p = counts / n
+    rows = max(1, _CHUNK_CELLS // distinct.shape[0])
+    out = np.empty((n_resamples, x.shape[1]), dtype=np.float64)
+    for start in range(0, n_resamples, rows):
+        b = min(rows, n_resamples - start)
+        out[start : start + b] = rng.multinomial(n, p, size=b) @ distinct
+    return ResampledSums(x.sum(axis=0), out, n)
+
+
+def sums_ci(
+    sums: ResampledSums, statistic: Callable[[np.ndarray, int], np.ndarray], level: float = 0.95
+) -> BootstrapCI:
+    """Percentile interval of ``statistic(column sums [..., k], N) -> [...]`` over the resamples
+    of :func:`bootstrap_sums`; nan resample values (a ratio over an empty resample) are dropped."""
+    _check_level(level, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stats = np.asarray(statistic(sums.resampled, sums.n), dtype=np.float64)
+        estimate = float(np.asarray(statistic(sums.total[None], sums.n)).reshape(-1)[0])
+    low, high = _percentiles(stats, level)
+    return BootstrapCI(estimate, low, high, int(sums.resampled.shape[0]), float(level))
+
+
+def bootstrap_sums_ci(
+    data: ArrayLike,
+    statistic: Callable[[np.ndarray, int], np.ndarray],
+    n_resamples: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> BootstrapCI:
+    """Percentile bootstrap CI of a statistic of the column sums of ``data`` [N] or [N, k]:
+    ``statistic(sums [..., k], N) -> [...]``, e.g. the mean ``lambda s, n: s[..., 0] / n`` or
+    a ratio of sums ``lambda s, n: s[..., 0] / s[..., 1]``. See :func:`bootstrap_sums`."""
+    _check_level(level, n_resamples)
+    return sums_ci(bootstrap_sums(data, n_resamples, seed), statistic, level)
 
 
 def paired_bootstrap(
@@ -413,7 +548,7 @@ def mcnemar(a_success: ArrayLike, b_success: ArrayLike) -> McNemarResult:
     k = min(b01, b10)
     if n == 0:
         return McNemarResult(b01, b10, float(k), 1.0)
-    from scipy.stats import binom
+    from scipy.stats import binomtest
 
-    p = min(1.0, 2.0 * float(binom.cdf(k, n, 0.5)))
-    return McNemarResult(b01, b10, float(k), p)
+    # binomtest's two-sided p at 1/2 is 2·P[X <= min] (the law is symmetric), capped at 1
+    return McNemarResult(b01, b10, float(k), min(1.0, float(binomtest(k, n, 0.5).pvalue)))

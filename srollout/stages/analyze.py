@@ -46,6 +46,14 @@ STRATIFICATION_FILE = "stratification.parquet"
 FALSE_POSITIVES_FILE = "false_positives.parquet"
 CORRELATION_G8_FILE = "correlation_g8.parquet"
 
+# false positives listed in the console and in report.md (false_positives.parquet holds them all)
+FP_SHOWN_CONSOLE = 20
+FP_SHOWN_REPORT = 100
+# points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the caption)
+SCATTER_POINTS = 20_000
+# signals-table rows from which analyze shows a bar over its statistics (~2 s at 400,000 rows)
+STATISTICS_BAR_FROM = 400_000
+
 
 class AnalyzeResult(NamedTuple):
     """Everything `analyze` computed; the tables are also the Parquet files in ``run_dir``."""
@@ -64,29 +72,21 @@ class AnalyzeResult(NamedTuple):
 def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
     """One row per (K, metric) of a signals table (needs zero_var): n (groups with a finite
     value), Spearman ρ of the signal against σ_r² with its two-sided p-value, and the raw AUROC of
-    the signal as a score for "non-zero variance" (positive class = mixed groups)."""
-    from srollout.core.stats import auroc, spearman
+    the signal as a score for "non-zero variance" (positive class = mixed groups).
+
+    Each cell is :func:`srollout.core.stats.rank_stats`: the signal ranked once for both ρ and
+    AUROC, σ_r² ranked once per K (the numbers of scipy's spearmanr and mannwhitneyu)."""
+    from srollout.core.stats import rank_stats, rankdata
 
     rows: list[dict[str, Any]] = []
-    for K in sorted(signals["K"].unique().to_list()):
-        part = signals.filter(pl.col("K") == K)
+    for (K,), part in sorted(signals.partition_by("K", as_dict=True, maintain_order=True).items()):
         variance = part["reward_var"].to_numpy()
         nonzero = ~part["zero_var"].to_numpy()
+        variance_ranks = rankdata(variance)
         for metric in SIGNAL_NAMES:
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
-            ok = np.isfinite(x)
-            n = int(ok.sum())
-            rho = spearman(x[ok], variance[ok]) if n >= 3 else None
-            rows.append(
-                {
-                    "K": K,
-                    "metric": metric,
-                    "n": n,
-                    "spearman_rho": float(rho.rho) if rho is not None else float("nan"),
-                    "p_value": float(rho.p_value) if rho is not None else float("nan"),
-                    "auroc": float(auroc(x[ok], nonzero[ok])) if n else float("nan"),
-                }
-            )
+            r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
+            rows.append({"K": K, "metric": metric, "n": r.n, "spearman_rho": r.rho, "p_value": r.p_value, "auroc": r.auroc})
     return pl.DataFrame(rows, schema=schemas.CORRELATION.columns)
 
 
@@ -94,8 +94,7 @@ def per_task_type_table(signals: pl.DataFrame) -> pl.DataFrame:
     """The correlation table of each task type: task_type, n_zv (zero-variance groups) + the
     columns of :func:`correlation_table`."""
     parts = []
-    for task_type in sorted(signals["task_type"].unique().to_list()):
-        part = signals.filter(pl.col("task_type") == task_type)
+    for (task_type,), part in sorted(signals.partition_by("task_type", as_dict=True, maintain_order=True).items()):
         n_zv = int(part.filter(pl.col("K") == part["K"][0])["zero_var"].sum())
         parts.append(correlation_table(part).select(pl.lit(task_type).alias("task_type"), pl.lit(n_zv, pl.Int64).alias("n_zv"), pl.all()))
     return pl.concat(parts)
@@ -127,13 +126,18 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
 
 def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
     """Median and inter-quartile range (linear quantiles) of every signal per (K, group label)."""
-    long = signals.unpivot(index=["K", "label"], on=list(SIGNAL_NAMES), variable_name="metric").filter(pl.col("value").is_not_nan())
-    table = long.group_by(["K", "metric", "label"]).agg(
-        n=pl.len().cast(pl.Int64),
-        median=pl.col("value").median(),
-        q25=pl.col("value").quantile(0.25, "linear"),
-        q75=pl.col("value").quantile(0.75, "linear"),
-    )
+    aggs = []
+    for i, metric in enumerate(SIGNAL_NAMES):
+        x = pl.col(metric).cast(pl.Float64)
+        x = x.filter(x.is_not_nan().fill_null(False))
+        aggs += [x.len().cast(pl.Int64).alias(f"n{i}"), x.median().alias(f"median{i}"),
+                 x.quantile(0.25, "linear").alias(f"q25{i}"), x.quantile(0.75, "linear").alias(f"q75{i}")]
+    # one pass over the groups, all signals at once (no long table of K × 7 × N rows)
+    cells = signals.group_by(["K", "label"]).agg(aggs)
+    table = pl.concat([
+        cells.select("K", pl.lit(metric).alias("metric"), "label", *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")))
+        for i, metric in enumerate(SIGNAL_NAMES)
+    ]).filter(pl.col("n") > 0)
     order = {m: i for i, m in enumerate(SIGNAL_NAMES)}
     label_order = {lab: i for i, lab in enumerate(LABELS)}
     return table.with_columns(
@@ -215,30 +219,42 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
     return wide.select(["label", "n", *[m for m in SIGNAL_NAMES if m in wide.columns]])
 
 
-def run_analyze(config: AnalyzeConfig, console: Any | None = None) -> AnalyzeResult:
-    """Run the analyze stage; returns the tables and the run directory it wrote."""
+def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: bool = True) -> AnalyzeResult:
+    """Run the analyze stage; returns the tables and the run directory it wrote. progress: show
+    bars for the long parts (the signals computed from steps, the statistics)."""
     from srollout.report.console import make_console
+    from srollout.report.progress import PhaseBars
 
     console = console or make_console()
     t0 = time.perf_counter()
-    buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES)
-    t_load = time.perf_counter() - t0
+    with PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "statistics": "parts"}) as bars:
+        buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase)
+        t_load = time.perf_counter() - t0
 
-    corr = correlation_table(buffer.signals)
-    per_type = per_task_type_table(buffer.signals)
-    summary = task_type_summary(per_type, config.gate_K)
-    strat = stratification_table(buffer.signals)
-    gate_available = config.gate_K in buffer.Ks
-    fps = false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
-    fig_K = config.gate_K if gate_available else buffer.Ks[len(buffer.Ks) // 2]
+        parts = bars.phase("statistics", info=True)
+        # shown only for large buffers: below ~100,000 groups the whole stage takes seconds
+        show = parts if buffer.signals.height >= STATISTICS_BAR_FROM else (lambda *a: None)
+        show(0, 5, "correlation")
+        corr = correlation_table(buffer.signals)
+        show(1, 5, "per task type")
+        per_type = per_task_type_table(buffer.signals)
+        summary = task_type_summary(per_type, config.gate_K)
+        show(2, 5, "stratification")
+        strat = stratification_table(buffer.signals)
+        gate_available = config.gate_K in buffer.Ks
+        show(3, 5, "false positives")
+        fps = false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
+        fig_K = config.gate_K if gate_available else buffer.Ks[len(buffer.Ks) // 2]
 
-    corr8, groups8 = None, None
-    G_values = buffer.groups["G"].drop_nulls()
-    can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
-    if can_subsample:
-        sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
-        groups8 = groups_from_trajectories(sub, buffer.source)
-        corr8 = correlation_table(signals_from_trajectories(sub, groups8, buffer.Ks))
+        corr8, groups8 = None, None
+        G_values = buffer.groups["G"].drop_nulls()
+        can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
+        show(4, 5, f"G={SUBSAMPLE_G} sub-samples" if can_subsample else "")
+        if can_subsample:
+            sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
+            groups8 = groups_from_trajectories(sub, buffer.source)
+            corr8 = correlation_table(signals_from_trajectories(sub, groups8, buffer.Ks))
+        show(5, 5, "")
 
     t_compute = time.perf_counter() - t0 - t_load
 
@@ -266,9 +282,12 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None) -> AnalyzeRes
         threshold = config.d_L if gate_available else None
         figures["hist"] = figs.histogram_by_label(at[D_K].to_numpy(), at["label"].to_list(), run_dir / "d_K_by_label.png",
                                                   f"d_K at K={fig_K}", threshold, f"d_{fig_K} by group label")
-        figures["scatter"] = figs.scatter_by_label(at[D_K].to_numpy(), at["reward_var"].to_numpy(), at["label"].to_list(),
+        # a million dots draw for tens of seconds and show no more than a seeded sample does
+        shown = at.sample(SCATTER_POINTS, seed=config.seed).sort("group_id") if at.height > SCATTER_POINTS else at
+        sampled = f" ({SCATTER_POINTS:,} of {at.height:,} groups, seeded sample)" if shown.height < at.height else ""
+        figures["scatter"] = figs.scatter_by_label(shown[D_K].to_numpy(), shown["reward_var"].to_numpy(), shown["label"].to_list(),
                                                    run_dir / "d_K_vs_reward_var.png", f"d_K at K={fig_K}",
-                                                   "reward variance σ_r²", threshold)
+                                                   "reward variance σ_r²", threshold, f"d_{fig_K} against σ_r²{sampled}" if sampled else "")
         if corr8 is not None:
             G = int(G_values.min())
             curves = {f"G={G}": _rho_curve(corr), f"G={SUBSAMPLE_G} sub-samples": _rho_curve(corr8)}
@@ -336,14 +355,19 @@ def _report_sections(config, buffer, corr, summary, strat, fps, fig_K, corr8, gr
             f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} groups cut, "
             f"{tp} true positives (zero variance), {fps.height} false positives (rewards vary).\n\n"
         )
-        body += to_markdown(fps) if fps.height else "No false positives.\n"
+        if fps.height > FP_SHOWN_REPORT:
+            body += (f"The first {FP_SHOWN_REPORT} by group_id; all {fps.height}: `{FALSE_POSITIVES_FILE}`.\n\n"
+                     + to_markdown(fps.head(FP_SHOWN_REPORT)))
+        else:
+            body += to_markdown(fps) if fps.height else "No false positives.\n"
         sections.append(Section("False positives of the default gate", body))
     else:
         sections.append(Section("False positives of the default gate",
                                 f"Not computed: K={config.gate_K} is not among the analysed K ({', '.join(map(str, buffer.Ks))}).\n"))
     figure_md = "".join(
         figure(figures[key], run_dir, caption)
-        for key, caption in (("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"), ("scatter", f"d_K at K={fig_K} against reward variance"))
+        for key, caption in (("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"), ("scatter", f"d_K at K={fig_K} against reward variance"
+                     + (f" ({SCATTER_POINTS:,}-group seeded sample)" if buffer.n_groups > SCATTER_POINTS else "")))
         if key in figures
     )
     if figure_md:
@@ -374,8 +398,9 @@ def _print(console, buffer, corr, summary, fps, config, corr8, run_dir, outputs)
     console.print(to_rich(wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"))
     console.print(to_rich(summary, title=f"Per task type (d_K AUROC at K={config.gate_K})"))
     if fps is not None:
-        console.print(to_rich(fps.drop([c for c in ("first_actions",) if c in fps.columns]),
-                              title=f"False positives of R1 at K={config.gate_K}, d_L={config.d_L:g}"))
+        more = f" (the first {FP_SHOWN_CONSOLE} of {fps.height}: {FALSE_POSITIVES_FILE})" if fps.height > FP_SHOWN_CONSOLE else ""
+        console.print(to_rich(fps.head(FP_SHOWN_CONSOLE).drop([c for c in ("first_actions",) if c in fps.columns]),
+                              title=f"False positives of R1 at K={config.gate_K}, d_L={config.d_L:g}{more}"))
     if corr8 is not None:
         console.print(to_rich(wide_correlation(corr8), title=f"G={SUBSAMPLE_G} sub-samples"))
     console.print(f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})")

@@ -23,7 +23,8 @@ the data, a gated (truncated) buffer whose labels would be wrong.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,9 @@ class Buffer:
         n_steps (list of G real step counts or null), total_steps (sum of n_steps or null).
     signals: one row per (group_id, K), the columns of ``schemas.SIGNALS`` plus zero_var.
     trajectories: one row per trajectory (group_id, traj_idx, task_type, actions, observations,
-        reward, n_steps) when the input had steps, else None.
+        reward, n_steps) when the input had steps, else None. Read for the signals only: actions
+        after the largest K are null (each list keeps the trajectory's length) and the
+        observations acted on are kept at the steps K only ("" elsewhere).
     computed: the signals were computed here from steps (analyze then writes signals.parquet).
     Ks: the K values the signals table holds, ascending.
     """
@@ -94,10 +97,30 @@ class Buffer:
 
         return [group_advantages(np.asarray(r, dtype=float)) for r in self.groups["rewards"].to_list()]
 
+    def advantage_sq_norms(self, eps: float = 1e-6) -> np.ndarray | None:
+        """‖A_g‖² of every group's GRPO advantages (groups order), or None without per-trajectory
+        rewards: Σ_i (r_i − r̄)² / (σ_r + ε)², 0 for a group with σ_r = 0 (as
+        :func:`srollout.core.grpo.group_advantages`), in one vectorised pass."""
+        if not self.has_rewards:
+            return None
+        r = pl.col("rewards")
+        sums = self.groups.select(
+            ss=r.list.eval(((pl.element() - pl.element().mean()) ** 2).sum()).list.first(),
+            G=r.list.len(),
+        )
+        ss = sums["ss"].to_numpy().astype(np.float64)
+        std = np.sqrt(ss / sums["G"].to_numpy())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(std > 0, ss / (std + eps) ** 2, 0.0)
 
-def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int]) -> Buffer:
+
+def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int],
+                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
     """Read and check the input of `analyze`/`sweep`; compute the signals at K from steps.
 
+    progress: ``PhaseBars.phase``: from a large steps table, phase "read steps" reports
+    ``(done, 2, what)`` over trajectories and groups, phase "signals" ``(groups done,
+    groups)`` while the signals are computed.
     K: the K values wanted (None: ``default_K`` from steps, every K present in a signals table).
     Raises SrolloutError (one line) on a missing file, wrong schema, empty table, a group with
     G < 2, a K outside the data or a buffer whose groups were cut by a gate.
@@ -114,7 +137,7 @@ def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[i
         if (path / "trajectories.parquet").exists():
             trajectories_file = path / "trajectories.parquet"
         if steps_file.exists():
-            return _from_steps(path, steps_file, trajectories_file, K, default_K)
+            return _from_steps(path, steps_file, trajectories_file, K, default_K, progress)
         if signals_file.exists():
             return _from_signals(path, signals_file, trajectories_file, K)
         raise SrolloutError(f"{path}: no steps.parquet or signals.parquet in this directory")
@@ -123,7 +146,7 @@ def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[i
     except Exception as err:  # polars raises several error types for a non-Parquet file
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     if path.name == "steps.parquet" or ("action" in columns and "step" in columns):
-        return _from_steps(path, path, None, K, default_K)
+        return _from_steps(path, path, None, K, default_K, progress)
     return _from_signals(path, path, None, K)
 
 
@@ -146,32 +169,62 @@ def _check_no_nulls(df: pl.DataFrame, columns: Sequence[str], source: Path) -> N
 # --- from steps -------------------------------------------------------------------------------
 
 
-def trajectories_from_steps(steps: pl.DataFrame, source: Path) -> pl.DataFrame:
-    """One row per trajectory from a validated steps table: actions and observations-acted-on in
-    step order, the reward (sum over steps), the real step count. Steps must be 1..n per trajectory."""
-    _check_no_nulls(steps, ("group_id", "traj_idx", "step", "action", "reward", "task_type"), source)
-    if "arm" in steps.columns and steps["arm"].n_unique() > 1:
-        arms = ", ".join(sorted(map(str, steps["arm"].unique().to_list())))
-        raise SrolloutError(f"{source}: holds several arms ({arms}); analyze/sweep need one un-gated arm's rows")
-    dup = steps.select(["group_id", "traj_idx", "step"]).is_duplicated()
-    if dup.any():
-        row = steps.filter(dup).row(0, named=True)
+def trajectories_from_steps(
+    steps: pl.DataFrame | pl.LazyFrame,
+    source: Path,
+    keep_actions_to: int | None = None,
+    observations_at: Sequence[int] | None = None,
+) -> pl.DataFrame:
+    """One row per trajectory from a validated steps table (eager or lazy): actions and
+    observations-acted-on in step order, the reward (sum over steps), the real step count. Steps
+    must be 1..n per trajectory.
+
+    To read only what the signals at K need (a_1..a_K and o_K) from a large lazy table:
+    keep_actions_to = the largest K (later actions become null; the list keeps its length, so
+    a trajectory's length still says when it ended), observations_at = the K values (o_t is
+    kept at those t only, "" elsewhere). None keeps everything.
+    """
+    lazy = steps.lazy()
+    names = lazy.collect_schema().names()
+    required = ("group_id", "traj_idx", "step", "action", "reward", "task_type")
+    nulls = lazy.select([pl.col(c).null_count() for c in required]).collect().row(0)
+    for col, n_null in zip(required, nulls, strict=True):
+        if n_null:
+            raise SchemaError(f"{source}: column '{col}' has {n_null} missing value(s)")
+    if "arm" in names:
+        arms = lazy.select(pl.col("arm").unique().sort()).collect()["arm"]
+        if arms.len() > 1:
+            raise SrolloutError(f"{source}: holds several arms ({', '.join(map(str, arms.to_list()))}); analyze/sweep need one un-gated arm's rows")
+    keys = ["group_id", "traj_idx", "step"]
+    dup = lazy.select(keys).filter(pl.struct(keys).is_duplicated()).head(1).collect()
+    if dup.height:
+        row = dup.row(0, named=True)
         raise SchemaError(f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} step {row['step']}")
+    action = pl.col("action")
+    if keep_actions_to is not None:
+        action = pl.when(pl.col("step") <= keep_actions_to).then(action)
+    observation = pl.col("observation").fill_null("")
+    if observations_at is not None:
+        # o_t is the observation recorded at step t − 1 (module docstring)
+        observation = pl.when(pl.col("step").is_in([t - 1 for t in observations_at])).then(observation).otherwise(pl.lit(""))
+    by_step = pl.col("step")
     trajs = (
-        steps.sort(["group_id", "traj_idx", "step"])
-        .group_by(["group_id", "traj_idx"], maintain_order=True)
+        lazy.select("group_id", "traj_idx", "step", "task_type", "reward", action.alias("action"), observation.alias("observation"))
+        .group_by(["group_id", "traj_idx"])
         .agg(
-            task_type=pl.col("task_type").first(),
-            actions=pl.col("action"),
+            task_type=pl.col("task_type").sort_by(by_step).first(),
+            actions=pl.col("action").sort_by(by_step),
             # o_t = the answer to a_{t-1}; o_1 is the initial observation (see module docstring)
-            observations=pl.col("observation").fill_null("").shift(1).fill_null(INITIAL_OBSERVATION),
+            observations=pl.col("observation").sort_by(by_step).shift(1).fill_null(INITIAL_OBSERVATION),
             # the trajectory's reward is the sum of its step rewards (as the rollout engine
             # records it); in ALFWorld only the winning last step pays, so it is the final reward
-            reward=pl.col("reward").sum(),
+            reward=pl.col("reward").sort_by(by_step).sum(),
             n_steps=pl.len().cast(pl.Int64),
-            first_step=pl.col("step").min(),
-            last_step=pl.col("step").max(),
+            first_step=by_step.min(),
+            last_step=by_step.max(),
         )
+        .sort(["group_id", "traj_idx"])
+        .collect()
     )
     gaps = trajs.filter((pl.col("first_step") != 1) | (pl.col("last_step") != pl.col("n_steps")))
     if gaps.height:
@@ -185,8 +238,6 @@ def trajectories_from_steps(steps: pl.DataFrame, source: Path) -> pl.DataFrame:
 
 def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
     """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step counts."""
-    from srollout.core.grpo import group_label, is_zero_variance, reward_variance
-
     groups = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
@@ -202,39 +253,125 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
     if small.height:
         row = small.row(0, named=True)
         raise SrolloutError(f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to have a reward variance")
-    rewards = groups["rewards"].to_list()
+    reward_var, label, zero_var = _group_outcomes(groups["rewards"], groups["G"].to_numpy())
     return groups.with_columns(
-        reward_var=pl.Series([float(reward_variance(r)) for r in rewards], dtype=pl.Float64),
-        label=pl.Series([group_label(r) for r in rewards], dtype=pl.Utf8),
-        zero_var=pl.Series([bool(is_zero_variance(r)) for r in rewards], dtype=pl.Boolean),
+        reward_var=pl.Series(reward_var, dtype=pl.Float64),
+        label=pl.Series(label, dtype=pl.Utf8),
+        zero_var=pl.Series(zero_var, dtype=pl.Boolean),
         total_steps=pl.col("n_steps").list.sum().cast(pl.Int64),
     ).select(["group_id", "task_type", "G", "reward_var", "label", "zero_var", "rewards", "n_steps", "total_steps"])
 
 
-def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Sequence[int]) -> pl.DataFrame:
-    """The signals table (``schemas.SIGNALS`` + zero_var) of every group at every K in ``Ks``."""
-    from srollout.core.signals import compute_signals
+def _group_outcomes(rewards: pl.Series, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """σ_r², label and zero_var of every group from its list of G rewards: the groups of each
+    size as one [M, G] array through :func:`srollout.core.grpo.group_outcomes`."""
+    from srollout.core.grpo import group_outcomes
 
+    flat = rewards.explode().to_numpy().astype(np.float64)
+    starts = np.cumsum(G) - G
+    var = np.empty(G.size)
+    label = np.empty(G.size, dtype=object)
+    zero = np.empty(G.size, dtype=bool)
+    for size in np.unique(G):
+        rows = np.flatnonzero(G == size)
+        out = group_outcomes(flat[starts[rows][:, None] + np.arange(size)])
+        var[rows], zero[rows], label[rows] = out.reward_var, out.zero_var, out.label
+    return var, label, zero
+
+
+# Groups per unit of work handed to a signal worker; from PARALLEL_FROM (group, K) cells on,
+# the signals are computed in worker processes, one per core (below, start-up costs more).
+SIGNALS_CHUNK = 2_000
+PARALLEL_FROM = 40_000
+
+
+def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Sequence[int],
+                              progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+    """The signals table (``schemas.SIGNALS`` + zero_var) of every group at every K in ``Ks``.
+
+    Groups go in chunks of SIGNALS_CHUNK to one worker process per core when there are at least
+    PARALLEL_FROM (group, K) cells (:func:`srollout.core.signals.compute_signals` is pure, so the
+    table is the same either way). progress: ``(groups done, groups)`` after each chunk (only
+    from PARALLEL_FROM cells on; below, the work takes a second or two)."""
     per_group = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
         .agg(pl.col("actions"), pl.col("observations"))
         .sort("group_id")
     )
-    actions = per_group["actions"].to_list()
-    observations = per_group["observations"].to_list()
-    meta = groups.select(["group_id", "task_type", "reward_var", "label", "zero_var"]).to_dict(as_series=False)
-    columns: dict[str, list] = {name: [] for name in ("group_id", "task_type", "K", *SIGNAL_NAMES, "reward_var", "label", "zero_var")}
-    for g, (acts, obs) in enumerate(zip(actions, observations, strict=True)):
-        for K in Ks:
-            values = compute_signals(acts, K, obs).as_dict()
-            for name in SIGNAL_NAMES:
-                columns[name].append(values[name])
-            columns["K"].append(K)
-            for key in ("group_id", "task_type", "reward_var", "label", "zero_var"):
-                columns[key].append(meta[key][g])
+    n = per_group.height
+    Ks = tuple(int(k) for k in Ks)
+    chunks = [(start, min(n, start + SIGNALS_CHUNK)) for start in range(0, n, SIGNALS_CHUNK)]
+
+    def payload(start: int, stop: int) -> tuple[pl.DataFrame, tuple[int, ...]]:
+        # a Polars slice pickles as Arrow, cheaply; the worker makes the Python lists itself
+        return per_group.slice(start, stop - start), Ks
+
+    workers = min(_cores(), len(chunks)) if n * len(Ks) >= PARALLEL_FROM else 1
+    if n * len(Ks) < PARALLEL_FROM:
+        progress = None  # a second or two: no bar
+    if progress is not None:
+        progress(0, n)  # the bar (and its clock) starts with the work
+    values: list[np.ndarray] = []
+    if workers <= 1:
+        for start, stop in chunks:
+            values.append(_signals_chunk(*payload(start, stop)))
+            if progress is not None:
+                progress(stop, n)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: a forked copy of a process running Polars' thread pool can deadlock
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            pending = iter(chunks)
+            in_flight = [pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 2 * workers)]
+            done_groups = 0
+            while in_flight:
+                first = in_flight.pop(0)
+                values.append(first.result())  # in order: the table keeps group order
+                done_groups += values[-1].shape[0] // len(Ks)
+                in_flight += [pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 1)]
+                if progress is not None:
+                    progress(done_groups, n)
+    table = np.concatenate(values) if values else np.empty((0, len(SIGNAL_NAMES)))
+    meta = groups.select(["group_id", "task_type", "reward_var", "label", "zero_var"])
+    rows = meta[np.repeat(np.arange(meta.height), len(Ks))]
+    out = rows.with_columns(
+        K=pl.Series(np.tile(np.asarray(Ks, dtype=np.int64), meta.height)),
+        **{name: pl.Series(table[:, i]) for i, name in enumerate(SIGNAL_NAMES)},
+    )
     schema = {**schemas.SIGNALS.columns, "zero_var": pl.Boolean}
-    return pl.DataFrame(columns, schema=schema)
+    return out.select(list(schema)).cast(schema)
+
+
+def _take(it, k: int) -> list:
+    return [x for _, x in zip(range(k), it, strict=False)]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _signals_chunk(part: pl.DataFrame, Ks: tuple[int, ...]) -> np.ndarray:
+    """[groups · len(Ks), 7] signal values of the groups of ``part`` (columns actions and
+    observations: per group its trajectories' lists), group-major (all K of group 0, then 1)."""
+    from srollout.core.signals import compute_signals
+
+    actions = part["actions"].to_list()
+    observations = part["observations"].to_list()
+    out = np.empty((len(actions) * len(Ks), len(SIGNAL_NAMES)), dtype=np.float64)
+    row = 0
+    for acts, obs in zip(actions, observations, strict=True):
+        for K in Ks:
+            s = compute_signals(acts, K, obs)
+            out[row] = (s.prefix_edit_distance_mean, s.action_bigram_jaccard_mean, s.unique_prefix_ratio,
+                        s.unique_action_ratio, s.action_entropy, s.obs_unique_ratio, s.termination_fraction)
+            row += 1
+    return out
 
 
 def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int, source: Path) -> tuple[int, ...]:
@@ -251,14 +388,32 @@ def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int,
     return wanted
 
 
-def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int]) -> Buffer:
-    steps = schemas.read(steps_file, schemas.STEPS)
+# steps rows from which reading them shows a bar (a million rows: a few seconds)
+READ_BAR_FROM = 1_000_000
+
+
+def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int],
+                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
+    # lazily, and only the columns (and the steps) the signals at K need: a buffer of 100,000
+    # groups is ~12 million rows, whose texts would not fit in memory whole
+    steps = schemas.scan(steps_file, schemas.STEPS)
+    names = steps.collect_schema().names()
+    wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + (["arm"] if "arm" in names else [])
+    steps = steps.select(wanted)
     if trajectories_file is not None:
         _refuse_gated_trajectories(trajectories_file)
-    trajs = trajectories_from_steps(steps, steps_file)
+    longest, n_rows = steps.select(pl.col("step").max(), pl.len()).collect().row(0)  # longest = the longest trajectory once steps are 1..n
+    Ks = _wanted_K(K, default_K, int(longest), steps_file)
+    read = progress("read steps", info=True) if progress is not None and n_rows >= READ_BAR_FROM else None
+    if read is not None:
+        read(0, 2, f"{n_rows:,} rows: trajectories")
+    trajs = trajectories_from_steps(steps, steps_file, keep_actions_to=max(Ks), observations_at=Ks)
+    if read is not None:
+        read(1, 2, "groups")
     groups = groups_from_trajectories(trajs, steps_file)
-    Ks = _wanted_K(K, default_K, int(trajs["n_steps"].max()), steps_file)
-    signals = signals_from_trajectories(trajs, groups, Ks)
+    if read is not None:
+        read(2, 2, "")
+    signals = signals_from_trajectories(trajs, groups, Ks, progress("signals") if progress is not None else None)
     return Buffer(source, "steps", groups, signals, trajs, True, Ks)
 
 

@@ -32,6 +32,8 @@ from srollout.stages.buffer import Buffer, load_buffer
 D_K = "prefix_edit_distance_mean"
 TAU_K = "termination_fraction"
 GATE_FILE = "gate.json"
+# groups from which sweep shows a bar over its K values (one K of a million groups: ~2 s)
+SWEEP_BAR_FROM = 500_000
 
 # columns shown in the console and in report.md (sweep.parquet holds them all)
 # short console headers: the whole row must fit an ordinary terminal
@@ -80,33 +82,36 @@ def cut_mask(d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, 
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
 
 
-def sweep_table(buffer: Buffer, config: SweepConfig) -> pl.DataFrame:
+def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None) -> pl.DataFrame:
     """One row per (rule, K, d_L[, t_high]) with the gate's outcome, the random-cut baseline with
-    the same number of cuts (means over ``config.n_random`` seeded draws) and the oracle."""
-    from srollout.core.sweep import evaluate_grid, oracle_cuts, random_cut_baseline
+    the same number of cuts (its expectation over uniformly random cuts, in closed form) and the
+    oracle. progress: an optional ``(done, total)`` callback, called after each K."""
+    from srollout.core.sweep import evaluate_grid, oracle_cuts, random_cut_expectation
 
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
-    advantages = buffer.advantages()
+    adv_sq = buffer.advantage_sq_norms()
     rows: list[dict[str, Any]] = []
-    for K in config.K:
+    if progress is not None:
+        progress(0, len(config.K))
+    for k_done, K in enumerate(config.K):
         at = buffer.at_K(K)
         zero_var = at["zero_var"].to_numpy()
         d_K = at[D_K].to_numpy()
         tau_K = at[TAU_K].to_numpy()
         remaining = at["remaining_steps"].to_numpy() if buffer.has_step_counts else None
         total = at["total_steps"].to_numpy() if buffer.has_step_counts else None
-        common = dict(remaining_steps=remaining, total_steps=total, advantages=advantages)
+        common = dict(remaining_steps=remaining, total_steps=total, adv_sq=adv_sq)
         gates = [(rule, d_L, t_high) for rule in rules for d_L in config.d_L_grid
                  for t_high in ((None,) if rule == "r1" else config.t_high_grid)]
         cuts = np.stack([cut_mask(d_K, tau_K, rule, K, d_L, t_high) for rule, d_L, t_high in gates])
         grid = evaluate_grid(cuts, zero_var, K, config.T_max, **common)
+        del cuts
         oracle = evaluate_grid(oracle_cuts(zero_var), zero_var, K, config.T_max, **common).row(0)
         random_by_n: dict[int, Any] = {}
         for m, (rule, d_L, t_high) in enumerate(gates):
             outcome = grid.row(m)
             if outcome.n_cut not in random_by_n:  # rows with the same number of cuts share a baseline
-                random_by_n[outcome.n_cut] = random_cut_baseline(outcome.n_cut, zero_var, K, config.T_max, **common,
-                                                                 n_draws=config.n_random, seed=config.seed)
+                random_by_n[outcome.n_cut] = random_cut_expectation(outcome.n_cut, zero_var, K, config.T_max, **common)
             rnd = random_by_n[outcome.n_cut]
             rows.append(
                 {
@@ -117,6 +122,8 @@ def sweep_table(buffer: Buffer, config: SweepConfig) -> pl.DataFrame:
                     "n_groups": len(zero_var), "n_zero_var": int(zero_var.sum()),
                 }
             )
+        if progress is not None:
+            progress(k_done + 1, len(config.K))
     df = pl.DataFrame(rows, infer_schema_length=None)
     return df.with_columns([pl.col(c).cast(pl.Int64) for c in ("n_cut", "tp", "fp", "oracle_n_cut")] + [pl.col("t_high").cast(pl.Float64)])
 
@@ -131,8 +138,13 @@ def choose(sweep: pl.DataFrame, precision_floor: float) -> int | None:
 
 def bootstrap_operating_point(buffer: Buffer, sweep: pl.DataFrame, index: int, config: SweepConfig) -> OperatingPoint:
     """Percentile bootstrap over groups (``config.n_boot`` resamples, seeded) of the chosen
-    point's safe and raw savings, precision, and measured step savings."""
-    from srollout.core.stats import bootstrap_ci
+    point's safe and raw savings, precision, and measured step savings.
+
+    Each of these depends on the groups only through sums (of TP, cut, saved and real steps), so
+    one draw of multinomial counts of the distinct per-group rows (:func:`srollout.core.stats.bootstrap_sums`)
+    is the row bootstrap at a cost that does not grow with N; all four intervals come from the
+    same resamples."""
+    from srollout.core.stats import bootstrap_sums, sums_ci
 
     row = sweep.row(index, named=True)
     K = row["K"]
@@ -140,17 +152,17 @@ def bootstrap_operating_point(buffer: Buffer, sweep: pl.DataFrame, index: int, c
     cut = cut_mask(at[D_K].to_numpy(), at[TAU_K].to_numpy(), row["rule"], K, row["d_L"], row["t_high"])
     tp = cut & at["zero_var"].to_numpy()
     per_step = (config.T_max - K) / config.T_max
-    kw = dict(n_resamples=config.n_boot, seed=config.seed)
-    # the mean of per-group contributions is the savings formula: Σ_g tp_g·(T_max−K)/T_max / N
-    safe = bootstrap_ci(tp * per_step, **kw)
-    intervals = [_interval("safe_savings", safe), _interval("raw_savings", bootstrap_ci(cut * per_step, **kw))]
-    if cut.any():
-        pairs = np.column_stack([tp, cut]).astype(float)
-        intervals.append(_interval("precision", bootstrap_ci(pairs, statistic=ratio_of_sums, batched=True, **kw)))
+    columns = [tp, cut]
     if buffer.has_step_counts:
-        saved = np.where(cut, at["remaining_steps"].to_numpy(), 0)
-        pairs = np.column_stack([saved, at["total_steps"].to_numpy()]).astype(float)
-        intervals.append(_interval("measured_step_savings", bootstrap_ci(pairs, statistic=ratio_of_sums, batched=True, **kw)))
+        columns += [np.where(cut, at["remaining_steps"].to_numpy(), 0), at["total_steps"].to_numpy()]
+    sums = bootstrap_sums(np.column_stack(columns).astype(np.float64), n_resamples=config.n_boot, seed=config.seed)
+    # the mean of per-group contributions is the savings formula: Σ_g tp_g·(T_max−K)/T_max / N
+    safe = sums_ci(sums, lambda s, n: s[..., 0] * per_step / n)
+    intervals = [_interval("safe_savings", safe), _interval("raw_savings", sums_ci(sums, lambda s, n: s[..., 1] * per_step / n))]
+    if cut.any():
+        intervals.append(_interval("precision", sums_ci(sums, lambda s, n: s[..., 0] / s[..., 1])))
+    if buffer.has_step_counts:
+        intervals.append(_interval("measured_step_savings", sums_ci(sums, lambda s, n: s[..., 2] / s[..., 3])))
     return OperatingPoint(index, row["rule"], K, row["d_L"], row["t_high"], tuple(intervals), config.n_boot, safe.level)
 
 
@@ -167,25 +179,33 @@ def _interval(name: str, ci: Any) -> Interval:
     return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
 
 
-def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None) -> SweepResult:
+def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None,
+              progress: bool = True) -> SweepResult:
     """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
 
     gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
     (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
-    report section; without it the outputs are exactly the plain sweep's."""
+    report section; without it the outputs are exactly the plain sweep's. progress: show bars for
+    the long parts (the signals computed from steps, the gates at each K)."""
     from srollout.core.gate import GateRule
     from srollout.report.console import make_console
 
     console = console or make_console()
     t0 = time.perf_counter()
-    buffer = load_buffer(config.input, config.K, default_K=config.K)
+    from srollout.report.progress import PhaseBars
+
+    bars = PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"})
+    with bars:
+        buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase)
     t_load = time.perf_counter() - t0
     if buffer.has_step_counts:
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > config.T_max:
             raise SrolloutError(f"{config.input}: trajectories run up to {longest} steps, more than --T-max {config.T_max}; pass --T-max {longest} or more")
 
-    sweep = sweep_table(buffer, config)
+    with bars:
+        # a bar over the K values only where one K takes seconds (a million groups)
+        sweep = sweep_table(buffer, config, progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None)
     index = choose(sweep, config.precision_floor)
     chosen = bootstrap_operating_point(buffer, sweep, index, config) if index is not None else None
     sweep = sweep.with_columns(chosen=pl.int_range(pl.len()) == (index if index is not None else -1))
@@ -250,7 +270,7 @@ def _preamble(config: SweepConfig, buffer: Buffer, sweep: pl.DataFrame) -> str:
         f"- rule {config.rule}; K = {', '.join(map(str, config.K))}; d_L grid {', '.join(f'{v:g}' for v in config.d_L_grid)}"
         + (f"; t_high grid {', '.join(f'{v:g}' for v in config.t_high_grid)}" if config.rule != "r1" else ""),
         f"- T_max = {config.T_max}; precision floor {config.precision_floor:g}; {config.n_boot} bootstrap resamples; "
-        f"random baseline over {config.n_random} draws; seed {config.seed}",
+        f"random baseline: the expectation over uniformly random cuts (closed form); seed {config.seed}",
         f"- {steps}; {adv}",
     ])
 
@@ -263,7 +283,7 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
         "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; recall = TP/#zero-variance; "
         "safe = TP·(T_max−K)/(N·T_max); raw = cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the "
         "cut groups / all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the same number of "
-        "groups (mean over draws). The chosen row is in bold. All columns: `sweep.parquet`.\n\n"
+        "groups (its expectation over all such cuts). The chosen row is in bold. All columns: `sweep.parquet`.\n\n"
         + to_markdown(sweep, columns=shown, bold_rows=bold),
     )]
     if chosen is None:

@@ -94,3 +94,26 @@ def test_write_json_and_text_are_atomic(tmp_path: Path) -> None:
     schemas.write_text("# report\n", tmp_path / "report.md")
     assert (tmp_path / "report.md").read_text() == "# report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gate.json", "report.md"]
+
+
+def test_scan_checks_the_schema_and_reads_lazily(tmp_path: Path) -> None:
+    df = pl.DataFrame({"group_id": ["a", "b"], "task_type": ["t", "t"], "K": [10, 10],
+                       **{n: [0.1, 0.2] for n in schemas.SIGNAL_NAMES}, "reward_var": [0.0, 0.25], "label": ["all_fail", "mixed"]},
+                      schema_overrides={"K": pl.Int32})
+    path = tmp_path / "signals.parquet"
+    df.write_parquet(path)
+    lazy = schemas.scan(path, schemas.SIGNALS, columns=["group_id", "K"])
+    assert isinstance(lazy, pl.LazyFrame)
+    got = lazy.collect()
+    assert got.columns == ["group_id", "K"] and got.schema["K"] == pl.Int64  # cast to the declared type
+    df.drop("label").write_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(SchemaError, match="missing column 'label'"):
+        schemas.scan(tmp_path / "bad.parquet", schemas.SIGNALS)
+    df.head(0).write_parquet(tmp_path / "empty.parquet")
+    with pytest.raises(SchemaError, match="empty"):
+        schemas.scan(tmp_path / "empty.parquet", schemas.SIGNALS)
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    with pytest.raises(SchemaError, match="not a readable Parquet"):
+        schemas.scan(tmp_path / "junk.parquet", schemas.SIGNALS)
+    with pytest.raises(SrolloutError, match="no such file"):
+        schemas.scan(tmp_path / "none.parquet", schemas.SIGNALS)

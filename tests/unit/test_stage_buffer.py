@@ -121,3 +121,48 @@ def test_subsample_keeps_size_per_large_group_and_is_seeded(steps_table) -> None
     assert picked <= set(range(16)) and len(picked) == 8
     others = [set(subsample_trajectories(trajs, 8, seed=s).filter(pl.col("group_id") == "big")["traj_idx"].to_list()) for s in range(2, 6)]
     assert any(o != picked for o in others)
+
+
+def _synthetic_steps(n_groups: int) -> pl.DataFrame:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from synthetic_buffers import synthetic_steps
+
+    return synthetic_steps(n_groups, seed=3)
+
+
+def test_signals_in_worker_processes_equal_the_serial_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from srollout.stages import buffer as B
+
+    schemas.write(_synthetic_steps(60), tmp_path / "steps.parquet", schemas.STEPS)
+    serial = load_buffer(tmp_path, None, default_K=(5, 10, 20))
+    assert serial.signals.height == 180
+    monkeypatch.setattr(B, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(B, "SIGNALS_CHUNK", 7)  # 9 chunks over 2 workers, out of order or not
+    seen = []
+
+    def phase(name: str, **_: object):
+        return lambda done, total, *_: seen.append((name, done, total))
+
+    parallel = load_buffer(tmp_path, None, default_K=(5, 10, 20), progress=phase)
+    assert parallel.signals.equals(serial.signals)
+    assert seen[0] == ("signals", 0, 60) and seen[-1] == ("signals", 60, 60)
+    assert [d for _, d, _ in seen] == sorted(d for _, d, _ in seen)
+
+
+def test_the_lazy_read_keeps_only_what_the_signals_need(tmp_path: Path) -> None:
+    steps = _synthetic_steps(30)
+    schemas.write(steps, tmp_path / "steps.parquet", schemas.STEPS)
+    buffer = load_buffer(tmp_path, [4, 10], default_K=(10,))
+    # the whole trajectories, read eagerly: the same groups, step counts and signals
+    full = trajectories_from_steps(steps, tmp_path / "steps.parquet")
+    from srollout.stages.buffer import groups_from_trajectories, signals_from_trajectories
+
+    groups = groups_from_trajectories(full, tmp_path)
+    assert buffer.groups.equals(groups)
+    assert buffer.signals.equals(signals_from_trajectories(full, groups, (4, 10)))
+    row = buffer.trajectories.filter(pl.col("n_steps") > 12).row(0, named=True)
+    assert len(row["actions"]) == row["n_steps"] and row["actions"][10:] == [None] * (row["n_steps"] - 10)
+    kept = [i + 1 for i, o in enumerate(row["observations"]) if o != ""]
+    assert kept == [1, 4, 10]  # o_1 (the initial observation) and o_K

@@ -14,12 +14,16 @@ from srollout.core import stats as S
 from srollout.core.stats import (
     auroc,
     bootstrap_ci,
+    bootstrap_sums,
+    bootstrap_sums_ci,
     mcnemar,
     paired_bootstrap,
+    rank_stats,
     rankdata,
     relative_saving_ci,
     run_pair_saving_ci,
     spearman,
+    spearman_p_value,
 )
 from srollout.errors import SrolloutError
 
@@ -246,3 +250,106 @@ def test_run_pair_interval_covers_zero_in_aa_runs_where_the_task_bootstrap_does_
                               [arm_tasks[6 * p : 6 * p + 6].sum() for p in range(4)])
     assert runs.estimate == pytest.approx(naive.estimate)
     assert runs.low < 0 < runs.high
+
+
+def test_bootstrap_ci_is_scipys_percentile_bootstrap():
+    # the same resamples as scipy.stats.bootstrap with the same Generator: the same interval
+    x = np.random.default_rng(7).exponential(size=300)
+    ours = bootstrap_ci(x, n_resamples=3000, seed=4)
+    theirs = scipy.stats.bootstrap((x,), np.mean, n_resamples=3000, method="percentile", vectorized=True,
+                                   rng=np.random.Generator(np.random.PCG64(4))).confidence_interval
+    assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
+
+
+def test_relative_saving_ci_is_scipys_paired_bootstrap():
+    rng = np.random.default_rng(8)
+    base = rng.uniform(50, 100, size=200)
+    gated = base * rng.uniform(0.6, 1.0, size=200)
+    ours = relative_saving_ci(base, gated, n_resamples=2000, seed=3)
+    theirs = scipy.stats.bootstrap((base, gated), lambda b, g, axis=-1: 1 - g.sum(axis) / b.sum(axis), paired=True,
+                                   n_resamples=2000, method="percentile", vectorized=True,
+                                   rng=np.random.Generator(np.random.PCG64(3))).confidence_interval
+    assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
+
+
+def test_bootstrap_sums_draw_the_row_bootstraps_law():
+    # N = 200 binary rows, 60 ones: a resample's sum is Binomial(200, 0.3) — mean 60, sd sqrt(42)
+    x = np.r_[np.ones(60), np.zeros(140)]
+    sums = bootstrap_sums(x, n_resamples=40_000, seed=1)
+    assert sums.n == 200 and sums.total.tolist() == [60.0]
+    s = sums.resampled[:, 0]
+    assert s.mean() == pytest.approx(60, abs=0.1) and s.std() == pytest.approx(np.sqrt(42), rel=0.02)
+    law = scipy.stats.binom(200, 0.3)
+    for q in (0.025, 0.5, 0.975):
+        assert np.quantile(s, q) == pytest.approx(law.ppf(q), abs=1)
+    # the mean's interval: the row bootstrap's within Monte Carlo noise, and scipy's
+    mean_ci = bootstrap_sums_ci(x, lambda t, n: t[..., 0] / n, n_resamples=20_000)
+    rows = bootstrap_ci(x, n_resamples=20_000)
+    assert mean_ci.estimate == rows.estimate == 0.3
+    assert (mean_ci.low, mean_ci.high) == pytest.approx((rows.low, rows.high), abs=0.006)
+
+
+def test_bootstrap_sums_ratio_matches_the_row_bootstrap():
+    # precision-like ratio of sums over rows with a few distinct values (as the sweep's TP/cut rows)
+    rng = np.random.default_rng(2)
+    cut = rng.random(500) < 0.3
+    tp = cut & (rng.random(500) < 0.8)
+    data = np.column_stack([tp, cut]).astype(float)
+    by_counts = bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=20_000, seed=5)
+    by_rows = bootstrap_ci(data, lambda z: z[..., 0].sum(-1) / z[..., 1].sum(-1), n_resamples=20_000, seed=5, batched=True)
+    assert by_counts.estimate == pytest.approx(tp.sum() / cut.sum())
+    assert (by_counts.low, by_counts.high) == pytest.approx((by_rows.low, by_rows.high), abs=0.006)
+    same = bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=500, seed=5)
+    assert same == bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=500, seed=5)
+    with pytest.raises(SrolloutError, match="n_resamples"):
+        bootstrap_sums(data, n_resamples=0)
+
+
+@pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")
+@settings(max_examples=60, deadline=None)
+@given(st.integers(3, 80), st.integers(0, 2**31 - 1), st.booleans())
+def test_rank_stats_is_spearmanr_and_mannwhitneyu(n, seed, with_nan):
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.random(n), 1)  # ties
+    y = np.round(rng.random(n) * 0.25, 2)
+    pos = rng.random(n) < 0.5
+    if with_nan:
+        x[rng.random(n) < 0.2] = np.nan
+    got = rank_stats(x, y, pos)
+    keep = ~np.isnan(x)
+    assert got.n == int(keep.sum())
+    xk, yk, pk = x[keep], y[keep], pos[keep]
+    want = scipy.stats.spearmanr(xk, yk) if got.n >= 3 else None
+    if want is None or np.isnan(want.statistic):
+        assert math.isnan(got.rho) and math.isnan(got.p_value)
+    else:
+        assert got.rho == pytest.approx(want.statistic, abs=1e-12)
+        assert got.p_value == pytest.approx(want.pvalue, rel=1e-9, abs=1e-300)
+    if pk.any() and (~pk).any():
+        u = scipy.stats.mannwhitneyu(xk[pk], xk[~pk]).statistic
+        assert got.auroc == pytest.approx(u / (pk.sum() * (~pk).sum()), abs=1e-12)
+    else:
+        assert math.isnan(got.auroc)
+    if not with_nan:  # ranks of the target handed in give the same result
+        assert rank_stats(x, y, pos, target_ranks=rankdata(y)) == got
+
+
+def test_rank_stats_edge_cases():
+    assert rank_stats([1, 2, 3, 4], [2, 4, 6, 8], [0, 0, 1, 1]) == (4, 1.0, 0.0, 1.0)
+    flat = rank_stats([1, 1, 1], [1, 2, 3], [0, 1, 1])
+    assert math.isnan(flat.rho) and flat.auroc == 0.5
+    assert rank_stats([np.nan, np.nan], [1, 2], [0, 1]).n == 0
+    with pytest.raises(SrolloutError, match="different lengths"):
+        rank_stats([1, 2], [1, 2, 3], [0, 1])
+
+
+def test_spearman_p_value_elementwise():
+    rng = np.random.default_rng(9)
+    x, y = rng.random(50), rng.random(50)
+    ref = scipy.stats.spearmanr(x, y)
+    rho = np.array([0.5, ref.statistic, 1.0, np.nan, 0.3])
+    n = np.array([3, 50, 10, 10, 2])
+    p = spearman_p_value(rho, n)
+    assert p[0] == pytest.approx(2 / 3)  # the hand-worked t(1) case above
+    assert p[1] == pytest.approx(ref.pvalue, rel=1e-9)
+    assert p[2] == 0.0 and math.isnan(p[3]) and math.isnan(p[4])

@@ -17,6 +17,7 @@ from srollout.core.sweep import (
     oracle_cuts,
     precision_floor_for,
     random_cut_baseline,
+    random_cut_expectation,
     threshold_cuts,
     useful_groups_lost,
 )
@@ -210,3 +211,46 @@ def test_bad_inputs(kwargs, match):
     args.update(kwargs)
     with pytest.raises(SrolloutError, match=match):
         evaluate_cuts(**args)
+
+
+def test_random_cut_expectation_by_hand():
+    # 4 groups, 2 zero-variance; cut 2 at random: E[TP] = 2·2/4 = 1, precision 1/2, recall 2/4;
+    # every group is cut with probability 1/2: measured = (0+16+8+13)/2 / 97.
+    zv = np.array([True, False, True, False])
+    rem, tot = np.array([0, 16, 8, 13]), np.array([12, 32, 24, 29])
+    r = random_cut_expectation(2, zv, 4, 10, rem, tot)
+    assert (r.n_cut, r.tp, r.fp, r.precision, r.recall) == (2, 1.0, 1.0, 0.5, 0.5)
+    assert r.safe_savings == pytest.approx(1 * 6 / 40) and r.raw_savings == pytest.approx(2 * 6 / 40)
+    assert r.measured_step_savings == pytest.approx(18.5 / 97)
+    nothing = random_cut_expectation(0, zv, 4, 10)
+    assert math.isnan(nothing.precision) and nothing.tp == 0.0
+    # one group kept out of N (or one cut): the L2 share is an exact mean over the N choices
+    advs = [np.zeros(2), np.array([1.0, -1.0]), np.zeros(2), np.array([2.0, -2.0])]  # ||A||² 0, 2, 0, 8
+    assert random_cut_expectation(3, zv, 4, 10, advantages=advs).adv_l2_kept == pytest.approx(
+        (0 + np.sqrt(0.2) + 0 + np.sqrt(0.8)) / 4)
+    assert random_cut_expectation(1, zv, 4, 10, advantages=advs).adv_l2_kept == pytest.approx(
+        (1 + np.sqrt(0.8) + 1 + np.sqrt(0.2)) / 4)
+    with pytest.raises(SrolloutError, match="n_cut"):
+        random_cut_expectation(5, zv, 4, 10)
+
+
+@pytest.mark.parametrize("n_cut", [1, 7, 20, 50, 90])
+def test_random_cut_expectation_matches_a_large_simulation(n_cut):
+    # the paper's buffer (N = 100, 39 zero-variance) with real-looking step counts and advantages
+    rng = np.random.default_rng(11)
+    _, zv = _paper_buffer(21, 17)
+    tot = rng.integers(40, 240, 100).astype(float)
+    rem = np.floor(tot * rng.random(100))
+    advs = [np.zeros(8) if z else (r := (rng.random(8) < 0.5).astype(float)) - r.mean() for z in zv]
+    exact = random_cut_expectation(n_cut, zv, 10, 30, rem, tot, advs)
+    sim = random_cut_baseline(n_cut, zv, 10, 30, rem, tot, advs, n_draws=100_000, seed=3)
+    assert exact.n_cut == sim.n_cut
+    # linear fields: Monte Carlo error of 100,000 draws (the TP count's sd is at most ~2.5)
+    assert exact.tp == pytest.approx(sim.tp, abs=0.05)
+    assert exact.precision == pytest.approx(sim.precision, abs=0.005)
+    assert exact.recall == pytest.approx(sim.recall, abs=0.005)
+    assert exact.safe_savings == pytest.approx(sim.safe_savings, abs=5e-4)
+    assert exact.raw_savings == pytest.approx(sim.raw_savings, abs=1e-12)
+    assert exact.measured_step_savings == pytest.approx(sim.measured_step_savings, abs=5e-4)
+    # the L2 share, a square root, by its second-order expansion
+    assert exact.adv_l2_kept == pytest.approx(sim.adv_l2_kept, abs=2e-3)
