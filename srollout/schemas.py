@@ -374,7 +374,7 @@ def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        df.write_parquet(tmp)
+        dump_parquet(df, tmp)
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
@@ -382,6 +382,23 @@ def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) 
             raise no_space(path) from err
         raise
     return path
+
+
+def dump_parquet(df: pl.DataFrame, path: str | Path) -> None:
+    """Write ``df`` as Parquet to ``path`` (not atomic: callers write a temp file) and fsync it.
+
+    The bytes are made in memory and written by Python, so a disk that fills raises OSError
+    ENOSPC, which the CLI reports as such (polars' own writer reports it as a thrift transport
+    error that says nothing about space).
+    """
+    import io
+
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    with open(path, "wb") as fh:
+        fh.write(buf.getbuffer())
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_json(obj: Any, path: str | Path) -> Path:
