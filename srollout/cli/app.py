@@ -96,17 +96,37 @@ def _run() -> None:
     except typer.Abort:
         _fail("aborted")
     except Exception as err:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            sys.exit(2)
+        if isinstance(err, _click_errors()):
+            _fail(_usage_line(err))
         if disk_full(err) and os.environ.get("SROLLOUT_DEBUG") != "1":
             # a library (torch, matplotlib, peft) that ran out of space mid-write: its temp file
             # is gone and the file it would replace is intact (every writer here is atomic)
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             _disk_full(f"no space left on the device ({first}); the files already written are intact")
         raise
+
+
+def _click_errors() -> tuple[type, ...]:
+    """Click's usage-error class: typer >= 0.20 vendors click as ``typer._click``, older typers use
+    click itself; either may raise."""
+    found: list[type] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            import importlib
+
+            found.append(importlib.import_module(module).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def _usage_line(err: Exception) -> str:
+    """A click usage error (unknown option, bad value, missing argument) as one line that names
+    the help to read."""
+    message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+    ctx = getattr(err, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    return f"{message} (see `{path} --help`)" if path else message
 
 
 def _drop_empty_run_dir() -> None:
