@@ -98,7 +98,7 @@ def _run() -> None:
     except Exception as err:  # click usage errors carry their own exit code
         if isinstance(err, _click_errors()):
             _fail(_usage_line(err))
-        if disk_full(err) and os.environ.get("SROLLOUT_DEBUG") != "1":
+        if (disk_full(err) or _run_dir_out_of_space()) and os.environ.get("SROLLOUT_DEBUG") != "1":
             # a library (torch, matplotlib, peft) that ran out of space mid-write: its temp file
             # is gone and the file it would replace is intact (every writer here is atomic)
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -150,6 +150,19 @@ def _drop_empty_run_dir() -> None:
         for p in run.run_dir.iterdir():
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     run.run_dir = None
+
+
+def _run_dir_out_of_space() -> bool:
+    """The run directory's filesystem has (next to) no space left: torch's writer, for one, says
+    only "file write failed" when the disk is full."""
+    from srollout.rundir import active_run
+
+    run = active_run().run_dir
+    try:
+        stat = os.statvfs(run) if run is not None else None
+    except OSError:
+        return False
+    return stat is not None and stat.f_bavail * stat.f_frsize < 1 << 20
 
 
 def _is_disk_full(err: SrolloutError) -> bool:

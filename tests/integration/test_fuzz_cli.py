@@ -181,7 +181,9 @@ def _corrupt(path: Path, how: str, where: int, byte: int, cell: object) -> None:
         col = numeric[where % len(numeric)]
         row = where % df.height
         values = df[col].to_list()
-        values[row] = None if cell is None else (cell if df.schema[col] == pl.Float64 else (int(cell) if math.isfinite(cell) else None))
+        if cell is not None and df.schema[col] == pl.Int64:  # an int column: the nearest int64, or null
+            cell = int(max(min(cell, 2**62), -(2**62))) if math.isfinite(cell) else None
+        values[row] = cell
         df = df.with_columns(pl.Series(col, values, dtype=df.schema[col]))
     elif how == "duplicate":
         df = pl.concat([df, df.slice(where % df.height, 1)])
