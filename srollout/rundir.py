@@ -61,6 +61,12 @@ class ActiveRun:
 _ACTIVE = ActiveRun()
 
 
+def reset_active_run() -> None:
+    """Forget the run directory of an earlier command in this process (the CLI's entry point
+    calls this first, so a second ``main()`` never marks or removes the first one's directory)."""
+    _ACTIVE.__init__()
+
+
 def active_run() -> ActiveRun:
     """The run directory the last :func:`prepare_run_dir` of this process opened (run_dir None
     before any)."""
@@ -88,12 +94,9 @@ def lock_run_dir(out: Path) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0)
-        owner = fh.read().strip() or "unknown"
+        owner = fh.read().strip()
         fh.close()
-        raise RunDirBusyError(
-            f"{out} is being written by another srollout process (PID {owner}); wait for it to finish, "
-            "stop it, or choose another --out"
-        ) from None
+        raise _busy(out, owner) from None
     fh.seek(0)
     fh.truncate()
     fh.write(f"{os.getpid()}\n")
@@ -101,6 +104,27 @@ def lock_run_dir(out: Path) -> None:
     for other in [k for k in _LOCKS if k != key]:
         _LOCKS.pop(other).close()
     _LOCKS[key] = fh
+
+
+def _busy(out: Path, owner: str) -> RunDirBusyError:
+    return RunDirBusyError(
+        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for it to "
+        "finish, stop it, or choose another --out"
+    )
+
+
+def _refuse_if_locked(out: Path) -> None:
+    """Raise RunDirBusyError if a live process holds ``out``'s lock; create nothing."""
+    try:
+        fh = open(out / LOCK_FILE)  # noqa: SIM115 - closed below
+    except OSError:
+        return  # no lock file: nobody is writing it
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy(out, fh.read().strip()) from None
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def release_run_dir(out: Path) -> None:
@@ -124,6 +148,8 @@ def prepare_run_dir(out: Path | None, stage: str, overwrite: bool = False, resum
     existed = out.exists()
     if existed and not out.is_dir():
         raise SrolloutError(f"--out {out}: exists and is not a directory")
+    if existed and out.resolve() not in _LOCKS:
+        _refuse_if_locked(out)  # a live writer is named whatever the flags, before anything else
     if resume and not existed:
         raise SrolloutError(f"--resume: {out} does not exist")
     if existed and _has_content(out) and not (resume or overwrite):

@@ -77,6 +77,8 @@ def main() -> None:
 
 
 def _run() -> None:
+    if "srollout.rundir" in sys.modules:  # an earlier main() in this process (tests) opened one
+        sys.modules["srollout.rundir"].reset_active_run()
     try:
         app(standalone_mode=False)
     except Interrupted as stop:
@@ -202,7 +204,7 @@ def _stopped(stop: Interrupted) -> None:
 
     run = active_run()
     if run.run_dir is None or not run.run_dir.exists():
-        message = f"interrupted by {stop.name}; nothing was written"
+        message = f"interrupted by {stop.name} before a run directory was opened"
     else:
         if run.manifest is not None:
             try:

@@ -187,7 +187,7 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
         while _parts(run) < 1 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert first.poll() is None, "the first run ended too soon"
-        for extra in (["--resume"], ["--overwrite"]):
+        for extra in ([], ["--resume"], ["--overwrite"]):
             t0 = time.monotonic()
             second = _run([*COLLECT, "--out", str(run), *extra], timeout=60)
             assert second.returncode == 2 and time.monotonic() - t0 < 30
