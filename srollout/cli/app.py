@@ -205,6 +205,8 @@ def _stopped(stop: Interrupted) -> None:
     run = active_run()
     if run.run_dir is None or not run.run_dir.exists():
         message = f"interrupted by {stop.name} before a run directory was opened"
+    elif run.manifest is not None and run.manifest.data.get("status") == "complete":
+        message = f"interrupted by {stop.name} after the run had finished: {run.run_dir} is complete"
     else:
         if run.manifest is not None:
             try:
