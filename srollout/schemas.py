@@ -5,8 +5,9 @@ freely; readers check that every required column is present with a compatible dt
 :class:`~srollout.errors.SchemaError` naming the file and the column otherwise. Each artifact
 also lists the value rules of docs/artifacts.md (:class:`Rule`: a range, a set of values, where
 NaN or null may appear); :func:`read` enforces them, so a table made by another tool with a d_K
-of 1.7 or a NaN τ_K stops with one line naming the column, the first bad row and the rule. Writes are atomic
-(temp file in the same directory, then ``os.replace``), so a crash never leaves half a file.
+of 1.7 or a NaN τ_K stops with one line naming the column, the first bad row and the rule.
+Writes are atomic (temp file in the same directory, then ``os.replace``), so a crash never
+leaves half a file, and a full disk leaves the previous file in place.
 The documentation of each column is in docs/artifacts.md.
 """
 
@@ -68,7 +69,7 @@ class Rule:
         if s.dtype in _FLOATS:
             absent = absent | s.is_nan().fill_null(False)
         bad = pl.Series([False] * s.len()) if self.missing else absent
-        if s.dtype in _FLOATS and not self.missing:
+        if s.dtype in _FLOATS:  # ±inf breaks every numeric rule, NaN allowed or not
             bad = bad | s.is_infinite().fill_null(False)
         # polars orders NaN above every number: compare only the values that are there
         if self.lo is not None:
