@@ -66,7 +66,10 @@ def _interrupt(args: list[str], ready: Callable[[], bool], sig: int, timeout: fl
         if proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"the run ended before it could be interrupted (rc {proc.returncode}): {err[-1500:]}")
+        # stopped first, so it cannot finish the run between the check and the signal
+        os.kill(proc.pid, signal.SIGSTOP)
         os.kill(proc.pid, sig)
+        os.kill(proc.pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -187,6 +190,7 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
         while _parts(run) < 1 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert first.poll() is None, "the first run ended too soon"
+        os.kill(first.pid, signal.SIGSTOP)  # alive and holding the lock, but it cannot finish meanwhile
         for extra in ([], ["--resume"], ["--overwrite"]):
             t0 = time.monotonic()
             second = _run([*COLLECT, "--out", str(run), *extra], timeout=60)
@@ -195,6 +199,7 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
             assert f"is being written by another srollout process (PID {first.pid})" in line, line
             assert "Traceback" not in second.stderr
         assert first.poll() is None, "the refused process must not have touched the running one"
+        assert not (run / "groups.parquet").exists() and _parts(run) >= 1
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     finally:
