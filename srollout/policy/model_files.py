@@ -179,18 +179,18 @@ def check_adapter(adapter: Path, model: Path) -> None:
 
 def _check_adapter_shapes(adapter: Path, model: Path) -> None:
     """Every LoRA matrix of the adapter fits the module of ``model`` it goes on: lora_A is
-    [r, in_features], lora_B [out_features, r] of that module's weight [out, in]. An adapter
-    trained on another base model fails here, by name, instead of in peft's loader."""
+    [r, in_features] and lora_B [out_features, r] of that module's 2-D weight (stored [out, in],
+    or [in, out] by GPT-2-style Conv1D layers, hence "one of its sizes"). An adapter trained on
+    another base model fails here, by name, instead of deep in peft's loader. A module whose
+    weight cannot be found under a known naming is left to peft."""
     base = safetensors_shapes(model / "model.safetensors")
     for key, shape in sorted(safetensors_shapes(adapter / "adapter_model.safetensors").items()):
         for part, dim in ((".lora_A.weight", 1), (".lora_B.weight", 0)):
-            if not key.endswith(part):
+            if not key.endswith(part) or len(shape) != 2:
                 continue
             module = key[: -len(part)].removeprefix("base_model.model.")
-            target = base.get(module + ".weight")
-            if target is None:
-                raise SrolloutError(f"--adapter {adapter}: it adapts {module}, which {model} does not have; "
-                                    "it was trained on another base model (pass that model as --model)")
-            if len(target) != 2 or len(shape) != 2 or shape[dim] != target[1 - dim]:
+            names = module.split(".")
+            target = next((base[w] for i in range(len(names)) if (w := ".".join(names[i:]) + ".weight") in base), None)
+            if target is not None and len(target) == 2 and shape[dim] not in target:
                 raise SrolloutError(f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is {target}; "
                                     "it was trained on another base model (pass that model as --model)")

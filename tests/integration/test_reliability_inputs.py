@@ -165,3 +165,16 @@ def test_a_real_process_prints_only_the_line(damage, default_model, tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr
     assert not out.exists()
+
+
+def test_an_adapter_of_the_same_base_model_passes_the_check(default_model, tmp_path):
+    """The check must not refuse what peft would load: a fresh LoRA adapter on the shipped model."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from srollout.policy.model_files import check_adapter
+
+    model = AutoModelForCausalLM.from_pretrained(default_model)
+    adapter = tmp_path / "adapter"
+    get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"])).save_pretrained(adapter)
+    check_adapter(adapter, default_model)
