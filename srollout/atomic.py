@@ -1,6 +1,7 @@
 """Atomic file writes (temp file in the same directory, then ``os.replace``).
 
-A crash never leaves half a file. No third-party imports, so ``srollout.core`` can use it
+A crash never leaves half a file, and a write that runs out of space
+leaves the previous version in place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can use it
 without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
 """
 
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from srollout.errors import DiskFullError, disk_full
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     """Create ``path``'s directory, let ``write(fh)`` fill a temp file, rename it into place."""
@@ -23,10 +26,18 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
         with os.fdopen(fd, "w") as fh:
             write(fh)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, Exception) and disk_full(err):
+            raise no_space(path) from err
         raise
     return path
+
+
+def no_space(path: str | Path) -> DiskFullError:
+    """The one-line error of a write that ran out of space: ``path`` was not replaced."""
+    return DiskFullError(f"no space left on the device while writing {path}; the files already there are "
+                         "intact (every write is a temp file + rename)")
 
 
 def atomic_write_json(obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None) -> Path:

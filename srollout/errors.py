@@ -16,3 +16,47 @@ class SchemaError(SrolloutError):
 
 class NotAvailableError(SrolloutError):
     """A subcommand or backend that this installation cannot run (missing extra, no GPU)."""
+
+
+class DiskFullError(SrolloutError):
+    """A write failed for lack of space (ENOSPC, EDQUOT). Writes are atomic, so every file that
+    was there before is still whole; the message names the file and says to free space."""
+
+
+class RunDirBusyError(SrolloutError):
+    """Another live process holds the run directory's lock (one writer per run directory)."""
+
+
+class Interrupted(BaseException):  # noqa: N818 - a stop request, like KeyboardInterrupt
+    """SIGINT or SIGTERM arrived: unwind (atomic writes drop their temp files), then the CLI marks
+    the run directory's manifest as interrupted and exits 128 + the signal number.
+
+    A BaseException, like KeyboardInterrupt, so ``except Exception`` blocks let it through.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = int(signum)
+        self.name = signal.Signals(self.signum).name
+        super().__init__(self.name)
+
+
+NO_SPACE_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)
+
+
+def disk_full(err: BaseException) -> bool:
+    """True when ``err`` (or an error it was raised from) is a write that failed for lack of
+    space: an OSError with ENOSPC/EDQUOT, or a library error whose message says so (polars and
+    torch re-raise the OS error as their own type)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in NO_SPACE_ERRNOS:
+            return True
+        text = str(current).lower()
+        if "no space left on device" in text or "disk quota exceeded" in text or "os error 28" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False

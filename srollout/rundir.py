@@ -3,12 +3,19 @@
 A run never overwrites an existing run directory unless asked (``--overwrite``), and resuming
 (``--resume``) reuses the directory with its partial artifacts. The manifest records the config,
 package versions, git revision, timings and ``status`` (``partial`` until the stage finishes).
+
+One writer per run directory: :func:`prepare_run_dir` takes an advisory lock (``flock``) on
+``<run>/.srollout.lock`` and keeps it until the process exits. The kernel drops the lock when the
+process dies, however it dies, so a lock file left by a killed run never blocks ``--resume``; a
+second live process on the same directory is refused at once with the other one's PID.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -20,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from srollout import __version__
-from srollout.errors import SrolloutError
+from srollout.errors import RunDirBusyError, SrolloutError
 from srollout.schemas import write_json
 
 _PACKAGES = ("polars", "numpy", "torch", "transformers", "peft", "alfworld", "textworld", "Levenshtein", "vllm", "ray")
@@ -31,18 +38,136 @@ def default_run_dir(stage: str) -> Path:
     return Path("runs") / f"{stage}-{stamp}"
 
 
-def prepare_run_dir(out: Path | None, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
-    """Create (or, with ``resume``, reopen) the run directory; refuse to clobber one silently."""
-    out = Path(out) if out is not None else default_run_dir(stage)
-    if out.exists() and any(out.iterdir()):
-        if resume:
-            return out
-        if not overwrite:
-            raise SrolloutError(f"{out} already exists and is not empty; pass --overwrite to replace it or --resume to continue it")
-        shutil.rmtree(out)
-    elif resume and not out.exists():
-        raise SrolloutError(f"--resume: {out} does not exist")
+LOCK_FILE = ".srollout.lock"
+
+# run directory (resolved) -> open lock file of this process; kept open (and so locked) until the
+# process exits or opens another run directory (a process writes one at a time; in-process test
+# sessions run many stages). A second prepare_run_dir of the same directory reuses it.
+_LOCKS: dict[Path, Any] = {}
+
+
+class ActiveRun:
+    """The run directory this process writes and its manifest: what the CLI marks and names
+    when a signal or a full disk stops the stage (:func:`active_run`)."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+        self.stage: str | None = None
+        self.created: bool = False  # this call made the directory
+        self.resumed: bool = False  # --resume reopened it
+        self.manifest: Manifest | None = None
+
+
+_ACTIVE = ActiveRun()
+
+
+def reset_active_run() -> None:
+    """Forget the run directory of an earlier command in this process (the CLI's entry point
+    calls this first, so a second ``main()`` never marks or removes the first one's directory)."""
+    _ACTIVE.__init__()
+
+
+def active_run() -> ActiveRun:
+    """The run directory the last :func:`prepare_run_dir` of this process opened (run_dir None
+    before any)."""
+    return _ACTIVE
+
+
+def lock_run_dir(out: Path) -> None:
+    """Take ``out``'s writer lock for the rest of this process (re-entrant within a process).
+
+    Raises RunDirBusyError naming the PID of the live process that holds it. A lock file whose
+    process is gone holds no lock: the kernel released it when that process died.
+    """
+    key = out.resolve()
+    held = _LOCKS.get(key)
+    if held is not None and not held.closed:
+        try:  # still the same file? (--overwrite removed the directory since)
+            if os.fstat(held.fileno()).st_ino == os.stat(out / LOCK_FILE).st_ino:
+                return
+        except FileNotFoundError:
+            pass
+        held.close()
     out.mkdir(parents=True, exist_ok=True)
+    fh = open(out / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the life of the process
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        owner = fh.read().strip()
+        fh.close()
+        raise _busy(out, owner) from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    for other in [k for k in _LOCKS if k != key]:
+        _LOCKS.pop(other).close()
+    _LOCKS[key] = fh
+
+
+def _busy(out: Path, owner: str) -> RunDirBusyError:
+    return RunDirBusyError(
+        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for it to "
+        "finish, stop it, or choose another --out"
+    )
+
+
+def _refuse_if_locked(out: Path) -> None:
+    """Raise RunDirBusyError if a live process holds ``out``'s lock; create nothing."""
+    try:
+        fh = open(out / LOCK_FILE)  # noqa: SIM115 - closed below
+    except OSError:
+        return  # no lock file: nobody is writing it
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _busy(out, fh.read().strip()) from None
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def release_run_dir(out: Path) -> None:
+    """Drop this process's lock on ``out`` (tests; a CLI process keeps it until it exits)."""
+    fh = _LOCKS.pop(Path(out).resolve(), None)
+    if fh is not None:
+        fh.close()
+
+
+def _has_content(out: Path) -> bool:
+    return any(p.name != LOCK_FILE for p in out.iterdir())
+
+
+def prepare_run_dir(out: Path | None, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
+    """Create (or, with ``resume``, reopen) the run directory; refuse to clobber one silently.
+
+    Takes the directory's writer lock first (:func:`lock_run_dir`), so neither ``--overwrite``
+    nor ``--resume`` can touch a directory another live process is writing.
+    """
+    out = Path(out) if out is not None else default_run_dir(stage)
+    existed = out.exists()
+    if existed and not out.is_dir():
+        raise SrolloutError(f"--out {out}: exists and is not a directory")
+    if existed and out.resolve() not in _LOCKS:
+        _refuse_if_locked(out)  # a live writer is named whatever the flags, before anything else
+    if resume and not existed:
+        raise SrolloutError(f"--resume: {out} does not exist")
+    if existed and _has_content(out) and not (resume or overwrite):
+        raise SrolloutError(f"{out} already exists and is not empty; pass --overwrite to replace it or --resume to continue it")
+    try:
+        lock_run_dir(out)
+    except OSError as err:
+        raise SrolloutError(f"--out {out}: cannot create the run directory ({err.strerror or err})") from None
+    if existed and _has_content(out) and not resume:
+        for entry in out.iterdir():  # --overwrite: everything but the lock this process now holds
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    _ACTIVE.run_dir, _ACTIVE.stage, _ACTIVE.manifest = out, stage, None
+    _ACTIVE.created, _ACTIVE.resumed = not existed, bool(existed and resume)
     return out
 
 
@@ -99,6 +224,16 @@ class Manifest:
             "timings_s": {},
             "outputs": [],
         }
+        write_json(self.data, self.path)
+        if _ACTIVE.run_dir is not None and Path(run_dir).resolve() == _ACTIVE.run_dir.resolve():
+            _ACTIVE.manifest = self
+
+    def interrupted(self, reason: str) -> None:
+        """Record that the stage stopped before its end (a signal, a full disk): ``status`` stays
+        ``partial`` and ``interrupted`` says why and when. Best effort: on a full disk the write
+        may fail, and the previous manifest (also ``partial``) stays."""
+        self.data["interrupted"] = {"reason": reason, "utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.data["status"] = "partial"
         write_json(self.data, self.path)
 
     def update(self, **fields: Any) -> None:

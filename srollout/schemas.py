@@ -2,8 +2,12 @@
 
 Each artifact has a set of *required* columns with their Polars dtypes. Writers may add columns
 freely; readers check that every required column is present with a compatible dtype and raise
-:class:`~srollout.errors.SchemaError` naming the file and the column otherwise. Writes are atomic
-(temp file in the same directory, then ``os.replace``), so a crash never leaves half a file.
+:class:`~srollout.errors.SchemaError` naming the file and the column otherwise. Each artifact
+also lists the value rules of docs/artifacts.md (:class:`Rule`: a range, a set of values, where
+NaN or null may appear); :func:`read` enforces them, so a table made by another tool with a d_K
+of 1.7 or a NaN τ_K stops with one line naming the column, the first bad row and the rule.
+Writes are atomic (temp file in the same directory, then ``os.replace``), so a crash never
+leaves half a file, and a full disk leaves the previous file in place.
 The documentation of each column is in docs/artifacts.md.
 """
 
@@ -18,8 +22,8 @@ from typing import Any
 
 import polars as pl
 
-from srollout.atomic import atomic_write_json, atomic_write_text
-from srollout.errors import SchemaError, SrolloutError
+from srollout.atomic import atomic_write_json, atomic_write_text, no_space
+from srollout.errors import SchemaError, SrolloutError, disk_full
 
 SIGNAL_NAMES: tuple[str, ...] = (
     "prefix_edit_distance_mean",
@@ -41,12 +45,64 @@ _FLOATS = (pl.Float32, pl.Float64)
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A documented value rule of one column (docs/artifacts.md), checked when a table is read.
+
+    lo/hi: the closed range the values lie in (None: unbounded); values: the allowed strings;
+    missing: NaN and null may appear (the contract says so, e.g. ``obs_unique_ratio`` without
+    observations); otherwise a NaN or null breaks the rule. what: the rule in words.
+    """
+
+    column: str
+    what: str
+    lo: float | None = None
+    hi: float | None = None
+    values: tuple[str, ...] | None = None
+    missing: bool = False
+
+    def broken(self, s: pl.Series) -> pl.Series:
+        """Boolean mask of the rows that break the rule."""
+        if self.values is not None:
+            bad = ~s.cast(pl.Utf8).is_in(list(self.values)).fill_null(False)
+            return bad & s.is_not_null() if self.missing else bad
+        absent = s.is_null()
+        if s.dtype in _FLOATS:
+            absent = absent | s.is_nan().fill_null(False)
+        bad = pl.Series([False] * s.len()) if self.missing else absent
+        if s.dtype in _FLOATS:  # ±inf breaks every numeric rule, NaN allowed or not
+            bad = bad | s.is_infinite().fill_null(False)
+        # polars orders NaN above every number: compare only the values that are there
+        if self.lo is not None:
+            bad = bad | ((s < self.lo).fill_null(False) & ~absent)
+        if self.hi is not None:
+            bad = bad | ((s > self.hi).fill_null(False) & ~absent)
+        return bad
+
+
+def _unit(column: str, symbol: str, missing: bool = False) -> Rule:
+    return Rule(column, f"{symbol} lies in [0, 1]" + (" (NaN allowed)" if missing else ", never NaN"), 0.0, 1.0, missing=missing)
+
+
+def _count(column: str, lo: int = 0, missing: bool = False) -> Rule:
+    return Rule(column, f"a count >= {lo}", lo, missing=missing)
+
+
+def _seconds(column: str) -> Rule:
+    return Rule(column, "seconds >= 0", 0.0, missing=True)
+
+
+_FINITE_REWARD = Rule("reward", "a finite reward (not NaN or ±inf)")
+
+
+@dataclass(frozen=True)
 class Artifact:
-    """One Parquet artifact: file name, required columns (name -> dtype), what a row is."""
+    """One Parquet artifact: file name, required columns (name -> dtype), what a row is, and the
+    value rules of its columns (:class:`Rule`, checked by :func:`read`)."""
 
     name: str
     row: str
     columns: Mapping[str, Any]
+    rules: tuple[Rule, ...] = ()
 
     @property
     def filename(self) -> str:
@@ -74,6 +130,15 @@ STEPS = Artifact(
         "gen_s": pl.Float64,
         "env_s": pl.Float64,
     },
+    (
+        _count("traj_idx"),
+        Rule("step", "1-based: step >= 1", 1),
+        _FINITE_REWARD,
+        _count("n_prompt_tokens", missing=True),
+        _count("n_gen_tokens", missing=True),
+        _seconds("gen_s"),
+        _seconds("env_s"),
+    ),
 )
 
 TRAJECTORIES = Artifact(
@@ -91,6 +156,13 @@ TRAJECTORIES = Artifact(
         "ended_by": pl.Utf8,
         "n_gen_tokens": pl.Int64,
     },
+    (
+        _count("traj_idx"),
+        _FINITE_REWARD,
+        _count("n_steps"),
+        Rule("ended_by", "one of " + ", ".join(ENDED_BY), values=ENDED_BY),
+        _count("n_gen_tokens", missing=True),
+    ),
 )
 
 GROUPS = Artifact(
@@ -109,6 +181,13 @@ GROUPS = Artifact(
         "cut_step": pl.Int64,
         "arm": pl.Utf8,
     },
+    (
+        Rule("G", "G >= 2 trajectories per group", 2),
+        Rule("reward_mean", "a finite mean reward"),
+        Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
+        Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+        Rule("cut_step", "K >= 1 (null when not cut)", 1, missing=True),
+    ),
 )
 
 SIGNALS = Artifact(
@@ -122,6 +201,18 @@ SIGNALS = Artifact(
         "reward_var": pl.Float64,
         "label": pl.Utf8,
     },
+    (
+        Rule("K", "K >= 1", 1),
+        _unit("prefix_edit_distance_mean", "d_K"),
+        _unit("action_bigram_jaccard_mean", "a Jaccard distance"),
+        _unit("unique_prefix_ratio", "a share of G"),
+        _unit("unique_action_ratio", "a share of G"),
+        _unit("action_entropy", "an entropy normalised by log G"),
+        _unit("obs_unique_ratio", "a share of G", missing=True),
+        _unit("termination_fraction", "τ_K"),
+        Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
+        Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+    ),
 )
 
 CORRELATION = Artifact(
@@ -135,6 +226,12 @@ CORRELATION = Artifact(
         "p_value": pl.Float64,
         "auroc": pl.Float64,
     },
+    (
+        _count("n"),
+        Rule("spearman_rho", "ρ lies in [-1, 1] (NaN allowed)", -1.0, 1.0, missing=True),
+        _unit("p_value", "a p-value", missing=True),
+        _unit("auroc", "an AUROC", missing=True),
+    ),
 )
 
 SWEEP = Artifact(
@@ -153,6 +250,16 @@ SWEEP = Artifact(
         "safe_savings": pl.Float64,
         "raw_savings": pl.Float64,
     },
+    (
+        Rule("K", "K >= 1", 1),
+        _unit("d_L", "d_L"),
+        _unit("t_high", "t_high", missing=True),
+        _count("n_cut"),
+        _count("tp"),
+        _count("fp"),
+        _unit("precision", "a precision", missing=True),
+        _unit("recall", "a recall", missing=True),
+    ),
 )
 
 METRICS = Artifact(
@@ -168,6 +275,11 @@ METRICS = Artifact(
         "n_traj": pl.Int64,
         "n_tokens": pl.Int64,
     },
+    (
+        _unit("zero_adv_frac", "a share of trajectories", missing=True),
+        _count("n_traj"),
+        _count("n_tokens"),
+    ),
 )
 
 EVAL = Artifact(
@@ -181,6 +293,9 @@ EVAL = Artifact(
         "task_type": pl.Utf8,
         "success": pl.Boolean,
     },
+    (
+        _count("iteration"),
+    ),
 )
 
 ARTIFACTS: dict[str, Artifact] = {
@@ -215,16 +330,40 @@ def validate(df: pl.DataFrame, artifact: Artifact, source: str | Path, allow_emp
     return df.with_columns(casts) if casts else df
 
 
+def check_rules(df: pl.DataFrame, artifact: Artifact, source: str | Path) -> pl.DataFrame:
+    """Enforce ``artifact.rules`` on a validated table; return it unchanged.
+
+    Raises SchemaError with one line naming ``source``, the column, the first bad row (counting
+    from 0, in file order), its value and the rule.
+    """
+    for rule in artifact.rules:
+        if rule.column not in df.columns:
+            continue
+        bad = rule.broken(df[rule.column])
+        if bad.any():
+            row = int(bad.arg_true()[0])
+            value = df[rule.column][row]
+            raise SchemaError(
+                f"{source}: column '{rule.column}' row {row} is {value!r}: the contract says {rule.what} "
+                f"({int(bad.sum())} bad row(s); docs/artifacts.md)"
+            )
+    return df
+
+
 def read(path: str | Path, artifact: Artifact, allow_empty: bool = False) -> pl.DataFrame:
-    """Read and validate a Parquet artifact. Missing or unreadable files raise SrolloutError."""
+    """Read and validate a Parquet artifact: required columns and types (:func:`validate`), then
+    every value rule of the contract (:func:`check_rules`). Missing or unreadable files raise
+    SrolloutError; every failure is one line."""
     path = Path(path)
     if not path.exists():
         raise SrolloutError(f"{path}: no such file")
+    if path.is_dir():
+        raise SrolloutError(f"{path}: is a directory, not a {artifact.filename}")
     try:
         df = pl.read_parquet(path)
     except Exception as err:  # polars raises several error types for a non-Parquet file
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
-    return validate(df, artifact, path, allow_empty=allow_empty)
+    return check_rules(validate(df, artifact, path, allow_empty=allow_empty), artifact, path)
 
 
 def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = None, allow_empty: bool = False) -> pl.LazyFrame:
@@ -258,12 +397,31 @@ def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        df.write_parquet(tmp)
+        dump_parquet(df, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, Exception) and disk_full(err):
+            raise no_space(path) from err
         raise
     return path
+
+
+def dump_parquet(df: pl.DataFrame, path: str | Path) -> None:
+    """Write ``df`` as Parquet to ``path`` (not atomic: callers write a temp file) and fsync it.
+
+    The bytes are made in memory and written by Python, so a disk that fills raises OSError
+    ENOSPC, which the CLI reports as such (polars' own writer reports it as a thrift transport
+    error that says nothing about space).
+    """
+    import io
+
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    with open(path, "wb") as fh:
+        fh.write(buf.getbuffer())
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_json(obj: Any, path: str | Path) -> Path:
@@ -295,6 +453,13 @@ AB = Artifact(
         "zero_var": pl.Boolean,
         "baseline_zero_var": pl.Boolean,
     },
+    (
+        _count("repeat"),
+        _count("n_steps", missing=True),
+        _count("n_gen_tokens", missing=True),
+        _count("n_prompt_tokens", missing=True),
+        _seconds("wall_s"),
+    ),
 )
 ARTIFACTS[AB.name] = AB
 

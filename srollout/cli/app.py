@@ -8,11 +8,13 @@ transformers, alfworld, vllm, ray) are imported inside the stages, so ``--help``
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import sys
 
 import typer
 
-from srollout.errors import SrolloutError
+from srollout.errors import Interrupted, SrolloutError, disk_full
 
 app = typer.Typer(
     name="srollout",
@@ -47,13 +49,46 @@ def _register() -> None:
 _register()
 
 
+# Stages that continue a stopped run with --resume; the others start again with --overwrite.
+RESUMABLE = ("collect", "ab-rollout", "train-onpolicy")
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
 def main() -> None:
-    """Console-script entry: run the app; known errors become one red line and exit 2."""
+    """Console-script entry: run the app; known errors become one red line and exit 2.
+
+    SIGINT (Ctrl-C) and SIGTERM raise :class:`Interrupted`: the stage unwinds (atomic writes drop
+    their temp files), the run's manifest records the interruption, one line says how to resume,
+    and the exit code is 128 + the signal number (130, 143). A write that runs out of space is
+    one line and exit 2, wherever it happens.
+    """
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()  # signal.signal needs it
+    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    try:
+        _run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run() -> None:
+    if "srollout.rundir" in sys.modules:  # an earlier main() in this process (tests) opened one
+        sys.modules["srollout.rundir"].reset_active_run()
     try:
         app(standalone_mode=False)
+    except Interrupted as stop:
+        _stopped(stop)
     except SrolloutError as err:
         if os.environ.get("SROLLOUT_DEBUG") == "1":
             raise
+        if _is_disk_full(err):
+            _disk_full(str(err))
+        _drop_empty_run_dir()
         _fail(str(err))
     except (typer.Exit, SystemExit) as done:
         code = getattr(done, "exit_code", None)
@@ -63,20 +98,150 @@ def main() -> None:
     except typer.Abort:
         _fail("aborted")
     except Exception as err:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            sys.exit(2)
+        if isinstance(err, _click_errors()):
+            _fail(_usage_line(err))
+        if (disk_full(err) or _run_dir_out_of_space()) and os.environ.get("SROLLOUT_DEBUG") != "1":
+            # a library (torch, matplotlib, peft) that ran out of space mid-write: its temp file
+            # is gone and the file it would replace is intact (every writer here is atomic)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            _disk_full(f"no space left on the device ({first}); the files already written are intact")
         raise
 
 
+def _click_errors() -> tuple[type, ...]:
+    """Click's usage-error class: typer >= 0.20 vendors click as ``typer._click``, older typers use
+    click itself; either may raise."""
+    found: list[type] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            import importlib
+
+            found.append(importlib.import_module(module).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def _usage_line(err: Exception) -> str:
+    """A click usage error (unknown option, bad value, missing argument) as one line that names
+    the help to read."""
+    message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+    ctx = getattr(err, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    return f"{message} (see `{path} --help`)" if path else message
+
+
+def _drop_empty_run_dir() -> None:
+    """A stage refused its input after opening its run directory (a model that will not load,
+    say): remove the directory this call made if it holds no work yet (only the manifest and the
+    lock), so bad input leaves nothing behind. Work already done is never removed."""
+    import shutil
+
+    from srollout.rundir import LOCK_FILE, active_run, release_run_dir
+
+    run = active_run()
+    if run.run_dir is None or run.resumed or not run.run_dir.is_dir():
+        return
+    files = [p for p in run.run_dir.rglob("*") if not p.is_dir()]
+    if not all(p.parent == run.run_dir and p.name in ("manifest.json", LOCK_FILE) for p in files):
+        return
+    release_run_dir(run.run_dir)
+    if run.created:
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+    else:  # the user's own (empty, or emptied by --overwrite) directory stays, empty
+        for p in run.run_dir.iterdir():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    run.run_dir = None
+
+
+def _run_dir_out_of_space() -> bool:
+    """The run directory's filesystem has (next to) no space left: torch's writer, for one, says
+    only "file write failed" when the disk is full."""
+    from srollout.rundir import active_run
+
+    run = active_run().run_dir
+    try:
+        stat = os.statvfs(run) if run is not None else None
+    except OSError:
+        return False
+    return stat is not None and stat.f_bavail * stat.f_frsize < 1 << 20
+
+
+def _is_disk_full(err: SrolloutError) -> bool:
+    from srollout.errors import DiskFullError
+
+    return isinstance(err, DiskFullError)
+
+
+def _resume_hint() -> str:
+    """"; free space, then continue with `srollout ... --resume --out DIR`" for the run this
+    process was writing (or start again with --overwrite where the stage has no --resume)."""
+    from srollout.rundir import active_run
+
+    run = active_run()
+    if run.run_dir is None:
+        return "; free space and run the command again"
+    return f"; free space, then {_continue_command(run.run_dir)}"
+
+
+def _continue_command(run_dir: os.PathLike) -> str:
+    """How to go on with ``run_dir``: the same command line with --resume and --out RUN_DIR (or
+    --overwrite for stages without --resume)."""
+    args = [a for a in sys.argv[1:] if a not in ("--overwrite", "--resume")]
+    if not any(a == "--out" or a.startswith("--out=") for a in args):
+        args += ["--out", str(run_dir)]
+    stage = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+    if stage in RESUMABLE:
+        return f"continue it with `srollout {shlex.join(args + ['--resume'])}`"
+    return f"start it again with `srollout {shlex.join(args + ['--overwrite'])}`"
+
+
+def _stopped(stop: Interrupted) -> None:
+    """SIGINT/SIGTERM: mark the run's manifest, say what is kept and how to go on, exit 128+n."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut this short
+        signal.signal(sig, signal.SIG_IGN)
+    from srollout.rundir import active_run
+
+    run = active_run()
+    if run.run_dir is None or not run.run_dir.exists():
+        message = f"interrupted by {stop.name} before a run directory was opened"
+    elif run.manifest is not None and run.manifest.data.get("status") == "complete":
+        message = f"interrupted by {stop.name} after the run had finished: {run.run_dir} is complete"
+    else:
+        if run.manifest is not None:
+            try:
+                run.manifest.interrupted(stop.name)
+            except Exception:  # noqa: BLE001 - a full disk: the previous manifest (partial) stays
+                pass
+        message = (f"interrupted by {stop.name}: the work finished so far is kept in {run.run_dir} "
+                   f"(manifest status 'partial'); {_continue_command(run.run_dir)}")
+    _print_error(message, "stopped")
+    sys.exit(128 + stop.signum)
+
+
+def _disk_full(message: str) -> None:
+    """A write ran out of space: mark the manifest if it still fits, say how to go on, exit 2."""
+    from srollout.rundir import active_run
+
+    run = active_run()
+    if run.manifest is not None:
+        try:
+            run.manifest.interrupted("no space left on device")
+        except Exception:  # noqa: BLE001 - no space for the manifest either: it stays 'partial'
+            pass
+    _fail(message + _resume_hint())
+
+
 def _fail(message: str) -> None:
+    _print_error(message, "error")
+    sys.exit(2)
+
+
+def _print_error(message: str, label: str) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    sys.exit(2)
+    Console(stderr=True).print(f"[bold red]{label}:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from srollout.errors import SrolloutError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
+# what transformers builds a tokenizer from (fast tokenizer, sentencepiece, BPE or WordPiece files)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
 
 def _read_json(path: Path, hint: str) -> dict:
@@ -27,6 +29,14 @@ def _read_json(path: Path, hint: str) -> dict:
     if not isinstance(data, dict):
         raise SrolloutError(f"{path}: expected a JSON object{hint}")
     return data
+
+
+def safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape from a (checked) safetensors file's header; nothing else is read."""
+    with Path(path).open("rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
 
 
 def check_safetensors(path: Path, hint: str = "") -> None:
@@ -69,11 +79,16 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
     config = _read_json(path / "config.json", hint)
     if "model_type" not in config:
         raise SrolloutError(f"{path / 'config.json'}: no model_type, not a transformers model config{hint}")
+    known = _known_model_types()
+    if known is not None and config["model_type"] not in known:
+        raise SrolloutError(f"{path / 'config.json'}: model_type {config['model_type']!r} is not one this transformers "
+                            f"knows (a newer release, or a config of something else){hint}")
     present = [n for n in WEIGHT_FILES if (path / n).is_file()]
     if not present:
         raise SrolloutError(f"{path / WEIGHT_FILES[0]}: missing (no weights in {path}){hint}")
     if present[0] == "model.safetensors":
         check_safetensors(path / "model.safetensors", hint)
+        _check_embedding(path, config, hint)
     elif present[0].endswith(".index.json"):
         index = _read_json(path / present[0], hint)
         for shard in sorted(set(index.get("weight_map", {}).values())):
@@ -82,9 +97,34 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
             elif not (path / shard).is_file():
                 raise SrolloutError(f"{path / shard}: missing (named in {present[0]}){hint}")
     if tokenizer:
+        if not any((path / n).is_file() for n in TOKENIZER_FILES):
+            raise SrolloutError(f"{path}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, …){hint}")
         for name in ("tokenizer.json", "tokenizer_config.json"):
             if (path / name).is_file():
                 _read_json(path / name, hint)
+
+
+def _known_model_types() -> frozenset[str] | None:
+    """The model types transformers can build (its auto-config table; the module is light), or
+    None when transformers is not installed (then the loader has the last word)."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return None
+    return frozenset(CONFIG_MAPPING_NAMES)
+
+
+def _check_embedding(path: Path, config: dict, hint: str) -> None:
+    """The token embedding in the weights has the shape config.json describes ([vocab_size,
+    hidden_size]): a config.json from another model otherwise fails deep inside the loader."""
+    vocab, hidden = config.get("vocab_size"), config.get("hidden_size")
+    if not isinstance(vocab, int) or not isinstance(hidden, int):
+        return
+    shapes = safetensors_shapes(path / "model.safetensors")
+    embed = next((k for k in shapes if k.endswith("embed_tokens.weight")), None)
+    if embed is not None and shapes[embed] != [vocab, hidden]:
+        raise SrolloutError(f"{path / 'config.json'}: says vocab_size {vocab} and hidden_size {hidden}, but the weights' "
+                            f"{embed} is {shapes[embed]}; config.json and model.safetensors are of different models{hint}")
 
 
 def model_provenance(path: Path, shipped: Path) -> dict:
@@ -125,6 +165,8 @@ def check_adapter(adapter: Path, model: Path) -> None:
         raise SrolloutError(f"{adapter / 'adapter_model.safetensors'}: missing (no adapter weights)")
     if (adapter / "adapter_model.safetensors").is_file():
         check_safetensors(adapter / "adapter_model.safetensors")
+        if (model / "model.safetensors").is_file():
+            _check_adapter_shapes(adapter, model)
     base = Path(str(cfg.get("base_model_name_or_path") or "")).expanduser()
     if str(base) and (base / "config.json").is_file() and base.resolve() != model.resolve():
         theirs = _read_json(base / "config.json", "")
@@ -133,3 +175,22 @@ def check_adapter(adapter: Path, model: Path) -> None:
         if differ:
             raise SrolloutError(f"--adapter {adapter}: trained on {base}, whose {', '.join(differ)} differ from "
                                 f"{model}'s; pass that model as --model")
+
+
+def _check_adapter_shapes(adapter: Path, model: Path) -> None:
+    """Every LoRA matrix of the adapter fits the module of ``model`` it goes on: lora_A is
+    [r, in_features] and lora_B [out_features, r] of that module's 2-D weight (stored [out, in],
+    or [in, out] by GPT-2-style Conv1D layers, hence "one of its sizes"). An adapter trained on
+    another base model fails here, by name, instead of deep in peft's loader. A module whose
+    weight cannot be found under a known naming is left to peft."""
+    base = safetensors_shapes(model / "model.safetensors")
+    for key, shape in sorted(safetensors_shapes(adapter / "adapter_model.safetensors").items()):
+        for part, dim in ((".lora_A.weight", 1), (".lora_B.weight", 0)):
+            if not key.endswith(part) or len(shape) != 2:
+                continue
+            module = key[: -len(part)].removeprefix("base_model.model.")
+            names = module.split(".")
+            target = next((base[w] for i in range(len(names)) if (w := ".".join(names[i:]) + ".weight") in base), None)
+            if target is not None and len(target) == 2 and shape[dim] not in target:
+                raise SrolloutError(f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is {target}; "
+                                    "it was trained on another base model (pass that model as --model)")

@@ -538,15 +538,29 @@ def load_model(
     path = Path(model_path)
     if not (path / "config.json").is_file():
         raise SrolloutError(f"{path} is not a Hugging Face model directory (no config.json)")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    # the file checks (model_files) catch the damage seen so far; anything else the loaders refuse
+    # (an unknown model_type, a config that does not fit the weights) is one line, not a traceback
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError, ImportError) as err:
+        raise SrolloutError(f"{path}: transformers cannot load this model: {_first_line(err)}") from None
     if adapter_path is not None:
         apath = Path(adapter_path)
         if not (apath / "adapter_config.json").is_file():
             raise SrolloutError(f"{apath} is not a peft adapter directory (no adapter_config.json)")
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, apath)
+        try:
+            model = PeftModel.from_pretrained(model, apath)
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:
+            raise SrolloutError(f"--adapter {apath}: peft cannot load it on {path}: {_first_line(err)}") from None
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _first_line(err: BaseException) -> str:
+    """The first non-empty line of a loader's message (they run to many lines)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__

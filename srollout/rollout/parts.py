@@ -16,8 +16,10 @@ from pathlib import Path
 
 import polars as pl
 
+from srollout.atomic import no_space
+from srollout.errors import disk_full
 from srollout.rollout.records import TABLE_SCHEMAS, GroupTables
-from srollout.schemas import ARTIFACTS
+from srollout.schemas import ARTIFACTS, dump_parquet
 from srollout.schemas import write as write_parquet
 
 PARTS_DIR = "parts"
@@ -36,15 +38,15 @@ def write_part(run_dir: Path, group_id: str, tables: GroupTables) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{group_id}.tmp-", dir=root))
     try:
         for name, df in tables.as_dict().items():
-            df.write_parquet(tmp / f"{name}.parquet")
-            # fsync so that a power cut after the rename cannot leave an empty file behind it
-            with open(tmp / f"{name}.parquet", "rb") as fh:
-                os.fsync(fh.fileno())
+            # fsynced, so that a power cut after the rename cannot leave an empty file behind it
+            dump_parquet(df, tmp / f"{name}.parquet")
         if final.exists():  # a rerun of the same group (should not happen; keep the new one)
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, Exception) and disk_full(err):
+            raise no_space(final) from err
         raise
     return final
 

@@ -85,7 +85,7 @@ def test_sweep_learned_and_adaptive_rows_are_held_out(built_buffer: Path, tmp_pa
 def test_without_the_flags_the_outputs_are_the_plain_sweep(built_buffer: Path, tmp_path: Path, run_cli) -> None:
     out = tmp_path / "sweep"
     assert run_cli("sweep", built_buffer, *ARGS, "--out", out).exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["gate.json", "manifest.json", "pareto.png", "report.md", "sweep.parquet"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gate.json", "manifest.json", "pareto.png", "report.md", "sweep.parquet"]
 
 
 def test_eval_buffer_fits_on_input_and_judges_on_the_other_run(built_buffer: Path, tmp_path: Path, run_cli) -> None:
