@@ -388,6 +388,16 @@ def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = N
     return lazy.select([pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep])
 
 
+def check_rules_lazy(lazy: pl.LazyFrame, artifact: Artifact, source: str | Path) -> pl.LazyFrame:
+    """:func:`check_rules` for a table read with :func:`scan`: reads only the columns of
+    ``lazy`` that have a rule (numbers, small next to a steps table's texts); returns ``lazy``."""
+    names = set(lazy.collect_schema().names())
+    ruled = sorted({r.column for r in artifact.rules if r.column in names})
+    if ruled:
+        check_rules(lazy.select(ruled).collect(), artifact, source)
+    return lazy
+
+
 def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) -> Path:
     """Write ``df`` to ``path`` atomically (temp file + rename); validate first if ``artifact``."""
     path = Path(path)

@@ -399,7 +399,7 @@ def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, 
     steps = schemas.scan(steps_file, schemas.STEPS)
     names = steps.collect_schema().names()
     wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + (["arm"] if "arm" in names else [])
-    steps = steps.select(wanted)
+    steps = schemas.check_rules_lazy(steps.select(wanted), schemas.STEPS, steps_file)
     if trajectories_file is not None:
         _refuse_gated_trajectories(trajectories_file)
     longest, n_rows = steps.select(pl.col("step").max(), pl.len()).collect().row(0)  # longest = the longest trajectory once steps are 1..n

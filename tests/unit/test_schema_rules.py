@@ -145,3 +145,20 @@ def test_nan_obs_unique_ratio_is_handled_as_documented(run_cli, tmp_path):
     n = dict(zip(corr["metric"].to_list(), corr["n"].to_list(), strict=True))
     assert n["obs_unique_ratio"] == 3 and n["prefix_edit_distance_mean"] == 4
     assert run_cli("sweep", path, "--K", "2", "--out", tmp_path / "sw").exit_code == 0
+
+
+def test_a_steps_table_read_lazily_is_held_to_the_same_rules(tmp_path, steps_table, run_cli):
+    """analyze and sweep read steps.parquet with schemas.scan (lazily, for tables of millions of
+    rows): the rules of the columns they read still hold, and the error names the first bad row."""
+    steps = steps_table({"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])})
+    path = tmp_path / "steps.parquet"
+    steps.with_columns(reward=pl.Series([0.0, math.inf, 0.0])).write_parquet(path)
+    with pytest.raises(SchemaError, match=r"column 'reward' row 1 is inf: the contract says a finite reward"):
+        schemas.check_rules_lazy(schemas.scan(path, schemas.STEPS), schemas.STEPS, path)
+    steps.with_columns(step=pl.Series([1, 2, 0])).write_parquet(path)
+    for command in ("analyze", "sweep"):
+        out = tmp_path / f"out-{command}"
+        res = run_cli(command, path, "--K", "1", "--out", out)
+        assert res.exit_code == 2, res.stderr
+        assert "column 'step' row 2 is 0: the contract says 1-based: step >= 1" in res.stderr
+        assert not out.exists()
