@@ -25,6 +25,7 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     try:
         with os.fdopen(fd, "w") as fh:
             write(fh)
+        umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
@@ -32,6 +33,18 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
             raise no_space(path) from err
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(tmp: str | Path) -> None:
+    """Give a temp file the mode a plain ``open`` would (0666 less the umask): ``mkstemp`` makes
+    it 0600, and the artifacts of a run should be as readable as any other file the user writes."""
+    os.chmod(tmp, 0o666 & ~_umask())
 
 
 def no_space(path: str | Path) -> DiskFullError:

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from srollout.atomic import atomic_write_json, atomic_write_text, no_space
+from srollout.atomic import atomic_write_json, atomic_write_text, no_space, umask_mode
 from srollout.errors import SchemaError, SrolloutError, disk_full
 
 SIGNAL_NAMES: tuple[str, ...] = (
@@ -408,6 +408,7 @@ def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) 
     os.close(fd)
     try:
         dump_parquet(df, tmp)
+        umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)

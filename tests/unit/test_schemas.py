@@ -117,3 +117,21 @@ def test_scan_checks_the_schema_and_reads_lazily(tmp_path: Path) -> None:
         schemas.scan(tmp_path / "junk.parquet", schemas.SIGNALS)
     with pytest.raises(SrolloutError, match="no such file"):
         schemas.scan(tmp_path / "none.parquet", schemas.SIGNALS)
+
+
+def test_artifacts_get_the_mode_a_plain_open_gives_not_mkstemps_0600(tmp_path):
+    import os
+
+    from srollout.atomic import atomic_write_json
+
+    old = os.umask(0o022)
+    try:
+        parquet = schemas.write(pl.DataFrame({"a": [1]}), tmp_path / "t.parquet")
+        js = atomic_write_json({"a": 1}, tmp_path / "t.json")
+        os.umask(0o077)
+        private = atomic_write_json({"a": 1}, tmp_path / "p.json")
+    finally:
+        os.umask(old)
+    assert parquet.stat().st_mode & 0o777 == 0o644
+    assert js.stat().st_mode & 0o777 == 0o644
+    assert private.stat().st_mode & 0o777 == 0o600
