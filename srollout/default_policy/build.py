@@ -534,9 +534,9 @@ def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branche
 
 def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
                   round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
-    """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label, fine-tune on
-    the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the original
-    ``examples``.
+    """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label,
+    fine-tune on the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the
+    original ``examples``.
     Returns the fine-tuning's last-epoch loss and the round's counts."""
     from srollout.default_policy.dagger import play_round, round_tasks
     from srollout.envs.tasks import load_task_set

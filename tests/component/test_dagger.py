@@ -1,6 +1,6 @@
-"""DAgger rounds of the default-policy build (srollout.default_policy.dagger) on the real ALFWorld engine:
-who plays each step, which turns carry loss, the policy's prompt in every recorded turn, and the
-same config giving the same round."""
+"""DAgger rounds of the default-policy build (srollout.default_policy.dagger) on the real ALFWorld
+engine: who plays each step, which turns carry loss, the policy's prompt in every recorded turn,
+and the same config giving the same round."""
 
 from __future__ import annotations
 

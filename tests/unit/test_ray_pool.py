@@ -1,5 +1,5 @@
-"""srollout.rollout.ray_pool without Ray: chunking, the summed summary, a worker run in process (pooled
-environments), and the one-line error when the `dist` extra is missing."""
+"""srollout.rollout.ray_pool without Ray: chunking, the summed summary, a worker run in process
+(pooled environments), and the one-line error when the `dist` extra is missing."""
 
 from __future__ import annotations
 
