@@ -32,7 +32,7 @@ ARMS = ("won", "all", "invalid")
 def build_config(model: Path):
     """The model's build config (build.json), ``correction_relabel`` on so the round keeps its
     branches (the arms choose which to use)."""
-    from srollout.config import BuildConfig
+    from srollout.default_policy.recipe import BuildConfig
 
     fields = {f.name for f in dataclasses.fields(BuildConfig)}
     info = model / "build.json"
@@ -79,15 +79,15 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srollout.envs.prompts import model_prompt
-    from srollout.envs.tasks import load_task_set
-    from srollout.policy.dagger import play_round, round_tasks
-    from srollout.policy.default_model import (
+    from srollout.default_policy.build import (
         demo_examples,
         make_demonstrations,
         round_finetuning,
         sft,
     )
+    from srollout.default_policy.dagger import play_round, round_tasks
+    from srollout.envs.prompts import model_prompt
+    from srollout.envs.tasks import load_task_set
     from srollout.policy.transformers_backend import TransformersPolicy
 
     torch.set_num_threads(args.threads)

@@ -39,8 +39,8 @@ def demos(task_set: str, n: int, cfg=None):
     the shipped BuildConfig) makes them; the cache key holds every field that shapes them."""
     import hashlib
 
-    from srollout.config import BuildConfig
-    from srollout.policy.default_model import make_demonstrations
+    from srollout.default_policy.build import make_demonstrations
+    from srollout.default_policy.recipe import BuildConfig
 
     cfg = dataclasses.replace(cfg or BuildConfig(), n_demo_tasks=n, task_set=task_set)
     key = hashlib.sha1(repr([getattr(cfg, f) for f in DEMO_FIELDS]).encode()).hexdigest()[:8]
@@ -96,9 +96,9 @@ def main() -> None:
 
     import torch
 
-    from srollout.config import BuildConfig
+    from srollout.default_policy.build import build_from_demos
+    from srollout.default_policy.recipe import BuildConfig
     from srollout.envs.prompts import model_prompt
-    from srollout.policy.default_model import build_from_demos
     from srollout.policy.transformers_backend import TransformersPolicy
 
     over = {}

@@ -137,7 +137,7 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory) -> Path:
     """A ~30k-parameter Qwen2 + BPE tokenizer (real HF directory), built once per test session."""
-    from srollout.policy.default_model import build_tiny_policy
+    from srollout.default_policy.build import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("tiny-policy") / "model", seed=0, n_demos=60)
 

@@ -75,8 +75,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         import polars as pl
 
+        from srollout.console import make_console
         from srollout.report.ab import arms_view, same_work, savings_frame
-        from srollout.report.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.ab_rollout import run_ab_rollout
 

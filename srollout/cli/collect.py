@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         quick: Annotated[bool, typer.Option("--quick", help=_h("quick"))] = False,
         workers: Annotated[int, typer.Option("--workers", help=help_for(DistConfig, "workers"))] = 1,
     ) -> None:
-        from srollout.report.console import make_console
+        from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.collect import run_collect, stats_frame
 

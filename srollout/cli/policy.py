@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from srollout.config import BuildConfig, help_for
+from srollout.config import help_for
+from srollout.default_policy.recipe import BuildConfig
 from srollout.errors import SrolloutError
 
 policy_app = typer.Typer(
@@ -51,14 +52,14 @@ def build(
     import dataclasses
     import shutil
 
+    from srollout.console import make_console
     from srollout.default_policy import replace_shipped as put_in_package
-    from srollout.policy.default_model import (
+    from srollout.default_policy.build import (
         build_default_policy,
         check_build_config,
         default_policy_dir,
         is_built,
     )
-    from srollout.report.console import make_console
 
     for name, value in (("n-demo-tasks", n_demo_tasks), ("demos-per-task", demos_per_task),
                         ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads),
@@ -99,8 +100,8 @@ def info(
 ) -> None:
     """Show a model directory's architecture, size, tokenizer and (for built ones) build record;
     for `default`, which model `--model default` uses and whether the cache holds a rebuild."""
+    from srollout.console import make_console
     from srollout.policy import resolve_model
-    from srollout.report.console import make_console
 
     path = resolve_model(model)  # checks every file: a damaged model is one line, exit 2
     extra: dict[str, str] = {}
@@ -113,7 +114,7 @@ def _default_in_use(shipped: Path) -> dict[str, str]:
     """Rows saying which model `--model default` loads and how a cached rebuild compares."""
     import hashlib
 
-    from srollout.policy.default_model import default_policy_dir, is_built
+    from srollout.default_policy.build import default_policy_dir, is_built
 
     def digest(p: Path) -> str:
         return hashlib.sha256((p / "model.safetensors").read_bytes()).hexdigest()

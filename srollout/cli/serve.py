@@ -29,10 +29,10 @@ def register(app: typer.Typer) -> None:
         import os
         import shlex
 
+        from srollout.console import make_console
         from srollout.errors import SrolloutError
         from srollout.policy import resolve_model
         from srollout.policy.vllm_backend import serve_command
-        from srollout.report.console import make_console
 
         if not 0 < port < 65536:
             raise SrolloutError(f"--port must lie in 1..65535, got {port}")

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
     ) -> None:
-        from srollout.report.console import make_console
+        from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.train_offpolicy import run_train_offpolicy, summary_frame
 

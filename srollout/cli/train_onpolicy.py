@@ -76,11 +76,11 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
         resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
-        # --workers (srollout.dist.seeds): seeds in parallel on Ray
+        # --workers (srollout.stages.train_onpolicy_seeds): seeds in parallel on Ray
         workers: Annotated[int, typer.Option("--workers", help="Seeds trained in parallel, one per Ray worker (extra 'dist'), each in RUN/seeds/seed<S>/ with its own checkpoints; 1 = one after another in this process. Joins $RAY_ADDRESS, else starts a local cluster.")] = 1,
     ) -> None:
         from srollout.cli.train_offpolicy import _threads
-        from srollout.report.console import make_console
+        from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.train_onpolicy import run_train_onpolicy
 
@@ -98,9 +98,9 @@ def register(app: typer.Typer) -> None:
         )
         console = make_console()
         _threads()
-        # --- --workers (srollout.dist.seeds) ---
+        # --- --workers (srollout.stages.train_onpolicy_seeds) ---
         if DistConfig(workers=workers).workers > 1:
-            from srollout.dist.seeds import run_seeds_parallel
+            from srollout.stages.train_onpolicy_seeds import run_seeds_parallel
 
             result = run_seeds_parallel(config, workers, console=console)
         else:
@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
         # --- end --workers ---
         console.print(to_rich(result.aggregate, title=f"train-onpolicy ({len(config.seeds)} seed(s)): baseline vs gated"))
         if result.arms is not None and result.arms.height:
-            from srollout.training.onpolicy_report import arms_markdown_view
+            from srollout.report.onpolicy import arms_markdown_view
 
             console.print(to_rich(arms_markdown_view(result.arms), title="arms (mean ± std over seeds)"))
         if result.tests.height:

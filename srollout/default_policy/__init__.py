@@ -1,10 +1,20 @@
-"""The default policy as package data: the v5 model that ``srollout policy build`` made from its
-recipe and seed, shipped so that no user's first run builds anything.
+"""The default policy: the recipe that builds it, and the build the package ships.
 
-``model/`` is an ordinary Hugging Face directory (config.json, model.safetensors, tokenizer,
-chat template, srollout.json with the policy's prompt, build.json with the recipe, seed,
-precision, machine and figures). :func:`default_policy` is what ``--model default`` resolves to;
-:func:`replace_shipped` puts a rebuild (:mod:`srollout.policy.default_model`) in its place.
+srollout makes its default policy from the environment alone (no download): noisy-expert
+demonstrations, a BPE tokenizer, a small Qwen2 trained by SFT, optional DAgger rounds. This
+package is that build, a layer above ``policy/``, ``rollout/`` and ``training/``, which it uses:
+
+- :mod:`srollout.default_policy.recipe` — :class:`BuildConfig`, the recipe (its hash names the
+  cache directory, build.json records it);
+- :mod:`srollout.default_policy.demos` — the demonstrations the experts play;
+- :mod:`srollout.default_policy.build` — tokenizer, model, SFT, the cache directory and
+  :func:`build_default_policy` (``srollout policy build``);
+- :mod:`srollout.default_policy.dagger` — the DAgger rounds after SFT;
+- ``model/`` — the shipped build (package data), what ``--model default`` loads.
+
+Resolving ``--model default`` needs none of this: it is :mod:`srollout.policy.shipped` (whose
+:func:`default_policy` and :data:`SHIPPED_DIR` are re-exported here).
+:func:`replace_shipped` puts a rebuild in the shipped one's place.
 """
 
 from __future__ import annotations
@@ -15,28 +25,18 @@ import tempfile
 from pathlib import Path
 
 from srollout.errors import SrolloutError
+from srollout.policy import shipped
+from srollout.policy.shipped import REBUILD_SHIPPED, SHIPPED_DIR, default_policy
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "model"
-REBUILD_SHIPPED = "srollout policy build --replace-shipped"
-
-
-def default_policy() -> Path:
-    """The directory ``--model default`` names: the shipped model, checked file by file (a
-    damaged one is one line naming the file and the command that rebuilds it). Nothing is built."""
-    from srollout.policy.model_files import check_model_dir
-
-    check_model_dir(SHIPPED_DIR, rebuild=REBUILD_SHIPPED)
-    if not (SHIPPED_DIR / "build.json").is_file():
-        raise SrolloutError(f"{SHIPPED_DIR / 'build.json'}: missing; rebuild it with `{REBUILD_SHIPPED}`")
-    return SHIPPED_DIR
+__all__ = ["REBUILD_SHIPPED", "SHIPPED_DIR", "default_policy", "replace_shipped"]
 
 
 def replace_shipped(built: Path) -> Path:
     """Copy a finished build over the shipped model: into a temp dir beside it, then two renames,
     so the package never holds half a model. Needs a writable package (a clone, ``pip install -e``)."""
-    from srollout.policy.default_model import is_built
+    from srollout.default_policy.build import is_built
 
-    target, parent = SHIPPED_DIR, SHIPPED_DIR.parent
+    target, parent = shipped.SHIPPED_DIR, shipped.SHIPPED_DIR.parent
     if not is_built(built):
         raise SrolloutError(f"{built}: not a finished build")
     if not os.access(parent, os.W_OK):

@@ -197,7 +197,7 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
                      set_seed: int = 0) -> dict[str, list[GameRecord]]:
     """Generate (once) and return the first ``counts[t]`` games of each type of a set.
 
-    progress: True shows the stages' progress bar (:class:`srollout.report.progress.StageBar`;
+    progress: True shows the stages' progress bar (:class:`srollout.progress.StageBar`;
     off a terminal a plain line every 30 s, so a log is not silent while a fresh machine
     generates); False shows nothing; a callable gets ``(done, total)`` after every game (and
     ``(0, total)`` first) instead of a bar.
@@ -206,9 +206,9 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
     have = {t: _read_cache(root / f"{t}.jsonl") for t in counts}
     missing = sum(max(0, c - len(have[t])) for t, c in counts.items())
     if missing:
+        from srollout.console import make_console
         from srollout.envs.alfworld_env import AlfworldEnv
-        from srollout.report.console import make_console
-        from srollout.report.progress import StageBar
+        from srollout.progress import StageBar
 
         env = AlfworldEnv()
         report = progress if callable(progress) else None

@@ -34,7 +34,7 @@ def resolve_model(model: str | Path | None) -> Path:
     checked file by file first (:func:`srollout.policy.model_files.check_model_dir`), so a
     damaged one is one line naming the file, not a traceback from the loader."""
     if model is None or str(model) == "default":
-        from srollout.default_policy import default_policy
+        from srollout.policy.shipped import default_policy
 
         return default_policy()
     from srollout.policy.model_files import check_model_dir
@@ -90,7 +90,7 @@ def make_policy(
     """Build the policy a stage rolls out.
 
     kind: ``lm`` (a language model through ``backend``), ``expert`` or ``noisy-expert``
-        (planner-driven, from :mod:`srollout.envs`; ``noise`` is the noisy expert's ε).
+        (planner-driven, :mod:`srollout.policy.experts`; ``noise`` is the noisy expert's ε).
     model: ``default`` or a local HF model directory; adapter: a peft LoRA directory.
     backend: ``transformers``, ``vllm`` (in process) or ``vllm-server`` (``base_url`` names the
         server). Extra keyword arguments go to the backend.
@@ -98,7 +98,7 @@ def make_policy(
     if kind not in POLICY_KINDS:
         raise SrolloutError(f"--policy {kind!r}: choose one of {', '.join(POLICY_KINDS)}")
     if kind != "lm":
-        from srollout.envs import experts
+        from srollout.policy import experts
 
         if kind == "expert":
             return experts.ExpertPolicy(seed=seed)

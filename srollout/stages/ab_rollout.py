@@ -17,7 +17,7 @@ The story, top to bottom (:func:`run_ab_rollout`):
    B A | ...); each (arm, repeat, block) run is timed alone (:func:`run_block`: GRESO skips tasks
    first, DAPO adds extra rounds), its records written after its clock stops, its totals saved
    as ``<arm>/r<repeat>/block-<b>.json`` (what makes ``--resume`` work); with ``--workers N``
-   (N > 1) every rollout call runs on N Ray workers (:mod:`srollout.dist.rollout`);
+   (N > 1) every rollout call runs on N Ray workers (:mod:`srollout.rollout.ray_pool`);
 6. merge each (arm, repeat) into steps/trajectories/groups/signals.parquet under ``<arm>/r<repeat>/``
    (each a collect-format buffer ``srollout analyze`` reads);
 7. score: per (task, arm, repeat) costs with each run's wall-clock attributed to its tasks, the
@@ -69,7 +69,7 @@ from srollout.core.arms import (
     parse_arm,
 )
 from srollout.errors import SrolloutError
-from srollout.report.progress import StageBar
+from srollout.progress import StageBar
 from srollout.rollout.engine import (
     GroupRecord,
     GroupSpec,
@@ -372,7 +372,7 @@ def run_ab_rollout(
     t0 = time.perf_counter()
     dist = dist or DistConfig()
     if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
-        from srollout.dist import require_ray
+        from srollout.rollout.ray_pool import require_ray
 
         require_ray(dist.workers)
     if config.resume and config.out is None:
@@ -492,7 +492,7 @@ def _warm_tasks(config: AbRolloutConfig, arms: Sequence[ArmSpec], specs: Sequenc
 
 @contextlib.contextmanager
 def _ray(workers: int) -> Iterator[str]:
-    from srollout.dist import ray_session
+    from srollout.rollout.ray_pool import ray_session
 
     with ray_session(workers) as where:
         yield where
@@ -503,7 +503,7 @@ class _Roller:
 
     In this process (workers == 1): the policy is built here (unless given) and warmed up once
     before any clock (:func:`warm_up`); each call is :func:`srollout.rollout.engine.run_groups`.
-    On Ray (workers > 1): each call is :func:`srollout.dist.rollout.run_groups_distributed` with
+    On Ray (workers > 1): each call is :func:`srollout.rollout.ray_pool.run_groups_distributed` with
     the arm's settings; every worker builds its policy replica and warms up *before* the clock
     (:func:`worker_policy`), and the call's time is counted from the moment all workers are up
     (wall − start_s); ``overhead_s`` then counts worker-seconds (workers × wall − measured).
@@ -553,7 +553,7 @@ class _Roller:
             return records, summary
         from functools import partial
 
-        from srollout.dist.rollout import WorkerRecipe, run_groups_distributed
+        from srollout.rollout.ray_pool import WorkerRecipe, run_groups_distributed
 
         recipe = WorkerRecipe(
             make_policy=partial(worker_policy, self.config, self.policy, self.env_factory, self.warm_tasks),

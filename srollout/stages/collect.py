@@ -7,7 +7,7 @@ The story, top to bottom (:func:`run_collect`):
 3. build the policy (the LM, the planner, or the noisy planner) and the environment factory;
 4. roll out the groups that are not finished yet through the batched engine, with the gate at
    step K when one is asked for (off by default, so outcomes are complete); with ``--workers N``
-   (N > 1) the same engine runs on N Ray workers (:mod:`srollout.dist.rollout`) and the groups
+   (N > 1) the same engine runs on N Ray workers (:mod:`srollout.rollout.ray_pool`) and the groups
    stream back here, so steps 5-6 and ``--resume`` are the same whatever N;
 5. write each finished group atomically as a part (that is what makes ``--resume`` exact);
 6. merge the parts in group order into steps / trajectories / groups / signals.parquet, and
@@ -27,7 +27,7 @@ import polars as pl
 
 from srollout.config import CollectConfig, DistConfig
 from srollout.errors import SrolloutError
-from srollout.report.progress import StageBar
+from srollout.progress import StageBar
 from srollout.rollout.engine import (
     GroupRecord,
     RolloutSettings,
@@ -82,7 +82,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     t0 = time.perf_counter()
     dist = dist or DistConfig()
     if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
-        from srollout.dist import require_ray
+        from srollout.rollout.ray_pool import require_ray
 
         require_ray(dist.workers)
     if config.resume and config.out is None:
@@ -126,9 +126,9 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     env_factory = build_env_factory(config)
     manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K), workers=dist.workers)
     if config.policy == "lm":
-        from srollout.default_policy import SHIPPED_DIR
         from srollout.policy import resolve_model
         from srollout.policy.model_files import model_provenance
+        from srollout.policy.shipped import SHIPPED_DIR
 
         manifest.update(model=model_provenance(resolve_model(config.model if config.model is not None else "default"), SHIPPED_DIR))
 
@@ -346,7 +346,7 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
     from dataclasses import replace
     from functools import partial
 
-    from srollout.dist.rollout import WorkerRecipe
+    from srollout.rollout.ray_pool import WorkerRecipe
 
     if config.policy == "lm" and config.backend == "transformers":
         from srollout.policy import resolve_model
@@ -364,8 +364,7 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
 def _run_distributed(todo: Sequence[Any], config: CollectConfig, settings: RolloutSettings, dist: DistConfig,
                      manifest: Manifest, on_group: Callable[[GroupRecord], None], on_tick: Callable[[TickStats], None]) -> RolloutSummary:
     """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the restarts."""
-    from srollout.dist import ray_session
-    from srollout.dist.rollout import run_groups_distributed
+    from srollout.rollout.ray_pool import ray_session, run_groups_distributed
 
     started: list[Any] = []
     with ray_session(dist.workers) as where:

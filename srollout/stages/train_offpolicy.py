@@ -30,7 +30,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import TrainOffpolicyConfig
 from srollout.errors import SrolloutError
-from srollout.report.progress import StageBar
+from srollout.progress import StageBar
 from srollout.rundir import Manifest, prepare_run_dir
 
 

@@ -25,7 +25,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
-from srollout.report.progress import StageBar
+from srollout.progress import StageBar
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 
 
@@ -127,7 +127,7 @@ def run_train_onpolicy(
                 complete = False
                 break
 
-    from srollout.training.onpolicy_report import (
+    from srollout.report.onpolicy import (
         aggregate_frame,
         arms_frame,
         mechanism_figure,
@@ -206,8 +206,8 @@ def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregat
                  tests: pl.DataFrame, figures: list[Path], complete: bool, arms: pl.DataFrame | None = None) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
+    from srollout.report.onpolicy import arms_markdown_view
     from srollout.report.tables import to_markdown
-    from srollout.training.onpolicy_report import arms_markdown_view
 
     settings = (
         f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} iterations x "

@@ -3,6 +3,7 @@
 loss (teacher-forcing GRPO loss, action-token mask), update (one GRPO step: advantages, loss
 denominator, micro-batches, metrics), lora (peft adapters with the paper's settings, AdamW),
 model (trainable model + gate rule set-up), onpolicy (the Tier-3 loop of one seed and arm),
-evaluate (greedy held-out evaluation), checkpoint (per-iteration state for --resume),
-onpolicy_report (per-seed / aggregated numbers, paired tests, figures). See docs/training.md.
+evaluate (greedy held-out evaluation), checkpoint (per-iteration state for --resume). The
+on-policy run's tables, paired tests and figures are :mod:`srollout.report.onpolicy`. See
+docs/training.md.
 """

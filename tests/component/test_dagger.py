@@ -1,6 +1,6 @@
-"""DAgger rounds of the default-policy build (srollout.policy.dagger) on the real ALFWorld engine:
-who plays each step, which turns carry loss, the policy's prompt in every recorded turn, and the
-same config giving the same round."""
+"""DAgger rounds of the default-policy build (srollout.default_policy.dagger) on the real ALFWorld
+engine: who plays each step, which turns carry loss, the policy's prompt in every recorded turn,
+and the same config giving the same round."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ def model(tiny_policy):
 
 
 def _cfg(**over):
-    from srollout.config import BuildConfig
+    from srollout.default_policy.recipe import BuildConfig
 
     return dataclasses.replace(BuildConfig(), thoughts="none", user_template=TEMPLATE, correction_G=2, **over)
 
 
 def test_with_beta_one_the_expert_plays_every_step_and_every_turn_is_trained(tasks, model):
-    from srollout.policy.dagger import play_round
+    from srollout.default_policy.dagger import play_round
 
     won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=1.0), 0)
     # the expert solves every generated task: 3 tasks x G=2 trajectories, all won
@@ -76,7 +76,7 @@ def test_with_beta_one_the_expert_plays_every_step_and_every_turn_is_trained(tas
 
 
 def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
-    from srollout.policy.dagger import play_round
+    from srollout.default_policy.dagger import play_round
 
     # beta 0: the model plays every step. The tiny model never wins, and every trajectory's next
     # turn stops fitting its 2048-token context before T_max = 30 (6 x 30 = 180 model steps
@@ -116,7 +116,7 @@ def test_model_turns_off_the_label_stay_in_the_context_untrained(tasks, model):
 
 
 def test_without_relabel_a_round_has_no_branches_and_the_same_rollouts(tasks, model):
-    from srollout.policy.dagger import play_round
+    from srollout.default_policy.dagger import play_round
 
     won, branches, stats = play_round(*model, tasks, "SYS", _cfg(correction_beta=0.5), 0)  # off by default
     assert branches == [] and stats.relabelled == 0 and stats.model_off_label > 0
@@ -126,8 +126,8 @@ def test_without_relabel_a_round_has_no_branches_and_the_same_rollouts(tasks, mo
 
 
 def test_relabel_branches_by_hand():
+    from srollout.default_policy.dagger import relabel_branches
     from srollout.policy.chat import Turn
-    from srollout.policy.dagger import relabel_branches
 
     turns = [Turn("u1", "Action: a1", True), Turn("u2", "Action: bad", False),
              Turn("u3", "Action: a3", True), Turn("u4", "Thought: hm", False)]
@@ -140,7 +140,7 @@ def test_relabel_branches_by_hand():
 
 
 def test_round_tasks_are_a_fresh_seeded_sample_each_round(tasks):
-    from srollout.policy.dagger import round_tasks
+    from srollout.default_policy.dagger import round_tasks
 
     cfg = _cfg(correction_tasks=2)
     r0 = round_tasks(tasks, cfg, 0)
@@ -151,8 +151,8 @@ def test_round_tasks_are_a_fresh_seeded_sample_each_round(tasks):
 
 
 def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
+    from srollout.default_policy.build import TINY_CONFIG, build_from_demos, synthetic_demos
     from srollout.envs.prompts import model_prompt, system_prompt
-    from srollout.policy.default_model import TINY_CONFIG, build_from_demos, synthetic_demos
 
     cfg = dataclasses.replace(TINY_CONFIG, epochs=1, n_demo_tasks=2, correction_rounds=1, correction_tasks=2,
                               correction_G=2, correction_beta=1.0, correction_epochs=1, correction_replay=3,
@@ -172,8 +172,8 @@ def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
     ("correction_beta", 1.5, "correction_beta in [0, 1]"),
 ])
 def test_a_bad_build_config_is_refused_before_any_work(field, value, message, tmp_path):
+    from srollout.default_policy.build import TINY_CONFIG, build_default_policy
     from srollout.errors import SrolloutError
-    from srollout.policy.default_model import TINY_CONFIG, build_default_policy
 
     with pytest.raises(SrolloutError, match=re.escape(message)):
         build_default_policy(dataclasses.replace(TINY_CONFIG, **{field: value}), out=tmp_path / "m", quiet=True)

@@ -10,14 +10,14 @@ torch = pytest.importorskip("torch")
 
 
 def _setup(template: str):
-    from srollout.policy.chat import IM_END, tokenize_chat
-    from srollout.policy.default_model import (
+    from srollout.default_policy.build import (
         TINY_CONFIG,
         demo_texts,
         make_model,
         synthetic_demos,
         train_tokenizer,
     )
+    from srollout.policy.chat import IM_END, tokenize_chat
 
     torch.set_num_threads(1)
     demos = synthetic_demos(6, seed=3)
@@ -33,7 +33,7 @@ def _reference(model, examples, obs_w: float) -> float:
     prefix (the constant system turn is not a target), one plain forward per example."""
     import torch.nn.functional as F
 
-    from srollout.policy.default_model import shared_prefix_len
+    from srollout.default_policy.build import shared_prefix_len
 
     n_pre = shared_prefix_len(examples)
 
@@ -57,7 +57,7 @@ def _reference(model, examples, obs_w: float) -> float:
 def test_sft_loss_is_action_ce_plus_weighted_observation_ce(obs_w):
     # lr 0: one batch holding every example; the loss sft reports must equal the reference
     # computed without the shared-prefix cache; noise actions are in neither term
-    from srollout.policy.default_model import sft
+    from srollout.default_policy.build import sft
 
     cfg, tok, examples, model = _setup("compact")
     cfg = dataclasses.replace(cfg, obs_loss_weight=obs_w)
@@ -74,7 +74,7 @@ def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
     # a DAgger branch teaches its last action only: obs_mask all False on two of the six
     # examples; the reported loss must be the reference that skips their observation tokens,
     # which differs from the one that counts them
-    from srollout.policy.default_model import sft
+    from srollout.default_policy.build import sft
 
     cfg, tok, examples, model = _setup("compact")
     cfg = dataclasses.replace(cfg, obs_loss_weight=0.5)
@@ -88,7 +88,7 @@ def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
 
 
 def test_observation_loss_changes_the_update():
-    from srollout.policy.default_model import sft
+    from srollout.default_policy.build import sft
 
     finals = []
     for obs_w in (0.0, 0.5):
@@ -100,8 +100,8 @@ def test_observation_loss_changes_the_update():
 
 
 def test_bf16_only_where_the_cpu_has_it_and_the_cache_key_follows(monkeypatch, tmp_path):
-    from srollout.config import BuildConfig
-    from srollout.policy import default_model as dm
+    from srollout.default_policy import build as dm
+    from srollout.default_policy.recipe import BuildConfig
 
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path))
     cfg = BuildConfig()
@@ -121,8 +121,8 @@ def test_bf16_only_where_the_cpu_has_it_and_the_cache_key_follows(monkeypatch, t
 def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_build():
     # the two v5 builds measured in docs/benchmarks.md: bf16 5f0694242274, fp32 528086900d8d;
     # the demonstrations of the default config are those v5 trained on (checked episode for episode)
-    from srollout.config import BuildConfig
-    from srollout.policy.default_model import BUILD_VERSION, config_hash
+    from srollout.default_policy.build import BUILD_VERSION, config_hash
+    from srollout.default_policy.recipe import BuildConfig
 
     cfg = BuildConfig()
     assert BUILD_VERSION == "v5"
@@ -144,9 +144,9 @@ def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_buil
 
 
 def test_round_examples_cut_the_won_and_drop_a_branch_too_long_to_keep_its_label():
+    from srollout.default_policy.build import round_examples, synthetic_demos
+    from srollout.default_policy.dagger import relabel_branches
     from srollout.policy.chat import IM_END, tokenize_chat
-    from srollout.policy.dagger import relabel_branches
-    from srollout.policy.default_model import round_examples, synthetic_demos
 
     _, tok, _, _ = _setup("compact")
     d = synthetic_demos(1, seed=5)[0]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from srollout.config import BuildConfig
 from srollout.default_policy import REBUILD_SHIPPED, SHIPPED_DIR, default_policy
-from srollout.policy.default_model import BUILD_VERSION, config_hash
+from srollout.default_policy.build import BUILD_VERSION, config_hash
+from srollout.default_policy.recipe import BuildConfig
 
 
 def _build() -> dict:
@@ -76,7 +76,7 @@ def _damaged(tmp_path: Path, how: str) -> Path:
 @pytest.mark.parametrize(("how", "file"), [("truncated", "model.safetensors"), ("missing", "model.safetensors"),
                                            ("config", "config.json")])
 def test_a_damaged_default_is_one_line_naming_the_file_and_the_rebuild(run_cli, tmp_path, monkeypatch, how, file):
-    monkeypatch.setattr("srollout.default_policy.SHIPPED_DIR", _damaged(tmp_path, how))
+    monkeypatch.setattr("srollout.policy.shipped.SHIPPED_DIR", _damaged(tmp_path, how))
     for args in (["collect", "--groups", "1", "--G", "2", "--T-max", "2", "--out", tmp_path / "run"],
                  ["policy", "info", "default"]):
         res = run_cli(*args)
@@ -87,7 +87,7 @@ def test_a_damaged_default_is_one_line_naming_the_file_and_the_rebuild(run_cli, 
 
 
 def test_info_says_the_shipped_model_is_in_use_and_compares_a_cache_rebuild(run_cli, tmp_path, monkeypatch):
-    from srollout.policy.default_model import default_policy_dir
+    from srollout.default_policy.build import default_policy_dir
 
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
     res = run_cli("policy", "info", "default")

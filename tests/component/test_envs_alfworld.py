@@ -63,7 +63,7 @@ def _play_policy(env, task, policy, seed, max_steps=30):
 
 
 def test_env_and_experts_implement_the_protocols(env):
-    from srollout.envs.experts import ExpertPolicy, NoisyExpertPolicy
+    from srollout.policy.experts import ExpertPolicy, NoisyExpertPolicy
 
     assert isinstance(env, TextEnv)
     assert isinstance(ExpertPolicy(), Policy) and isinstance(NoisyExpertPolicy(0.2), Policy)
@@ -74,7 +74,7 @@ def test_the_set_covers_all_six_task_types(tasks):
 
 
 def test_expert_solves_every_task_type(tasks, env):
-    from srollout.envs.experts import ExpertPolicy
+    from srollout.policy.experts import ExpertPolicy
 
     solved = {}
     for i, task in enumerate(tasks):
@@ -248,8 +248,8 @@ def test_step_before_reset_is_a_clear_error():
 def test_listed_exploration_checks_receptacles_in_the_rooms_order_and_still_wins(tasks, env):
     import re
 
-    from srollout.envs.experts import ExpertPolicy
     from srollout.errors import SrolloutError
+    from srollout.policy.experts import ExpertPolicy
 
     with pytest.raises(SrolloutError, match="explore must be one of random, listed"):
         ExpertPolicy(explore="alphabetical")
@@ -270,8 +270,8 @@ def _kind(name):
 def test_greedy_expert_takes_a_needed_object_at_first_sight_and_wins(tasks, env):
     import re
 
-    from srollout.envs.experts import ExpertPolicy
     from srollout.envs.prompts import parse_response, system_prompt, user_turn
+    from srollout.policy.experts import ExpertPolicy
 
     names = re.compile(r"\b([a-z]+ \d+)\b")
     checked = 0
@@ -310,8 +310,8 @@ def test_greedy_expert_takes_a_needed_object_at_first_sight_and_wins(tasks, env)
 def test_scratchpad_thought_is_what_to_find_and_the_receptacles_left_in_the_rooms_order(tasks, env):
     import re
 
-    from srollout.envs.experts import ExpertPolicy
     from srollout.envs.prompts import parse_response, system_prompt, user_turn
+    from srollout.policy.experts import ExpertPolicy
 
     task = next(t for t in tasks if t.task_type == "pick_and_place_simple")
     obs, info = env.reset(task, 0)
@@ -332,8 +332,8 @@ def test_scratchpad_thought_is_what_to_find_and_the_receptacles_left_in_the_room
 def test_played_tells_the_expert_what_another_policy_did(tasks, env):
     import re
 
-    from srollout.envs.experts import ExpertPolicy
     from srollout.envs.prompts import parse_response, system_prompt, user_turn
+    from srollout.policy.experts import ExpertPolicy
 
     task = tasks[0]
     obs, info = env.reset(task, 0)
@@ -353,8 +353,8 @@ def test_played_tells_the_expert_what_another_policy_did(tasks, env):
 
 
 def test_greedy_noise_makes_the_mistakes_small_policies_make(tasks, env):
-    from srollout.envs.experts import NoisyExpertPolicy
     from srollout.envs.prompts import parse_response, system_prompt, user_turn
+    from srollout.policy.experts import NoisyExpertPolicy
 
     seen_kinds, n_noise = set(), 0
     for i, task in enumerate(tasks[:6]):
@@ -389,7 +389,7 @@ def test_greedy_noise_makes_the_mistakes_small_policies_make(tasks, env):
 
 
 def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
-    from srollout.envs.demos import generate_demonstrations
+    from srollout.default_policy.demos import generate_demonstrations
 
     kw = dict(episodes_per_task=2, noise=(0.1, 0.3), invalid_fraction=0.5, seed=3, progress=False,
               explore="listed", take="greedy", thoughts="scratchpad")
@@ -415,7 +415,7 @@ def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observati
     # plays as with plain observations. React thoughts show it: "That did not work." follows a
     # "Nothing happens." observation, which a templated turn never equals
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.envs.experts import NoisyExpertPolicy
+    from srollout.policy.experts import NoisyExpertPolicy
     from srollout.rollout.engine import RolloutSettings, make_specs, run_groups
     from srollout.rollout.react import ReactPrompter
 

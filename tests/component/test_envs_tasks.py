@@ -165,7 +165,7 @@ def test_official_games_load_and_play(home, tmp_path, monkeypatch):
 
 
 def test_noisy_demonstrations_contain_recoveries_and_are_reproducible(home):
-    from srollout.envs.demos import generate_demonstrations
+    from srollout.default_policy.demos import generate_demonstrations
     from srollout.envs.tasks import load_task_set
 
     tasks = load_task_set("eval", n=6, progress=False)

@@ -13,7 +13,7 @@ from srollout.errors import SrolloutError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from srollout.policy.default_model import build_tiny_policy
+    from srollout.default_policy.build import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("cli") / "m")
 
@@ -32,7 +32,7 @@ def test_info_on_a_non_model_is_a_user_error(tmp_path):
 
 
 def test_info_default_without_the_shipped_model_says_how_to_rebuild(tmp_path, monkeypatch):
-    monkeypatch.setattr("srollout.default_policy.SHIPPED_DIR", tmp_path / "absent")
+    monkeypatch.setattr("srollout.policy.shipped.SHIPPED_DIR", tmp_path / "absent")
     res = CliRunner().invoke(policy_app, ["info", "default"])
     assert isinstance(res.exception, SrolloutError)
     assert "srollout policy build --replace-shipped" in str(res.exception)
@@ -62,9 +62,9 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json", "srollout.json"):
         assert (out / name).is_file()
     # the default build is fine-tuned on its own short prompt, which every stage then sends
+    from srollout.default_policy.build import DEFAULT_POLICY_PROMPT
     from srollout.envs.prompts import system_prompt_for
     from srollout.policy.chat import first_turn_text
-    from srollout.policy.default_model import DEFAULT_POLICY_PROMPT
     from srollout.stages.collect import build_prompter
 
     assert system_prompt_for(out) == DEFAULT_POLICY_PROMPT

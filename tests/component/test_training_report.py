@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from srollout.report.onpolicy import mean_std, paired_test, per_seed
 from srollout.stages.train_offpolicy import sample_plan
-from srollout.training.onpolicy_report import mean_std, paired_test, per_seed
 
 
 def test_plan_uses_every_group_once_before_repeating():

@@ -18,7 +18,7 @@ pytest.importorskip("tokenizers")
 
 @pytest.fixture(scope="module")
 def tok():
-    from srollout.policy.default_model import train_tokenizer
+    from srollout.default_policy.build import train_tokenizer
 
     texts = ["user\nYou are in a room. Nothing happens.", "assistant\nThought: go.\nAction: go to desk 1"] * 20
     return train_tokenizer(texts, vocab_size=300)
@@ -118,7 +118,7 @@ def test_sampler_greedy_top_p_and_seed():
 
 
 def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_for():
-    from srollout.policy.dagger import demo_response as _response
+    from srollout.default_policy.dagger import demo_response as _response
 
     expert = "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk 1.\nAction: go to desk 1"
     assert _response(expert, thoughts="none") == "Action: go to desk 1"
@@ -131,7 +131,7 @@ def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_
 
 @pytest.fixture(scope="module")
 def compact_tok():
-    from srollout.policy.default_model import train_tokenizer
+    from srollout.default_policy.build import train_tokenizer
 
     texts = ["You are in a room. Nothing happens.", "Action: go to desk 1"] * 20
     return train_tokenizer(texts, vocab_size=300, template="compact")

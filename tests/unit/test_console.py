@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from srollout.report.console import PIPE_WIDTH, make_console
+from srollout.console import PIPE_WIDTH, make_console
 
 
 def test_off_a_terminal_the_console_is_pipe_width(monkeypatch):

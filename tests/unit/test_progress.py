@@ -1,4 +1,4 @@
-"""srollout.report.progress.StageBar: the columns a stage asks for, and nothing when disabled."""
+"""srollout.progress.StageBar: the columns a stage asks for, and nothing when disabled."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from srollout.report.progress import StageBar
+from srollout.progress import StageBar
 
 
 def test_disabled_bar_is_silent_and_has_no_rich_progress():
@@ -30,7 +30,7 @@ def test_enabled_bar_renders_label_unit_fields_and_counts():
 
 
 def test_off_a_terminal_the_bar_prints_plain_lines_at_most_every_interval(monkeypatch):
-    import srollout.report.progress as progress
+    import srollout.progress as progress
 
     clock = iter([0.0, 10.0, 20.0, 45.0, 60.0, 100.0])  # t0, then one reading per update
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
@@ -66,7 +66,7 @@ def test_the_closing_line_is_printed_once():
 
 
 def test_phase_bars_show_each_phase_in_turn_with_its_unit_and_info():
-    from srollout.report.progress import PhaseBars
+    from srollout.progress import PhaseBars
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=200)
@@ -86,7 +86,7 @@ def test_phase_bars_show_each_phase_in_turn_with_its_unit_and_info():
 
 
 def test_disabled_phase_bars_print_nothing():
-    from srollout.report.progress import PhaseBars
+    from srollout.progress import PhaseBars
 
     out = io.StringIO()
     with PhaseBars(Console(file=out, force_terminal=False), enabled=False) as bars:

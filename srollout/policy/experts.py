@@ -1,4 +1,4 @@
-"""Non-LLM policies behind the Policy protocol, and the demonstration generator.
+"""Non-LLM policies behind the Policy protocol: the planner-driven experts.
 
 ``ExpertPolicy`` plays like a careful person who does not know the room: it visits receptacles
 in a random order (opening closed ones) until it has seen every object the planner's plan
@@ -23,7 +23,8 @@ Two choices shape what a model trained on these demonstrations has to learn:
   so the next receptacle to check is the first name of the previous thought minus the one just
   visited, and the kind to look for sits next to the observation it is compared with.
 
-Responses are ReAct text; every trajectory's randomness comes from ``ActRequest.seed``.
+Responses are ReAct text; every trajectory's randomness comes from ``ActRequest.seed``. The
+default-policy build plays them for its demonstrations (:mod:`srollout.default_policy.demos`).
 """
 
 from __future__ import annotations

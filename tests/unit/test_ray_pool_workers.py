@@ -17,9 +17,12 @@ ray = pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed
 import corridor_env  # noqa: E402
 from corridor_env import Corridor, Prompter, SeededWalker, roll, steps_of, tasks  # noqa: E402
 
-from srollout.dist import ray_session  # noqa: E402
-from srollout.dist.rollout import WorkerRecipe, run_groups_distributed  # noqa: E402
 from srollout.rollout.engine import RolloutSettings, make_specs  # noqa: E402
+from srollout.rollout.ray_pool import (  # noqa: E402
+    WorkerRecipe,
+    ray_session,
+    run_groups_distributed,
+)
 from srollout.rollout.records import group_tables  # noqa: E402
 
 SETTINGS = RolloutSettings(G=3, T_max=8, seed=11, concurrency=6, signal_K=(2, 4))

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from srollout.envs.base import Task
-from srollout.envs.experts import ExpertPolicy, NoisyExpertPolicy
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, TrajKey
+from srollout.policy.experts import ExpertPolicy, NoisyExpertPolicy
 
 
 @dataclass(frozen=True)

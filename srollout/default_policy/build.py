@@ -10,8 +10,10 @@ No download can happen, so the default policy is made here from the environment 
    tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
    transformers, peft and vLLM all load it.
 
-The package ships the result (:mod:`srollout.default_policy`, which also resolves ``--model
-default`` and replaces the shipped copy); nothing is built on a first run. ``srollout policy build`` rebuilds it into
+The package ships the result (``srollout/default_policy/model/``, which ``--model default``
+resolves to through :mod:`srollout.policy.shipped`, and
+:func:`srollout.default_policy.replace_shipped` replaces); nothing is built on a first run.
+``srollout policy build`` rebuilds it into
 ``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` (or over the shipped one with
 ``--replace-shipped``), atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its
 seed) on the same kind of CPU -> same weights.
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from srollout.config import BuildConfig
+from srollout.default_policy.recipe import BuildConfig
 from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE, system_prompt
 from srollout.errors import SrolloutError
 from srollout.policy.chat import (
@@ -165,10 +167,10 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     a noise step is a random action (often invalid, answered "Nothing happens.") that stays in
     the context untrained; the expert then recovers from the state it left.
     """
-    from srollout.envs.demos import generate_demonstrations
+    from srollout.default_policy.dagger import demo_response
+    from srollout.default_policy.demos import generate_demonstrations
     from srollout.envs.prompts import user_turn
     from srollout.envs.tasks import load_task_set
-    from srollout.policy.dagger import demo_response
 
     # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
     tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks,
@@ -484,9 +486,9 @@ def build_from_demos(
 
 def check_build_config(cfg: BuildConfig) -> None:
     """Reject a config the build would only trip over minutes in (after the demonstrations)."""
-    from srollout.envs.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
     from srollout.envs.gen import DIFFICULTIES
     from srollout.envs.prompts import check_user_template
+    from srollout.policy.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
 
     for field, allowed in (("prompt", ("short", "react")), ("template", CHAT_TEMPLATES), ("explore", EXPLORE_ORDERS),
                            ("take", TAKE_RULES), ("thoughts", ("none", *THOUGHT_STYLES)), ("difficulty", tuple(DIFFICULTIES))):
@@ -532,12 +534,12 @@ def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branche
 
 def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
                   round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
-    """One DAgger round (srollout.policy.dagger) on ``model`` in place: play, label, fine-tune on
-    the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the original
-    ``examples``.
+    """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label,
+    fine-tune on the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the
+    original ``examples``.
     Returns the fine-tuning's last-epoch loss and the round's counts."""
+    from srollout.default_policy.dagger import play_round, round_tasks
     from srollout.envs.tasks import load_task_set
-    from srollout.policy.dagger import play_round, round_tasks
 
     name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
     tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
@@ -551,10 +553,10 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
 
 def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False) -> BuildResult:
     """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save), each phase
-    with the stages' progress bar (:class:`srollout.report.progress.PhaseBars`); returns where it
+    with the stages' progress bar (:class:`srollout.progress.PhaseBars`); returns where it
     was written and what it cost."""
-    from srollout.report.console import make_console
-    from srollout.report.progress import PhaseBars
+    from srollout.console import make_console
+    from srollout.progress import PhaseBars
 
     asked = cfg or BuildConfig()
     check_build_config(asked)

@@ -1,4 +1,12 @@
-"""``collect --workers N``: the batched engine on N Ray actors, fed chunks of groups by the driver.
+"""The Ray backend of the engine (the optional ``dist`` extra: ``pip install 'srollout[dist]'``):
+the session a run works in, and ``--workers N``: the batched engine on N Ray actors, fed chunks of
+groups by the driver. Importing this module does not import Ray; the functions that need it do.
+
+:func:`require_ray` is the one-line error without the extra. :func:`ray_session` joins the
+cluster in ``$RAY_ADDRESS`` when it is set; otherwise it starts a local Ray with N CPUs (one per
+worker: each rollout actor and each seed task of ``train-onpolicy --workers`` asks for one CPU),
+no dashboard and a small object store, and stops it at the end. Inside a session that is already
+running (a test fixture, a notebook) it joins that one and leaves it running.
 
 Each worker (:class:`RolloutWorker`, one CPU) builds its own policy replica from a
 :class:`WorkerRecipe` and runs *chunks* of consecutive groups through the same engine as a
@@ -18,17 +26,20 @@ starts a replacement in its slot and reruns the chunk there. A chunk that kills
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from srollout.envs.base import StepResult, Task, TextEnv
-from srollout.errors import SrolloutError
+from srollout.errors import NotAvailableError, SrolloutError
 from srollout.policy.base import Policy
 from srollout.rollout.engine import (
     GroupRecord,
@@ -42,6 +53,58 @@ from srollout.rollout.engine import (
 
 # A chunk whose worker died this many times in a row is not tried again.
 MAX_WORKER_DEATHS = 3
+
+# Records of a chunk (T_max=30, G=8: ~125 kB a group) pass through it; 200 MB holds a wide margin.
+OBJECT_STORE_BYTES = 200 * 1024**2
+
+
+def require_ray(workers: int) -> ModuleType:
+    """The ``ray`` module, or a one-line :class:`NotAvailableError` naming the ``dist`` extra.
+
+    workers: the ``--workers`` value that asked for Ray (named in the message)."""
+    try:
+        import ray
+    except ImportError:
+        raise NotAvailableError(
+            f"--workers {workers} runs on Ray, which is not installed: pip install 'srollout[dist]'"
+        ) from None
+    return ray
+
+
+@contextmanager
+def ray_session(workers: int) -> Iterator[str]:
+    """Connect to Ray for the duration of the block; yield where the work runs (for manifests).
+
+    workers: the number of parallel workers; a local cluster gets that many CPUs. Worker output
+    is not forwarded to this process (errors come back as exceptions), so the console keeps its
+    progress bar.
+    """
+    ray = require_ray(workers)
+    if ray.is_initialized():
+        yield f"the running Ray session ({_cpus(ray)} CPUs)"
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        where = f"Ray cluster at {address} ({_cpus(ray)} CPUs)"
+    else:
+        ray.init(
+            address="local",  # a new cluster, even when a `ray start` one runs on this machine
+            num_cpus=workers,
+            include_dashboard=False,
+            object_store_memory=OBJECT_STORE_BYTES,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+        where = f"local Ray ({workers} CPUs)"
+    try:
+        yield where
+    finally:
+        ray.shutdown()
+
+
+def _cpus(ray: ModuleType) -> int:
+    return int(ray.cluster_resources().get("CPU", 0))
 
 
 @dataclass(frozen=True)
@@ -222,7 +285,7 @@ def run_groups_distributed(
     chunk_groups: int | None = None,
     on_worker: Callable[[int, WorkerInfo, Any], None] | None = None,
 ) -> DistResult:
-    """Roll out ``specs`` on ``workers`` Ray actors (inside :func:`srollout.dist.ray_session`).
+    """Roll out ``specs`` on ``workers`` Ray actors (inside :func:`ray_session`).
 
     on_group: called in this process for every group, once, as its chunk comes back (chunks in
     finishing order, groups of a chunk in index order); on_tick: once per returned chunk, with
@@ -239,7 +302,7 @@ def run_groups_distributed(
     if n_slots == 0:
         return DistResult(_sum([], time.perf_counter() - t0, 0), 0, 0, 0, [], 0.0)
 
-    died = _death_errors(ray)
+    died = worker_death_errors(ray)
     actor_class = ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker)
     actors: dict[int, Any] = {}
     pending: dict[Any, tuple[str, int, int]] = {}  # object ref -> ("start"|"run", slot, chunk)
@@ -287,7 +350,7 @@ def run_groups_distributed(
                 launch(slot)
                 continue
             except ray.exceptions.RayTaskError as err:
-                raise _cause(err) from err
+                raise remote_cause(err) from err
             if kind == "start":
                 start_deaths[slot] = 0
                 build_s.append(value.build_s)
@@ -320,13 +383,13 @@ def run_groups_distributed(
     return DistResult(_sum(summaries, wall, n_slots), n_slots, replaced, len(chunks), build_s, start_s)
 
 
-def _death_errors(ray: Any) -> tuple[type[BaseException], ...]:
+def worker_death_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """The Ray errors that mean "the worker is gone" (not an error of the code it ran)."""
     names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError")
     return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
 
 
-def _cause(err: BaseException) -> BaseException:
+def remote_cause(err: BaseException) -> BaseException:
     """The exception raised in the worker (Ray wraps it; its message is the remote traceback)."""
     cause = getattr(err, "cause", None)
     return cause if isinstance(cause, BaseException) else err

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
 
-from srollout.dist import ray_session  # noqa: E402
+from srollout.rollout.ray_pool import ray_session  # noqa: E402
 from srollout.rollout.records import TIMING_COLUMNS  # noqa: E402
 
 TABLES = ("steps", "trajectories", "groups", "signals")

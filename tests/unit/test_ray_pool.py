@@ -1,5 +1,5 @@
-"""srollout.dist without Ray: chunking, the summed summary, a worker run in process (pooled
-environments), and the one-line error when the `dist` extra is missing."""
+"""srollout.rollout.ray_pool without Ray: chunking, the summed summary, a worker run in process
+(pooled environments), and the one-line error when the `dist` extra is missing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from functools import partial
 import pytest
 from corridor_env import Corridor, Prompter, SeededWalker, roll, steps_of, tasks
 
-from srollout.dist.rollout import (
+from srollout.errors import SrolloutError
+from srollout.rollout.engine import RolloutSettings, RolloutSummary, make_specs
+from srollout.rollout.ray_pool import (
     RolloutWorker,
     WorkerRecipe,
     _sum,
@@ -17,8 +19,6 @@ from srollout.dist.rollout import (
     chunked,
     default_chunk_groups,
 )
-from srollout.errors import SrolloutError
-from srollout.rollout.engine import RolloutSettings, RolloutSummary, make_specs
 
 
 def test_chunks_are_consecutive_in_group_order_whatever_the_input_order():
@@ -88,7 +88,7 @@ def test_workers_without_ray_is_one_line_naming_the_extra(run_cli, monkeypatch, 
 
 
 def test_the_message_names_the_dist_extra(monkeypatch):
-    from srollout.dist import require_ray
+    from srollout.rollout.ray_pool import require_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(SrolloutError, match=r"^--workers 3 runs on Ray, which is not installed: pip install 'srollout\[dist\]'$"):

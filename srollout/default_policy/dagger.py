@@ -36,7 +36,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from srollout.config import BuildConfig
+from srollout.default_policy.recipe import BuildConfig
 from srollout.envs.base import Task
 from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
 from srollout.policy.chat import Turn
@@ -184,7 +184,7 @@ def play_round(
     import time
 
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.envs.experts import ExpertPolicy
+    from srollout.policy.experts import ExpertPolicy
     from srollout.policy.transformers_backend import TransformersPolicy
     from srollout.rollout.engine import GroupSpec, RolloutSettings, run_groups
     from srollout.rollout.react import ReactPrompter

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from srollout.config import TrainOnpolicyConfig
-from srollout.dist.cluster import ray_session, require_ray
 from srollout.errors import SrolloutError
+from srollout.progress import StageBar
+from srollout.rollout.ray_pool import ray_session, require_ray
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import write_json
-from srollout.report.progress import StageBar
 
 STAGE = "train-onpolicy"
 SEEDS_DIR = "seeds"
@@ -110,12 +110,12 @@ def _train_seeds(config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, w
     """One Ray task per seed, at most ``workers`` in flight; the runs in finishing order."""
     import ray
 
-    from srollout.dist.rollout import _cause, _death_errors
+    from srollout.rollout.ray_pool import remote_cause, worker_death_errors
 
     # max_retries: Ray reruns a task whose worker died (the rerun resumes the seed run);
     # an exception raised by the training itself is not retried.
     task = ray.remote(num_cpus=1, max_retries=2, retry_exceptions=False)(_train_seed)
-    died = _death_errors(ray)
+    died = worker_death_errors(ray)
     queue = deque(seeds)
     pending: dict[Any, int] = {}
     runs: list[SeedRun] = []
@@ -132,7 +132,7 @@ def _train_seeds(config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, w
                 raise SrolloutError(f"seed {seed}: its Ray worker died 3 times ({type(err).__name__}); "
                                     f"rerun with --resume to continue from its last checkpoint") from err
             except ray.exceptions.RayTaskError as err:
-                raise _cause(err) from err
+                raise remote_cause(err) from err
             bar.seed_done(runs[-1])
     finally:
         for ref in pending:
