@@ -222,8 +222,8 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
 def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: bool = True) -> AnalyzeResult:
     """Run the analyze stage; returns the tables and the run directory it wrote. progress: show
     bars for the long parts (the signals computed from steps, the statistics)."""
-    from srollout.report.console import make_console
-    from srollout.report.progress import PhaseBars
+    from srollout.console import make_console
+    from srollout.progress import PhaseBars
 
     console = console or make_console()
     t0 = time.perf_counter()

@@ -188,11 +188,11 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
     report section; without it the outputs are exactly the plain sweep's. progress: show bars for
     the long parts (the signals computed from steps, the gates at each K)."""
     from srollout.core.gate import GateRule
-    from srollout.report.console import make_console
+    from srollout.console import make_console
 
     console = console or make_console()
     t0 = time.perf_counter()
-    from srollout.report.progress import PhaseBars
+    from srollout.progress import PhaseBars
 
     bars = PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"})
     with bars:
