@@ -552,3 +552,12 @@ def mcnemar(a_success: ArrayLike, b_success: ArrayLike) -> McNemarResult:
 
     # binomtest's two-sided p at 1/2 is 2·P[X <= min] (the law is symmetric), capped at 1
     return McNemarResult(b01, b10, float(k), min(1.0, float(binomtest(k, n, 0.5).pvalue)))
+
+
+def ratio_of_sums(data: np.ndarray) -> np.ndarray | float:
+    """Σ column 0 / Σ column 1 of ``data[..., N, 2]`` (a batch axis in front is kept): precision
+    (TP / cut) or measured savings (saved steps / all steps) of a resample of groups."""
+    num = data[..., 0].sum(axis=-1)
+    den = data[..., 1].sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den

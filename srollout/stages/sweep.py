@@ -166,15 +166,6 @@ def bootstrap_operating_point(buffer: Buffer, sweep: pl.DataFrame, index: int, c
     return OperatingPoint(index, row["rule"], K, row["d_L"], row["t_high"], tuple(intervals), config.n_boot, safe.level)
 
 
-def ratio_of_sums(data: np.ndarray) -> np.ndarray | float:
-    """Σ column 0 / Σ column 1 of ``data[..., N, 2]`` (a batch axis in front is kept): precision
-    (TP / cut) or measured savings (saved steps / all steps) of a resample of groups."""
-    num = data[..., 0].sum(axis=-1)
-    den = data[..., 1].sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return num / den
-
-
 def _interval(name: str, ci: Any) -> Interval:
     return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
 
@@ -187,8 +178,8 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
     (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
     report section; without it the outputs are exactly the plain sweep's. progress: show bars for
     the long parts (the signals computed from steps, the gates at each K)."""
-    from srollout.core.gate import GateRule
     from srollout.console import make_console
+    from srollout.core.gate import GateRule
 
     console = console or make_console()
     t0 = time.perf_counter()

@@ -123,8 +123,7 @@ def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: n
     """One table row: the outcome of the decisions (cut, cut_K) on the groups of ``data``, the
     oracle at K_ref and bootstrap CIs over groups."""
     from srollout.core.adaptive_gate import evaluate_variable_cuts
-    from srollout.core.stats import bootstrap_ci
-    from srollout.stages.sweep import ratio_of_sums
+    from srollout.core.stats import bootstrap_ci, ratio_of_sums
 
     T = config.T_max
     zv = data.zero_var

@@ -43,10 +43,7 @@ EXEMPT_MODULES: set[str] = {
     "srollout.cli.collect",  # the shared CLI option builder replaces its options
     "srollout.cli.ab_rollout",  # likewise
 }
-ALLOWED_CYCLES: set[frozenset[str]] = {
-    # sweep.py and sweep_gates.py import each other inside functions
-    frozenset({"srollout.stages.sweep", "srollout.stages.sweep_gates"}),
-}
+ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
 class Import(NamedTuple):

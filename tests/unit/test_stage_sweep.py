@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from srollout.config import SweepConfig
+from srollout.core.stats import ratio_of_sums
 from srollout.stages.buffer import load_buffer
 from srollout.stages.sweep import (
     bootstrap_operating_point,
     choose,
     cut_mask,
-    ratio_of_sums,
     sweep_table,
 )
 
