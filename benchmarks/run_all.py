@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "envs": ["benchmarks/bench_envs.py"],
     "policy": ["benchmarks/bench_policy.py"],
     "collect": ["benchmarks/bench_collect.py", "--what", "quick,gate,default"],
+    "trl_gate": ["benchmarks/bench_trl_gate.py", "--steps", "6"],
 }
 
 HEADER = """# Benchmarks
