@@ -193,18 +193,13 @@ DIFFICULTY_HELP = ("Room size of the generated task sets: `small` (<=6 receptacl
 
 @dataclass(frozen=True)
 class RolloutOptions:
-    """The rollout options every stage that rolls groups out of a policy shares (``collect``,
-    ``ab-rollout``): sizes, sampling, who acts, the model, the task set, the gate
-    (``--gate`` or ``--K/--d-L/--rule/--t-high``), the recorded signals and the engine's
-    concurrency. Each stage's config extends it (a stage may restate a field to give it its own
-    default or help text; the field and its checks stay here). The CLI declares these options once
-    (``srollout.cli.rollout_options``); the stages build tasks, policy, prompter, environments and
-    gate from them in one place (``srollout.stages.rollout_setup``).
-
-    ``train-onpolicy`` does not extend it: its rollout part (G, T_max, temperature, the gate,
-    model, backend, concurrency) takes its values from a preset, has a concrete K and d_L and no
-    sampling seed, policy kind or task set of this kind; it shares the CLI declarations and the
-    gate resolver instead.
+    """The rollout options shared by every stage that rolls groups out (``collect``,
+    ``ab-rollout``): sizes, sampling, who acts, the model, the task set, the gate, the recorded
+    signals, the concurrency, and their checks. A stage's config extends it, restating a field only
+    to give it its own default or help. The CLI declares them once (``srollout.cli.rollout_options``)
+    and ``srollout.stages.rollout_setup`` builds tasks, policy, environments and gate from them.
+    ``TrainOnpolicyConfig`` does not extend it: its rollout fields come from a preset, with a
+    concrete K and d_L and no seed, policy kind or task set of this kind.
     """
 
     groups: int = doc(100, "Number of groups (tasks) to roll out; group i plays task i of the task set (tasks repeat, with fresh seeds, past its end).")
@@ -284,9 +279,7 @@ class RolloutOptions:
 
 @dataclass(frozen=True)
 class CollectConfig(RolloutOptions):
-    """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals.
-
-    The rollout options are :class:`RolloutOptions`'; the rest say where the run is written."""
+    """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals."""
 
     out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
@@ -624,10 +617,8 @@ AB_ARMS = ("baseline", "gated")
 
 @dataclass(frozen=True)
 class AbRolloutConfig(RolloutOptions):
-    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate.
-
-    The rollout options are :class:`RolloutOptions`' (restated below where the A/B gives one a
-    default or help of its own); the rest are the A/B's schedule, arms and report."""
+    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate
+    (:class:`RolloutOptions`, some restated with the A/B's own default or help)."""
 
     groups: int = doc(AB_GROUPS, "Number of tasks (groups) per arm; group i plays task i of the task set, with the same seeds in every arm.")
     tasks: str = doc("eval", "Task set to draw the tasks from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
