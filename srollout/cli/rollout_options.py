@@ -28,16 +28,46 @@ from srollout.config import QUICK_GROUPS, QUICK_T_MAX, help_for, parse_int_list
 
 # The rollout options of RolloutOptions, in the order `collect --help` lists them.
 ROLLOUT_OPTIONS: tuple[str, ...] = (
-    "groups", "G", "T_max", "temperature", "top_p", "seed", "model", "adapter", "backend", "base_url", "tasks",
-    "difficulty", "policy", "eps", "gate", "K", "d_L", "rule", "t_high", "signal_K", "concurrency",
+    "groups",
+    "G",
+    "T_max",
+    "temperature",
+    "top_p",
+    "seed",
+    "model",
+    "adapter",
+    "backend",
+    "base_url",
+    "tasks",
+    "difficulty",
+    "policy",
+    "eps",
+    "gate",
+    "K",
+    "d_L",
+    "rule",
+    "t_high",
+    "signal_K",
+    "concurrency",
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")
-# Options whose default depends on --quick: declared without a default, the default named in the help.
+# Options whose default depends on --quick: declared without one, the default named in the help.
 QUICK_SIZED = {"groups": QUICK_GROUPS, "T_max": QUICK_T_MAX}
 # The rollout part of train-onpolicy (its values come from --preset when not given).
 TRAIN_ROLLOUT_OPTIONS: tuple[str, ...] = (
-    "G", "T_max", "temperature", "gate", "K", "d_L", "rule", "t_high", "model", "backend", "base_url", "concurrency",
+    "G",
+    "T_max",
+    "temperature",
+    "gate",
+    "K",
+    "d_L",
+    "rule",
+    "t_high",
+    "model",
+    "backend",
+    "base_url",
+    "concurrency",
 )
 
 
@@ -46,8 +76,13 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def option_parameter(config_cls: type, name: str, *, help: Callable[[str], str] | None = None,
-                     from_preset: bool = False) -> inspect.Parameter:
+def option_parameter(
+    config_cls: type,
+    name: str,
+    *,
+    help: Callable[[str], str] | None = None,
+    from_preset: bool = False,
+) -> inspect.Parameter:
     """The Typer parameter of ``config_cls``'s field ``name``.
 
     Default: the field's default, shown in --help; a field whose default is None, and the
@@ -69,13 +104,25 @@ def option_parameter(config_cls: type, name: str, *, help: Callable[[str], str] 
         hint, default, show_default = hint | None, None, False
     elif default is None and hint in (Path | None, int | None, float | None):
         show_default = False
-    kwargs: dict[str, Any] = {"help": text} if show_default is None else {"help": text, "show_default": False}
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[hint, typer.Option(flag(name), **kwargs)])
+    kwargs: dict[str, Any] = (
+        {"help": text} if show_default is None else {"help": text, "show_default": False}
+    )
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[hint, typer.Option(flag(name), **kwargs)],
+    )
 
 
-def rollout_options(config_cls: type, names: Sequence[str], *, order: Sequence[str],
-                    help: Callable[[str], str] | None = None, from_preset: Sequence[str] = ()) -> Callable:
+def rollout_options(
+    config_cls: type,
+    names: Sequence[str],
+    *,
+    order: Sequence[str],
+    help: Callable[[str], str] | None = None,
+    from_preset: Sequence[str] = (),
+) -> Callable:
     """Decorator of a Typer command: declare the options ``names`` of ``config_cls`` (see
     :func:`option_parameter`) beside the command's own parameters, listed in ``order`` (every
     name, the command's own parameters included), and call the command with their values as
@@ -85,8 +132,15 @@ def rollout_options(config_cls: type, names: Sequence[str], *, order: Sequence[s
     from a preset when not given (default None, no default shown)."""
 
     def decorate(command: Callable) -> Callable:
-        own = {p.name: p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"}
-        added = {n: option_parameter(config_cls, n, help=help, from_preset=n in from_preset) for n in names}
+        own = {
+            p.name: p
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.name != "options"
+        }
+        added = {
+            n: option_parameter(config_cls, n, help=help, from_preset=n in from_preset)
+            for n in names
+        }
         params = {**own, **added}
         missing = set(params) - set(order)
         if missing or len(order) != len(params):

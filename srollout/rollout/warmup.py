@@ -35,7 +35,9 @@ def warm_up(
     t0 = time.perf_counter()
     env = env_factory()
     try:
-        for task in tasks:  # the engine caches parsed games per process: the first arm would pay it alone
+        for (
+            task
+        ) in tasks:  # the engine caches parsed games per process: the first arm would pay it alone
             env.reset(task, 0)
     finally:
         env.close()
@@ -44,7 +46,13 @@ def warm_up(
             raise ValueError("warm_up with a policy needs the engine settings of the timed runs")
         n = max(1, min(len(tasks), settings.concurrency // settings.G))
         specs = [GroupSpec(WARMUP_INDEX + i, tasks[i]) for i in range(n)]
-        batch = RolloutSettings(G=settings.G, T_max=settings.T_max, seed=settings.seed, concurrency=settings.concurrency,
-                                signal_K=(), arm="warmup")
+        batch = RolloutSettings(
+            G=settings.G,
+            T_max=settings.T_max,
+            seed=settings.seed,
+            concurrency=settings.concurrency,
+            signal_K=(),
+            arm="warmup",
+        )
         run_groups(specs, policy, env_factory, prompter, batch)
     return time.perf_counter() - t0

@@ -32,14 +32,23 @@ def load_tasks(name: str, difficulty: str = "small") -> list:
 
 def build_gate(config: RolloutOptions) -> tuple[Any, int]:
     """(gate, K) of ``config``'s gate options: --gate gate.json (its own K) or rule --rule at
-    (--K, --d-L), the paper's (10, 0.12) where not given (:func:`srollout.core.gate.resolve_gate`)."""
+    (--K, --d-L), the paper's (10, 0.12) where not given
+    (:func:`srollout.core.gate.resolve_gate`)."""
     from srollout.core.gate import resolve_gate
 
-    return resolve_gate(config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high, T_max=config.T_max)
+    return resolve_gate(
+        config.gate,
+        K=config.K,
+        d_L=config.d_L,
+        rule=config.rule,
+        t_high=config.t_high,
+        T_max=config.T_max,
+    )
 
 
 def build_policy(config: RolloutOptions) -> Any:
-    """The policy that acts: the LM (default policy or --model), the planner, or the noisy planner."""
+    """The policy that acts: the LM (default policy or --model), the planner, or the noisy
+    planner."""
     from srollout.policy import make_policy
 
     return make_policy(
@@ -65,7 +74,9 @@ def build_prompter(config: RolloutOptions) -> Any:
         return ReactPrompter()
     from srollout.policy import resolve_model
 
-    return ReactPrompter.for_model(resolve_model(config.model if config.model is not None else "default"))
+    return ReactPrompter.for_model(
+        resolve_model(config.model if config.model is not None else "default")
+    )
 
 
 def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
@@ -84,8 +95,17 @@ def for_workers(config: OptionsT) -> OptionsT:
     if config.policy == "lm" and config.backend == "transformers":
         from srollout.policy import resolve_model
 
-        return replace(config, model=resolve_model(config.model if config.model is not None else "default"))
+        return replace(
+            config, model=resolve_model(config.model if config.model is not None else "default")
+        )
     return config
 
 
-__all__ = ("build_env_factory", "build_gate", "build_policy", "build_prompter", "for_workers", "load_tasks")
+__all__ = (
+    "build_env_factory",
+    "build_gate",
+    "build_policy",
+    "build_prompter",
+    "for_workers",
+    "load_tasks",
+)

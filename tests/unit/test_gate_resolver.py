@@ -31,7 +31,9 @@ def test_options_left_out_take_the_papers_operating_point():
 def test_a_gate_file_brings_its_own_K(tmp_path):
     path = tmp_path / "gate.json"
     GateRule(rule="r1", K=7, d_L=0.2).save(path)
-    gate, K = resolve_gate(path, K=3, T_max=30)  # --gate excludes --K in every config; the file wins here too
+    gate, K = resolve_gate(
+        path, K=3, T_max=30
+    )  # --gate excludes --K in every config; the file wins here too
     assert (K, gate.K, gate.d_L) == (7, 7, 0.2)
     # a sweep run directory holding gate.json is read the same way
     assert resolve_gate(tmp_path)[1] == 7
@@ -67,7 +69,11 @@ def test_K_beyond_T_max_is_refused(tmp_path):
 
 def test_collect_and_ab_rollout_resolve_the_same_gate(tmp_path):
     # both stages build their gate through rollout_setup.build_gate from the shared options
-    assert build_gate(CollectConfig(K=5, T_max=8)) == build_gate(AbRolloutConfig(K=5, T_max=8)) == (GateRule(K=5), 5)
+    assert (
+        build_gate(CollectConfig(K=5, T_max=8))
+        == build_gate(AbRolloutConfig(K=5, T_max=8))
+        == (GateRule(K=5), 5)
+    )
     path = tmp_path / "gate.json"
     GateRule(K=6, d_L=0.05).save(path)
     assert build_gate(CollectConfig(gate=path))[1] == build_gate(AbRolloutConfig(gate=path))[1] == 6
@@ -75,4 +81,7 @@ def test_collect_and_ab_rollout_resolve_the_same_gate(tmp_path):
 
 def test_describe_gate_adds_K_to_the_gates_dict():
     assert describe_gate(None, None) is None
-    assert describe_gate(GateRule(K=3, d_L=0.25), 3) == {**GateRule(K=3, d_L=0.25).to_dict(), "K": 3}
+    assert describe_gate(GateRule(K=3, d_L=0.25), 3) == {
+        **GateRule(K=3, d_L=0.25).to_dict(),
+        "K": 3,
+    }

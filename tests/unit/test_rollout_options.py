@@ -35,12 +35,23 @@ def test_collect_and_ab_rollout_share_the_rollout_fields_and_their_checks():
 
 
 def test_flags_follow_the_field_names():
-    assert [flag(n) for n in ("T_max", "d_L", "signal_K", "top_p", "G")] == ["--T-max", "--d-L", "--signal-K", "--top-p", "--G"]
+    assert [flag(n) for n in ("T_max", "d_L", "signal_K", "top_p", "G")] == [
+        "--T-max",
+        "--d-L",
+        "--signal-K",
+        "--top-p",
+        "--G",
+    ]
 
 
 def test_config_values_apply_quick_and_parse_signal_K():
     given = {"groups": None, "T_max": None, "signal_K": "2,4", "quick": False}
-    assert config_values(CollectConfig, given) == {"groups": 100, "T_max": 30, "signal_K": (2, 4), "quick": False}
+    assert config_values(CollectConfig, given) == {
+        "groups": 100,
+        "T_max": 30,
+        "signal_K": (2, 4),
+        "quick": False,
+    }
     assert config_values(AbRolloutConfig, given)["groups"] == 24
     quick = config_values(CollectConfig, {**given, "quick": True})
     assert (quick["groups"], quick["T_max"]) == (8, 15)
@@ -54,7 +65,9 @@ def _app(**kw: Any) -> tuple[typer.Typer, list[dict[str, Any]]]:
     names = ("G", "T_max", "signal_K", "gate", "quick")
 
     @app.command()
-    @rollout_options(CollectConfig, names, order=("T_max", "extra", "G", "signal_K", "gate", "quick"), **kw)
+    @rollout_options(
+        CollectConfig, names, order=("T_max", "extra", "G", "signal_K", "gate", "quick"), **kw
+    )
     def command(options: dict[str, Any], extra: int = 7) -> None:
         seen.append({**options, "extra": extra})
 
@@ -66,11 +79,23 @@ def test_the_decorator_declares_the_options_in_order_and_passes_them_as_one_dict
     runner = CliRunner()
     result = runner.invoke(app, ["--G", "4", "--T-max", "6", "--signal-K", "2,3", "--extra", "9"])
     assert result.exit_code == 0, result.output
-    assert seen == [{"G": 4, "T_max": 6, "signal_K": "2,3", "gate": None, "quick": False, "extra": 9}]
+    assert seen == [
+        {"G": 4, "T_max": 6, "signal_K": "2,3", "gate": None, "quick": False, "extra": 9}
+    ]
     runner.invoke(app, [])
-    assert seen[1] == {"G": 8, "T_max": None, "signal_K": "5,10,15,20", "gate": None, "quick": False, "extra": 7}
+    assert seen[1] == {
+        "G": 8,
+        "T_max": None,
+        "signal_K": "5,10,15,20",
+        "gate": None,
+        "quick": False,
+        "extra": 7,
+    }
     text = runner.invoke(app, ["--help"], env={"COLUMNS": "200", "TERM": "dumb"}).output
-    order = [text.index(f"{o} ") for o in ("--T-max", "--extra", "--G", "--signal-K", "--gate", "--quick")]
+    order = [
+        text.index(f"{o} ")
+        for o in ("--T-max", "--extra", "--G", "--signal-K", "--gate", "--quick")
+    ]
     assert order == sorted(order)
     assert "[default: 30]" in text  # T_max's default depends on --quick: named in its help
 

@@ -73,11 +73,21 @@ class Roller:
     counts worker-seconds (workers × wall − measured).
     """
 
-    def __init__(self, config: AbRolloutConfig, workers: int, policy: Any, env_factory: Callable[[], Any] | None,
-                 warm_tasks: Sequence[Any], planned: Sequence[GroupSpec], chunk_groups: int | None = None) -> None:
+    def __init__(
+        self,
+        config: AbRolloutConfig,
+        workers: int,
+        policy: Any,
+        env_factory: Callable[[], Any] | None,
+        warm_tasks: Sequence[Any],
+        planned: Sequence[GroupSpec],
+        chunk_groups: int | None = None,
+    ) -> None:
         self.config, self.workers, self.chunk_groups = config, workers, chunk_groups
         self.show = RolloutBar(None, "ab-rollout", 0, enabled=False)  # the stage hands over its bar
-        self.planned = {s.group_id for s in planned}  # in the bar's total; DAPO's extra groups are not
+        self.planned = {
+            s.group_id for s in planned
+        }  # in the bar's total; DAPO's extra groups are not
         self.prompter = build_prompter(config)
         self.env_factory = env_factory or build_env_factory(config)
         self.warm_tasks = list(warm_tasks)
@@ -87,10 +97,14 @@ class Roller:
             self.policy = policy if policy is not None else build_policy(config)
             self.policy_name = getattr(self.policy, "name", None)
             if config.warmup:
-                self.warm_s = _warm_up(self.warm_tasks, self.policy, self.env_factory, self.prompter, config)
+                self.warm_s = _warm_up(
+                    self.warm_tasks, self.policy, self.env_factory, self.prompter, config
+                )
         else:
             self.policy = policy  # shipped to the workers when given
-            self.policy_name = getattr(policy, "name", None) or f"{config.policy} (built by each Ray worker)"
+            self.policy_name = (
+                getattr(policy, "name", None) or f"{config.policy} (built by each Ray worker)"
+            )
             if policy is None:
                 self.config = for_workers(config)
 
@@ -101,39 +115,71 @@ class Roller:
 
         return keep
 
-    def roll(self, specs: Sequence[GroupSpec], arm: ArmSpec) -> tuple[list[GroupRecord], RolloutSummary]:
+    def roll(
+        self, specs: Sequence[GroupSpec], arm: ArmSpec
+    ) -> tuple[list[GroupRecord], RolloutSummary]:
         records: list[GroupRecord] = []
         self.show.extend(sum(s.group_id not in self.planned for s in specs))
         settings = arm_settings(arm, self.config)
         if self.workers == 1:
-            summary = run_groups(list(specs), self.policy, self.env_factory, self.prompter, settings, on_group=self._keep(records), on_tick=self.show.tick)
+            summary = run_groups(
+                list(specs),
+                self.policy,
+                self.env_factory,
+                self.prompter,
+                settings,
+                on_group=self._keep(records),
+                on_tick=self.show.tick,
+            )
             return records, summary
         from functools import partial
 
         from srollout.dist.rollout import WorkerRecipe, run_groups_distributed
 
         recipe = WorkerRecipe(
-            make_policy=partial(worker_policy, self.config, self.policy, self.env_factory, self.warm_tasks),
-            env_factory=self.env_factory, prompter=self.prompter, settings=settings,
+            make_policy=partial(
+                worker_policy, self.config, self.policy, self.env_factory, self.warm_tasks
+            ),
+            env_factory=self.env_factory,
+            prompter=self.prompter,
+            settings=settings,
             threads=1 if self.config.policy == "lm" else None,
         )
-        result = run_groups_distributed(list(specs), recipe, self.workers, on_group=self._keep(records), on_tick=self.show.tick,
-                                        chunk_groups=self.chunk_groups)
+        result = run_groups_distributed(
+            list(specs),
+            recipe,
+            self.workers,
+            on_group=self._keep(records),
+            on_tick=self.show.tick,
+            chunk_groups=self.chunk_groups,
+        )
         s = result.summary
         timed = max(s.wall_s - result.start_s, 0.0)
-        self._dist.append({"start_s": round(result.start_s, 3), "replaced": result.replaced, "chunks": result.chunks,
-                           "worker_slots": result.workers, "policy_build_s": [round(x, 3) for x in result.build_s]})
-        return records, s._replace(wall_s=timed, overhead_s=self.workers * timed - s.gen_s - s.env_s - s.reset_s)
+        self._dist.append(
+            {
+                "start_s": round(result.start_s, 3),
+                "replaced": result.replaced,
+                "chunks": result.chunks,
+                "worker_slots": result.workers,
+                "policy_build_s": [round(x, 3) for x in result.build_s],
+            }
+        )
+        return records, s._replace(
+            wall_s=timed, overhead_s=self.workers * timed - s.gen_s - s.env_s - s.reset_s
+        )
 
     def take_dist(self) -> dict[str, Any] | None:
-        """The Ray calls of the block just run (start-up seconds, restarts, chunks), then forget them."""
+        """The Ray calls of the block just run (start-up seconds, restarts, chunks); then
+        forget them."""
         if self.workers == 1:
             return None
         calls, self._dist = self._dist, []
         return {"calls": calls}
 
 
-def worker_policy(config: AbRolloutConfig, policy: Any, env_factory: Callable[[], Any], warm_tasks: Sequence[Any]) -> Any:
+def worker_policy(
+    config: AbRolloutConfig, policy: Any, env_factory: Callable[[], Any], warm_tasks: Sequence[Any]
+) -> Any:
     """A Ray worker's ``make_policy`` (runs in the worker, before the clock): the policy (``policy``
     when given, else built from the config), warmed up in the worker's own process when
     ``--warmup`` is on (its games loaded, a throw-away batch)."""
@@ -143,8 +189,16 @@ def worker_policy(config: AbRolloutConfig, policy: Any, env_factory: Callable[[]
     return built
 
 
-def _warm_up(tasks: Sequence[Any], policy: Any, env_factory: Callable[[], Any], prompter: Any, config: AbRolloutConfig) -> float:
+def _warm_up(
+    tasks: Sequence[Any],
+    policy: Any,
+    env_factory: Callable[[], Any],
+    prompter: Any,
+    config: AbRolloutConfig,
+) -> float:
     """The A/B's warm-up: every task's game loaded, then a throw-away batch at the timed runs'
     G, T_max, seed and concurrency (:func:`srollout.rollout.warmup.warm_up`)."""
-    settings = RolloutSettings(G=config.G, T_max=config.T_max, seed=config.seed, concurrency=config.concurrency)
+    settings = RolloutSettings(
+        G=config.G, T_max=config.T_max, seed=config.seed, concurrency=config.concurrency
+    )
     return warm_up(env_factory, tasks, policy=policy, prompter=prompter, settings=settings)

@@ -34,7 +34,9 @@ def split_blocks(specs: Sequence[GroupSpec], n_blocks: int) -> list[tuple[GroupS
     return [tuple(specs[bounds[i] : bounds[i + 1]]) for i in range(n_blocks)]
 
 
-def make_schedule(arms: Sequence[ArmSpec], specs: Sequence[GroupSpec], repeats: int, n_blocks: int) -> list[Block]:
+def make_schedule(
+    arms: Sequence[ArmSpec], specs: Sequence[GroupSpec], repeats: int, n_blocks: int
+) -> list[Block]:
     """Every (repeat, block, arm) run in order: arms forward on even slots, reversed on odd ones
     (slot = repeat · B + block), so with 2 arms the runs go A B | B A | A B | ... (ABBA)."""
     out: list[Block] = []
@@ -57,15 +59,20 @@ def block_file(run_dir: Path, block: Block) -> Path:
 def extra_start(config: AbRolloutConfig, block: Block) -> int:
     """First group index of DAPO's extra groups in ``block``.
 
-    A block whose tasks start at group index s owns the indices groups + R·s .. groups + R·(s + n) − 1
-    (n tasks, R = --dapo-max-rounds): room for every extra group its rounds can ask for (each round
-    asks for at most n). So a block's extra groups — their tasks (group i plays task i mod the set's
-    size) and seeds — depend neither on other blocks nor on the arm: ``dapo`` and ``gated+dapo``
-    draw from the same sequence."""
+    A block whose tasks start at group index s owns the indices
+    groups + R·s .. groups + R·(s + n) − 1 (n tasks, R = --dapo-max-rounds): room for every extra
+    group its rounds can ask for (each round asks for at most n). So a block's extra groups —
+    their tasks (group i plays task i mod the set's size) and seeds — depend neither on other
+    blocks nor on the arm: ``dapo`` and ``gated+dapo`` draw from the same sequence."""
     return config.groups + config.dapo_max_rounds * block.specs[0].index
 
 
-def warm_tasks(config: AbRolloutConfig, arms: Sequence[ArmSpec], specs: Sequence[GroupSpec], tasks: Sequence[Any]) -> list[Any]:
+def warm_tasks(
+    config: AbRolloutConfig,
+    arms: Sequence[ArmSpec],
+    specs: Sequence[GroupSpec],
+    tasks: Sequence[Any],
+) -> list[Any]:
     """The tasks whose games the warm-up loads: the A/B's, and with a DAPO arm every task its
     extra rounds may reach (so extra rounds do not pay first loads the other arms never pay)."""
     out = {s.task.task_id: s.task for s in specs}
