@@ -73,7 +73,7 @@ def warm_games(groups: int) -> float:
     concurrency), so that neither arm pays the per-process game parse and planner-library copies
     (shared and pooled by AlfworldEnv) that the first arm would otherwise pay alone."""
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.stages.collect import load_tasks
+    from srollout.stages.rollout_setup import load_tasks
 
     t0 = time.perf_counter()
     tasks = load_tasks("eval")

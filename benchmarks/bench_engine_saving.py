@@ -138,7 +138,7 @@ def main() -> None:
 
     from srollout.policy import make_policy
     from srollout.rollout.engine import make_specs
-    from srollout.stages.collect import load_tasks
+    from srollout.stages.rollout_setup import load_tasks
 
     policy = make_policy("lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens)
     specs = make_specs(load_tasks("eval"), args.groups)

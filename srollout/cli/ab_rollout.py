@@ -5,22 +5,26 @@ run_ab_rollout)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from srollout.config import (
-    QUICK_GROUPS,
-    QUICK_T_MAX,
-    AbRolloutConfig,
-    DistConfig,
-    help_for,
-    parse_int_list,
-    parse_names,
+from srollout.cli.rollout_options import (
+    ROLLOUT_OPTIONS,
+    RUN_OPTIONS,
+    config_values,
+    rollout_options,
 )
+from srollout.config import AbRolloutConfig, DistConfig, help_for, parse_names
 
 _DEFAULT = AbRolloutConfig()
-_SIGNAL_K = ",".join(map(str, _DEFAULT.signal_K))
+OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
+# the order `ab-rollout --help` lists its options in
+ORDER = (
+    "groups", "tasks", "difficulty", "G", "T_max", "K", "d_L", "rule", "t_high", "gate", "repeats", "blocks", "concurrency",
+    "warmup", "temperature", "top_p", "seed", "model", "adapter", "backend", "base_url", "policy", "eps", "signal_K", "n_boot",
+    "figures", "out", "overwrite", "resume", "quick", "arms", "dapo_max_rounds", "greso_p_explore", "greso_history", "workers",
+)
 
 
 def _h(name: str) -> str:
@@ -36,37 +40,14 @@ def register(app: typer.Typer) -> None:
         f"the seed-match proof. --arms adds DAPO / GRESO arms (useful groups per second per arm). "
         f"Defaults: {_DEFAULT.groups} eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
     )
+    @rollout_options(AbRolloutConfig, OPTIONS, order=ORDER)
     def ab_rollout(
-        groups: Annotated[int | None, typer.Option("--groups", help=_h("groups") + f"  \\[default: {_DEFAULT.groups}]", show_default=False)] = None,
-        tasks: Annotated[str, typer.Option("--tasks", help=_h("tasks"))] = _DEFAULT.tasks,
-        difficulty: Annotated[str, typer.Option("--difficulty", help=_h("difficulty"))] = _DEFAULT.difficulty,
-        G: Annotated[int, typer.Option("--G", help=_h("G"))] = _DEFAULT.G,
-        T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max") + f"  \\[default: {_DEFAULT.T_max}]", show_default=False)] = None,
-        K: Annotated[int | None, typer.Option("--K", help=_h("K"), show_default=False)] = None,
-        d_L: Annotated[float | None, typer.Option("--d-L", help=_h("d_L"), show_default=False)] = None,
-        rule: Annotated[str, typer.Option("--rule", help=_h("rule"))] = _DEFAULT.rule,
-        t_high: Annotated[float | None, typer.Option("--t-high", help=_h("t_high"), show_default=False)] = None,
-        gate: Annotated[Path | None, typer.Option("--gate", help=_h("gate"), show_default=False)] = None,
+        options: dict[str, Any],
         repeats: Annotated[int, typer.Option("--repeats", help=_h("repeats"))] = _DEFAULT.repeats,
         blocks: Annotated[int, typer.Option("--blocks", help=_h("blocks"))] = _DEFAULT.blocks,
-        concurrency: Annotated[int, typer.Option("--concurrency", help=_h("concurrency"))] = _DEFAULT.concurrency,
         warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help=_h("warmup"))] = _DEFAULT.warmup,
-        temperature: Annotated[float, typer.Option("--temperature", help=_h("temperature"))] = _DEFAULT.temperature,
-        top_p: Annotated[float, typer.Option("--top-p", help=_h("top_p"))] = _DEFAULT.top_p,
-        seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
-        model: Annotated[Path | None, typer.Option("--model", help=_h("model"), show_default=False)] = None,
-        adapter: Annotated[Path | None, typer.Option("--adapter", help=_h("adapter"), show_default=False)] = None,
-        backend: Annotated[str, typer.Option("--backend", help=_h("backend"))] = _DEFAULT.backend,
-        base_url: Annotated[str | None, typer.Option("--base-url", help=_h("base_url"))] = None,
-        policy: Annotated[str, typer.Option("--policy", help=_h("policy"))] = _DEFAULT.policy,
-        eps: Annotated[float, typer.Option("--eps", help=_h("eps"))] = _DEFAULT.eps,
-        signal_K: Annotated[str, typer.Option("--signal-K", help=_h("signal_K"))] = _SIGNAL_K,
         n_boot: Annotated[int, typer.Option("--n-boot", help=_h("n_boot"))] = _DEFAULT.n_boot,
         figures: Annotated[bool, typer.Option("--figures/--no-figures", help=_h("figures"))] = _DEFAULT.figures,
-        out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
-        overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
-        resume: Annotated[bool, typer.Option("--resume", help=_h("resume"))] = False,
-        quick: Annotated[bool, typer.Option("--quick", help=_h("quick"))] = False,
         arms: Annotated[str, typer.Option("--arms", help=_h("arms"))] = ",".join(_DEFAULT.arms),
         dapo_max_rounds: Annotated[int, typer.Option("--dapo-max-rounds", help=_h("dapo_max_rounds"))] = _DEFAULT.dapo_max_rounds,
         greso_p_explore: Annotated[float, typer.Option("--greso-p-explore", help=_h("greso_p_explore"))] = _DEFAULT.greso_p_explore,
@@ -80,38 +61,14 @@ def register(app: typer.Typer) -> None:
         from srollout.report.tables import to_rich
         from srollout.stages.ab_rollout import run_ab_rollout
 
-        n_groups = groups if groups is not None else (QUICK_GROUPS if quick else _DEFAULT.groups)
+        values = config_values(AbRolloutConfig, options)
         config = AbRolloutConfig(
-            groups=n_groups,
-            tasks=tasks,
-            difficulty=difficulty,
-            G=G,
-            T_max=T_max if T_max is not None else (QUICK_T_MAX if quick else _DEFAULT.T_max),
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            model=model,
-            adapter=adapter,
-            backend=backend,
-            base_url=base_url,
-            policy=policy,
-            eps=eps,
-            gate=gate,
-            K=K,
-            d_L=d_L,
-            rule=rule,
-            t_high=t_high,
+            **values,
             repeats=repeats,
-            blocks=min(blocks, n_groups) if blocks == _DEFAULT.blocks else blocks,
-            concurrency=concurrency,
+            blocks=min(blocks, values["groups"]) if blocks == _DEFAULT.blocks else blocks,
             warmup=warmup,
-            signal_K=parse_int_list(signal_K, "--signal-K"),
             n_boot=n_boot,
             figures=figures,
-            out=out,
-            overwrite=overwrite,
-            resume=resume,
-            quick=quick,
             arms=parse_names(arms, "--arms"),
             dapo_max_rounds=dapo_max_rounds,
             greso_p_explore=greso_p_explore,

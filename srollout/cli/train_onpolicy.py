@@ -4,10 +4,11 @@ evaluation (the paper's Tier 3). Options left out take the value of ``--preset``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from srollout.cli.rollout_options import TRAIN_ROLLOUT_OPTIONS, rollout_options
 from srollout.config import (
     ONPOLICY_PRESETS,
     DistConfig,
@@ -30,6 +31,17 @@ def _default(name: str):
     return _D[name].default
 
 
+# the order `train-onpolicy --help` lists its options in
+ORDER = (
+    "seeds", "preset", "iterations", "prompts_per_iter", "G", "T_max", "temperature", "eval_every", "n_eval", "train_tasks",
+    "train_set", "eval_set", "lr", "lora_r", "lora_alpha", "lora_targets", "denominator", "denominator_constant", "clip_eps",
+    "kl_coef", "gate", "K", "d_L", "rule", "t_high", "model", "backend", "base_url", "max_new_tokens", "concurrency",
+    "micro_batch", "arms", "dapo_max_rounds", "greso_p_explore", "interleave", "out", "overwrite", "resume", "workers",
+)
+# every rollout option but --backend takes its value from --preset when not given
+FROM_PRESET = tuple(n for n in TRAIN_ROLLOUT_OPTIONS if n != "backend")
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "train-onpolicy",
@@ -37,14 +49,13 @@ def register(app: typer.Typer) -> None:
         "arm; also --arms dapo, greso, gated+dapo, gated+greso), LoRA r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints every "
         "iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and mechanism figures, report.md.",
     )
+    @rollout_options(TrainOnpolicyConfig, TRAIN_ROLLOUT_OPTIONS, order=ORDER, help=_h, from_preset=FROM_PRESET)
     def train_onpolicy(
+        options: dict[str, Any],
         seeds: Annotated[str, typer.Option("--seeds", help=_h("seeds"))] = "7,13,23,42",
         preset: Annotated[str, typer.Option("--preset", help=_h("preset"))] = "default",
         iterations: Annotated[int | None, typer.Option("--iterations", help=_h("iterations"), show_default=False)] = None,
         prompts_per_iter: Annotated[int | None, typer.Option("--prompts-per-iter", help=_h("prompts_per_iter"), show_default=False)] = None,
-        G: Annotated[int | None, typer.Option("--G", help=_h("G"), show_default=False)] = None,
-        T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max"), show_default=False)] = None,
-        temperature: Annotated[float | None, typer.Option("--temperature", help=_h("temperature"), show_default=False)] = None,
         eval_every: Annotated[int | None, typer.Option("--eval-every", help=_h("eval_every"), show_default=False)] = None,
         n_eval: Annotated[int | None, typer.Option("--n-eval", help=_h("n_eval"), show_default=False)] = None,
         train_tasks: Annotated[int | None, typer.Option("--train-tasks", help=_h("train_tasks"), show_default=False)] = None,
@@ -58,16 +69,7 @@ def register(app: typer.Typer) -> None:
         denominator_constant: Annotated[float | None, typer.Option("--denominator-constant", help=_h("denominator_constant"), show_default=False)] = None,
         clip_eps: Annotated[float | None, typer.Option("--clip-eps", help=_h("clip_eps"), show_default=False)] = None,
         kl_coef: Annotated[float | None, typer.Option("--kl-coef", help=_h("kl_coef"), show_default=False)] = None,
-        gate: Annotated[Path | None, typer.Option("--gate", help=_h("gate"), show_default=False)] = None,
-        K: Annotated[int | None, typer.Option("--K", help=_h("K"), show_default=False)] = None,
-        d_L: Annotated[float | None, typer.Option("--d-L", help=_h("d_L"), show_default=False)] = None,
-        rule: Annotated[str | None, typer.Option("--rule", help=_h("rule"), show_default=False)] = None,
-        t_high: Annotated[float | None, typer.Option("--t-high", help=_h("t_high"), show_default=False)] = None,
-        model: Annotated[Path | None, typer.Option("--model", help=_h("model"), show_default=False)] = None,
-        backend: Annotated[str, typer.Option("--backend", help=_h("backend"))] = "transformers",
-        base_url: Annotated[str | None, typer.Option("--base-url", help=_h("base_url"), show_default=False)] = None,
         max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help=_h("max_new_tokens"), show_default=False)] = None,
-        concurrency: Annotated[int | None, typer.Option("--concurrency", help=_h("concurrency"), show_default=False)] = None,
         micro_batch: Annotated[int | None, typer.Option("--micro-batch", help=_h("micro_batch"), show_default=False)] = None,
         arms: Annotated[str, typer.Option("--arms", "--arm", help=_h("arms"))] = "baseline,gated",
         dapo_max_rounds: Annotated[int | None, typer.Option("--dapo-max-rounds", help=_h("dapo_max_rounds"), show_default=False)] = None,
@@ -86,13 +88,13 @@ def register(app: typer.Typer) -> None:
 
         config = TrainOnpolicyConfig.from_preset(
             preset,
-            seeds=parse_seeds(seeds), iterations=iterations, prompts_per_iter=prompts_per_iter, G=G, T_max=T_max,
-            temperature=temperature, eval_every=eval_every, n_eval=n_eval, train_tasks=train_tasks,
+            **options,
+            seeds=parse_seeds(seeds), iterations=iterations, prompts_per_iter=prompts_per_iter,
+            eval_every=eval_every, n_eval=n_eval, train_tasks=train_tasks,
             train_set=train_set, eval_set=eval_set, lr=lr, lora_r=lora_r, lora_alpha=lora_alpha,
             lora_targets=parse_names(lora_targets, "--lora-targets") if lora_targets is not None else None,
             denominator=denominator, denominator_constant=denominator_constant, clip_eps=clip_eps, kl_coef=kl_coef,
-            gate=gate, K=K, d_L=d_L, rule=rule, t_high=t_high,
-            model=model, backend=backend, base_url=base_url, max_new_tokens=max_new_tokens, concurrency=concurrency, micro_batch=micro_batch,
+            max_new_tokens=max_new_tokens, micro_batch=micro_batch,
             arms=parse_names(arms, "--arms"), dapo_max_rounds=dapo_max_rounds, greso_p_explore=greso_p_explore,
             interleave=interleave, out=out, overwrite=overwrite, resume=resume,
         )

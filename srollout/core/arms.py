@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from srollout.core.grpo import is_zero_variance
@@ -38,17 +38,29 @@ ARM_NAMES: tuple[str, ...] = ("baseline", "gated", "dapo", "greso", "gated+dapo"
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One arm: ``name`` (one of :data:`ARM_NAMES`) and its three switches.
+    """One arm, the one arm type of srollout: ``name`` (one of :data:`ARM_NAMES`), its three
+    switches and, on a gated arm, the gate it applies.
 
     gate: the gate cuts groups at step K (cut groups leave the GRPO batch); dapo: zero-variance
     groups are dropped after the rollout and new prompts sampled until the batch is full;
     greso: prompts whose recent groups were zero-variance are skipped before the rollout.
+    gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
+    attached by :meth:`with_gate` (None until then, and always None on an arm without the gate).
+    The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
+    loop needs besides its arm (seed, tasks, environments) is ``srollout.training.onpolicy.ArmContext``.
     """
 
     name: str
     gate: bool
     dapo: bool
     greso: bool
+    gate_rule: Any = None
+    gate_K: int | None = None
+
+    def with_gate(self, gate_rule: Any, gate_K: int | None) -> ArmSpec:
+        """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm; an arm
+        without the gate is returned as it is (it never carries one)."""
+        return replace(self, gate_rule=gate_rule, gate_K=gate_K) if self.gate else self
 
 
 _ARMS: dict[str, ArmSpec] = {

@@ -295,6 +295,47 @@ def load_gate(path: str | Path) -> Gate:
     return gate_from_dict(d, str(path))
 
 
+def resolve_gate(
+    path: str | Path | None = None,
+    *,
+    K: int | None = None,
+    d_L: float | None = None,
+    rule: str = "r1",
+    t_high: float | None = None,
+    T_max: int | None = None,
+) -> tuple[Gate, int]:
+    """The gate every stage uses, and its step K: from a gate.json (``--gate``), or a
+    :class:`GateRule` from the options ``--K/--d-L/--rule/--t-high``.
+
+    One rule for K: a gate.json carries its own K (every registered kind has one; a threshold
+    rule must name it) and that K is used; a loaded gate without a K is not a gate file of this
+    project, so it is a SrolloutError, never a silent default. From the options, K and d_L left
+    as None take the paper's operating point (10, 0.12; GateRule's defaults). With ``T_max``
+    given, a K beyond it is refused (the gate could never fire).
+    """
+    if path is not None:
+        gate = load_gate(path)
+        k = getattr(gate, "K", None)
+        if k is None:
+            raise SrolloutError(f"--gate {path}: the gate has no step K (write one with `srollout sweep`)")
+        K = int(k)
+    else:
+        defaults = GateRule()
+        K = defaults.K if K is None else K
+        gate = GateRule(rule=rule, K=K, d_L=defaults.d_L if d_L is None else d_L, t_high=t_high)
+    if T_max is not None and K > T_max:
+        raise SrolloutError(f"gate K={K} is larger than --T-max {T_max}")
+    return gate, K
+
+
+def describe_gate(gate: Gate | None, K: int | None) -> dict[str, Any] | None:
+    """The gate as run manifests record it: its ``to_dict()`` plus the step K (None: no gate)."""
+    if gate is None:
+        return None
+    as_dict = gate.to_dict() if hasattr(gate, "to_dict") else {"repr": repr(gate)}
+    return {**as_dict, "K": K}
+
+
 def _check_header(d: Mapping[str, Any], kind: str, source: str) -> dict[str, Any]:
     if not isinstance(d, Mapping):
         raise SrolloutError(f"{source}: a gate must be a JSON object, got {type(d).__name__}")

@@ -26,8 +26,9 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from srollout.config import CollectConfig, DistConfig
+from srollout.core.gate import describe_gate
 from srollout.errors import SrolloutError
-from srollout.progress import StageBar
+from srollout.progress import RolloutBar
 from srollout.rollout.engine import (
     GroupRecord,
     RolloutSettings,
@@ -41,6 +42,14 @@ from srollout.rollout.parts import finished_groups, merge_parts, write_part
 from srollout.rollout.records import group_tables
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import LABELS
+from srollout.stages.rollout_setup import (
+    build_env_factory,
+    build_gate,
+    build_policy,
+    build_prompter,
+    for_workers,
+    load_tasks,
+)
 
 
 class CollectStats(NamedTuple):
@@ -104,7 +113,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks))
 
     # 3. policy, environments, the ReAct protocol, the gate
-    gate, gate_K = build_gate(config)
+    gate, gate_K = collect_gate(config)
     settings = RolloutSettings(
         G=config.G,
         T_max=config.T_max,
@@ -124,7 +133,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     env_factory = build_env_factory(config)
-    manifest.update(policy=getattr(policy, "name", None), gate=_gate_dict(gate, gate_K), workers=dist.workers)
+    manifest.update(policy=getattr(policy, "name", None), gate=describe_gate(gate, gate_K), workers=dist.workers)
     if config.policy == "lm":
         from srollout.policy import resolve_model
         from srollout.policy.model_files import model_provenance
@@ -138,7 +147,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
 
     with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
         if distributed:
-            summary = _run_distributed(todo, config, settings, dist, manifest, lambda r: (on_group(r), show.group(r)), show.tick)
+            summary = _run_distributed(todo, config, settings, dist, manifest, lambda r: (on_group(r), show.advance(1)), show.tick)
         else:
             summary = run_groups(
                 todo,
@@ -146,7 +155,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
                 env_factory,
                 build_prompter(config),
                 settings,
-                on_group=lambda r: (on_group(r), show.group(r)),
+                on_group=lambda r: (on_group(r), show.advance(1)),
                 on_tick=show.tick,
             ) if todo else _empty_summary()
 
@@ -176,74 +185,9 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
 # --- building blocks the story uses ------------------------------------------------------------
 
 
-def load_tasks(name: str, difficulty: str = "small") -> list:
-    """The tasks of set ``name`` with rooms of ``difficulty`` (an unknown name is a
-    SrolloutError from the envs package)."""
-    from srollout.envs import load_task_set
-
-    tasks = list(load_task_set(name, difficulty))
-    if not tasks:
-        raise SrolloutError(f"task set {name!r} is empty")
-    return tasks
-
-
-def build_gate(config: CollectConfig) -> tuple[Any, int | None]:
-    """(gate rule, its step K) from --gate gate.json or --K/--d-L/--rule/--t-high; (None, None) off."""
-    if not config.gate_on:
-        return None, None
-    from srollout.config import PAPER_D_L, PAPER_K
-    from srollout.core.gate import GateRule, load_gate
-
-    if config.gate is not None:
-        gate = load_gate(config.gate)
-        K = getattr(gate, "K", None) or PAPER_K
-    else:
-        K = config.K if config.K is not None else PAPER_K
-        d_L = config.d_L if config.d_L is not None else PAPER_D_L
-        gate = GateRule(rule=config.rule, K=K, d_L=d_L, t_high=config.t_high)
-    if K > config.T_max:
-        raise SrolloutError(f"gate K={K} is larger than --T-max {config.T_max}")
-    return gate, K
-
-
-def build_policy(config: CollectConfig) -> Any:
-    """The policy that acts: the LM (default policy or --model), the planner, or the noisy planner."""
-    from srollout.policy import make_policy
-
-    return make_policy(
-        kind=config.policy,
-        model=config.model if config.model is not None else "default",
-        backend=config.backend,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        adapter=config.adapter,
-        noise=config.eps,
-        seed=config.seed,
-        base_url=config.base_url,
-    )
-
-
-def build_prompter(config: CollectConfig) -> Any:
-    """The ReAct prompter, with the LM's own system prompt and user-turn template when its model
-    directory names them (the default policy is fine-tuned on a prompt of its own; see
-    ``srollout.envs.prompts.model_prompt``)."""
-    from srollout.rollout.react import ReactPrompter
-
-    if config.policy != "lm":
-        return ReactPrompter()
-    from srollout.policy import resolve_model
-
-    return ReactPrompter.for_model(resolve_model(config.model if config.model is not None else "default"))
-
-
-def build_env_factory(config: CollectConfig) -> Callable[[], Any]:
-    """A callable making one real-engine ALFWorld environment (the engine reuses them)."""
-    from functools import partial
-
-    from srollout.envs.alfworld_env import AlfworldEnv
-
-    # The planner replans after every step; only the expert policies read its plan.
-    return partial(AlfworldEnv, expert_plan=config.policy != "lm")
+def collect_gate(config: CollectConfig) -> tuple[Any, int | None]:
+    """(gate, its step K) when the gate is on (``config.gate_on``), else (None, None)."""
+    return build_gate(config) if config.gate_on else (None, None)
 
 
 def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> CollectStats:
@@ -315,7 +259,7 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
         else None
     )
     gate = "off (outcomes are complete)" if not config.gate_on else (
-        f"on: {json.dumps(_gate_dict(*build_gate(config)))}. Labels of cut groups come from their truncated "
+        f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come from their truncated "
         "rewards (logging only); an A/B (`srollout ab-rollout`) judges them by the baseline arm."
     )
     engine = (
@@ -343,15 +287,11 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
     :func:`build_policy` from the same options (the default model resolved, and built if need
     be, here once rather than by every worker), the environment factory, the ReAct protocol and
     the engine settings (``--concurrency`` is per worker)."""
-    from dataclasses import replace
     from functools import partial
 
     from srollout.rollout.ray_pool import WorkerRecipe
 
-    if config.policy == "lm" and config.backend == "transformers":
-        from srollout.policy import resolve_model
-
-        config = replace(config, model=resolve_model(config.model if config.model is not None else "default"))
+    config = for_workers(config)
     return WorkerRecipe(
         make_policy=partial(build_policy, config),
         env_factory=build_env_factory(config),
@@ -379,13 +319,6 @@ def _run_distributed(todo: Sequence[Any], config: CollectConfig, settings: Rollo
     return result.summary
 
 
-def _gate_dict(gate: Any, K: int | None) -> dict[str, Any] | None:
-    if gate is None:
-        return None
-    as_dict = gate.to_dict() if hasattr(gate, "to_dict") else {"repr": repr(gate)}
-    return {**as_dict, "K": K}
-
-
 def _check_resumable(run_dir: Path, config: CollectConfig) -> None:
     """Refuse to resume a run made with different settings (its groups would not match)."""
     check_resumable(run_dir, "collect", config.resume_key(), "groups")
@@ -395,25 +328,8 @@ def _empty_summary() -> RolloutSummary:
     return RolloutSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0)
 
 
-class _Progress(StageBar):
-    """A rich progress bar: groups done, generated tokens per second, ETA (no-op when disabled)."""
-
-    def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
-        super().__init__(console, "collect", total, enabled=enabled, completed=done, unit="groups", after=("rate",))
-        self.tokens = 0
-
-    def tick(self, stats: TickStats) -> None:
-        self.tokens += stats.gen_tokens
-        if self.enabled:
-            rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
-            self.update(rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
-
-    def group(self, record: GroupRecord) -> None:
-        self.update(advance=1)
-
-
-def _progress(console: Any, total: int, done: int, enabled: bool) -> _Progress:
-    return _Progress(console, total, done, enabled)
+def _progress(console: Any, total: int, done: int, enabled: bool) -> RolloutBar:
+    return RolloutBar(console, "collect", total, enabled=enabled, completed=done)
 
 
 __all__: Sequence[str] = ("CollectResult", "CollectStats", "run_collect", "stats_frame")

@@ -93,11 +93,12 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     """Run both arms on the buffer; return the files written and the summary.
 
     The two arms start from the same LoRA init and are stepped side by side."""
+    from srollout.core.gate import resolve_gate
     from srollout.training.lora import LoraSettings, make_optimizer
-    from srollout.training.model import gate_description, gate_rule, load_trainable
+    from srollout.training.model import gate_description, load_trainable
     from srollout.training.update import grpo_update
 
-    gate, K = gate_rule(config.gate, config.K, config.d_L, config.rule, config.t_high)
+    gate, K = resolve_gate(config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high)
     groups, model_spec = read_buffer(Path(config.buffer), gate, K)
     if config.model is not None:
         model_spec = {"model": str(config.model), "adapter": model_spec["adapter"]}

@@ -60,18 +60,17 @@ def run_train_onpolicy(
     others). ``stop_after``: stop after that iteration of the first unfinished arm, leaving what
     a kill would leave (tests of --resume)."""
     from srollout.core.arms import parse_arm
+    from srollout.core.gate import resolve_gate
     from srollout.training.lora import save_adapter
-    from srollout.training.model import gate_description, gate_rule
-    from srollout.training.onpolicy import ArmSetup, train_arm
+    from srollout.training.model import gate_description
+    from srollout.training.onpolicy import ArmContext, train_arm
 
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
     run_dir = prepare_run_dir(config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume)
     if config.resume:
         _check_resumable(run_dir, config)
-    gate, K = gate_rule(config.gate, config.K, config.d_L, config.rule, config.t_high)
-    if K > config.T_max:
-        raise SrolloutError(f"gate K={K} is larger than --T-max {config.T_max}")
+    gate, K = resolve_gate(config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high, T_max=config.T_max)
     if env_factory is None:
         from functools import partial
 
@@ -102,8 +101,8 @@ def run_train_onpolicy(
     with bar:
         for seed in config.seeds:
             specs = {
-                arm: ArmSetup(
-                    seed=seed, arm=arm, gate=gate if parse_arm(arm).gate else None, gate_K=K if parse_arm(arm).gate else None,
+                arm: ArmContext(
+                    seed=seed, arm=parse_arm(arm).with_gate(gate, K),
                     train_tasks=train_tasks, eval_tasks=eval_tasks, env_factory=env_factory, prompter=prompter,
                     ckpt_dir=run_dir / "checkpoints" / f"seed{seed}-{arm}",
                 )

@@ -1,11 +1,11 @@
-"""What both training loops set up the same way: the trainable model and the gate rule."""
+"""What both training loops set up the same way: the trainable model and the gate's report line
+(the gate itself comes from :func:`srollout.core.gate.resolve_gate`, as in every stage)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from srollout.errors import SrolloutError
 from srollout.training.lora import LoraSettings, attach_lora
 
 
@@ -33,19 +33,6 @@ def load_trainable(model: str | Path | None, lora: LoraSettings, seed: int, adap
     peft_model = attach_lora(base, lora, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return TrainableModel(peft_model, tokenizer, Path(path), int(pad if pad is not None else 0))
-
-
-def gate_rule(gate: Path | None, K: int, d_L: float, rule: str, t_high: float | None) -> tuple[Any, int]:
-    """(gate, K) from a gate.json (its own K) or from the K / d_L / rule / t_high options."""
-    from srollout.core.gate import GateRule, load_gate
-
-    if gate is not None:
-        loaded = load_gate(gate)
-        k = getattr(loaded, "K", None)
-        if k is None:
-            raise SrolloutError(f"--gate {gate}: the gate has no step K")
-        return loaded, int(k)
-    return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high), K
 
 
 def gate_description(gate: Any, K: int) -> str:

@@ -32,37 +32,30 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from srollout.core.arms import ArmSpec, parse_arm
+from srollout.core.arms import ArmSpec
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
+from srollout.rollout.warmup import warm_up
 
 GRESO_FILE = "greso.json"
 
 
 @dataclass(frozen=True)
-class ArmSetup:
-    """Everything one arm's loop needs besides the config.
-
-    seed / arm (a name of ``srollout.core.arms.ARM_NAMES``); gate: the rule (None in arms
-    without the gate) and its step gate_K; train_tasks: the prompt pool; eval_tasks: the
-    held-out tasks; env_factory / prompter: the environment and the ReAct protocol; ckpt_dir:
-    where state.pt lives.
+class ArmContext:
+    """What one (seed, arm) training loop runs with besides the config: ``arm``, the arm itself
+    (:class:`srollout.core.arms.ArmSpec`, the one arm type: its name, switches and, when gated,
+    its gate and step K), and where it runs: the ``seed``, the prompt pool ``train_tasks``, the
+    held-out ``eval_tasks``, the environment factory and ReAct ``prompter``, and ``ckpt_dir``
+    (where state.pt lives).
     """
 
     seed: int
-    arm: str
-    gate: Any
-    gate_K: int | None
+    arm: ArmSpec
     train_tasks: Sequence[Task]
     eval_tasks: Sequence[Task]
     env_factory: Callable[[], Any]
     prompter: Any
     ckpt_dir: Path
-
-    @property
-    def kind(self) -> ArmSpec:
-        """The arm's switches (gate / dapo / greso)."""
-        return parse_arm(self.arm)
 
 
 class ArmResult(NamedTuple):
@@ -103,22 +96,6 @@ def dapo_group_index(iterations: int, prompts: int, max_rounds: int, iteration: 
     return (iterations + (iteration - 1) * max_rounds + (round_index - 1)) * prompts + j
 
 
-def warm_up(env_factory: Callable[[], Any], tasks: Sequence[Task]) -> float:
-    """Load this iteration's games once, untimed, before the timed rollout.
-
-    Environments cache parsed games per process (ALFWorld: an LRU of 128); with the arms run
-    one after another, the second arm would otherwise find the first arm's games parsed and
-    look faster for no reason of its own. Returns the seconds spent (logged, not counted)."""
-    t0 = time.perf_counter()
-    env = env_factory()
-    try:
-        for task in tasks:
-            env.reset(task, 0)
-    finally:
-        env.close()
-    return time.perf_counter() - t0
-
-
 class ArmRunner:
     """One arm's loop, one iteration per :meth:`step`, so a stage can interleave the arms of a
     seed (baseline iteration i, gated iteration i, ...) and both see the same machine load.
@@ -130,7 +107,7 @@ class ArmRunner:
     evaluation's games and seeds do not depend on the run seed) and checkpoints iteration 0.
     """
 
-    def __init__(self, config: Any, spec: ArmSetup, resume: bool = False,
+    def __init__(self, config: Any, spec: ArmContext, resume: bool = False,
                  initial_evals: Sequence[dict[str, Any]] | None = None) -> None:
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.engine import RolloutSettings
@@ -158,7 +135,7 @@ class ArmRunner:
         self.optimizer = make_optimizer(self.tm.model, config.lr)
         self.settings = RolloutSettings(
             G=config.G, T_max=config.T_max, seed=spec.seed, concurrency=config.concurrency,
-            signal_K=(spec.gate_K or config.K,), gate=spec.gate, gate_K=spec.gate_K, arm=spec.arm,
+            signal_K=(spec.arm.gate_K or config.K,), gate=spec.arm.gate_rule, gate_K=spec.arm.gate_K, arm=spec.arm.name,
         )
         state = load_state(spec.ckpt_dir) if resume else None
         if state is not None:
@@ -167,7 +144,7 @@ class ArmRunner:
             restore_rng(state.rng)
         else:
             first = (
-                [{**e, "arm": spec.arm, "seed": spec.seed} for e in initial_evals if e["iteration"] == 0]
+                [{**e, "arm": spec.arm.name, "seed": spec.seed} for e in initial_evals if e["iteration"] == 0]
                 if initial_evals
                 else self.evaluate(0)
             )
@@ -179,7 +156,7 @@ class ArmRunner:
         self.metrics: list[dict[str, Any]] = list(state.metrics)
         self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["cum_s"] if self.metrics else 0.0
-        self.greso = self._load_greso(resume) if spec.kind.greso else None
+        self.greso = self._load_greso(resume) if spec.arm.greso else None
 
     @property
     def on_vllm(self) -> bool:
@@ -243,7 +220,7 @@ class ArmRunner:
 
         spec = self.spec
         outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks, self.config.T_max)
-        return [{"arm": spec.arm, "seed": spec.seed, "iteration": iteration, **o._asdict()} for o in outcomes]
+        return [{"arm": spec.arm.name, "seed": spec.seed, "iteration": iteration, **o._asdict()} for o in outcomes]
 
     def _roll(self, specs: list[Any], totals: dict[str, float]) -> list[Any]:
         """Roll ``specs`` out through the engine (games warmed up untimed first); add the round's
@@ -270,7 +247,7 @@ class ArmRunner:
         from srollout.training.lora import adapter_state
         from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
 
-        config, spec, tm, kind = self.config, self.spec, self.tm, self.spec.kind
+        config, spec, tm, arm = self.config, self.spec, self.tm, self.spec.arm
         it, P = self.iteration + 1, config.prompts_per_iter
         # 1. prompts (GRESO skips some before any rollout) and rollouts
         picked = iteration_tasks(spec.train_tasks, it, P, spec.seed)
@@ -281,7 +258,7 @@ class ArmRunner:
             specs, n_skipped = [specs[k] for k in keep], len(skip)
         totals = {"warmup_s": 0.0, "rollout_s": 0.0, "rows": 0, "gen_tokens": 0}
         dapo_hit_cap, n_rounds = False, 1
-        if kind.dapo:
+        if arm.dapo:
             # 2'. DAPO: drop zero-variance and cut groups, refill with fresh prompts up to the cap
             used = set(picked)
 
@@ -331,7 +308,7 @@ class ArmRunner:
         all_rewards = [x for r in records for x in r.rewards]
         n_zero_var_kept = sum(max(r.rewards) == min(r.rewards) for r in kept)
         row = {
-            "arm": spec.arm, "seed": spec.seed, "step": it, "iteration": it,
+            "arm": spec.arm.name, "seed": spec.seed, "step": it, "iteration": it,
             "loss": stats.loss, "grad_l2": stats.grad_l2, "zero_adv_frac": stats.zero_adv_frac,
             "n_traj": stats.n_traj, "n_tokens": stats.n_tokens, "stepped": stats.stepped, "mean_logp": stats.mean_logp,
             "denominator": config.denominator, "n_groups": len(records), "n_cut": sum(r.cut for r in records),
@@ -373,7 +350,7 @@ class ArmRunner:
 
 def train_arm(
     config: Any,
-    spec: ArmSetup,
+    spec: ArmContext,
     resume: bool = False,
     stop_after: int | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,

@@ -65,7 +65,7 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     from srollout.default_policy.build import DEFAULT_POLICY_PROMPT
     from srollout.envs.prompts import system_prompt_for
     from srollout.policy.chat import first_turn_text
-    from srollout.stages.collect import build_prompter
+    from srollout.stages.rollout_setup import build_prompter
 
     assert system_prompt_for(out) == DEFAULT_POLICY_PROMPT
     from srollout.config import CollectConfig

@@ -17,17 +17,13 @@ import pytest
 from corridor_env import Corridor, tasks
 
 from srollout.config import AbRolloutConfig
+from srollout.core.arms import parse_arm
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActResponse
 from srollout.rollout.engine import make_specs
 from srollout.schemas import AB, AB_ARMS, read
-from srollout.stages.ab_rollout import (
-    ArmSpec,
-    Block,
-    extra_start,
-    load_greso_history,
-    run_ab_rollout,
-)
+from srollout.stages.ab_rollout import load_greso_history, run_ab_rollout
+from srollout.stages.ab_rollout.schedule import Block, extra_start
 
 TIMING = ["wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s"]
 
@@ -108,7 +104,7 @@ def test_dapo_rolls_the_next_tasks_until_the_block_is_full(tmp_path):
 def test_a_blocks_extra_groups_do_not_depend_on_other_blocks():
     cfg = AbRolloutConfig(policy="noisy-expert", groups=24, dapo_max_rounds=3)
     specs = make_specs(tasks([1] * 30), 24)
-    second = Block(3, 0, 1, ArmSpec("dapo"), tuple(specs[12:]))
+    second = Block(3, 0, 1, parse_arm("dapo"), tuple(specs[12:]))
     # block 1 (tasks 12..23) owns 24 + 3*12 = 60 .. 95; block 0 owns 24 .. 59
     assert extra_start(cfg, second) == 60
     assert extra_start(cfg, second._replace(specs=tuple(specs[:12]))) == 24

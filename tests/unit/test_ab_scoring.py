@@ -1,4 +1,4 @@
-"""The A/B's scoring on hand-made numbers: wall-clock attribution, ABBA schedule, cuts judged by
+"""The A/B's scoring (srollout.core.ab_scoring) on hand-made numbers: wall-clock attribution, ABBA schedule, cuts judged by
 the baseline arm, step-based savings, the seed-match proof."""
 
 from __future__ import annotations
@@ -9,17 +9,22 @@ import numpy as np
 import polars as pl
 import pytest
 
+from srollout.core.ab_scoring import (
+    Mismatch,
+    SeedMatch,
+    attribute_wall,
+    compare_arms,
+    judge_cuts,
+    merge_matches,
+    run_pairs,
+    seed_match,
+    tokens_through_step,
+    with_seed_match,
+)
+from srollout.core.arms import parse_arm
 from srollout.envs.base import Task
 from srollout.rollout.engine import make_specs
-from srollout.stages.ab_rollout import (
-    ArmSpec,
-    attribute_wall,
-    judge_cuts,
-    make_schedule,
-    seed_match,
-    split_blocks,
-    tokens_through_step,
-)
+from srollout.stages.ab_rollout.schedule import make_schedule, split_blocks
 
 
 def test_attribution_charges_measured_time_and_shares_the_rest_by_env_steps():
@@ -39,7 +44,7 @@ def _specs(n):
 
 
 def test_schedule_is_abba_over_blocks_and_repeats():
-    arms = (ArmSpec("baseline"), ArmSpec("gated"))
+    arms = (parse_arm("baseline"), parse_arm("gated"))
     two_blocks = make_schedule(arms, _specs(4), repeats=1, n_blocks=2)
     assert [(b.arm.name[0], b.block) for b in two_blocks] == [("b", 0), ("g", 0), ("g", 1), ("b", 1)]
     assert [s.index for s in two_blocks[2].specs] == [2, 3]
@@ -121,8 +126,64 @@ def test_seed_match_compares_up_to_K_actions_responses_and_tokens():
 def test_seed_match_column_counts_each_groups_identical_trajectories():
     from types import SimpleNamespace
 
-    from srollout.stages.ab_rollout import Mismatch, with_seed_match
-
     table = pl.DataFrame({"arm": ["baseline", "gated", "gated", "gated"], "repeat": [0, 0, 0, 1], "group_id": ["g0", "g0", "g1", "g0"]})
     c = SimpleNamespace(arm="gated", match=SimpleNamespace(mismatches=[Mismatch(0, "g0", 1, 3), Mismatch(0, "g0", 2, None), Mismatch(1, "g0", 0, 1)]))
     assert with_seed_match(table, [c], G=4)["n_traj_matched"].to_list() == [None, 2, 4, 3]
+
+
+def _ab_rows():
+    """Two tasks, baseline and gated. Task 0: the gate cuts at K=5 of T_max=10 and the baseline
+    group was zero-variance (a TP); task 1: not cut, both arms did the same work."""
+    base = {"arm": "baseline", "wall_s": 10.0, "n_gen_tokens": 100, "n_prompt_tokens": 300, "n_steps": 20, "gen_s": 6.0,
+            "env_s": 2.0, "reset_s": 1.0, "overhead_s": 1.0, "cut": False, "cut_step": None}
+    rows = [
+        {**base, "group_index": 0, "group_id": "g0", "task_id": "t0", "zero_var": True, "baseline_zero_var": True},
+        {**base, "group_index": 1, "group_id": "g1", "task_id": "t1", "zero_var": False, "baseline_zero_var": False},
+        {**base, "arm": "gated", "group_index": 0, "group_id": "g0", "task_id": "t0", "zero_var": True, "baseline_zero_var": True,
+         "wall_s": 4.0, "n_gen_tokens": 40, "n_prompt_tokens": 120, "n_steps": 8, "gen_s": 2.0, "env_s": 0.5, "overhead_s": 0.5,
+         "cut": True, "cut_step": 5},
+        {**base, "arm": "gated", "group_index": 1, "group_id": "g1", "task_id": "t1", "zero_var": False, "baseline_zero_var": False},
+    ]
+    blocks = pl.DataFrame({"arm": ["baseline", "gated", "gated", "baseline"], "repeat": [0, 0, 0, 0], "block": [0, 0, 1, 1],
+                           "wall_s": [10.0, 4.0, 10.0, 10.0], "workers": [1, 1, 1, 1]})
+    return pl.DataFrame(rows), blocks
+
+
+def test_compare_arms_on_a_hand_made_table():
+    table, blocks = _ab_rows()
+    match = SeedMatch(4, 4, 1.0, True, [])
+    c = compare_arms(table, blocks, "gated", match, gate={"rule": "r1", "K": 5}, T_max=10, repeats=1, n_boot=50, seed=0)
+    # every cost: baseline 2 x (10 s, 100 tokens, 300 prompt tokens, 20 steps), gated 14 s, 140, 420, 28: 30 % saved
+    for col, (b, a) in {"wall_s": (20, 14), "n_gen_tokens": (200, 140), "n_prompt_tokens": (600, 420), "n_steps": (40, 28)}.items():
+        s = c.savings[col]
+        assert (s.baseline, s.arm) == (b, a) and s.saving == pytest.approx(0.3)
+    # the wall-clock CI is over the 2 timed-run pairs (10, 4) and (10, 10), not over tasks
+    assert c.savings["wall_s"].ci_over == "2 timed-run pair(s)"
+    assert c.savings["wall_s"].low < 0.3 < c.savings["wall_s"].high
+    assert run_pairs(blocks, "gated").rows() == [(0, 0, 10.0, 4.0), (0, 1, 10.0, 10.0)]
+    # wall saving / token saving = 0.3 / 0.3
+    assert c.ratio[0] == pytest.approx(1.0)
+    # 6 s saved: generation 12 - 8, environment (4 + 2) - (2.5 + 2), overhead 2 - 1.5
+    assert c.decomposition == pytest.approx({"baseline_wall": 20.0, "generation": 4.0, "environment": 1.5, "overhead": 0.5})
+    # one cut, a TP; safe = raw = (10 - 5) / (2 * 10)
+    conf = c.confusion
+    assert (conf.n, conf.cut, conf.tp, conf.fp, conf.precision, conf.recall) == (2, 1, 1, 0, 1.0, 1.0)
+    assert conf.safe == conf.raw == pytest.approx(0.25)
+    assert (c.arm, c.n_tasks, c.repeats, c.match, c.gate) == ("gated", 2, 1, match, {"rule": "r1", "K": 5})
+    assert c.headline()["seed_match"] == {"n_traj": 4, "n_match": 4, "share": 1.0}
+
+
+def test_compare_arms_without_tokens_has_no_token_saving():
+    table, blocks = _ab_rows()
+    table = table.with_columns(pl.lit(0).alias("n_gen_tokens"))
+    c = compare_arms(table, blocks, "gated", SeedMatch(0, 0, math.nan, False, []), gate=None, T_max=10, repeats=1, n_boot=20, seed=0)
+    assert math.isnan(c.savings["n_gen_tokens"].saving) and all(math.isnan(x) for x in c.ratio)
+    assert c.savings["wall_s"].saving == pytest.approx(0.3)
+
+
+def test_merge_matches_sums_the_repeats():
+    first = SeedMatch(2, 1, 0.5, True, [Mismatch(0, "g0", 1, 3)])
+    second = SeedMatch(2, 2, 1.0, False, [])
+    m = merge_matches([first, second])
+    assert (m.n_traj, m.n_match, m.share, m.tokens_checked, m.mismatches) == (4, 3, 0.75, True, first.mismatches)
+    assert math.isnan(merge_matches([]).share)

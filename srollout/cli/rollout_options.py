@@ -1,0 +1,173 @@
+"""The rollout options of every command that rolls groups out (``collect``, ``ab-rollout``,
+``train-onpolicy``), declared once.
+
+Each option is a field of the command's config (:class:`srollout.config.RolloutOptions` and its
+stage configs, or :class:`srollout.config.TrainOnpolicyConfig`): its flag is the field name with
+``-`` for ``_`` (``T_max`` -> ``--T-max``), its help the field's help (``help_for``), its default
+the field's default. :func:`rollout_options` adds them to a Typer command, in the order the
+command lists its options in ``--help``, and hands them to the command as one dict::
+
+    @app.command("collect")
+    @rollout_options(CollectConfig, COLLECT_OPTIONS, order=(*COLLECT_OPTIONS, "workers"))
+    def collect(options: dict[str, Any], workers: int = 1) -> None:
+        config = CollectConfig(**config_values(CollectConfig, options))
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from srollout.config import QUICK_GROUPS, QUICK_T_MAX, help_for, parse_int_list
+
+# The rollout options of RolloutOptions, in the order `collect --help` lists them.
+ROLLOUT_OPTIONS: tuple[str, ...] = (
+    "groups",
+    "G",
+    "T_max",
+    "temperature",
+    "top_p",
+    "seed",
+    "model",
+    "adapter",
+    "backend",
+    "base_url",
+    "tasks",
+    "difficulty",
+    "policy",
+    "eps",
+    "gate",
+    "K",
+    "d_L",
+    "rule",
+    "t_high",
+    "signal_K",
+    "concurrency",
+)
+# Where a run is written, and --quick (which sizes groups and T_max).
+RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")
+# Options whose default depends on --quick: declared without one, the default named in the help.
+QUICK_SIZED = {"groups": QUICK_GROUPS, "T_max": QUICK_T_MAX}
+# The rollout part of train-onpolicy (its values come from --preset when not given).
+TRAIN_ROLLOUT_OPTIONS: tuple[str, ...] = (
+    "G",
+    "T_max",
+    "temperature",
+    "gate",
+    "K",
+    "d_L",
+    "rule",
+    "t_high",
+    "model",
+    "backend",
+    "base_url",
+    "concurrency",
+)
+
+
+def flag(name: str) -> str:
+    """The option of field ``name``: ``T_max`` -> ``--T-max``, ``d_L`` -> ``--d-L``."""
+    return "--" + name.replace("_", "-")
+
+
+def option_parameter(
+    config_cls: type,
+    name: str,
+    *,
+    help: Callable[[str], str] | None = None,
+    from_preset: bool = False,
+) -> inspect.Parameter:
+    """The Typer parameter of ``config_cls``'s field ``name``.
+
+    Default: the field's default, shown in --help; a field whose default is None, and the
+    --quick-sized groups / T_max (their default named in the help, since --quick changes it),
+    show none. ``signal_K`` is read as a comma list (a string). ``from_preset``: the value comes
+    from a preset when the option is not given, so the option defaults to None and shows no
+    default. ``help``: the help text of a field (default: ``help_for(config_cls, name)``)."""
+    field = config_cls.__dataclass_fields__[name]
+    hint = typing.get_type_hints(config_cls)[name]
+    text = help(name) if help is not None else help_for(config_cls, name)
+    default = field.default
+    show_default: bool | None = None
+    if name == "signal_K":
+        hint, default = str, ",".join(map(str, default))
+    if from_preset:
+        hint, default, show_default = hint | None, None, False
+    elif name in QUICK_SIZED:
+        text += f"  \\[default: {default}]"
+        hint, default, show_default = hint | None, None, False
+    elif default is None and hint in (Path | None, int | None, float | None):
+        show_default = False
+    kwargs: dict[str, Any] = (
+        {"help": text} if show_default is None else {"help": text, "show_default": False}
+    )
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=default,
+        annotation=Annotated[hint, typer.Option(flag(name), **kwargs)],
+    )
+
+
+def rollout_options(
+    config_cls: type,
+    names: Sequence[str],
+    *,
+    order: Sequence[str],
+    help: Callable[[str], str] | None = None,
+    from_preset: Sequence[str] = (),
+) -> Callable:
+    """Decorator of a Typer command: declare the options ``names`` of ``config_cls`` (see
+    :func:`option_parameter`) beside the command's own parameters, listed in ``order`` (every
+    name, the command's own parameters included), and call the command with their values as
+    ``options`` (field name -> the value given; see :func:`config_values`).
+
+    help: the help text of a field (default ``help_for``); from_preset: names whose value comes
+    from a preset when not given (default None, no default shown)."""
+
+    def decorate(command: Callable) -> Callable:
+        own = {
+            p.name: p
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.name != "options"
+        }
+        added = {
+            n: option_parameter(config_cls, n, help=help, from_preset=n in from_preset)
+            for n in names
+        }
+        params = {**own, **added}
+        missing = set(params) - set(order)
+        if missing or len(order) != len(params):
+            raise TypeError(f"rollout_options: order must list each of {sorted(params)} once")
+
+        @functools.wraps(command)
+        def run(**values: Any) -> Any:
+            options = {n: values.pop(n) for n in names}
+            return command(options=options, **values)
+
+        ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]
+        run.__signature__ = inspect.Signature(ordered)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in ordered}
+        del run.__wrapped__  # Typer reads the signature above, not the command's own
+        return run
+
+    return decorate
+
+
+def config_values(config_cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """The config's keyword arguments from the options: ``signal_K`` parsed (a comma list),
+    groups and T_max not given take ``--quick``'s sizes (with --quick) or the config's defaults."""
+    values = dict(options)
+    quick = bool(values.get("quick", False))
+    for name, quick_value in QUICK_SIZED.items():
+        if name in values and values[name] is None:
+            values[name] = quick_value if quick else config_cls.__dataclass_fields__[name].default
+    if isinstance(values.get("signal_K"), str):
+        values["signal_K"] = parse_int_list(values["signal_K"], "--signal-K")
+    return values

@@ -1,0 +1,510 @@
+"""`srollout ab-rollout`: the matched-seed wall-clock A/B (the paper's Tier 1, §5.1), done so that
+it holds up to a reviewer.
+
+The story, top to bottom (:func:`run_ab_rollout`):
+
+1. open the run directory (``--resume`` reopens it and checks the config matches);
+2. load the task set and build the groups: group i plays task i, and every trajectory's seeds
+   derive from (run seed, i, traj_idx) (:mod:`srollout.rollout.seeding`), so both arms see the
+   same games and draw the same samples;
+3. build the arms (``--arms``, default ``baseline,gated``; any of
+   :data:`srollout.core.arms.ARM_NAMES`: the gate, DAPO and GRESO switches), the policy and the
+   environment factory — one policy object, shared by the arms;
+4. warm up before any clock runs: every task's game is loaded once and a throw-away batch (other
+   group indices, so other seeds) is rolled to T_max;
+5. the schedule: R repeats × B blocks of tasks; in each block every arm rolls the block's groups
+   through the same batched engine at the same concurrency, arms in ABBA order over blocks (A B |
+   B A | ...); each (arm, repeat, block) run is timed alone (:func:`run_block`: GRESO skips tasks
+   first, DAPO adds extra rounds), its records written after its clock stops, its totals saved
+   as ``<arm>/r<repeat>/block-<b>.json`` (what makes ``--resume`` work); with ``--workers N``
+   (N > 1) every rollout call runs on N Ray workers (:mod:`srollout.stages.ab_rollout.roller`);
+6. merge each (arm, repeat) into steps/trajectories/groups/signals.parquet under
+   ``<arm>/r<repeat>/``
+   (each a collect-format buffer ``srollout analyze`` reads);
+7. score: per (task, arm, repeat) costs with each run's wall-clock attributed to its tasks, the
+   seed-match proof, cuts judged by the baseline arm's outcome of the same task and seeds,
+   savings with paired bootstrap CIs over tasks (:func:`srollout.core.ab_scoring.compare_arms`,
+   arms without DAPO),
+   and per arm wall-clock, tokens and useful groups per second
+   (:func:`srollout.stages.ab_rollout.tables.arms_table`);
+   ``ab.parquet``, ``arms.parquet``, ``report.md``, figures.
+
+DAPO and GRESO without training (docs/ab-rollout.md): a DAPO arm rolls the block's tasks, drops
+the groups that are not useful (cut, or zero reward variance) and rolls out the next tasks of
+the task set (group indices after the A/B's, so seeds follow the same scheme) until the block
+has as many useful groups as tasks or ``--dapo-max-rounds`` extra rounds ran. A GRESO arm skips,
+before the rollout, a task whose last z groups (``--greso-history``, then the arm's own groups of
+earlier repeats) gave no gradient, unless a seeded draw keeps it (probability p^z).
+
+Per-task wall-clock (a batched run has no per-task clock): a task is charged its groups' measured
+generation time (each tick's ``policy.act`` time split over the tick's rows by generated tokens,
+as the engine records it), its own env-step and env-reset times, and a share of the run's
+remaining overhead (wall − generation − env) proportional to its env steps. The charges of a run
+sum exactly to its measured wall-clock, so the task-bootstrap's point estimate is the measured
+saving.
+
+Where the pieces live: this module tells the story and runs the arms' blocks (DAPO, GRESO);
+``schedule`` (the ABBA schedule, block files), ``roller`` (the timed engine call, in process or on
+Ray, and the warm-up), ``tables`` (ab / blocks / arms tables from the files); the pure scoring is
+:mod:`srollout.core.ab_scoring`, the shared builders :mod:`srollout.stages.rollout_setup`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from srollout.config import AbRolloutConfig, DistConfig
+from srollout.core.ab_scoring import ArmMatch, Comparison, compare_arms, with_seed_match
+from srollout.core.arms import (
+    ArmSpec,
+    DapoRound,
+    GresoOutcome,
+    GresoSkipper,
+    dapo_fill,
+    greso_filter,
+    is_useful,
+    parse_arm,
+)
+from srollout.core.gate import describe_gate
+from srollout.errors import SrolloutError
+from srollout.progress import RolloutBar
+from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSummary, make_specs
+from srollout.stages.ab_rollout.roller import Roller, ray_workers, require_workers
+from srollout.stages.ab_rollout.schedule import (
+    Block,
+    arm_dir,
+    block_file,
+    extra_start,
+    make_schedule,
+    warm_tasks,
+)
+from srollout.stages.ab_rollout.tables import (
+    NEW_AB_COLUMNS,
+    ab_table,
+    arm_seed_match,
+    arms_table,
+    blocks_table,
+)
+from srollout.stages.rollout_setup import build_gate, load_tasks
+
+# --- arms ---------------------------------------------------------------------------------------
+
+
+def build_arms(config: AbRolloutConfig) -> tuple[ArmSpec, ...]:
+    """The arms of ``--arms`` in schedule order; the first is the baseline every other arm is
+    judged against. The arms with the gate share one gate object: --gate gate.json, or rule
+    --rule at (--K, --d-L) (paper default (10, 0.12));
+    see :func:`srollout.core.gate.resolve_gate`."""
+    arms = [parse_arm(name) for name in config.arms]
+    gate, K = build_gate(config) if any(a.gate for a in arms) else (None, None)
+    return tuple(a.with_gate(gate, K) for a in arms)
+
+
+# --- DAPO and GRESO inside one timed run ----------------------------------------------------------
+
+
+def load_greso_history(path: Path) -> list[GresoOutcome]:
+    """``--greso-history``: a groups.parquet (or a run directory holding one) -> one GRESO outcome
+    per row (columns task_id, zero_var and, if present, cut: a cut group gave no gradient either).
+    The n rows of one task count in file order as iterations −n .. −1 (the last row the most
+    recent), so they all come before repeat 0 (iteration 0)."""
+    path = Path(path)
+    file = path / "groups.parquet" if path.is_dir() else path
+    if not file.exists():
+        raise SrolloutError(f"--greso-history {path}: no groups.parquet there")
+    try:
+        df = pl.read_parquet(file)
+    except Exception as err:  # polars raises several error types for a non-Parquet file
+        raise SrolloutError(
+            f"--greso-history {file}: not a readable Parquet file ({type(err).__name__})"
+        ) from err
+    for col in ("task_id", "zero_var"):
+        if col not in df.columns:
+            raise SrolloutError(
+                f"--greso-history {file}: missing column '{col}' (a groups table has it)"
+            )
+    cut = df["cut"].fill_null(False).to_list() if "cut" in df.columns else [False] * df.height
+    tasks = df["task_id"].cast(pl.Utf8).to_list()
+    total = {t: tasks.count(t) for t in set(tasks)}
+    seen: dict[str, int] = {}
+    out = []
+    for task, zero, was_cut in zip(
+        tasks, df["zero_var"].fill_null(False).to_list(), cut, strict=True
+    ):
+        seen[task] = seen.get(task, 0) + 1
+        out.append(GresoOutcome(task, seen[task] - 1 - total[task], bool(zero) or bool(was_cut)))
+    return out
+
+
+class BlockRun(NamedTuple):
+    """One timed (arm, repeat, block) run.
+
+    records: every group rolled out, round by round (each round in group order); summary: the
+    engine's totals summed over the rounds (wall_s: their measured seconds; see
+    :func:`add_summaries`);
+    skipped: group ids GRESO skipped; rounds: one DapoRound per round that rolled out groups (one
+    round for arms without DAPO; none when every task was skipped); round_ids: the group ids of
+    each round; hit_cap: DAPO still had fewer useful groups than tasks after --dapo-max-rounds
+    extra rounds.
+    """
+
+    records: list[GroupRecord]
+    summary: RolloutSummary
+    skipped: list[str]
+    rounds: tuple[DapoRound, ...]
+    round_ids: list[list[str]]
+    hit_cap: bool
+
+
+# roll(specs, arm) -> (records, summary): one timed engine call, in this process or on Ray workers
+RollFn = Callable[[Sequence[GroupSpec], ArmSpec], tuple[list[GroupRecord], RolloutSummary]]
+
+
+def run_block(
+    block: Block,
+    roll: RollFn,
+    config: AbRolloutConfig,
+    tasks: Sequence[Any],
+    skipper: GresoSkipper | None = None,
+    workers: int = 1,
+) -> BlockRun:
+    """Run ``block`` in its arm's way: GRESO (``skipper``, iteration = the repeat) drops tasks
+    first; the rest is one ``roll`` call, or, in a DAPO arm, :func:`srollout.core.arms.dapo_fill`
+    over rounds: round 0 rolls the block's tasks, round r >= 1 the next n_needed groups from
+    :func:`extra_start` on (``tasks``: the task set). Never raises at DAPO's cap."""
+    arm = block.arm
+    specs = list(block.specs)
+    skipped: list[str] = []
+    if arm.greso and skipper is not None:
+        keep, skip = greso_filter(skipper, [s.task.task_id for s in specs], block.repeat)
+        skipped = [specs[i].group_id for i in skip]
+        specs = [specs[i] for i in keep]
+    summaries: list[RolloutSummary] = []
+    round_ids: list[list[str]] = []
+
+    def sample_round(n_needed: int, r: int) -> list[GroupRecord]:
+        if r == 0:
+            batch = specs
+        else:
+            start = extra_start(config, block) + sum(len(ids) for ids in round_ids[1:])
+            batch = make_specs(tasks, start + n_needed, start)
+        if not batch:
+            return []
+        records, summary = roll(batch, block.arm)
+        summaries.append(summary)
+        round_ids.append([s.group_id for s in batch])
+        return sorted(records, key=lambda rec: rec.spec.index)
+
+    def n_tokens(record: GroupRecord) -> int:
+        return sum(t.n_gen_tokens for t in record.trajs)
+
+    if arm.dapo:
+        with _quiet(
+            "srollout.core.arms"
+        ):  # its warning speaks of training; the report says it here
+            filled = dapo_fill(len(specs), sample_round, config.dapo_max_rounds, tokens=n_tokens)
+        records, rounds, hit_cap = list(filled.generated), filled.rounds, filled.hit_cap
+    else:
+        records = sample_round(len(specs), 0)
+        rounds = (
+            (
+                DapoRound(
+                    0,
+                    len(specs),
+                    len(records),
+                    sum(map(is_useful, records)),
+                    sum(map(n_tokens, records)),
+                ),
+            )
+            if records
+            else ()
+        )
+        hit_cap = False
+    return BlockRun(
+        records, add_summaries(summaries, workers), skipped, tuple(rounds), round_ids, hit_cap
+    )
+
+
+def add_summaries(summaries: Sequence[RolloutSummary], workers: int = 1) -> RolloutSummary:
+    """The rounds of one timed run as one summary: counts and measured seconds summed, wall_s the
+    sum of the rounds' wall-clocks, overhead_s = workers · wall_s − generation − env steps − resets
+    (worker-seconds on Ray). One round in this process is returned as it is."""
+    if len(summaries) == 1 and workers == 1:
+        return summaries[0]
+    wall = sum(s.wall_s for s in summaries)
+    gen, env, reset = (sum(getattr(s, f) for s in summaries) for f in ("gen_s", "env_s", "reset_s"))
+    ticks, rows = sum(s.ticks for s in summaries), sum(s.rows for s in summaries)
+    return RolloutSummary(
+        groups=sum(s.groups for s in summaries),
+        wall_s=wall,
+        gen_s=gen,
+        env_s=env,
+        reset_s=reset,
+        overhead_s=workers * wall - gen - env - reset,
+        ticks=ticks,
+        rows=rows,
+        mean_batch=rows / ticks if ticks else 0.0,
+        n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
+        n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
+        n_cut=sum(s.n_cut for s in summaries),
+    )
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    before, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = before
+
+
+# --- the story ------------------------------------------------------------------------------------
+
+
+class AbResult(NamedTuple):
+    """run_dir; paths: output name -> path; comparisons: one per non-baseline arm without DAPO;
+    arms: arms.parquet (one row per arm: wall-clock, tokens, useful groups per second, ...)."""
+
+    run_dir: Path
+    paths: dict[str, Path]
+    comparisons: list[Comparison]
+    arms: pl.DataFrame | None = None
+
+
+def run_ab_rollout(
+    config: AbRolloutConfig,
+    console: Any = None,
+    progress: bool = True,
+    *,
+    policy: Any = None,
+    env_factory: Callable[[], Any] | None = None,
+    tasks: Sequence[Any] | None = None,
+    dist: DistConfig | None = None,
+) -> AbResult:
+    """Run the A/B as configured; return where the files are, one comparison per arm without
+    DAPO and the per-arm summary.
+
+    policy / env_factory / tasks: roll out with these instead of building them from the config (a
+    test wraps a policy to count the rows it is asked to generate, or plays a scripted env);
+    with ``dist.workers`` > 1 they are pickled to every Ray worker. dist: ``--workers`` (None or
+    1: in this process, Ray never imported); not part of the resume key.
+    """
+    from srollout.rollout.parts import merge_parts, write_part
+    from srollout.rollout.records import group_tables
+    from srollout.rundir import Manifest, check_resumable, prepare_run_dir
+    from srollout.schemas import write_json
+
+    t0 = time.perf_counter()
+    dist = dist or DistConfig()
+    require_workers(
+        dist.workers
+    )  # before the run directory exists: a missing extra leaves nothing behind
+    if config.resume and config.out is None:
+        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    # a bad gate.json, task set or GRESO history fails here, before anything is written
+    arms = build_arms(config)
+    tasks = list(tasks) if tasks is not None else load_tasks(config.tasks, config.difficulty)
+    history = (
+        load_greso_history(config.greso_history)
+        if config.greso_history is not None and any(a.greso for a in arms)
+        else []
+    )
+    if policy is None:  # a missing backend, a damaged model or a silent server: nothing written
+        from srollout.policy import preflight
+
+        preflight(
+            config.policy,
+            config.model,
+            config.backend,
+            adapter=config.adapter,
+            base_url=config.base_url,
+        )
+    # 1. the run directory
+    run_dir = prepare_run_dir(
+        config.out, "ab-rollout", overwrite=config.overwrite, resume=config.resume
+    )
+    if config.resume:
+        check_resumable(run_dir, "ab-rollout", config.resume_key(), "timed blocks")
+    manifest = Manifest(run_dir, "ab-rollout", config)
+
+    # 2. groups: the same specs, hence the same seeds, in every arm
+    specs = make_specs(tasks, config.groups)
+    schedule = make_schedule(arms, specs, config.repeats, config.blocks)
+    todo = [b for b in schedule if not block_file(run_dir, b).exists()]
+    manifest.update(
+        arms={a.name: describe_gate(a.gate_rule, a.gate_K) for a in arms},
+        n_tasks_in_set=len(tasks),
+        resumed_blocks=len(schedule) - len(todo),
+        workers=dist.workers,
+        greso_history=len(history) if history else None,
+    )
+    # GRESO: one skipper per arm, fed the history, then every finished block's groups (resume too)
+    skippers = {
+        a.name: GresoSkipper(config.greso_p_explore, config.seed, history) for a in arms if a.greso
+    }
+    for b in schedule:
+        if b not in todo and b.arm.name in skippers:
+            _record_greso(skippers[b.arm.name], b, json.loads(block_file(run_dir, b).read_text()))
+
+    # 3-5. policy, environments, warm-up, the timed runs
+    distributed = dist.workers > 1 and bool(todo)
+    # --- workers > 1: each Ray worker builds (and warms up) its own policy replica
+    roller = (
+        Roller(
+            config,
+            dist.workers if distributed else 1,
+            policy,
+            env_factory,
+            warm_tasks(config, arms, specs, tasks),
+            specs,
+            chunk_groups=dist.chunk_groups,
+        )
+        if todo
+        else None
+    )
+    manifest.update(policy=roller.policy_name if roller is not None else None)
+    with (
+        ray_workers(dist.workers) if distributed else contextlib.nullcontext() as where,
+        RolloutBar(
+            console,
+            "ab-rollout",
+            sum(len(b.specs) for b in schedule),
+            enabled=progress,
+            before=("run",),
+        ) as show,
+    ):
+        if roller is not None:
+            roller.show = show
+        show.advance(sum(len(b.specs) for b in schedule if b not in todo))
+        for block in todo:
+            show.update(run=f"{block.arm.name} r{block.repeat} b{block.block}")
+            run = run_block(
+                block,
+                roller.roll,
+                config,
+                tasks,
+                skippers.get(block.arm.name),
+                workers=roller.workers,
+            )
+            show.advance(len(run.skipped))
+            # written after the clock stopped: disk I/O is no part of any arm's time
+            for record in run.records:
+                write_part(
+                    arm_dir(run_dir, block.arm.name, block.repeat),
+                    record.group_id,
+                    group_tables(record),
+                )
+            data = block_data(block, run, roller.workers, roller.take_dist())
+            write_json(data, block_file(run_dir, block))
+            if block.arm.name in skippers:
+                _record_greso(skippers[block.arm.name], block, data)
+    if distributed:
+        manifest.update(dist={"ray": where, "workers": dist.workers})
+
+    # 6. one collect-format buffer per (arm, repeat), groups in index order
+    block_jsons = [json.loads(block_file(run_dir, b).read_text()) for b in schedule]
+    rolled: dict[tuple[str, int], list[str]] = {}
+    for b, data in zip(schedule, block_jsons, strict=True):
+        rolled.setdefault((b.arm.name, b.repeat), []).extend(data["group_ids"])
+    tables = {}
+    for arm in arms:
+        for r in range(config.repeats):
+            tables[(arm.name, r)] = merge_parts(
+                arm_dir(run_dir, arm.name, r), sorted(rolled.get((arm.name, r), []))
+            )
+
+    # 7. score, report
+    from srollout.report.ab import write_ab_outputs
+
+    blocks = blocks_table(schedule, block_jsons)
+    table = ab_table(tables, blocks, schedule, block_jsons)
+    comparisons = [
+        compare_arms(
+            table,
+            blocks,
+            arm.name,
+            arm_seed_match(tables, arm, config),
+            gate=describe_gate(arm.gate_rule, arm.gate_K),
+            T_max=config.T_max,
+            repeats=config.repeats,
+            n_boot=config.n_boot,
+            seed=config.seed,
+        )
+        for arm in arms[1:]
+        if not arm.dapo
+    ]
+    matches = [
+        *comparisons,
+        *(ArmMatch(arm.name, arm_seed_match(tables, arm, config)) for arm in arms[1:] if arm.dapo),
+    ]
+    table = with_seed_match(table, matches, config.G)
+    table = table.select([*(c for c in table.columns if c not in NEW_AB_COLUMNS), *NEW_AB_COLUMNS])
+    summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config)
+    paths = write_ab_outputs(run_dir, config, table, blocks, comparisons, tables, arms=summary)
+    manifest.data["timings_s"].update(
+        warmup=round(roller.warm_s if roller else 0.0, 3),
+        timed_runs=round(float(blocks["wall_s"].sum()), 3),
+    )
+    outputs = [*paths.values(), *(p for t in tables.values() for p in t.values())]
+    manifest.complete(
+        outputs,
+        comparisons=[c.headline() for c in comparisons],
+        arms_summary=summary.to_dicts(),
+        wall_s_process=round(time.perf_counter() - t0, 3),
+    )
+    return AbResult(run_dir, paths, comparisons, summary)
+
+
+def block_data(
+    block: Block, run: BlockRun, workers: int, dist: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What ``block-<b>.json`` keeps of a timed run: its place in the schedule, the groups rolled
+    out (all rounds), the engine's totals, GRESO's skips and outcomes, DAPO's rounds."""
+    data = {
+        "order": block.order,
+        "repeat": block.repeat,
+        "block": block.block,
+        "arm": block.arm.name,
+        "group_ids": [r.group_id for r in run.records],
+        "summary": run.summary._asdict(),
+        "workers": workers,
+        "skipped_ids": run.skipped,
+        "hit_cap": run.hit_cap,
+        "n_useful": sum(map(is_useful, run.records)),
+        "rounds": [
+            {**rd._asdict(), "group_ids": ids}
+            for rd, ids in zip(run.rounds, run.round_ids, strict=True)
+        ],
+    }
+    if block.arm.greso:  # a cut group gave no gradient: it counts as zero-variance
+        data["greso_outcomes"] = [[r.spec.task.task_id, not is_useful(r)] for r in run.records]
+    if dist is not None:
+        data["dist"] = dist
+    return data
+
+
+def _record_greso(skipper: GresoSkipper, block: Block, data: dict[str, Any]) -> None:
+    for task_id, no_gradient in data.get("greso_outcomes", []):
+        skipper.record(task_id, block.repeat, bool(no_gradient))
+
+
+__all__: Sequence[str] = (
+    "AbResult",
+    "Block",
+    "BlockRun",
+    "build_arms",
+    "load_greso_history",
+    "make_schedule",
+    "run_ab_rollout",
+    "run_block",
+)

@@ -1,0 +1,111 @@
+"""What every stage that rolls groups out builds the same way from its rollout options
+(:class:`srollout.config.RolloutOptions`): the task set, the policy, the ReAct prompter, the
+environment factory and the gate.
+
+Not a stage: ``collect`` and ``ab-rollout`` both build their rollouts from here, so neither
+calls the other's internals. Heavy imports (torch, transformers, alfworld) stay inside the
+functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from srollout.config import RolloutOptions
+from srollout.errors import SrolloutError
+
+OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
+
+
+def load_tasks(name: str, difficulty: str = "small") -> list:
+    """The tasks of set ``name`` with rooms of ``difficulty`` (an unknown name is a
+    SrolloutError from the envs package)."""
+    from srollout.envs import load_task_set
+
+    tasks = list(load_task_set(name, difficulty))
+    if not tasks:
+        raise SrolloutError(f"task set {name!r} is empty")
+    return tasks
+
+
+def build_gate(config: RolloutOptions) -> tuple[Any, int]:
+    """(gate, K) of ``config``'s gate options: --gate gate.json (its own K) or rule --rule at
+    (--K, --d-L), the paper's (10, 0.12) where not given
+    (:func:`srollout.core.gate.resolve_gate`)."""
+    from srollout.core.gate import resolve_gate
+
+    return resolve_gate(
+        config.gate,
+        K=config.K,
+        d_L=config.d_L,
+        rule=config.rule,
+        t_high=config.t_high,
+        T_max=config.T_max,
+    )
+
+
+def build_policy(config: RolloutOptions) -> Any:
+    """The policy that acts: the LM (default policy or --model), the planner, or the noisy
+    planner."""
+    from srollout.policy import make_policy
+
+    return make_policy(
+        kind=config.policy,
+        model=config.model if config.model is not None else "default",
+        backend=config.backend,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        adapter=config.adapter,
+        noise=config.eps,
+        seed=config.seed,
+        base_url=config.base_url,
+    )
+
+
+def build_prompter(config: RolloutOptions) -> Any:
+    """The ReAct prompter, with the LM's own system prompt and user-turn template when its model
+    directory names them (the default policy is fine-tuned on a prompt of its own; see
+    ``srollout.envs.prompts.model_prompt``)."""
+    from srollout.rollout.react import ReactPrompter
+
+    if config.policy != "lm":
+        return ReactPrompter()
+    from srollout.policy import resolve_model
+
+    return ReactPrompter.for_model(
+        resolve_model(config.model if config.model is not None else "default")
+    )
+
+
+def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
+    """A callable making one real-engine ALFWorld environment (the engine reuses them)."""
+    from functools import partial
+
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    # The planner replans after every step; only the expert policies read its plan.
+    return partial(AlfworldEnv, expert_plan=config.policy != "lm")
+
+
+def for_workers(config: OptionsT) -> OptionsT:
+    """``config`` as Ray workers get it: with the transformers LM, the model directory resolved
+    (and the default policy built, if need be) here once rather than by every worker."""
+    if config.policy == "lm" and config.backend == "transformers":
+        from srollout.policy import resolve_model
+
+        return replace(
+            config, model=resolve_model(config.model if config.model is not None else "default")
+        )
+    return config
+
+
+__all__ = (
+    "build_env_factory",
+    "build_gate",
+    "build_policy",
+    "build_prompter",
+    "for_workers",
+    "load_tasks",
+)

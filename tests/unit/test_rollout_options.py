@@ -1,0 +1,116 @@
+"""One rollout-options type (srollout.config.RolloutOptions) and one CLI declaration of it
+(srollout.cli.rollout_options), shared by collect, ab-rollout and train-onpolicy."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from srollout.cli.rollout_options import (
+    ROLLOUT_OPTIONS,
+    RUN_OPTIONS,
+    config_values,
+    flag,
+    rollout_options,
+)
+from srollout.config import AbRolloutConfig, CollectConfig, RolloutOptions
+
+
+def test_collect_and_ab_rollout_share_the_rollout_fields_and_their_checks():
+    shared = [f.name for f in dataclasses.fields(RolloutOptions)]
+    assert shared == list(ROLLOUT_OPTIONS)
+    for cls in (CollectConfig, AbRolloutConfig):
+        assert issubclass(cls, RolloutOptions)
+        assert [f.name for f in dataclasses.fields(cls)][: len(shared)] == shared
+    # a stage restates a field only for its own default or help
+    assert (CollectConfig().groups, AbRolloutConfig().groups) == (100, 24)
+    # the shared checks run in both
+    for cls in (CollectConfig, AbRolloutConfig):
+        with pytest.raises(Exception, match="--G must be >= 2"):
+            cls(G=1)
+
+
+def test_flags_follow_the_field_names():
+    assert [flag(n) for n in ("T_max", "d_L", "signal_K", "top_p", "G")] == [
+        "--T-max",
+        "--d-L",
+        "--signal-K",
+        "--top-p",
+        "--G",
+    ]
+
+
+def test_config_values_apply_quick_and_parse_signal_K():
+    given = {"groups": None, "T_max": None, "signal_K": "2,4", "quick": False}
+    assert config_values(CollectConfig, given) == {
+        "groups": 100,
+        "T_max": 30,
+        "signal_K": (2, 4),
+        "quick": False,
+    }
+    assert config_values(AbRolloutConfig, given)["groups"] == 24
+    quick = config_values(CollectConfig, {**given, "quick": True})
+    assert (quick["groups"], quick["T_max"]) == (8, 15)
+    # an explicit value wins over --quick
+    assert config_values(CollectConfig, {**given, "quick": True, "groups": 3})["groups"] == 3
+
+
+def _app(**kw: Any) -> tuple[typer.Typer, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    app = typer.Typer()
+    names = ("G", "T_max", "signal_K", "gate", "quick")
+
+    @app.command()
+    @rollout_options(
+        CollectConfig, names, order=("T_max", "extra", "G", "signal_K", "gate", "quick"), **kw
+    )
+    def command(options: dict[str, Any], extra: int = 7) -> None:
+        seen.append({**options, "extra": extra})
+
+    return app, seen
+
+
+def test_the_decorator_declares_the_options_in_order_and_passes_them_as_one_dict():
+    app, seen = _app()
+    runner = CliRunner()
+    result = runner.invoke(app, ["--G", "4", "--T-max", "6", "--signal-K", "2,3", "--extra", "9"])
+    assert result.exit_code == 0, result.output
+    assert seen == [
+        {"G": 4, "T_max": 6, "signal_K": "2,3", "gate": None, "quick": False, "extra": 9}
+    ]
+    runner.invoke(app, [])
+    assert seen[1] == {
+        "G": 8,
+        "T_max": None,
+        "signal_K": "5,10,15,20",
+        "gate": None,
+        "quick": False,
+        "extra": 7,
+    }
+    text = runner.invoke(app, ["--help"], env={"COLUMNS": "200", "TERM": "dumb"}).output
+    order = [
+        text.index(f"{o} ")
+        for o in ("--T-max", "--extra", "--G", "--signal-K", "--gate", "--quick")
+    ]
+    assert order == sorted(order)
+    assert "[default: 30]" in text  # T_max's default depends on --quick: named in its help
+
+
+def test_an_order_that_misses_an_option_is_refused():
+    with pytest.raises(TypeError, match="order must list"):
+        rollout_options(CollectConfig, ("G", "T_max"), order=("G",))(lambda options: None)
+
+
+def test_preset_options_default_to_none():
+    app, seen = _app(from_preset=("G",))
+    CliRunner().invoke(app, [])
+    assert seen[0]["G"] is None
+
+
+def test_the_run_options_are_fields_of_every_rollout_stage():
+    for cls in (CollectConfig, AbRolloutConfig):
+        assert set(RUN_OPTIONS) <= {f.name for f in dataclasses.fields(cls)}
