@@ -211,7 +211,8 @@ def test_an_adapter_of_another_base_model_is_refused(tiny_policy, tmp_path):
     adapter = _adapter(tiny_policy, tmp_path / "tiny-adapter", 0)
     out = tmp_path / "run"
     res = srollout("collect", *SMALL, "--backend", "vllm", "--adapter", adapter, "--out", out)
-    assert res.returncode == 2 and "trained on" in res.stderr and "differ" in res.stderr, res.stderr
+    assert res.returncode == 2 and "q_proj.lora_A.weight is [8, 64]" in res.stderr, res.stderr
+    assert "trained on another base model (pass that model as --model)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
