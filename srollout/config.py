@@ -306,21 +306,6 @@ class CollectConfig(RolloutOptions):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
 
 
-# --- policy (srollout/policy) -----------------------------------------------------------------
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Which policy a stage rolls out and how it samples."""
-
-    kind: str = doc("lm", "Policy: `lm` (a language model), `expert` or `noisy-expert` (planner-driven).")
-    model: str = doc("default", "`default` (the default policy the package ships) or a local Hugging Face model directory.")
-    adapter: str | None = doc(None, "A peft LoRA adapter directory to load on top of the model.")
-    backend: str = doc("transformers", "`transformers` (CPU/GPU, KV cache) or `vllm` (GPU, extra `gpu`).")
-    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature (0 = greedy).")
-    top_p: float = doc(1.0, "Nucleus sampling mass.")
-    max_new_tokens: int = doc(64, "Cap on the tokens of one response.")
-    device: str = doc("cpu", "Torch device of the transformers backend (`cpu`, `cuda`).")
-
-
 # --- train-offpolicy / train-onpolicy (GRPO with the gate, §5.2–5.4) ---------------------------
 
 TRAIN_ARMS = ("baseline", "gated")
@@ -569,7 +554,6 @@ class GateFitConfig:
 # default policy rolls out in <= 30 min on 2 CPU cores (docs/ab-rollout.md has the arithmetic).
 AB_GROUPS = 24
 AB_BLOCKS = 2
-AB_POLICIES = COLLECT_POLICIES
 AB_ARMS = ("baseline", "gated")
 
 
