@@ -59,6 +59,11 @@ def _check_unit(values: tuple[float, ...], option: str) -> None:
         raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")
 
 
+def _check_choice(value: str, choices: Any, option: str) -> None:
+    if value not in choices:
+        raise SrolloutError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class AnalyzeConfig:
     """`srollout analyze`: how well mid-rollout divergence predicts zero-variance groups."""
@@ -114,10 +119,7 @@ class SweepConfig:
         if not self.d_L_grid:
             raise SrolloutError("--d-L-grid: the grid is empty")
         _check_unit(tuple(self.d_L_grid), "--d-L-grid")
-        if self.rule not in SWEEP_RULES:
-            raise SrolloutError(
-                f"--rule: expected one of {', '.join(SWEEP_RULES)}, got {self.rule!r}"
-            )
+        _check_choice(self.rule, SWEEP_RULES, "--rule")
         if self.rule != "r1":
             if not self.t_high_grid:
                 raise SrolloutError("--t-high-grid: the grid is empty")
@@ -201,6 +203,28 @@ DIFFICULTY_HELP = (
 )
 
 
+def _check_group_size(G: int) -> None:
+    if G < 2:
+        raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {G}")
+
+
+def _check_concurrency(concurrency: int, G: int) -> None:
+    if concurrency < G:
+        raise SrolloutError(
+            f"--concurrency ({concurrency}) must be >= --G ({G}): a group starts "
+            "only when all G trajectories fit"
+        )
+
+
+def _check_backend(backend: str, base_url: str | None) -> None:
+    _check_choice(backend, COLLECT_BACKENDS, "--backend")
+    if (backend == "vllm-server") != (base_url is not None):
+        raise SrolloutError(
+            "--base-url goes with --backend vllm-server, and --backend vllm-server needs "
+            "--base-url"
+        )
+
+
 @dataclass(frozen=True)
 class RolloutOptions:
     """The rollout options shared by every stage that rolls groups out (``collect``,
@@ -256,37 +280,20 @@ class RolloutOptions:
         """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
         if self.groups < 1:
             raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
-        if self.G < 2:
-            raise SrolloutError(
-                f"--G must be >= 2 (a group of one has no reward variance), got {self.G}"
-            )
+        _check_group_size(self.G)
         if self.T_max < 1:
             raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
         if not self.temperature >= 0.0:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
-        if self.policy not in ROLLOUT_POLICIES:
-            raise SrolloutError(
-                f"--policy: expected one of {', '.join(ROLLOUT_POLICIES)}, got {self.policy!r}"
-            )
-        if self.backend not in COLLECT_BACKENDS:
-            raise SrolloutError(
-                f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}"
-            )
-        if (self.backend == "vllm-server") != (self.base_url is not None):
-            raise SrolloutError(
-                "--base-url goes with --backend vllm-server, and --backend vllm-server needs "
-                "--base-url"
-            )
+        _check_choice(self.policy, ROLLOUT_POLICIES, "--policy")
+        _check_backend(self.backend, self.base_url)
         _check_unit((self.eps,), "--eps")
         from srollout.envs.gen import DIFFICULTIES
         from srollout.envs.tasks import OFFICIAL_SPLITS
 
-        if self.difficulty not in DIFFICULTIES:
-            raise SrolloutError(
-                f"--difficulty: expected one of {', '.join(DIFFICULTIES)}, got {self.difficulty!r}"
-            )
+        _check_choice(self.difficulty, DIFFICULTIES, "--difficulty")
         if self.difficulty != "small" and self.tasks in OFFICIAL_SPLITS:
             raise SrolloutError(
                 f"--difficulty sizes the generated task sets; the official split {self.tasks!r} "
@@ -308,10 +315,7 @@ class RolloutOptions:
                 raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
         if self.d_L is not None:
             _check_unit((self.d_L,), "--d-L")
-        if self.rule not in GATE_RULES:
-            raise SrolloutError(
-                f"--rule: expected one of {', '.join(GATE_RULES)}, got {self.rule!r}"
-            )
+        _check_choice(self.rule, GATE_RULES, "--rule")
         if self.t_high is not None:
             _check_unit((self.t_high,), "--t-high")
         if self.rule == "r3" and self.t_high is None and self.gate is None:
@@ -333,11 +337,7 @@ class CollectConfig(RolloutOptions):
     def __post_init__(self) -> None:
         self._check_rollout()
         _check_K(tuple(self.signal_K), "--signal-K")
-        if self.concurrency < self.G:
-            raise SrolloutError(
-                f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts "
-                "only when all G trajectories fit"
-            )
+        _check_concurrency(self.concurrency, self.G)
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
 
@@ -371,11 +371,7 @@ def _check_training(cfg: Any) -> None:
         )
     if not cfg.lora_targets:
         raise SrolloutError("--lora-targets: give at least one module name")
-    if cfg.denominator not in LOSS_DENOMINATOR_CHOICES:
-        raise SrolloutError(
-            f"--denominator: expected one of {', '.join(LOSS_DENOMINATOR_CHOICES)}, got "
-            f"{cfg.denominator!r}"
-        )
+    _check_choice(cfg.denominator, LOSS_DENOMINATOR_CHOICES, "--denominator")
     if cfg.denominator == "constant" and not (cfg.denominator_constant or 0) > 0:
         raise SrolloutError("--denominator constant needs --denominator-constant > 0")
     if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
@@ -386,8 +382,7 @@ def _check_training(cfg: Any) -> None:
         raise SrolloutError(f"--micro-batch must be >= 1, got {cfg.micro_batch}")
     _check_K((cfg.K,), "--K")
     _check_unit((cfg.d_L,), "--d-L")
-    if cfg.rule not in GATE_RULES:
-        raise SrolloutError(f"--rule: expected one of {', '.join(GATE_RULES)}, got {cfg.rule!r}")
+    _check_choice(cfg.rule, GATE_RULES, "--rule")
     if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
         raise SrolloutError("--rule r3 needs --t-high")
     if cfg.t_high is not None:
@@ -530,10 +525,7 @@ class TrainOnpolicyConfig:
     def __post_init__(self) -> None:
         if not self.seeds:
             raise SrolloutError("--seeds: give at least one seed")
-        if self.preset not in ONPOLICY_PRESETS:
-            raise SrolloutError(
-                f"--preset: expected one of {', '.join(ONPOLICY_PRESETS)}, got {self.preset!r}"
-            )
+        _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
         sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks",
                  "max_new_tokens")
         for name in sizes:
@@ -541,10 +533,7 @@ class TrainOnpolicyConfig:
                 raise SrolloutError(
                     f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
                 )
-        if self.G < 2:
-            raise SrolloutError(
-                f"--G must be >= 2 (a group of one has no reward variance), got {self.G}"
-            )
+        _check_group_size(self.G)
         if self.T_max < 1:
             raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
         if self.K > self.T_max:
@@ -565,24 +554,13 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
-        if self.backend not in COLLECT_BACKENDS:
-            raise SrolloutError(
-                f"--backend: expected one of {', '.join(COLLECT_BACKENDS)}, got {self.backend!r}"
-            )
-        if (self.backend == "vllm-server") != (self.base_url is not None):
-            raise SrolloutError(
-                "--base-url goes with --backend vllm-server, and --backend vllm-server needs "
-                "--base-url"
-            )
+        _check_backend(self.backend, self.base_url)
         _check_training(self)
 
     @classmethod
     def from_preset(cls, preset: str = "default", **overrides: Any) -> TrainOnpolicyConfig:
         """The preset's values, then every override that is not None."""
-        if preset not in ONPOLICY_PRESETS:
-            raise SrolloutError(
-                f"--preset: expected one of {', '.join(ONPOLICY_PRESETS)}, got {preset!r}"
-            )
+        _check_choice(preset, ONPOLICY_PRESETS, "--preset")
         given = {k: v for k, v in overrides.items() if v is not None}
         values = {**ONPOLICY_PRESETS[preset], **given}
         return cls(preset=preset, **values)
@@ -706,11 +684,7 @@ class AbRolloutConfig(RolloutOptions):
                 f"--blocks must lie in [1, --groups={self.groups}], got {self.blocks}"
             )
         _check_K(tuple(self.signal_K), "--signal-K")
-        if self.concurrency < self.G:
-            raise SrolloutError(
-                f"--concurrency ({self.concurrency}) must be >= --G ({self.G}): a group starts "
-                "only when all G trajectories fit"
-            )
+        _check_concurrency(self.concurrency, self.G)
         if self.n_boot < 1:
             raise SrolloutError(f"--n-boot must be >= 1, got {self.n_boot}")
         if self.overwrite and self.resume:
