@@ -1,0 +1,60 @@
+"""One frozen dataclass per stage. Defaults are the paper's.
+
+Each field is documented once, in the ``metadata["help"]`` of the field; the Typer options of
+``srollout.cli`` take their help text from there (``help_for``), so CLI and library agree.
+Paper defaults: K=10, d_L=0.12, G=8, T_max=30, temperature 0.7, precision floor 0.80.
+"""
+
+# One module per group of stages; every name is importable from ``srollout.config``.
+from srollout.config.analysis import (  # noqa: F401
+    SWEEP_RULES,
+    AnalyzeConfig,
+    GateFitConfig,
+    SweepConfig,
+)
+from srollout.config.common import (  # noqa: F401
+    PAPER_D_L,
+    PAPER_G,
+    PAPER_K,
+    PAPER_K_VALUES,
+    PAPER_PRECISION_FLOOR,
+    PAPER_T_MAX,
+    PAPER_TEMPERATURE,
+    _check_choice,
+    _check_K,
+    _check_unit,
+    _finite,
+    doc,
+    help_for,
+    parse_grid,
+    parse_int_list,
+    parse_names,
+    parse_seeds,
+)
+from srollout.config.rollout import (  # noqa: F401
+    AB_ARMS,
+    AB_BLOCKS,
+    AB_GROUPS,
+    COLLECT_BACKENDS,
+    COLLECT_POLICIES,
+    DIFFICULTY_HELP,
+    GATE_RULES,
+    QUICK_GROUPS,
+    QUICK_T_MAX,
+    ROLLOUT_POLICIES,
+    AbRolloutConfig,
+    CollectConfig,
+    DistConfig,
+    RolloutOptions,
+    _check_backend,
+    _check_concurrency,
+    _check_group_size,
+)
+from srollout.config.training import (  # noqa: F401
+    LOSS_DENOMINATOR_CHOICES,
+    ONPOLICY_PRESETS,
+    TRAIN_ARMS,
+    TrainOffpolicyConfig,
+    TrainOnpolicyConfig,
+    _check_training,
+)

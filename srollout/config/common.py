@@ -1,0 +1,127 @@
+"""The paper's defaults and the helpers every stage config uses: ``doc`` (a field with its help
+text), ``help_for`` (that text, for the CLI), the option checks and parsers."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Any
+
+from srollout.errors import SrolloutError
+
+# The paper's operating point and rollout settings (Table "Hyperparameters").
+PAPER_K = 10
+PAPER_D_L = 0.12
+PAPER_G = 8
+PAPER_T_MAX = 30
+PAPER_TEMPERATURE = 0.7
+PAPER_PRECISION_FLOOR = 0.80
+PAPER_K_VALUES = (5, 10, 15, 20)
+
+
+def doc(default: Any, help: str, **kw: Any) -> Any:
+    """A dataclass field with its help text attached."""
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+def help_for(config_cls: type, name: str) -> str:
+    """The help text of ``config_cls.name`` (used by the CLI option of the same name)."""
+    for f in dataclasses.fields(config_cls):
+        if f.name == name:
+            return f.metadata.get("help", "")
+    raise KeyError(f"{config_cls.__name__} has no field {name}")
+
+
+# --- stage configs are appended below, one frozen dataclass per stage -------------------------
+
+
+# --- analyze / sweep (offline stages of §4.2–4.4) ----------------------------------------------
+
+
+def _check_K(values: tuple[int, ...], option: str) -> None:
+    if not values:
+        raise SrolloutError(f"{option}: give at least one K")
+    bad = [k for k in values if k < 1]
+    if bad:
+        raise SrolloutError(f"{option}: K must be >= 1, got {bad[0]}")
+
+
+def _check_unit(values: tuple[float, ...], option: str) -> None:
+    bad = [v for v in values if not 0.0 <= v <= 1.0]
+    if bad:
+        raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")
+
+
+def _check_choice(value: str, choices: Any, option: str) -> None:
+    if value not in choices:
+        raise SrolloutError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def parse_int_list(text: str, option: str) -> tuple[int, ...]:
+    """``"5,10,15"`` -> ``(5, 10, 15)``; one clear SrolloutError on anything else."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise SrolloutError(
+            f"{option}: expected integers separated by commas, got {text!r}"
+        ) from None
+    if len(set(values)) != len(values):
+        raise SrolloutError(f"{option}: repeated value in {text!r}")
+    return values
+
+
+def parse_grid(text: str, option: str) -> tuple[float, ...]:
+    """A float grid: ``"start:stop:step"`` (stop included within float tolerance) or ``"a,b,c"``.
+
+    ``"0.05:0.18:0.01"`` -> (0.05, 0.06, ..., 0.18), 14 values, each rounded to 10 decimals so
+    that 0.05 + 7*0.01 prints (and compares) as 0.12. Raises SrolloutError naming ``option``.
+    """
+    text = str(text).strip()
+    malformed = (
+        f"{option}: malformed grid {text!r}; use start:stop:step (e.g. 0.05:0.18:0.01) "
+        "or a comma list"
+    )
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 3:
+                raise SrolloutError(malformed)
+            start, stop, step = (float(p) for p in parts)
+            if not step > 0 or stop < start or not all(map(_finite, (start, stop, step))):
+                raise SrolloutError(malformed)
+            n = int((stop - start) / step + 1e-9) + 1
+            if n > 100_000:
+                raise SrolloutError(f"{option}: grid {text!r} has {n} points; use a coarser step")
+            values = [round(start + i * step, 10) for i in range(n)]
+        else:
+            values = [float(p) for p in text.split(",")]
+            if not all(map(_finite, values)):
+                raise SrolloutError(malformed)
+    except ValueError:
+        raise SrolloutError(malformed) from None
+    if len(set(values)) != len(values):
+        raise SrolloutError(f"{option}: repeated value in {text!r}")
+    return tuple(values)
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"7,13,23,42"`` -> (7, 13, 23, 42): distinct integers >= 0, else one SrolloutError."""
+    seeds = parse_int_list(text, "--seeds")
+    if any(s < 0 for s in seeds):
+        raise SrolloutError(f"--seeds: seeds must be >= 0, got {text!r}")
+    return seeds
+
+
+def parse_names(text: str, option: str) -> tuple[str, ...]:
+    """``"q_proj, v_proj"`` -> ("q_proj", "v_proj"); empty items are an error."""
+    names = tuple(p.strip() for p in str(text).split(","))
+    if not names or any(not n for n in names):
+        raise SrolloutError(f"{option}: expected names separated by commas, got {text!r}")
+    return names

@@ -1,0 +1,305 @@
+"""The configs of the stages that roll groups out: the shared :class:`RolloutOptions`,
+``collect``, ``ab-rollout``, and ``--workers`` (:class:`DistConfig`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from srollout.config.common import (
+    PAPER_G,
+    PAPER_K_VALUES,
+    PAPER_T_MAX,
+    PAPER_TEMPERATURE,
+    _check_choice,
+    _check_K,
+    _check_unit,
+    doc,
+)
+from srollout.errors import SrolloutError
+
+# --- collect (the rollout engine, §3 data collection) ------------------------------------------
+
+COLLECT_POLICIES = ("lm", "expert", "noisy-expert")
+COLLECT_BACKENDS = ("transformers", "vllm", "vllm-server")
+GATE_RULES = ("r1", "r3")
+ROLLOUT_POLICIES = COLLECT_POLICIES
+# `--quick`: a one-minute look (groups and T_max not given explicitly take these).
+QUICK_GROUPS = 8
+QUICK_T_MAX = 15
+
+
+DIFFICULTY_HELP = (
+    "Room size of the generated task sets: small (<= 6 receptacles; the default policy's), medium "
+    "(10), large (16) or full (the whole FloorPlan); official splits have their own rooms."
+)
+
+
+def _check_group_size(G: int) -> None:
+    if G < 2:
+        raise SrolloutError(f"--G must be >= 2 (a group of one has no reward variance), got {G}")
+
+
+def _check_concurrency(concurrency: int, G: int) -> None:
+    if concurrency < G:
+        raise SrolloutError(
+            f"--concurrency ({concurrency}) must be >= --G ({G}): a group starts "
+            "only when all G trajectories fit"
+        )
+
+
+def _check_backend(backend: str, base_url: str | None) -> None:
+    _check_choice(backend, COLLECT_BACKENDS, "--backend")
+    if (backend == "vllm-server") != (base_url is not None):
+        raise SrolloutError(
+            "--base-url goes with --backend vllm-server, and --backend vllm-server needs "
+            "--base-url"
+        )
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """The rollout options shared by every stage that rolls groups out (``collect``,
+    ``ab-rollout``): sizes, sampling, who acts, the model, the task set, the gate, the recorded
+    signals, the concurrency, and their checks. A stage's config extends it, restating a field only
+    to give it its own default or help. The CLI declares them once
+    (``srollout.cli.rollout_options``) and ``srollout.stages.rollout_setup`` builds tasks,
+    policy, environments and gate from them.
+    ``TrainOnpolicyConfig`` does not extend it: its rollout fields come from a preset, with a
+    concrete K and d_L and no seed, policy kind or task set of this kind.
+    """
+
+    groups: int = doc(100, "Groups (tasks) to roll out; group i plays task i of the task set, "
+                      "repeated with fresh seeds past its end.")
+    G: int = doc(PAPER_G, "Trajectories per group (group size G).")
+    T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max); a trajectory that reaches it "
+                     "ends with ended_by=max_steps.")
+    temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy (>= 0).")
+    top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy, in (0, 1].")
+    seed: int = doc(0, "Run seed; every trajectory's sampling and environment seeds derive from "
+                    "(seed, group, traj_idx).")
+    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the "
+                             "default policy the package ships.")
+    adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
+    backend: str = doc("transformers", "LM backend: transformers, vllm (in this process; `make "
+                       "setup-vllm`) or vllm-server (a running server at --base-url).")
+    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server, e.g. "
+                               "http://127.0.0.1:8000.")
+    tasks: str = doc("eval", "Task set to draw groups from: train, eval or heldout (generated), or "
+                     "an official ALFWorld split when $ALFWORLD_DATA is set.")
+    difficulty: str = doc("small", DIFFICULTY_HELP)
+    policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the "
+                      "planner with --eps random actions).")
+    eps: float = doc(0.3, "Probability, in [0, 1], of a random admissible action per step for "
+                     "--policy noisy-expert.")
+    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) to apply at its step K; off "
+                            "by default, so outcomes are complete.")
+    K: int | None = doc(None, "Turn the gate on at step K (with d_L 0.12 and rule r1 unless "
+                        "given).")
+    d_L: float | None = doc(None, "Gate threshold d_L in [0, 1]: cut a group iff d_K < d_L (rule "
+                            "r1); turns the gate on.")
+    rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
+    t_high: float | None = doc(None, "Termination-fraction threshold t_high in [0, 1] of rule r3.")
+    signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are "
+                                    "recorded for every group (comma list; K > T_max is dropped).")
+    concurrency: int = doc(64, "Most trajectories in flight at once (a new group starts when G "
+                           "slots are free).")
+
+    def __post_init__(self) -> None:
+        self._check_rollout()
+
+    def _check_rollout(self) -> None:
+        """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
+        if self.groups < 1:
+            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
+        _check_group_size(self.G)
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if not self.temperature >= 0.0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
+        _check_choice(self.policy, ROLLOUT_POLICIES, "--policy")
+        _check_backend(self.backend, self.base_url)
+        _check_unit((self.eps,), "--eps")
+        from srollout.envs.gen import DIFFICULTIES
+        from srollout.envs.tasks import OFFICIAL_SPLITS
+
+        _check_choice(self.difficulty, DIFFICULTIES, "--difficulty")
+        if self.difficulty != "small" and self.tasks in OFFICIAL_SPLITS:
+            raise SrolloutError(
+                f"--difficulty sizes the generated task sets; the official split {self.tasks!r} "
+                "has its own rooms"
+            )
+        if self.model is not None and str(self.model) != "default":
+            if not Path(self.model).is_dir():
+                raise SrolloutError(f"--model {self.model}: no such model directory")
+        if self.adapter is not None and not Path(self.adapter).is_dir():
+            raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
+        explicit = self.K is not None or self.d_L is not None or self.t_high is not None
+        if self.gate is not None and explicit:
+            raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
+        if self.gate is not None and not Path(self.gate).is_file():
+            raise SrolloutError(f"--gate {self.gate}: no such file")
+        if self.K is not None:
+            _check_K((self.K,), "--K")
+            if self.K > self.T_max:
+                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if self.d_L is not None:
+            _check_unit((self.d_L,), "--d-L")
+        _check_choice(self.rule, GATE_RULES, "--rule")
+        if self.t_high is not None:
+            _check_unit((self.t_high,), "--t-high")
+        if self.rule == "r3" and self.t_high is None and self.gate is None:
+            raise SrolloutError("--rule r3 needs --t-high")
+
+
+@dataclass(frozen=True)
+class CollectConfig(RolloutOptions):
+    """`srollout collect`: roll out G trajectories per task; record steps, outcomes and signals."""
+
+    out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out: finished groups are kept, the rest "
+                       "rolled out.")
+    quick: bool = doc(False,
+                      f"A one-minute look: {QUICK_GROUPS} groups and T_max {QUICK_T_MAX} unless "
+                      "given explicitly.")
+
+    def __post_init__(self) -> None:
+        self._check_rollout()
+        _check_K(tuple(self.signal_K), "--signal-K")
+        _check_concurrency(self.concurrency, self.G)
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+
+    @property
+    def gate_on(self) -> bool:
+        """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
+        explicit = self.K is not None or self.d_L is not None or self.t_high is not None
+        return self.gate is not None or explicit or self.rule != "r1"
+
+    def resume_key(self) -> dict[str, Any]:
+        """Fields that must match for --resume to continue a run (all but where/how to write)."""
+        # base_url: a server may move between runs
+        skip = {"out", "overwrite", "resume", "concurrency", "base_url"}
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
+
+
+# --- ab-rollout (Tier 1: the matched-seed wall-clock A/B, paper §5.1) --------------------------
+
+# The default task count: 24 tasks of `eval` x 2 arms at G=8, T_max=30 is what the embedded
+# default policy rolls out in <= 30 min on 2 CPU cores (docs/ab-rollout.md has the arithmetic).
+AB_GROUPS = 24
+AB_BLOCKS = 2
+AB_ARMS = ("baseline", "gated")
+
+
+@dataclass(frozen=True)
+class AbRolloutConfig(RolloutOptions):
+    """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate
+    (:class:`RolloutOptions`, some restated with the A/B's own default or help)."""
+
+    groups: int = doc(AB_GROUPS, "Tasks (groups) per arm; group i plays task i of the task set, "
+                      "with the same seeds in every arm.")
+    tasks: str = doc("eval", "Task set to draw the tasks from: train, eval or heldout (generated), "
+                     "or an official ALFWorld split when $ALFWORLD_DATA is set.")
+    T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
+    seed: int = doc(0, "Run seed; every trajectory's seeds derive from (seed, group, traj_idx), "
+                    "identical in every arm.")
+    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) for the gated arm; default: "
+                            "rule r1 at (K, d_L) = (10, 0.12).")
+    K: int | None = doc(None, "Gate step K of the gated arm (default 10).")
+    d_L: float | None = doc(None, "Gate threshold d_L in [0, 1] of the gated arm: cut a group iff "
+                            "d_K < d_L (default 0.12).")
+    repeats: int = doc(3, "Repeat the whole A/B R times with the same seeds, the arms swapping "
+                       "order every repeat; the wall-clock CI is over the blocks × repeats timed "
+                       "pairs (default 2 × 3 = 6).")
+    blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; the arms alternate over blocks in "
+                      "ABBA order, so machine drift favours neither.")
+    concurrency: int = doc(64, "Most trajectories in flight at once, the same in every arm (a "
+                           "group starts when G slots are free).")
+    warmup: bool = doc(True, "Before timing, load every task's game and roll a throw-away batch to "
+                       "T_max, so neither arm pays start-up costs.")
+    n_boot: int = doc(1_000, "Bootstrap resamples over tasks for the confidence intervals (the "
+                      "paper used 1,000).")
+    figures: bool = doc(True, "Save the PNG figures (per-task time by arm, the saving decomposed).")
+    out: Path | None = doc(None, "Run directory to write (default runs/ab-rollout-<UTC "
+                           "timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out: finished (arm, repeat, block) runs are "
+                       "kept with their timings.")
+    quick: bool = doc(False,
+                      f"A short look: {QUICK_GROUPS} tasks and T_max {QUICK_T_MAX} unless given "
+                      "explicitly.")
+    arms: tuple[str, ...] = doc(AB_ARMS, "Arms to compare (comma list of baseline, gated, dapo, "
+                                "greso, gated+dapo, gated+greso); baseline is required.")
+    dapo_max_rounds: int = doc(3, "DAPO arms: most extra rollout rounds per block, after which the "
+                               "block keeps the useful groups it has.")
+    greso_p_explore: float = doc(0.5, "GRESO arms: a task whose last z groups were zero-variance "
+                                 "is still rolled out with probability p^z.")
+    greso_history: Path | None = doc(None, "GRESO arms: groups.parquet (or a run directory holding "
+                                     "one) counted as each task's history before repeat 0.")
+
+    def __post_init__(self) -> None:
+        self._check_rollout()
+        if self.rule == "r1" and self.t_high is not None:
+            raise SrolloutError("--t-high is only used by --rule r3")
+        if self.repeats < 1:
+            raise SrolloutError(f"--repeats must be >= 1, got {self.repeats}")
+        if not 1 <= self.blocks <= self.groups:
+            raise SrolloutError(
+                f"--blocks must lie in [1, --groups={self.groups}], got {self.blocks}"
+            )
+        _check_K(tuple(self.signal_K), "--signal-K")
+        _check_concurrency(self.concurrency, self.G)
+        if self.n_boot < 1:
+            raise SrolloutError(f"--n-boot must be >= 1, got {self.n_boot}")
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+        from srollout.core.arms import parse_arms
+
+        try:
+            names = tuple(a.name for a in parse_arms(tuple(self.arms)))
+        except SrolloutError as err:
+            raise SrolloutError(f"--arms: {err}") from None
+        if "baseline" not in names:
+            raise SrolloutError(
+                "--arms must include baseline (every arm is judged against it), got "
+                f"{','.join(names)!r}"
+            )
+        object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
+        if self.dapo_max_rounds < 0:
+            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
+        if not 0.0 <= self.greso_p_explore <= 1.0:
+            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        if self.greso_history is not None and not Path(self.greso_history).exists():
+            raise SrolloutError(f"--greso-history {self.greso_history}: no such file or directory")
+
+    def resume_key(self) -> dict[str, Any]:
+        """Fields that must match for --resume (all but where/how to write and the report knobs)."""
+        skip = {"out", "overwrite", "resume", "n_boot", "figures", "warmup", "base_url"}
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """`--workers N` (collect, train-onpolicy): scale out on Ray (extra `dist`).
+
+    Not part of a run's resume key.
+    """
+
+    workers: int = doc(1, "Parallel workers: 1 runs in this process; N > 1 runs on Ray (extra "
+                       "`dist`), in $RAY_ADDRESS or a local cluster of N CPUs.")
+    chunk_groups: int | None = doc(None, "Groups a rollout worker takes at a time (default: twice "
+                                   "its groups in flight, concurrency // G).")
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise SrolloutError(f"--workers must be >= 1, got {self.workers}")
+        if self.chunk_groups is not None and self.chunk_groups < 1:
+            raise SrolloutError(f"chunk_groups must be >= 1, got {self.chunk_groups}")

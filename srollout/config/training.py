@@ -1,0 +1,237 @@
+"""The configs of ``train-offpolicy`` and ``train-onpolicy`` (with its presets)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from srollout.config.common import (
+    PAPER_D_L,
+    PAPER_G,
+    PAPER_K,
+    PAPER_TEMPERATURE,
+    _check_choice,
+    _check_K,
+    _check_unit,
+    doc,
+)
+from srollout.config.rollout import GATE_RULES, _check_backend, _check_group_size
+from srollout.errors import SrolloutError
+
+# --- train-offpolicy / train-onpolicy (GRPO with the gate, §5.2–5.4) ---------------------------
+
+TRAIN_ARMS = ("baseline", "gated")
+LOSS_DENOMINATOR_CHOICES = ("paper", "token_mean", "seq_mean", "constant")
+
+
+def _check_training(cfg: Any) -> None:
+    """Checks shared by both training configs (lr, LoRA, loss denominator, gate)."""
+    if not cfg.lr > 0:
+        raise SrolloutError(f"--lr must be > 0, got {cfg.lr}")
+    if cfg.lora_r < 1 or cfg.lora_alpha < 1:
+        raise SrolloutError(
+            f"--lora-r and --lora-alpha must be >= 1, got {cfg.lora_r}, {cfg.lora_alpha}"
+        )
+    if not cfg.lora_targets:
+        raise SrolloutError("--lora-targets: give at least one module name")
+    _check_choice(cfg.denominator, LOSS_DENOMINATOR_CHOICES, "--denominator")
+    if cfg.denominator == "constant" and not (cfg.denominator_constant or 0) > 0:
+        raise SrolloutError("--denominator constant needs --denominator-constant > 0")
+    if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
+        raise SrolloutError(f"--clip-eps must lie in (0, 1), got {cfg.clip_eps}")
+    if cfg.kl_coef < 0:
+        raise SrolloutError(f"--kl-coef must be >= 0, got {cfg.kl_coef}")
+    if cfg.micro_batch < 1:
+        raise SrolloutError(f"--micro-batch must be >= 1, got {cfg.micro_batch}")
+    _check_K((cfg.K,), "--K")
+    _check_unit((cfg.d_L,), "--d-L")
+    _check_choice(cfg.rule, GATE_RULES, "--rule")
+    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
+        raise SrolloutError("--rule r3 needs --t-high")
+    if cfg.t_high is not None:
+        _check_unit((cfg.t_high,), "--t-high")
+    if cfg.gate is not None and not Path(cfg.gate).is_file():
+        raise SrolloutError(f"--gate {cfg.gate}: no such file")
+    if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
+        raise SrolloutError(f"--model {cfg.model}: no such model directory")
+
+
+@dataclass(frozen=True)
+class TrainOffpolicyConfig:
+    """`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated (Tier 2)."""
+
+    buffer: Path = doc(Path("."), "A `collect` run directory (un-gated, LM policy: trajectories "
+                       "with token_ids/action_mask).")
+    steps: int = doc(20, "GRPO steps per arm.")
+    groups_per_step: int = doc(4, "Groups sampled from the buffer per step (the same groups in "
+                               "both arms).")
+    turns_per_traj: int = doc(8, "Most action turns sampled per trajectory (an item is one "
+                              "trajectory x one action turn).")
+    max_items: int = doc(128, "Most items per step; turns per trajectory = min(--turns-per-traj, "
+                         "max_items // (groups_per_step*G)), so 256 gives the paper's 8.")
+    lr: float = doc(5e-5, "AdamW learning rate (paper: 5e-5).")
+    lora_r: int = doc(8, "LoRA rank (paper Tier 2: 8).")
+    lora_alpha: int = doc(16, "LoRA alpha (paper Tier 2: 16).")
+    lora_targets: tuple[str, ...] = doc(("q_proj", "v_proj"), "LoRA target modules (comma list; "
+                                        "paper Tier 2: q_proj,v_proj).")
+    denominator: str = doc("paper", "Loss denominator: paper (1/N trajectories), token_mean, "
+                           "seq_mean or constant.")
+    denominator_constant: float | None = doc(None, "The constant of --denominator constant (Dr. "
+                                             "GRPO style).")
+    clip_eps: float | None = doc(None, "PPO ratio clipping epsilon in (0, 1) (off by default, as "
+                                 "in the paper).")
+    kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (0 = off, as in the paper).")
+    gate: Path | None = doc(None, "gate.json from `srollout sweep` (else --K/--d-L/--rule).")
+    K: int = doc(PAPER_K, "Gate step K.")
+    d_L: float = doc(PAPER_D_L, "Gate threshold d_L (rule r1: cut iff d_K < d_L).")
+    rule: str = doc("r1", "Gate rule: r1 or r3.")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    seed: int = doc(42, "Seed of the group/turn sampling and of the LoRA init (paper Tier 2: 42).")
+    model: Path | None = doc(None, "Model directory the buffer was collected with (default: the "
+                             "one in its manifest).")
+    micro_batch: int = doc(8, "Trajectories per forward/backward chunk (gradients accumulate; the "
+                           "step is the same).")
+    out: Path | None = doc(None, "Run directory to write (default runs/train-offpolicy-<UTC "
+                           "timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+
+    def __post_init__(self) -> None:
+        if not Path(self.buffer).is_dir():
+            raise SrolloutError(
+                f"BUFFER {self.buffer}: not a directory (give a `srollout collect` run directory)"
+            )
+        for name in ("steps", "groups_per_step", "turns_per_traj", "max_items"):
+            if getattr(self, name) < 1:
+                raise SrolloutError(
+                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+                )
+        _check_training(self)
+
+
+# Presets of `train-onpolicy` (values a run takes unless an option is given explicitly).
+ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's Tier 3: 60 iterations x 10 prompts, G=8, T_max=30, eval every 10 on 50 tasks.
+    "paper": dict(iterations=60, prompts_per_iter=10, G=8, T_max=30, eval_every=10, n_eval=50,
+                  train_tasks=1000, K=PAPER_K, lr=5e-5, max_new_tokens=64, denominator="paper"),
+    # Fits 2 CPU cores with the embedded default policy (both arms of one seed in <= 45 min)
+    # and learns; how it was chosen (seq_mean against the paper's denominator, 2026-11-24):
+    # docs/training.md. Held-out = `eval`, the paper's valid_seen protocol.
+    "default": dict(iterations=40, prompts_per_iter=8, G=8, T_max=20, eval_every=10, n_eval=100,
+                    train_tasks=200, K=PAPER_K, lr=2e-4, max_new_tokens=48, denominator="seq_mean"),
+    # Seconds, for tests and a first look (any model; T_max and K small).
+    "tiny": dict(iterations=3, prompts_per_iter=2, G=4, T_max=4, eval_every=2, n_eval=3,
+                 train_tasks=6, K=2, lr=1e-3, max_new_tokens=16, eval_set="heldout"),
+}
+
+
+@dataclass(frozen=True)
+class TrainOnpolicyConfig:
+    """`srollout train-onpolicy`: GRPO per seed, baseline vs gated, held-out eval (Tier 3)."""
+
+    seeds: tuple[int, ...] = doc((7, 13, 23, 42), "Seeds (comma list); each runs both arms, one "
+                                 "seed after another.")
+    preset: str = doc("default", "Values of the options not given: default (2 CPU cores, default "
+                      "policy), tiny (seconds) or paper (Tier 3).")
+    iterations: int = doc(40, "On-policy iterations per arm.")
+    prompts_per_iter: int = doc(8, "Prompts (groups) sampled per iteration (the same in both "
+                                "arms).")
+    G: int = doc(PAPER_G, "Trajectories per group.")
+    T_max: int = doc(20, "Step limit per trajectory (training and evaluation).")
+    temperature: float = doc(PAPER_TEMPERATURE, "Rollout sampling temperature (evaluation is "
+                             "greedy).")
+    eval_every: int = doc(10, "Greedy held-out evaluation every E iterations (and at iteration 0 "
+                          "and the last).")
+    n_eval: int = doc(100, "Held-out tasks evaluated (the first n of the held-out set).")
+    train_tasks: int = doc(200, "Size of the training task pool prompts are sampled from.")
+    train_set: str = doc("train", "Task set of the training prompts.")
+    eval_set: str = doc("eval", "Task set of the held-out evaluation: eval (new tasks in the "
+                        "training scenes, the paper's valid_seen) or heldout (unseen scenes).")
+    lr: float = doc(2e-4, "AdamW learning rate (paper: 5e-5).")
+    lora_r: int = doc(16, "LoRA rank (paper Tier 3: 16).")
+    lora_alpha: int = doc(32, "LoRA alpha (paper Tier 3: 32).")
+    lora_targets: tuple[str, ...] = doc(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        "LoRA target modules (comma list).",
+    )
+    denominator: str = doc("seq_mean", "Loss denominator: paper (1/N trajectories), token_mean, "
+                           "seq_mean (each trajectory's mean token log-prob) or constant.")
+    denominator_constant: float | None = doc(None, "The constant of --denominator constant.")
+    clip_eps: float | None = doc(None, "PPO ratio clipping epsilon in (0, 1) (off by default).")
+    kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (off by default).")
+    gate: Path | None = doc(None, "gate.json from `srollout sweep` (else --K/--d-L/--rule).")
+    K: int = doc(PAPER_K, "Gate step K.")
+    d_L: float = doc(PAPER_D_L, "Gate threshold d_L.")
+    rule: str = doc("r1", "Gate rule: r1 or r3.")
+    t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
+    model: Path | None = doc(None, "Local Hugging Face model directory, or default (the embedded "
+                             "default policy).")
+    backend: str = doc("transformers", "Rollout backend: transformers (the trained module), vllm "
+                       "(in process) or vllm-server (--base-url; a `srollout serve --lora` "
+                       "server).")
+    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server.")
+    max_new_tokens: int = doc(48, "Cap on the tokens of one response.")
+    concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
+    micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
+    arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (comma list of baseline, gated, dapo, "
+                                "greso, gated+dapo, gated+greso; docs/training.md).")
+    dapo_max_rounds: int = doc(3, "DAPO arms: most extra sampling rounds per iteration, after "
+                               "which it trains on the useful groups it has.")
+    greso_p_explore: float = doc(0.5, "GRESO arms: a prompt whose last z groups were zero-variance "
+                                 "is still rolled out with probability p^z.")
+    interleave: bool = doc(True, "Run a seed's arms iteration by iteration, alternating which goes "
+                           "first, so both see the same machine load.")
+    out: Path | None = doc(None, "Run directory to write (default runs/train-onpolicy-<UTC "
+                           "timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+    resume: bool = doc(False, "Continue the run in --out from its last per-iteration checkpoints.")
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise SrolloutError("--seeds: give at least one seed")
+        _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
+        sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks",
+                 "max_new_tokens")
+        for name in sizes:
+            if getattr(self, name) < 1:
+                raise SrolloutError(
+                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+                )
+        _check_group_size(self.G)
+        if self.T_max < 1:
+            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        if self.K > self.T_max:
+            raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if not self.temperature >= 0:
+            raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.concurrency < self.G:
+            raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G})")
+        from srollout.core.arms import parse_arms
+
+        try:
+            object.__setattr__(self, "arms", tuple(a.name for a in parse_arms(tuple(self.arms))))
+        except SrolloutError as err:
+            raise SrolloutError(f"--arms: {err}") from None
+        if self.dapo_max_rounds < 0:
+            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
+        if not 0.0 <= self.greso_p_explore <= 1.0:
+            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        if self.overwrite and self.resume:
+            raise SrolloutError("--overwrite and --resume exclude each other")
+        _check_backend(self.backend, self.base_url)
+        _check_training(self)
+
+    @classmethod
+    def from_preset(cls, preset: str = "default", **overrides: Any) -> TrainOnpolicyConfig:
+        """The preset's values, then every override that is not None."""
+        _check_choice(preset, ONPOLICY_PRESETS, "--preset")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values = {**ONPOLICY_PRESETS[preset], **given}
+        return cls(preset=preset, **values)
+
+    def resume_key(self) -> dict[str, Any]:
+        """Fields that must match for --resume (all but where/how to write and the seed list)."""
+        skip = {"out", "overwrite", "resume", "seeds", "concurrency", "interleave", "base_url"}
+        fields = dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
