@@ -1,5 +1,6 @@
 """An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first
-step where the learned model is confident it is zero-variance (beyond the paper: issue 8).
+step where the learned model is confident it is zero-variance (an extension beyond the paper,
+which gates at one fixed K).
 
 At each check step K_j the pooled logistic model of :mod:`srollout.core.learned_gate` gives
 P(zero-variance | signals at K_j, K_j); the gate cuts at the first j with P ≥ t_j. A cut at K_j

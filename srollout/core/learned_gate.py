@@ -1,6 +1,7 @@
 """A learned gate: L2-regularised logistic regression of P(zero-variance) on the seven signals at
-K plus K itself, with a threshold chosen under a precision floor on held-out folds (beyond the
-paper: issue 8; compare §4.4 and App. "Calibration against random-cut and oracle gates").
+K plus K itself, with a threshold chosen under a precision floor on held-out folds (an extension
+beyond the paper's fixed rules; compare §4.4 and App. "Calibration against random-cut and oracle
+gates").
 
 Model. For a group with signals s ∈ R^7 at step K, the features are x = (s, K) ∈ R^8; each is
 standardised with the training mean μ and standard deviation σ (σ = 0 → 1; a nan value, e.g. a

@@ -1,6 +1,6 @@
 """`srollout sweep --learned / --adaptive`: gates chosen on one set of groups and judged on another,
-reported beside R1 and R3 (issue 8; paper §4.4, App. "Calibration against random-cut and oracle
-gates", App. "The OR-rule extension").
+reported beside R1 and R3 (gates that go beyond the paper's fixed rules; compare paper §4.4, App.
+"Calibration against random-cut and oracle gates", App. "The OR-rule extension").
 
 Story: read the signals of every group at the sweep's K and the check steps → for each gate
 family, run its whole selection procedure (threshold grid for R1/R3; logistic fit + threshold by
