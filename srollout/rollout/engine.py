@@ -35,12 +35,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
 from srollout.rollout.seeding import traj_seeds
+
+if TYPE_CHECKING:
+    from srollout.core.signals import GroupSignals
 
 # --- what the engine is given ---------------------------------------------------------------
 
@@ -79,7 +82,7 @@ class GateLike(Protocol):
     at the first one where it fires (see ``RolloutSettings.gate_steps`` and :func:`gate_fires`).
     """
 
-    def decide(self, signals: Any) -> bool: ...
+    def decide(self, signals: GroupSignals) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ class RolloutSettings:
         return tuple(int(k) for k in checks if int(k) <= self.T_max)
 
 
-def gate_fires(gate: GateLike, K: int, signals: Any) -> bool:
+def gate_fires(gate: GateLike, K: int, signals: GroupSignals) -> bool:
     """The gate's decision after step K: ``decide_at(K, signals)`` when the gate has it (gates
     that check at several steps), else ``decide(signals)`` (a fixed-K gate, called at its K)."""
     decide_at = getattr(gate, "decide_at", None)
@@ -226,8 +229,8 @@ class GroupRecord:
     cut: bool = False
     cut_step: int | None = None
     gate_K: int | None = None
-    gate_signals: Any = None
-    signals: dict[int, Any] = field(default_factory=dict)
+    gate_signals: GroupSignals | None = None
+    signals: dict[int, GroupSignals] = field(default_factory=dict)
     wall_s: float = 0.0
     started_tick: int = 0
     finished_tick: int = 0
@@ -375,7 +378,7 @@ class _Pool:
         prompter: Prompter,
         settings: RolloutSettings,
         on_group: Callable[[GroupRecord], None] | None,
-        compute_signals: Callable[..., Any],
+        compute_signals: Callable[..., GroupSignals],
     ) -> None:
         self.policy = policy
         self.env_factory = env_factory
