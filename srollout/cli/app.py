@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from srollout.errors import Interrupted, SrolloutError, disk_full
+from srollout.errors import DiskFullError, Interrupted, SrolloutError, disk_full
 
 app = typer.Typer(
     name="srollout",
@@ -168,8 +168,6 @@ def _run_dir_out_of_space() -> bool:
 
 
 def _is_disk_full(err: SrolloutError) -> bool:
-    from srollout.errors import DiskFullError
-
     return isinstance(err, DiskFullError)
 
 

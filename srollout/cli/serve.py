@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from srollout.errors import SrolloutError
+
 HELP = (
     "Start a vLLM OpenAI-compatible server for MODEL (`default`: the default policy the package ships), "
     "for `--backend vllm-server --base-url http://HOST:PORT`.\n\n"
@@ -30,7 +32,6 @@ def register(app: typer.Typer) -> None:
         import shlex
 
         from srollout.console import make_console
-        from srollout.errors import SrolloutError
         from srollout.policy import resolve_model
         from srollout.policy.vllm_backend import serve_command
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from srollout.config import GateFitConfig, SweepConfig, help_for
+from srollout.errors import SrolloutError
 
 _DEFAULT = SweepConfig()
 _GATES = GateFitConfig()
@@ -72,7 +73,5 @@ def register(app: typer.Typer) -> None:
         gates = GateFitConfig(learned=learned, adaptive=adaptive, check_K=parse_int_list(check_K, "--check-K"),
                               n_folds=n_folds, l2=l2, eval_buffer=eval_buffer)
         if eval_buffer is not None and not gates.any:
-            from srollout.errors import SrolloutError
-
             raise SrolloutError("--eval-buffer judges the --learned/--adaptive gates; pass one of them")
         run_sweep(config, gates=gates if gates.any else None)

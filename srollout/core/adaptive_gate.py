@@ -1,5 +1,6 @@
 """An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first
-step where the learned model is confident it is zero-variance (beyond the paper: issue 8).
+step where the learned model is confident it is zero-variance (an extension beyond the paper,
+which gates at one fixed K).
 
 At each check step K_j the pooled logistic model of :mod:`srollout.core.learned_gate` gives
 P(zero-variance | signals at K_j, K_j); the gate cuts at the first j with P ≥ t_j. A cut at K_j
@@ -77,20 +78,29 @@ class AdaptiveGate:
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        ks = tuple(_as_step(k, "check K") for k in self.check_K)
-        if not ks or list(ks) != sorted(set(ks)):
-            raise SrolloutError(f"adaptive gate: check K must be distinct ascending steps, got {list(self.check_K)}")
-        if len(self.thresholds) != len(ks):
-            raise SrolloutError(f"adaptive gate: {len(self.thresholds)} thresholds for {len(ks)} check steps")
-        ts = []
+        check_steps = tuple(_as_step(k, "check K") for k in self.check_K)
+        if not check_steps or list(check_steps) != sorted(set(check_steps)):
+            raise SrolloutError(
+                "adaptive gate: check K must be distinct ascending steps, "
+                f"got {list(self.check_K)}"
+            )
+        if len(self.thresholds) != len(check_steps):
+            raise SrolloutError(
+                f"adaptive gate: {len(self.thresholds)} thresholds for {len(check_steps)} "
+                "check steps"
+            )
+        thresholds = []
         for t in self.thresholds:
             if t is not None:
-                if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0.0 <= float(t) <= 1.0:
-                    raise SrolloutError(f"adaptive gate: thresholds must be in [0, 1] or null, got {t!r}")
+                is_number = isinstance(t, (int, float, np.floating)) and not isinstance(t, bool)
+                if not is_number or not 0.0 <= float(t) <= 1.0:
+                    raise SrolloutError(
+                        f"adaptive gate: thresholds must be in [0, 1] or null, got {t!r}"
+                    )
                 t = float(t)
-            ts.append(t)
-        object.__setattr__(self, "check_K", ks)
-        object.__setattr__(self, "thresholds", tuple(ts))
+            thresholds.append(t)
+        object.__setattr__(self, "check_K", check_steps)
+        object.__setattr__(self, "thresholds", tuple(thresholds))
 
     @property
     def K(self) -> int:
@@ -232,12 +242,12 @@ def fit_adaptive_gate(
         raise SrolloutError(f"adaptive check K {max(Ks)} is beyond T_max={T_max}")
     zv = zv_all[groups]
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv, Ks)
-    cf = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2)
-    proba = {K: cf.proba[rows.K == K] for K in Ks}
+    heldout = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2)
+    proba = {K: heldout.proba[rows.K == K] for K in Ks}
     choices = choose_step_thresholds(proba, zv, Ks, precision_floor)
     model = LogisticModel.fit(rows.X, rows.y, l2)
     meta = {
-        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "n_folds": int(len(cf.folds)),
+        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "n_folds": int(len(heldout.folds)),
         "seed": int(seed), "precision_floor": float(precision_floor), "T_max": int(T_max),
         "heldout_cuts_per_K": [c.n_cut for c in choices], "heldout_tp_per_K": [c.tp for c in choices],
     }
@@ -295,13 +305,16 @@ def evaluate_variable_cuts(
     if remaining_steps is None:
         measured = math.nan
     else:
-        tot = float(np.sum(np.asarray(total_steps, dtype=np.float64)))
-        rem = np.asarray(remaining_steps, dtype=np.float64)
-        measured = float(rem[c].sum() / tot) if tot > 0 else math.nan
+        total = float(np.sum(np.asarray(total_steps, dtype=np.float64)))
+        remaining = np.asarray(remaining_steps, dtype=np.float64)
+        measured = float(remaining[c].sum() / total) if total > 0 else math.nan
     if advantages is None:
         kept = math.nan
     else:
-        sq = np.array([float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages])
-        full = float(sq.sum())
-        kept = math.sqrt(float(sq[~c].sum()) / full) if full > 0 else math.nan
+        # ||A_g||² per group g; adv_l2_kept = ||A_kept||₂ / ||A_full||₂
+        sq_norms = np.array(
+            [float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages]
+        )
+        full = float(sq_norms.sum())
+        kept = math.sqrt(float(sq_norms[~c].sum()) / full) if full > 0 else math.nan
     return GateOutcome(n_cut, tp, n_cut - tp, precision, recall, safe, raw, measured, kept)

@@ -26,10 +26,13 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from srollout.core.grpo import is_zero_variance
 from srollout.errors import SrolloutError
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +57,10 @@ class ArmSpec:
     gate: bool
     dapo: bool
     greso: bool
-    gate_rule: Any = None
+    gate_rule: Gate | None = None
     gate_K: int | None = None
 
-    def with_gate(self, gate_rule: Any, gate_K: int | None) -> ArmSpec:
+    def with_gate(self, gate_rule: Gate | None, gate_K: int | None) -> ArmSpec:
         """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm; an arm
         without the gate is returned as it is (it never carries one)."""
         return replace(self, gate_rule=gate_rule, gate_K=gate_K) if self.gate else self

@@ -1,6 +1,7 @@
 """A learned gate: L2-regularised logistic regression of P(zero-variance) on the seven signals at
-K plus K itself, with a threshold chosen under a precision floor on held-out folds (beyond the
-paper: issue 8; compare §4.4 and App. "Calibration against random-cut and oracle gates").
+K plus K itself, with a threshold chosen under a precision floor on held-out folds (an extension
+beyond the paper's fixed rules; compare §4.4 and App. "Calibration against random-cut and oracle
+gates").
 
 Model. For a group with signals s ∈ R^7 at step K, the features are x = (s, K) ∈ R^8; each is
 standardised with the training mean μ and standard deviation σ (σ = 0 → 1; a nan value, e.g. a
@@ -346,9 +347,8 @@ def cross_fit_proba(rows: RowTable, group_fold: ArrayLike, l2: float = DEFAULT_L
 
     group_fold: int[N] fold per group (rows follow their group, so the K rows of one group are
     never split between fitting and scoring)."""
-    gf = np.asarray(group_fold)
     proba = np.full(rows.y.size, np.nan)
-    records = fold_records(gf)
+    records = fold_records(np.asarray(group_fold))
     for rec in records:
         train = rows.of_groups(rec.train_groups)
         model = LogisticModel.fit(train.X, train.y, l2)
@@ -461,15 +461,15 @@ Selector = Callable[[np.ndarray], Callable[[np.ndarray], tuple[np.ndarray, np.nd
 def nested_heldout_cuts(select: Selector, group_fold: ArrayLike) -> HeldoutCuts:
     """Outer cross-fitting of a whole gate-selection procedure: for each fold, ``select`` sees
     only the other folds' groups, and its gate decides the fold's groups."""
-    gf = np.asarray(group_fold)
-    cut = np.zeros(gf.size, dtype=bool)
-    cut_K = np.zeros(gf.size, dtype=np.int64)
-    records = fold_records(gf)
+    fold_of_group = np.asarray(group_fold)
+    cut = np.zeros(fold_of_group.size, dtype=bool)
+    cut_K = np.zeros(fold_of_group.size, dtype=np.int64)
+    records = fold_records(fold_of_group)
     for rec in records:
         decide = select(rec.train_groups)
-        c, k = decide(rec.test_groups)
-        cut[rec.test_groups] = c
-        cut_K[rec.test_groups] = np.where(c, k, 0)
+        fold_cut, fold_cut_K = decide(rec.test_groups)
+        cut[rec.test_groups] = fold_cut
+        cut_K[rec.test_groups] = np.where(fold_cut, fold_cut_K, 0)
     return HeldoutCuts(cut, cut_K, records)
 
 
@@ -505,11 +505,11 @@ def fit_learned_gate(
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv_all[groups], Ks)
     zv = zv_all[groups]
     folds = assign_folds(zv, n_folds, seed)
-    cf = cross_fit_proba(rows, folds, l2)
+    heldout = cross_fit_proba(rows, folds, l2)
     best: tuple[float, int, ThresholdChoice] | None = None
     for K in sorted(gate_Ks):
         at = rows.K == K
-        choice = choose_threshold(cf.proba[at], zv, precision_floor)
+        choice = choose_threshold(heldout.proba[at], zv, precision_floor)
         value = choice.tp * (T_max - K)
         if best is None or value > best[0]:
             best = (value, K, choice)
@@ -518,11 +518,12 @@ def fit_learned_gate(
     model = LogisticModel.fit(rows.X, rows.y, l2)
     meta = {
         "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "train_K": list(Ks),
-        "n_folds": int(len(cf.folds)), "seed": int(seed), "precision_floor": float(precision_floor),
+        "n_folds": int(len(heldout.folds)), "seed": int(seed),
+        "precision_floor": float(precision_floor),
         "T_max": int(T_max), "heldout_n_cut": choice.n_cut, "heldout_tp": choice.tp,
         "heldout_precision": None if math.isnan(choice.precision) else choice.precision,
     }
-    return LearnedFit(LearnedGate(model, K, choice.threshold, meta), cf.proba, cf.folds)
+    return LearnedFit(LearnedGate(model, K, choice.threshold, meta), heldout.proba, heldout.folds)
 
 
 def learned_selector(

@@ -173,11 +173,13 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
     dropped; nan when a class is empty.
     """
     s = np.asarray(scores, dtype=np.float64).ravel()
-    lab = np.asarray(labels).ravel()
-    if s.size != lab.size:
-        raise SrolloutError(f"scores and labels have different lengths ({s.size} vs {lab.size})")
+    label = np.asarray(labels).ravel()
+    if s.size != label.size:
+        raise SrolloutError(
+            f"scores and labels have different lengths ({s.size} vs {label.size})"
+        )
     keep = ~np.isnan(s)
-    s, pos = s[keep], lab[keep].astype(bool)
+    s, pos = s[keep], label[keep].astype(bool)
     n_pos = int(pos.sum())
     n_neg = int(pos.size - n_pos)
     if n_pos == 0 or n_neg == 0:
@@ -477,14 +479,14 @@ def relative_saving_ci(
     # Gathering the two columns separately is ~3x faster than the generic [B, N, 2] gather and
     # gives the same numbers as bootstrap_ci with the batched share statistic (same resamples).
     stats = np.empty(n_resamples, dtype=np.float64)
-    pos = 0
+    filled = 0
     for idx in _resample_indices(n, n_resamples, seed):
-        tot = base[idx].sum(axis=1)
+        base_cost = base[idx].sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            stats[pos : pos + idx.shape[0]] = np.where(
-                tot > 0, 1.0 - gate[idx].sum(axis=1) / tot, np.nan
+            stats[filled : filled + idx.shape[0]] = np.where(
+                base_cost > 0, 1.0 - gate[idx].sum(axis=1) / base_cost, np.nan
             )
-        pos += idx.shape[0]
+        filled += idx.shape[0]
     low, high = _percentiles(stats, level)
     return BootstrapCI(
         1.0 - float(gate.sum() / base.sum()), low, high, int(n_resamples), float(level)

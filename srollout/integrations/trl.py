@@ -180,13 +180,14 @@ class GatedRollout:
         text = prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             text = prompt[0].get("content", "")
-        m = _TASK_TAG.match(text) if isinstance(text, str) else None
-        if m is None:
+        tag = _TASK_TAG.match(text) if isinstance(text, str) else None
+        if tag is None:
             raise SrolloutError(f"prompt {str(prompt)[:80]!r} does not name a srollout task; build the training "
                                 "dataset with GatedRollout.dataset() so each prompt starts with '[srollout task ID]'")
-        task = self._by_id.get(m.group("task_id"))
+        task = self._by_id.get(tag.group("task_id"))
         if task is None:
-            raise SrolloutError(f"prompt names task {m.group('task_id')!r}, which is not in this rollout's task set "
+            raise SrolloutError(f"prompt names task {tag.group('task_id')!r}, which is not in this "
+                                "rollout's task set "
                                 f"({len(self._by_id)} tasks): give GatedRollout the tasks the dataset was made from")
         return task
 

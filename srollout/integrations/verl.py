@@ -172,12 +172,12 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         raise SrolloutError(f"the dataset row has no extra_info.{TASK_KEY}: build the dataset "
                             "with srollout.integrations.verl.write_verl_dataset")
     try:
-        d = json.loads(text)
-        meta = dict(d.get("meta") or {})
+        fields = json.loads(text)
+        meta = dict(fields.get("meta") or {})
         if "walkthrough" in meta:
             meta["walkthrough"] = tuple(meta["walkthrough"])
-        return Task(task_id=d["task_id"], task_type=d["task_type"], task_text=d["task_text"],
-                    source=d["source"], meta=meta)
+        return Task(task_id=fields["task_id"], task_type=fields["task_type"],
+                    task_text=fields["task_text"], source=fields["source"], meta=meta)
     except (ValueError, KeyError, TypeError) as err:
         raise SrolloutError(f"extra_info.{TASK_KEY} is not a srollout task ({err!r}); rebuild "
                             "the dataset with write_verl_dataset") from None
@@ -356,7 +356,7 @@ class SrolloutAgentLoop(AgentLoopBase):
         n_resp = len(response_mask)
         response_ids = prompt_ids[len(prompt_ids) - n_resp:]
         prompt_only = prompt_ids[: len(prompt_ids) - n_resp]
-        L = self.response_length
+        max_len = self.response_length  # verl's fixed response width
         extra = {
             "turn_scores": [], "tool_rewards": [],  # verl's own loops always carry these keys
             "srollout_cut": bool(cut),
@@ -369,9 +369,9 @@ class SrolloutAgentLoop(AgentLoopBase):
         }
         return AgentLoopOutput(
             prompt_ids=prompt_only,
-            response_ids=response_ids[:L],
-            response_mask=response_mask[:L],
-            response_logprobs=logprobs[:L] if logprobs else None,
+            response_ids=response_ids[:max_len],
+            response_mask=response_mask[:max_len],
+            response_logprobs=logprobs[:max_len] if logprobs else None,
             reward_score=reward_score,
             num_turns=2 * steps + 1,
             metrics=AgentLoopMetrics(generate_sequences=gen_s, tool_calls=env_s),

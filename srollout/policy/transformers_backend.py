@@ -194,9 +194,10 @@ class TransformersPolicy:
         turn another policy played in its place (the default policy's self-correction rounds
         mix the model's turns with the expert's). Nothing runs now; the request's tokens and the
         response (with its end-of-turn token) are fed with the trajectory's next ``act``."""
-        fed = self._prepare(request)
-        resp = encode_text(self.tokenizer, text) + [self.eot_ids[0]]
-        self._record_response(self._states[request.key], resp, text, unfed=fed + resp)
+        turn_ids = self._prepare(request)
+        response_ids = encode_text(self.tokenizer, text) + [self.eot_ids[0]]
+        state = self._states[request.key]
+        self._record_response(state, response_ids, text, unfed=turn_ids + response_ids)
 
     @property
     def live(self) -> int:
@@ -230,8 +231,9 @@ class TransformersPolicy:
         raise where this is False; this changes nothing."""
         state = self._states.get(request.key)
         fresh = state is None or request.step == 1
-        held = 0 if fresh else len(state.token_ids)
-        return self._within_context(held + len(self._turn_tokens(request, None if fresh else state)))
+        n_held = 0 if fresh else len(state.token_ids)
+        n_turn = len(self._turn_tokens(request, None if fresh else state))
+        return self._within_context(n_held + n_turn)
 
     def _within_context(self, n_tokens: int) -> bool:
         """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the context."""
@@ -298,15 +300,16 @@ class TransformersPolicy:
         if version != self._prefix_version:
             self._prefixes.clear()
             self._prefix_version = version
-        hit = self._prefixes.get(system)
-        if hit is not None:
-            return hit
-        a = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "a"))
-        b = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "b"))
+        cached = self._prefixes.get(system)
+        if cached is not None:
+            return cached
+        # the tokens two first turns with different user texts share are the system prefix
+        with_a = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "a"))
+        with_b = encode_text(self.tokenizer, first_turn_text(self.tokenizer, system, "b"))
         n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
+        while n < min(len(with_a), len(with_b)) and with_a[n] == with_b[n]:
             n += 1
-        ids, kv = a[:n], []
+        ids, kv = with_a[:n], []
         if n >= 8:
             from transformers import DynamicCache
 

@@ -35,12 +35,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from srollout.envs.base import Task, TextEnv
+from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
-from srollout.policy.base import ActRequest, Policy, TrajectoryTokens, TrajKey
+from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
 from srollout.rollout.seeding import traj_seeds
+
+if TYPE_CHECKING:
+    from srollout.core.signals import GroupSignals
 
 # --- what the engine is given ---------------------------------------------------------------
 
@@ -62,7 +65,9 @@ class Prompter(Protocol):
 
     def system(self, task: Task) -> str: ...
 
-    def user(self, observation: str, step: int, task: Task, admissible: Sequence[str] = ()) -> str: ...
+    def user(
+        self, observation: str, step: int, task: Task, admissible: Sequence[str] = ()
+    ) -> str: ...
 
     def parse(self, text: str) -> ParsedTurn: ...
 
@@ -77,7 +82,7 @@ class GateLike(Protocol):
     at the first one where it fires (see ``RolloutSettings.gate_steps`` and :func:`gate_fires`).
     """
 
-    def decide(self, signals: Any) -> bool: ...
+    def decide(self, signals: GroupSignals) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -124,11 +129,17 @@ class RolloutSettings:
             raise SrolloutError(f"G must be >= 1, got {self.G}")
         if self.G < 2 and (self.signal_K or self.gate is not None):
             # one trajectory per "group" (a greedy evaluation) is fine; agreement needs two
-            raise SrolloutError(f"G must be >= 2 for signals or a gate (a group of one has no variance), got {self.G}")
+            raise SrolloutError(
+                f"G must be >= 2 for signals or a gate (a group of one has no variance), "
+                f"got {self.G}"
+            )
         if self.T_max < 1:
             raise SrolloutError(f"T_max must be >= 1, got {self.T_max}")
         if self.concurrency < self.G:
-            raise SrolloutError(f"concurrency ({self.concurrency}) must be >= G ({self.G}): a group starts only when all G of its trajectories fit")
+            raise SrolloutError(
+                f"concurrency ({self.concurrency}) must be >= G ({self.G}): "
+                "a group starts only when all G of its trajectories fit"
+            )
         if any(k < 1 for k in self.signal_K):
             raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
         if self.gate is not None:
@@ -138,7 +149,10 @@ class RolloutSettings:
                 if self.gate_K is None:
                     object.__setattr__(self, "gate_K", checks[0])
                 elif self.gate_K != checks[0]:
-                    raise SrolloutError(f"gate K={self.gate_K} is not the first check step of a gate checking at K = {list(checks)}")
+                    raise SrolloutError(
+                        f"gate K={self.gate_K} is not the first check step of a gate "
+                        f"checking at K = {list(checks)}"
+                    )
             if self.gate_K is None:
                 raise SrolloutError("a gate needs its step K")
             if not 1 <= self.gate_K <= self.T_max:
@@ -161,7 +175,7 @@ class RolloutSettings:
         return tuple(int(k) for k in checks if int(k) <= self.T_max)
 
 
-def gate_fires(gate: GateLike, K: int, signals: Any) -> bool:
+def gate_fires(gate: GateLike, K: int, signals: GroupSignals) -> bool:
     """The gate's decision after step K: ``decide_at(K, signals)`` when the gate has it (gates
     that check at several steps), else ``decide(signals)`` (a fixed-K gate, called at its K)."""
     decide_at = getattr(gate, "decide_at", None)
@@ -215,8 +229,8 @@ class GroupRecord:
     cut: bool = False
     cut_step: int | None = None
     gate_K: int | None = None
-    gate_signals: Any = None
-    signals: dict[int, Any] = field(default_factory=dict)
+    gate_signals: GroupSignals | None = None
+    signals: dict[int, GroupSignals] = field(default_factory=dict)
     wall_s: float = 0.0
     started_tick: int = 0
     finished_tick: int = 0
@@ -289,6 +303,265 @@ class _Group:
     t0: float = 0.0
 
 
+@dataclass
+class _Totals:
+    """Running totals of one :func:`run_groups` call (seconds are measured wall-clock)."""
+
+    gen_s: float = 0.0
+    env_s: float = 0.0
+    reset_s: float = 0.0
+    rows: int = 0
+    ticks: int = 0
+    gen_tokens: int = 0
+    prompt_tokens: int = 0
+    cut: int = 0
+    done: int = 0
+
+    def summary(self, wall_s: float) -> RolloutSummary:
+        return RolloutSummary(
+            groups=self.done,
+            wall_s=wall_s,
+            gen_s=self.gen_s,
+            env_s=self.env_s,
+            reset_s=self.reset_s,
+            overhead_s=wall_s - self.gen_s - self.env_s - self.reset_s,
+            ticks=self.ticks,
+            rows=self.rows,
+            mean_batch=self.rows / self.ticks if self.ticks else 0.0,
+            n_gen_tokens=self.gen_tokens,
+            n_prompt_tokens=self.prompt_tokens,
+            n_cut=self.cut,
+        )
+
+
+class _TickResult(NamedTuple):
+    """What one batched policy call produced: rows acted, generated tokens, measured seconds."""
+
+    rows: int
+    gen_tokens: int
+    prompt_tokens: int
+    gen_s: float
+    env_s: float
+
+
+def _step_row(
+    step: int, turn: ParsedTurn, resp: ActResponse, result: StepResult, gen_s: float, env_s: float
+) -> dict[str, Any]:
+    """One step row: the columns of schemas.STEPS but the group's task columns (records.py)."""
+    return {
+        "step": step,
+        "thought": turn.thought,
+        "action": turn.normalized,
+        "response": resp.text,
+        "observation": result.observation,
+        "valid": bool(result.valid),
+        "reward": float(result.reward),
+        "done": bool(result.done),
+        "n_prompt_tokens": int(resp.n_prompt_tokens),
+        "n_gen_tokens": int(resp.n_gen_tokens),
+        "gen_s": gen_s,
+        "env_s": env_s,
+    }
+
+
+class _Pool:
+    """The groups in flight of one :func:`run_groups` call, with its environments and totals.
+
+    Each method is one step of a tick (see the module docstring): :meth:`admit_queued` (1),
+    :meth:`act` (2-3), :meth:`advance` (4-5), :meth:`finish_groups` (6).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        env_factory: Callable[[], TextEnv],
+        prompter: Prompter,
+        settings: RolloutSettings,
+        on_group: Callable[[GroupRecord], None] | None,
+        compute_signals: Callable[..., GroupSignals],
+    ) -> None:
+        self.policy = policy
+        self.env_factory = env_factory
+        self.prompter = prompter
+        self.settings = settings
+        self.on_group = on_group
+        self.compute_signals = compute_signals
+        self.gate_steps = frozenset(settings.gate_steps)
+        self.in_flight: list[_Group] = []
+        self.idle_envs: list[TextEnv] = []
+        self.all_envs: list[TextEnv] = []
+        self.totals = _Totals()
+
+    # environments and trajectories
+
+    def take_env(self) -> TextEnv:
+        """A free environment, made by ``env_factory`` when none is idle."""
+        if self.idle_envs:
+            return self.idle_envs.pop()
+        env = self.env_factory()
+        self.all_envs.append(env)
+        return env
+
+    def end(self, live: _Live, ended_by: str) -> None:
+        """End one trajectory: record why, collect its tokens, free its environment."""
+        live.rec.ended_by = ended_by
+        live.rec.tokens = self.policy.finish(live.key)
+        self.idle_envs.append(live.env)
+
+    def close(self) -> None:
+        for env in self.all_envs:
+            env.close()
+
+    # 1. admission
+
+    def admit(self, spec: GroupSpec, tick: int) -> _Group:
+        """Start one group: reset G environments with the group's seeds."""
+        settings = self.settings
+        g0 = time.perf_counter()
+        record = GroupRecord(spec=spec, G=settings.G, arm=settings.arm, trajs=[], started_tick=tick)
+        group = _Group(record=record, system=self.prompter.system(spec.task), live=[], t0=g0)
+        for i in range(settings.G):
+            seeds = traj_seeds(settings.seed, spec.index, i)
+            rec = TrajRecord(traj_idx=i, seed=seeds.sample, env_seed=seeds.env)
+            env = self.take_env()
+            r0 = time.perf_counter()
+            observation, info = env.reset(spec.task, seeds.env)
+            rec.reset_s = time.perf_counter() - r0
+            self.totals.reset_s += rec.reset_s
+            record.trajs.append(rec)
+            key = TrajKey(spec.group_id, i)
+            admissible, plan = tuple(info.admissible), tuple(info.expert_plan)
+            group.live.append(_Live(rec, key, env, observation, admissible, plan))
+        return group
+
+    def admit_queued(self, queue: deque[GroupSpec], tick: int) -> None:
+        """Admit queued groups while the pool has G free slots for the next one."""
+        free = self.settings.concurrency - sum(len(g.live) for g in self.in_flight)
+        while queue and free >= self.settings.G:
+            self.in_flight.append(self.admit(queue.popleft(), tick))
+            free -= self.settings.G
+
+    # 2-3. one batched policy call, then one env step per live trajectory
+
+    def _request(self, group: _Group, live: _Live) -> ActRequest:
+        step = group.step + 1
+        return ActRequest(
+            key=live.key,
+            step=step,
+            seed=live.rec.seed,
+            system=group.system,
+            user=self.prompter.user(
+                live.observation, step, group.record.spec.task, live.admissible
+            ),
+            admissible=live.admissible,
+            expert_plan=live.expert_plan,
+            observation=live.observation,
+        )
+
+    def act(self) -> _TickResult:
+        """One ``policy.act`` over every live trajectory; step each one's environment."""
+        rows = [(g, live) for g in self.in_flight for live in g.live]
+        requests = [self._request(g, live) for g, live in rows]
+        a0 = time.perf_counter()
+        responses = self.policy.act(requests)
+        gen_s = time.perf_counter() - a0
+        if len(responses) != len(requests):
+            raise RuntimeError(
+                f"policy {self.policy.name!r} returned {len(responses)} responses "
+                f"for {len(requests)} requests"
+            )
+        tick_tokens = sum(r.n_gen_tokens for r in responses)
+        tick_env_s = 0.0
+        for (g, live), resp in zip(rows, responses, strict=True):
+            # gen_s is split over the tick's rows by generated tokens (evenly when none)
+            share = resp.n_gen_tokens / tick_tokens if tick_tokens > 0 else 1.0 / len(rows)
+            turn = self.prompter.parse(resp.text)
+            e0 = time.perf_counter()
+            result = env_step(live.env, turn.action)
+            env_s = time.perf_counter() - e0
+            tick_env_s += env_s
+            rec = live.rec
+            rec.actions.append(turn.normalized)
+            rec.observations.append(live.observation)
+            rec.reward += float(result.reward)
+            rec.n_gen_tokens += int(resp.n_gen_tokens)
+            rec.n_prompt_tokens += int(resp.n_prompt_tokens)
+            rec.steps.append(_step_row(g.step + 1, turn, resp, result, gen_s * share, env_s))
+            live.observation = result.observation
+            live.admissible = tuple(result.admissible)
+            live.expert_plan = tuple(result.expert_plan)
+            if result.done:
+                rec.success = True
+        prompt_tokens = sum(r.n_prompt_tokens for r in responses)
+        return _TickResult(len(rows), tick_tokens, prompt_tokens, gen_s, tick_env_s)
+
+    # 4-5. end finished trajectories, show groups at a check step to the gate
+
+    def advance(self) -> None:
+        """Count the step taken by every group in flight; end won and T_max trajectories; gate."""
+        for g in self.in_flight:
+            g.step += 1
+            still = []
+            for live in g.live:
+                if live.rec.success:
+                    self.end(live, "done")
+                elif g.step >= self.settings.T_max:
+                    self.end(live, "max_steps")
+                else:
+                    still.append(live)
+            g.live = still
+            if g.step in self.gate_steps and g.live:
+                self.check_gate(g)
+
+    def check_gate(self, g: _Group) -> None:
+        """Show the group's signals at this step to the gate; when it fires, end the group."""
+        trajs = g.record.trajs
+        actions, observations = [t.actions for t in trajs], [t.observations for t in trajs]
+        sig = self.compute_signals(actions, g.step, observations)
+        g.record.gate_K, g.record.gate_signals = g.step, sig
+        g.record.gate_checks.append(g.step)
+        if gate_fires(self.settings.gate, g.step, sig):
+            g.record.cut, g.record.cut_step = True, g.step
+            self.totals.cut += 1
+            for live in g.live:
+                self.end(live, "gate")
+            g.live = []
+
+    # 6. finished groups
+
+    def finish_groups(self, tick: int) -> None:
+        """Hand every group with no live trajectory left to ``on_group``."""
+        finished = [g for g in self.in_flight if not g.live]
+        self.in_flight = [g for g in self.in_flight if g.live]
+        for g in finished:
+            self.finalize(g, tick)
+
+    def finalize(self, group: _Group, tick: int) -> None:
+        """Record the group's signals at every recorded K it reached, its wall-clock; emit it."""
+        record = group.record
+        record.finished_tick = tick
+        last = record.cut_step if record.cut else self.settings.T_max
+        actions = [t.actions for t in record.trajs]
+        observations = [t.observations for t in record.trajs]
+        for k in self.settings.recorded_K:
+            if k <= last:
+                record.signals[k] = self.compute_signals(actions, k, observations)
+        record.wall_s = time.perf_counter() - group.t0
+        self.totals.done += 1
+        if self.on_group is not None:
+            self.on_group(record)
+
+    def count(self, tick: _TickResult) -> None:
+        """Add one tick to the run's totals."""
+        totals = self.totals
+        totals.gen_s += tick.gen_s
+        totals.env_s += tick.env_s
+        totals.rows += tick.rows
+        totals.ticks += 1
+        totals.gen_tokens += tick.gen_tokens
+        totals.prompt_tokens += tick.prompt_tokens
+
+
 def run_groups(
     specs: Sequence[GroupSpec],
     policy: Policy,
@@ -309,173 +582,29 @@ def run_groups(
 
     t_start = time.perf_counter()
     queue = deque(specs)
-    in_flight: list[_Group] = []
-    idle_envs: list[TextEnv] = []
-    all_envs: list[TextEnv] = []
-    totals = {"gen_s": 0.0, "env_s": 0.0, "reset_s": 0.0, "rows": 0, "ticks": 0, "gen": 0, "prompt": 0, "cut": 0, "done": 0}
-
-    def take_env() -> TextEnv:
-        if idle_envs:
-            return idle_envs.pop()
-        env = env_factory()
-        all_envs.append(env)
-        return env
-
-    def end(live: _Live, ended_by: str) -> None:
-        live.rec.ended_by = ended_by
-        live.rec.tokens = policy.finish(live.key)
-        idle_envs.append(live.env)
-
-    def admit(spec: GroupSpec, tick: int) -> _Group:
-        g0 = time.perf_counter()
-        record = GroupRecord(spec=spec, G=settings.G, arm=settings.arm, trajs=[], started_tick=tick)
-        group = _Group(record=record, system=prompter.system(spec.task), live=[], t0=g0)
-        for i in range(settings.G):
-            seeds = traj_seeds(settings.seed, spec.index, i)
-            rec = TrajRecord(traj_idx=i, seed=seeds.sample, env_seed=seeds.env)
-            env = take_env()
-            r0 = time.perf_counter()
-            observation, info = env.reset(spec.task, seeds.env)
-            rec.reset_s = time.perf_counter() - r0
-            totals["reset_s"] += rec.reset_s
-            record.trajs.append(rec)
-            group.live.append(_Live(rec, TrajKey(spec.group_id, i), env, observation, tuple(info.admissible), tuple(info.expert_plan)))
-        return group
-
-    def finalize(group: _Group, tick: int) -> None:
-        record = group.record
-        record.finished_tick = tick
-        last = record.cut_step if record.cut else settings.T_max
-        actions = [t.actions for t in record.trajs]
-        observations = [t.observations for t in record.trajs]
-        for k in settings.recorded_K:
-            if k <= last:
-                record.signals[k] = compute_signals(actions, k, observations)
-        record.wall_s = time.perf_counter() - group.t0
-        totals["done"] += 1
-        if on_group is not None:
-            on_group(record)
-
-    gate_steps = frozenset(settings.gate_steps)
+    pool = _Pool(policy, env_factory, prompter, settings, on_group, compute_signals)
     tick = 0
     try:
-        while queue or in_flight:
-            free = settings.concurrency - sum(len(g.live) for g in in_flight)
-            while queue and free >= settings.G:
-                in_flight.append(admit(queue.popleft(), tick))
-                free -= settings.G
+        while queue or pool.in_flight:
+            pool.admit_queued(queue, tick)
             tick += 1
-            rows = [(g, live) for g in in_flight for live in g.live]
-            requests = [
-                ActRequest(
-                    key=live.key,
-                    step=g.step + 1,
-                    seed=live.rec.seed,
-                    system=g.system,
-                    user=prompter.user(live.observation, g.step + 1, g.record.spec.task, live.admissible),
-                    admissible=live.admissible,
-                    expert_plan=live.expert_plan,
-                    observation=live.observation,
-                )
-                for g, live in rows
-            ]
-            a0 = time.perf_counter()
-            responses = policy.act(requests)
-            gen_s = time.perf_counter() - a0
-            if len(responses) != len(requests):
-                raise RuntimeError(f"policy {policy.name!r} returned {len(responses)} responses for {len(requests)} requests")
-            tick_tokens = sum(r.n_gen_tokens for r in responses)
-            tick_env_s = 0.0
-            for (g, live), resp in zip(rows, responses, strict=True):
-                share = resp.n_gen_tokens / tick_tokens if tick_tokens > 0 else 1.0 / len(rows)
-                turn = prompter.parse(resp.text)
-                e0 = time.perf_counter()
-                result = env_step(live.env, turn.action)
-                env_s = time.perf_counter() - e0
-                tick_env_s += env_s
-                rec = live.rec
-                step = g.step + 1
-                rec.actions.append(turn.normalized)
-                rec.observations.append(live.observation)
-                rec.reward += float(result.reward)
-                rec.n_gen_tokens += int(resp.n_gen_tokens)
-                rec.n_prompt_tokens += int(resp.n_prompt_tokens)
-                rec.steps.append(
-                    {
-                        "step": step,
-                        "thought": turn.thought,
-                        "action": turn.normalized,
-                        "response": resp.text,
-                        "observation": result.observation,
-                        "valid": bool(result.valid),
-                        "reward": float(result.reward),
-                        "done": bool(result.done),
-                        "n_prompt_tokens": int(resp.n_prompt_tokens),
-                        "n_gen_tokens": int(resp.n_gen_tokens),
-                        "gen_s": gen_s * share,
-                        "env_s": env_s,
-                    }
-                )
-                live.observation = result.observation
-                live.admissible = tuple(result.admissible)
-                live.expert_plan = tuple(result.expert_plan)
-                if result.done:
-                    rec.success = True
-            for g in in_flight:
-                g.step += 1
-                still = []
-                for live in g.live:
-                    if live.rec.success:
-                        end(live, "done")
-                    elif g.step >= settings.T_max:
-                        end(live, "max_steps")
-                    else:
-                        still.append(live)
-                g.live = still
-                if g.step in gate_steps and g.live:
-                    sig = compute_signals([t.actions for t in g.record.trajs], g.step, [t.observations for t in g.record.trajs])
-                    g.record.gate_K, g.record.gate_signals = g.step, sig
-                    g.record.gate_checks.append(g.step)
-                    if gate_fires(settings.gate, g.step, sig):
-                        g.record.cut, g.record.cut_step = True, g.step
-                        totals["cut"] += 1
-                        for live in g.live:
-                            end(live, "gate")
-                        g.live = []
-            finished = [g for g in in_flight if not g.live]
-            in_flight = [g for g in in_flight if g.live]
-            for g in finished:
-                finalize(g, tick)
-            totals["gen_s"] += gen_s
-            totals["env_s"] += tick_env_s
-            totals["rows"] += len(rows)
-            totals["ticks"] += 1
-            totals["gen"] += tick_tokens
-            totals["prompt"] += sum(r.n_prompt_tokens for r in responses)
+            result = pool.act()
+            pool.advance()
+            pool.finish_groups(tick)
+            pool.count(result)
             if on_tick is not None:
-                on_tick(TickStats(tick, len(rows), tick_tokens, gen_s, tick_env_s, len(in_flight), totals["done"]))
+                on_tick(
+                    TickStats(
+                        tick, result.rows, result.gen_tokens, result.gen_s, result.env_s,
+                        len(pool.in_flight), pool.totals.done,
+                    )
+                )
     finally:
-        for env in all_envs:
-            env.close()
-    wall = time.perf_counter() - t_start
-    ticks = totals["ticks"]
-    return RolloutSummary(
-        groups=totals["done"],
-        wall_s=wall,
-        gen_s=totals["gen_s"],
-        env_s=totals["env_s"],
-        reset_s=totals["reset_s"],
-        overhead_s=wall - totals["gen_s"] - totals["env_s"] - totals["reset_s"],
-        ticks=ticks,
-        rows=totals["rows"],
-        mean_batch=totals["rows"] / ticks if ticks else 0.0,
-        n_gen_tokens=totals["gen"],
-        n_prompt_tokens=totals["prompt"],
-        n_cut=totals["cut"],
-    )
+        pool.close()
+    return pool.totals.summary(time.perf_counter() - t_start)
 
 
-def env_step(env: TextEnv, action: str) -> Any:
+def env_step(env: TextEnv, action: str) -> StepResult:
     """Step ``env``; kept apart so a profiler shows environment time on its own line."""
     return env.step(action)
 

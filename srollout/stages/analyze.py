@@ -243,17 +243,19 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
         strat = stratification_table(buffer.signals)
         gate_available = config.gate_K in buffer.Ks
         show(3, 5, "false positives")
-        fps = false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
+        false_pos = (
+            false_positive_table(buffer, config.gate_K, config.d_L) if gate_available else None
+        )
         fig_K = config.gate_K if gate_available else buffer.Ks[len(buffer.Ks) // 2]
 
-        corr8, groups8 = None, None
+        corr_sub, groups_sub = None, None
         G_values = buffer.groups["G"].drop_nulls()
         can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
         show(4, 5, f"G={SUBSAMPLE_G} sub-samples" if can_subsample else "")
         if can_subsample:
             sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
-            groups8 = groups_from_trajectories(sub, buffer.source)
-            corr8 = correlation_table(signals_from_trajectories(sub, groups8, buffer.Ks))
+            groups_sub = groups_from_trajectories(sub, buffer.source)
+            corr_sub = correlation_table(signals_from_trajectories(sub, groups_sub, buffer.Ks))
         show(5, 5, "")
 
     t_compute = time.perf_counter() - t0 - t_load
@@ -268,10 +270,10 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
     outputs.append(schemas.write(corr, run_dir / schemas.CORRELATION.filename, schemas.CORRELATION))
     outputs.append(schemas.write(per_type, run_dir / PER_TASK_TYPE_FILE))
     outputs.append(schemas.write(strat, run_dir / STRATIFICATION_FILE))
-    if fps is not None:
-        outputs.append(schemas.write(fps, run_dir / FALSE_POSITIVES_FILE))
-    if corr8 is not None:
-        outputs.append(schemas.write(corr8, run_dir / CORRELATION_G8_FILE, schemas.CORRELATION))
+    if false_pos is not None:
+        outputs.append(schemas.write(false_pos, run_dir / FALSE_POSITIVES_FILE))
+    if corr_sub is not None:
+        outputs.append(schemas.write(corr_sub, run_dir / CORRELATION_G8_FILE, schemas.CORRELATION))
 
     figures: dict[str, Path] = {}
     if config.figures:
@@ -288,19 +290,27 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
         figures["scatter"] = figs.scatter_by_label(shown[D_K].to_numpy(), shown["reward_var"].to_numpy(), shown["label"].to_list(),
                                                    run_dir / "d_K_vs_reward_var.png", f"d_K at K={fig_K}",
                                                    "reward variance σ_r²", threshold, f"d_{fig_K} against σ_r²{sampled}" if sampled else "")
-        if corr8 is not None:
+        if corr_sub is not None:
             G = int(G_values.min())
-            curves = {f"G={G}": _rho_curve(corr), f"G={SUBSAMPLE_G} sub-samples": _rho_curve(corr8)}
+            curves = {
+                f"G={G}": _rho_curve(corr),
+                f"G={SUBSAMPLE_G} sub-samples": _rho_curve(corr_sub),
+            }
             figures["g8"] = figs.curves_over_K(curves, run_dir / "rho_vs_K_by_G.png", "Spearman ρ of d_K vs σ_r²")
         outputs.extend(figures.values())
 
-    sections = _report_sections(config, buffer, corr, summary, strat, fps, fig_K, corr8, groups8, figures, run_dir)
+    sections = _report_sections(
+        config, buffer, corr, summary, strat, false_pos, fig_K, corr_sub, groups_sub, figures,
+        run_dir,
+    )
     outputs.append(write_report(run_dir, "srollout analyze", sections, _preamble(config, buffer)))
     manifest.complete(outputs, input=str(config.input), n_groups=buffer.n_groups, K=list(buffer.Ks), input_kind=buffer.kind)
     outputs.append(manifest.path)
 
-    _print(console, buffer, corr, summary, fps, config, corr8, run_dir, outputs)
-    return AnalyzeResult(run_dir, buffer.signals, corr, per_type, summary, strat, fps, corr8, tuple(outputs))
+    _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs)
+    return AnalyzeResult(
+        run_dir, buffer.signals, corr, per_type, summary, strat, false_pos, corr_sub, tuple(outputs)
+    )
 
 
 def _rho_curve(corr: pl.DataFrame) -> tuple[list[int], list[float]]:
@@ -318,7 +328,9 @@ def _preamble(config: AnalyzeConfig, buffer: Buffer) -> str:
     return "\n".join(lines)
 
 
-def _report_sections(config, buffer, corr, summary, strat, fps, fig_K, corr8, groups8, figures, run_dir) -> list[Section]:
+def _report_sections(
+    config, buffer, corr, summary, strat, false_pos, fig_K, corr_sub, groups_sub, figures, run_dir
+) -> list[Section]:
     sections = [
         Section(
             "Correlation with reward variance",
@@ -347,19 +359,22 @@ def _report_sections(config, buffer, corr, summary, strat, fps, fig_K, corr8, gr
             to_markdown(_stratification_wide(strat, fig_K)) + "\nEvery K: `stratification.parquet`.\n",
         )
     )
-    if fps is not None:
+    if false_pos is not None:
         at = buffer.signals.filter(pl.col("K") == config.gate_K)
         cut = at.filter(pl.Series(default_gate_cuts(at, config.gate_K, config.d_L)))
         tp = int(cut["zero_var"].sum())
         body = (
             f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} groups cut, "
-            f"{tp} true positives (zero variance), {fps.height} false positives (rewards vary).\n\n"
+            f"{tp} true positives (zero variance), {false_pos.height} false positives "
+            "(rewards vary).\n\n"
         )
-        if fps.height > FP_SHOWN_REPORT:
-            body += (f"The first {FP_SHOWN_REPORT} by group_id; all {fps.height}: `{FALSE_POSITIVES_FILE}`.\n\n"
-                     + to_markdown(fps.head(FP_SHOWN_REPORT)))
+        if false_pos.height > FP_SHOWN_REPORT:
+            body += (
+                f"The first {FP_SHOWN_REPORT} by group_id; all {false_pos.height}: "
+                f"`{FALSE_POSITIVES_FILE}`.\n\n" + to_markdown(false_pos.head(FP_SHOWN_REPORT))
+            )
         else:
-            body += to_markdown(fps) if fps.height else "No false positives.\n"
+            body += to_markdown(false_pos) if false_pos.height else "No false positives.\n"
         sections.append(Section("False positives of the default gate", body))
     else:
         sections.append(Section("False positives of the default gate",
@@ -372,15 +387,18 @@ def _report_sections(config, buffer, corr, summary, strat, fps, fig_K, corr8, gr
     )
     if figure_md:
         sections.append(Section("Figures", figure_md))
-    if corr8 is not None:
+    if corr_sub is not None:
         G = int(buffer.groups["G"].min())
         both = wide_correlation(corr).filter(pl.col("metric") == D_K)
-        rows = pl.concat([both.with_columns(pl.lit(f"G={G}").alias("groups")),
-                          wide_correlation(corr8).filter(pl.col("metric") == D_K).with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups"))])
+        sub_rows = wide_correlation(corr_sub).filter(pl.col("metric") == D_K)
+        rows = pl.concat([
+            both.with_columns(pl.lit(f"G={G}").alias("groups")),
+            sub_rows.with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups")),
+        ])
         body = (
             f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its trajectories "
             f"(seed {config.seed}); labels and σ_r² recomputed from the subset. Labels: G={G}: {_label_counts(buffer.groups)}; "
-            f"G={SUBSAMPLE_G}: {_label_counts(groups8)}.\n\n"
+            f"G={SUBSAMPLE_G}: {_label_counts(groups_sub)}.\n\n"
             + to_markdown(rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]]))
             + "\nAll signals: `correlation_g8.parquet`.\n\n"
             + (figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes") if "g8" in figures else "")
@@ -393,14 +411,20 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value:.2f}"
 
 
-def _print(console, buffer, corr, summary, fps, config, corr8, run_dir, outputs) -> None:
+def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs) -> None:
     console.print(f"[bold]analyze[/]: {buffer.n_groups} groups; {_label_counts(buffer.groups)}")
     console.print(to_rich(wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"))
     console.print(to_rich(summary, title=f"Per task type (d_K AUROC at K={config.gate_K})"))
-    if fps is not None:
-        more = f" (the first {FP_SHOWN_CONSOLE} of {fps.height}: {FALSE_POSITIVES_FILE})" if fps.height > FP_SHOWN_CONSOLE else ""
-        console.print(to_rich(fps.head(FP_SHOWN_CONSOLE).drop([c for c in ("first_actions",) if c in fps.columns]),
-                              title=f"False positives of R1 at K={config.gate_K}, d_L={config.d_L:g}{more}"))
-    if corr8 is not None:
-        console.print(to_rich(wide_correlation(corr8), title=f"G={SUBSAMPLE_G} sub-samples"))
+    if false_pos is not None:
+        more = (
+            f" (the first {FP_SHOWN_CONSOLE} of {false_pos.height}: {FALSE_POSITIVES_FILE})"
+            if false_pos.height > FP_SHOWN_CONSOLE
+            else ""
+        )
+        shown = false_pos.head(FP_SHOWN_CONSOLE)
+        shown = shown.drop([c for c in ("first_actions",) if c in false_pos.columns])
+        title = f"False positives of R1 at K={config.gate_K}, d_L={config.d_L:g}{more}"
+        console.print(to_rich(shown, title=title))
+    if corr_sub is not None:
+        console.print(to_rich(wide_correlation(corr_sub), title=f"G={SUBSAMPLE_G} sub-samples"))
     console.print(f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})")

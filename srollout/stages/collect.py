@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from srollout.config import CollectConfig, DistConfig
-from srollout.core.gate import describe_gate
+from srollout.core.gate import Gate, describe_gate
 from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
 from srollout.rollout.engine import (
@@ -185,7 +185,7 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
 # --- building blocks the story uses ------------------------------------------------------------
 
 
-def collect_gate(config: CollectConfig) -> tuple[Any, int | None]:
+def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:
     """(gate, its step K) when the gate is on (``config.gate_on``), else (None, None)."""
     return build_gate(config) if config.gate_on else (None, None)
 

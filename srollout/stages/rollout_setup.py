@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from srollout.config import RolloutOptions
 from srollout.errors import SrolloutError
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
@@ -30,7 +33,7 @@ def load_tasks(name: str, difficulty: str = "small") -> list:
     return tasks
 
 
-def build_gate(config: RolloutOptions) -> tuple[Any, int]:
+def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
     """(gate, K) of ``config``'s gate options: --gate gate.json (its own K) or rule --rule at
     (--K, --d-L), the paper's (10, 0.12) where not given
     (:func:`srollout.core.gate.resolve_gate`)."""

@@ -1,6 +1,6 @@
 """`srollout sweep --learned / --adaptive`: gates chosen on one set of groups and judged on another,
-reported beside R1 and R3 (issue 8; paper §4.4, App. "Calibration against random-cut and oracle
-gates", App. "The OR-rule extension").
+reported beside R1 and R3 (gates that go beyond the paper's fixed rules; compare paper §4.4, App.
+"Calibration against random-cut and oracle gates", App. "The OR-rule extension").
 
 Story: read the signals of every group at the sweep's K and the check steps → for each gate
 family, run its whole selection procedure (threshold grid for R1/R3; logistic fit + threshold by
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -28,6 +28,10 @@ import polars as pl
 from srollout.config import GateFitConfig, SweepConfig
 from srollout.errors import SrolloutError
 from srollout.stages.buffer import Buffer, load_buffer
+
+if TYPE_CHECKING:
+    from srollout.core.adaptive_gate import AdaptiveGate
+    from srollout.core.learned_gate import LearnedGate
 
 LEARNED_FILE = "gate-learned.json"
 ADAPTIVE_FILE = "gate-adaptive.json"
@@ -55,8 +59,8 @@ class GroupData(NamedTuple):
 
 class GateComparison(NamedTuple):
     table: pl.DataFrame
-    learned: Any | None
-    adaptive: Any | None
+    learned: LearnedGate | None
+    adaptive: AdaptiveGate | None
     protocol: str
 
 
@@ -129,14 +133,16 @@ def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: n
     zv = data.zero_var
     N = zv.size
     if data.remaining_by_K is not None:
-        rem = np.zeros(N)
+        remaining = np.zeros(N)  # real steps after each cut group's own cut step
         for K in np.unique(cut_K[cut]):
-            sel = cut & (cut_K == K)
-            rem[sel] = data.remaining_by_K[int(K)][sel]
+            cut_at_K = cut & (cut_K == K)
+            remaining[cut_at_K] = data.remaining_by_K[int(K)][cut_at_K]
         total = data.total_steps
     else:
-        rem = total = None
-    out = evaluate_variable_cuts(cut, np.where(cut, cut_K, 1), zv, T, rem, total, data.advantages)
+        remaining = total = None
+    out = evaluate_variable_cuts(
+        cut, np.where(cut, cut_K, 1), zv, T, remaining, total, data.advantages
+    )
     oracle_gain = (T - K_ref) / T
     oracle_safe = float(zv.sum()) * oracle_gain / N
     gain = np.where(cut, (T - cut_K) / T, 0.0)
@@ -145,7 +151,7 @@ def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: n
                            "oracle_K": K_ref, "oracle_safe_savings": oracle_safe,
                            "share_of_oracle": out.safe_savings / oracle_safe if oracle_safe > 0 else math.nan,
                            "n_groups": N, "n_zero_var": int(zv.sum())}
-    kw = dict(n_resamples=config.n_boot, seed=config.seed)
+    boot_args = dict(n_resamples=config.n_boot, seed=config.seed)
     samples = {
         "safe_savings": (np.where(tp, gain, 0.0), None),
         "raw_savings": (gain, None),
@@ -153,13 +159,19 @@ def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: n
         "recall": (np.column_stack([tp, zv]).astype(float), ratio_of_sums),
         "share_of_oracle": (np.column_stack([np.where(tp, gain, 0.0), zv * oracle_gain]), ratio_of_sums),
     }
-    if rem is not None:
-        samples["measured_step_savings"] = (np.column_stack([rem * cut, total]), ratio_of_sums)
+    if remaining is not None:
+        samples["measured_step_savings"] = (
+            np.column_stack([remaining * cut, total]), ratio_of_sums
+        )
     for name in _CI_FIELDS:
         low = high = math.nan
         if name in samples and not (name == "precision" and not cut.any()):
             x, stat = samples[name]
-            ci = bootstrap_ci(x, **kw) if stat is None else bootstrap_ci(x, statistic=stat, batched=True, **kw)
+            ci = (
+                bootstrap_ci(x, **boot_args)
+                if stat is None
+                else bootstrap_ci(x, statistic=stat, batched=True, **boot_args)
+            )
             low, high = float(ci.low), float(ci.high)
         row[f"{name}_ci_low"], row[f"{name}_ci_high"] = low, high
     return row
@@ -214,8 +226,8 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     def heldout(select: Callable) -> tuple[np.ndarray, np.ndarray]:
         if gates.eval_buffer is not None:
             return select(all_groups)(eval_groups)
-        h = nested_heldout_cuts(select, folds)
-        return h.cut, h.cut_K
+        cuts = nested_heldout_cuts(select, folds)
+        return cuts.cut, cuts.cut_K
 
     rows = []
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
@@ -224,16 +236,17 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         part = sweep.with_row_index("i").filter(pl.col("rule") == rule)
         from srollout.core.sweep import choose_operating_point
 
-        j = choose_operating_point(part.to_dicts(), config.precision_floor)
+        chosen = choose_operating_point(part.to_dicts(), config.precision_floor)
         in_sample_cut = np.zeros(data.zero_var.size, dtype=bool)
         K_in = K_ref
-        if j is not None:
-            r = part.row(j, named=True)
-            K_in = r["K"]
-            s = data.signals_by_K[K_in]
+        if chosen is not None:
+            point = part.row(chosen, named=True)
+            K_in = point["K"]
+            signals = data.signals_by_K[K_in]
             from srollout.core.gate import GateRule
 
-            in_sample_cut = GateRule(rule=rule, K=K_in, d_L=r["d_L"], t_high=r["t_high"]).decide_arrays(s[:, 0], s[:, 6])
+            gate = GateRule(rule=rule, K=K_in, d_L=point["d_L"], t_high=point["t_high"])
+            in_sample_cut = gate.decide_arrays(signals[:, 0], signals[:, 6])
         rows.append(score_row(rule, "in-sample", K_in, in_sample_cut, np.full(in_sample_cut.size, K_in), data, K_ref, config))
         cut, cut_K = heldout(_threshold_selector(data, eval_data, rule, config))
         rows.append(score_row(rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config))
@@ -241,22 +254,39 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     learned = adaptive = None
     common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed)
     if gates.learned:
-        sel = learned_selector(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max, config.precision_floor, **common)
-        sel = _on_eval(sel, data, eval_data, gates, lambda g, test: (g.decide_matrix(eval_data.signals_by_K[g.K][test]), np.full(test.size, g.K)),
-                       lambda train: fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
-                                                      config.precision_floor, groups=train, **common).gate)
-        cut, cut_K = heldout(sel)
-        learned = fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max, config.precision_floor, **common).gate
-        rows.append(score_row("learned", selection, _label_K(cut, cut_K, learned.K), cut, cut_K, eval_data, K_ref, config))
+
+        def fit_learned(groups: np.ndarray | None = None) -> LearnedGate:
+            return fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
+                                    config.precision_floor, groups=groups, **common).gate
+
+        def decide_learned(gate: LearnedGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            cut = gate.decide_matrix(eval_data.signals_by_K[gate.K][test])
+            return cut, np.full(test.size, gate.K)
+
+        selector = learned_selector(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
+                                    config.precision_floor, **common)
+        selector = _on_eval(selector, eval_data, gates, decide_learned, fit_learned)
+        cut, cut_K = heldout(selector)
+        learned = fit_learned()
+        label_K = _label_K(cut, cut_K, learned.K)
+        rows.append(score_row("learned", selection, label_K, cut, cut_K, eval_data, K_ref, config))
     if gates.adaptive:
-        sel = adaptive_selector(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor, config.T_max, **common)
-        sel = _on_eval(sel, data, eval_data, gates,
-                       lambda g, test: g.decide_matrix({K: eval_data.signals_by_K[K][test] for K in g.check_K}),
-                       lambda train: fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor,
-                                                       config.T_max, groups=train, **common).gate)
-        cut, cut_K = heldout(sel)
-        adaptive = fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K, config.precision_floor, config.T_max, **common).gate
-        rows.append(score_row("adaptive", selection, min(gates.check_K), cut, cut_K, eval_data, K_ref, config))
+
+        def fit_adaptive(groups: np.ndarray | None = None) -> AdaptiveGate:
+            return fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K,
+                                     config.precision_floor, config.T_max, groups=groups,
+                                     **common).gate
+
+        def decide_adaptive(gate: AdaptiveGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return gate.decide_matrix({K: eval_data.signals_by_K[K][test] for K in gate.check_K})
+
+        selector = adaptive_selector(data.signals_by_K, data.zero_var, gates.check_K,
+                                     config.precision_floor, config.T_max, **common)
+        selector = _on_eval(selector, eval_data, gates, decide_adaptive, fit_adaptive)
+        cut, cut_K = heldout(selector)
+        adaptive = fit_adaptive()
+        first_K = min(gates.check_K)
+        rows.append(score_row("adaptive", selection, first_K, cut, cut_K, eval_data, K_ref, config))
     oracle = eval_data.zero_var.copy()
     rows.append(score_row("oracle", "labels", K_ref, oracle, np.full(oracle.size, K_ref), eval_data, K_ref, config))
     table = pl.DataFrame(rows, infer_schema_length=None)
@@ -271,11 +301,11 @@ def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:
     return int(values[np.argmax(counts)])
 
 
-def _on_eval(sel: Callable, data: GroupData, eval_data: GroupData, gates: GateFitConfig,
+def _on_eval(selector: Callable, eval_data: GroupData, gates: GateFitConfig,
              decide_eval: Callable, fit: Callable) -> Callable:
     """With --eval-buffer, the selected gate decides the *eval* buffer's groups."""
     if gates.eval_buffer is None:
-        return sel
+        return selector
 
     def select(train: np.ndarray) -> Callable:
         gate = fit(train)

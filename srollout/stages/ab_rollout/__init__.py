@@ -87,7 +87,7 @@ from srollout.stages.ab_rollout.schedule import (
     warm_tasks,
 )
 from srollout.stages.ab_rollout.tables import (
-    NEW_AB_COLUMNS,
+    ARMS_AB_COLUMNS,
     ab_table,
     arm_seed_match,
     arms_table,
@@ -448,7 +448,8 @@ def run_ab_rollout(
         *(ArmMatch(arm.name, arm_seed_match(tables, arm, config)) for arm in arms[1:] if arm.dapo),
     ]
     table = with_seed_match(table, matches, config.G)
-    table = table.select([*(c for c in table.columns if c not in NEW_AB_COLUMNS), *NEW_AB_COLUMNS])
+    older_columns = [c for c in table.columns if c not in ARMS_AB_COLUMNS]
+    table = table.select([*older_columns, *ARMS_AB_COLUMNS])
     summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config)
     paths = write_ab_outputs(run_dir, config, table, blocks, comparisons, tables, arms=summary)
     manifest.data["timings_s"].update(

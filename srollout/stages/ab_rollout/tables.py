@@ -22,8 +22,9 @@ from srollout.core.ab_scoring import BASELINE, SeedMatch, attribute_wall, merge_
 from srollout.core.arms import ArmSpec, arm_summary
 from srollout.stages.ab_rollout.schedule import Block, block_file
 
-# the columns ab.parquet gained with --arms (after n_traj_matched: older columns keep their place)
-NEW_AB_COLUMNS = ("skipped", "dapo_round", "useful")
+# the columns ab.parquet gained with --arms; written last (after n_traj_matched) so the older
+# columns keep their place
+ARMS_AB_COLUMNS = ("skipped", "dapo_round", "useful")
 
 
 def read_blocks(run_dir: Path, schedule: Sequence[Block]) -> pl.DataFrame:
@@ -33,12 +34,14 @@ def read_blocks(run_dir: Path, schedule: Sequence[Block]) -> pl.DataFrame:
     )
 
 
-def blocks_table(schedule: Sequence[Block], datas: Sequence[dict[str, Any]]) -> pl.DataFrame:
+def blocks_table(
+    schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]
+) -> pl.DataFrame:
     """One row per timed run (schedule order): the engine's totals (summed over DAPO's rounds;
     ``groups`` = groups rolled out), ``workers``, and what the arms did: n_skipped (GRESO),
     n_extra / extra_rounds / hit_cap (DAPO), n_useful (groups not cut with σ_r > 0)."""
     rows = []
-    for b, data in zip(schedule, datas, strict=True):
+    for b, data in zip(schedule, block_jsons, strict=True):
         rounds = data.get("rounds", [])
         rows.append(
             {
@@ -66,7 +69,7 @@ def ab_table(
     tables: dict[tuple[str, int], dict[str, Path]],
     blocks: pl.DataFrame,
     schedule: Sequence[Block],
-    datas: Sequence[dict[str, Any]] | None = None,
+    block_jsons: Sequence[dict[str, Any]] | None = None,
 ) -> pl.DataFrame:
     """ab.parquet: one row per (task, arm, repeat), costs attributed per block (see module doc),
     and for every arm the baseline's outcome of the same task, seeds and repeat.
@@ -74,19 +77,19 @@ def ab_table(
     With the arms: a DAPO arm has one more row per extra group (``dapo_round`` >= 1; no baseline
     twin, so baseline_zero_var is null); a GRESO arm has a row of zero cost per skipped task
     (``skipped``). A run's rows sum to ``workers`` × its wall-clock (worker-seconds on Ray).
-    datas: the block-<b>.json contents in schedule order (None: every block rolled its tasks in
-    one round, nothing skipped).
+    block_jsons: the block-<b>.json contents in schedule order (None: every block rolled its tasks
+    in one round, nothing skipped).
     """
-    datas = (
-        datas
-        if datas is not None
+    block_jsons = (
+        block_jsons
+        if block_jsons is not None
         else [{"group_ids": [s.group_id for s in b.specs]} for b in schedule]
     )
     where: dict[
         tuple[str, int, str], tuple[int, int]
     ] = {}  # (arm, repeat, group) -> (block, round)
     skipped_rows = []
-    for b, data in zip(schedule, datas, strict=True):
+    for b, data in zip(schedule, block_jsons, strict=True):
         for rd in data.get("rounds") or [{"round_index": 0, "group_ids": data["group_ids"]}]:
             for gid in rd["group_ids"]:
                 where[(b.arm.name, b.repeat, gid)] = (b.block, rd["round_index"])
