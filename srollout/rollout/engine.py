@@ -278,6 +278,34 @@ class RolloutSummary(NamedTuple):
     n_prompt_tokens: int
     n_cut: int
 
+    @classmethod
+    def total(
+        cls, summaries: Sequence[RolloutSummary], wall_s: float, workers: int = 1
+    ) -> RolloutSummary:
+        """Several calls' totals as one summary: counts and measured seconds summed, ``wall_s``
+        given (a driver's clock, or the sum of sequential calls' clocks), overhead_s = workers x
+        wall_s minus the measured seconds (on Ray: worker-seconds spent on neither generation,
+        env steps nor resets: start-up, idle, transfer)."""
+        gen_s = sum(s.gen_s for s in summaries)
+        env_s = sum(s.env_s for s in summaries)
+        reset_s = sum(s.reset_s for s in summaries)
+        ticks = sum(s.ticks for s in summaries)
+        rows = sum(s.rows for s in summaries)
+        return cls(
+            groups=sum(s.groups for s in summaries),
+            wall_s=wall_s,
+            gen_s=gen_s,
+            env_s=env_s,
+            reset_s=reset_s,
+            overhead_s=workers * wall_s - gen_s - env_s - reset_s,
+            ticks=ticks,
+            rows=rows,
+            mean_batch=rows / ticks if ticks else 0.0,
+            n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
+            n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
+            n_cut=sum(s.n_cut for s in summaries),
+        )
+
 
 # --- the engine ---------------------------------------------------------------------------------
 

@@ -251,31 +251,6 @@ def chunked(specs: Sequence[GroupSpec], size: int) -> list[list[GroupSpec]]:
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
-def _sum(summaries: Sequence[RolloutSummary], wall_s: float, workers: int) -> RolloutSummary:
-    """The chunks' totals as one summary: counts and measured times summed (worker-seconds);
-    wall_s is the driver's; overhead_s = workers x wall_s minus the measured times, i.e. the
-    worker-seconds spent on neither generation, env steps nor resets (start-up, idle, transfer)."""
-    gen_s = sum(s.gen_s for s in summaries)
-    env_s = sum(s.env_s for s in summaries)
-    reset_s = sum(s.reset_s for s in summaries)
-    ticks = sum(s.ticks for s in summaries)
-    rows = sum(s.rows for s in summaries)
-    return RolloutSummary(
-        groups=sum(s.groups for s in summaries),
-        wall_s=wall_s,
-        gen_s=gen_s,
-        env_s=env_s,
-        reset_s=reset_s,
-        overhead_s=workers * wall_s - gen_s - env_s - reset_s,
-        ticks=ticks,
-        rows=rows,
-        mean_batch=rows / ticks if ticks else 0.0,
-        n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
-        n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
-        n_cut=sum(s.n_cut for s in summaries),
-    )
-
-
 def run_groups_distributed(
     specs: Sequence[GroupSpec],
     recipe: WorkerRecipe,
@@ -300,7 +275,7 @@ def run_groups_distributed(
     chunks = chunked(specs, size)
     n_slots = min(workers, len(chunks))
     if n_slots == 0:
-        return DistResult(_sum([], time.perf_counter() - t0, 0), 0, 0, 0, [], 0.0)
+        return DistResult(RolloutSummary.total([], time.perf_counter() - t0, 0), 0, 0, 0, [], 0.0)
 
     died = worker_death_errors(ray)
     actor_class = ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker)
@@ -380,7 +355,7 @@ def run_groups_distributed(
         for actor in actors.values():
             _kill(ray, actor)
     wall = time.perf_counter() - t0
-    return DistResult(_sum(summaries, wall, n_slots), n_slots, replaced, len(chunks), build_s, start_s)
+    return DistResult(RolloutSummary.total(summaries, wall, n_slots), n_slots, replaced, len(chunks), build_s, start_s)
 
 
 def worker_death_errors(ray: Any) -> tuple[type[BaseException], ...]:

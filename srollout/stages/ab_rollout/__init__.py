@@ -234,28 +234,11 @@ def run_block(
 
 
 def add_summaries(summaries: Sequence[RolloutSummary], workers: int = 1) -> RolloutSummary:
-    """The rounds of one timed run as one summary: counts and measured seconds summed, wall_s the
-    sum of the rounds' wall-clocks, overhead_s = workers · wall_s − generation − env steps − resets
-    (worker-seconds on Ray). One round in this process is returned as it is."""
+    """The rounds of one timed run as one summary (:meth:`RolloutSummary.total`, wall_s the sum of
+    the rounds' wall-clocks). One round in this process is returned as it is."""
     if len(summaries) == 1 and workers == 1:
         return summaries[0]
-    wall = sum(s.wall_s for s in summaries)
-    gen, env, reset = (sum(getattr(s, f) for s in summaries) for f in ("gen_s", "env_s", "reset_s"))
-    ticks, rows = sum(s.ticks for s in summaries), sum(s.rows for s in summaries)
-    return RolloutSummary(
-        groups=sum(s.groups for s in summaries),
-        wall_s=wall,
-        gen_s=gen,
-        env_s=env,
-        reset_s=reset,
-        overhead_s=workers * wall - gen - env - reset,
-        ticks=ticks,
-        rows=rows,
-        mean_batch=rows / ticks if ticks else 0.0,
-        n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
-        n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
-        n_cut=sum(s.n_cut for s in summaries),
-    )
+    return RolloutSummary.total(summaries, sum(s.wall_s for s in summaries), workers)
 
 
 @contextlib.contextmanager
