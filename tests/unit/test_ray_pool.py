@@ -14,7 +14,6 @@ from srollout.rollout.engine import RolloutSettings, RolloutSummary, make_specs
 from srollout.rollout.ray_pool import (
     RolloutWorker,
     WorkerRecipe,
-    _sum,
     chunk_size,
     chunked,
     default_chunk_groups,
@@ -44,7 +43,7 @@ def test_summed_summary_hand_numbers():
                        mean_batch=5.0, n_gen_tokens=100, n_prompt_tokens=400, n_cut=1)
     b = RolloutSummary(groups=1, wall_s=4.0, gen_s=2.0, env_s=0.5, reset_s=0.5, overhead_s=1.0, ticks=6, rows=10,
                        mean_batch=10 / 6, n_gen_tokens=50, n_prompt_tokens=100, n_cut=0)
-    s = _sum([a, b], wall_s=6.0, workers=2)
+    s = RolloutSummary.total([a, b], wall_s=6.0, workers=2)
     # 2 workers x 6 s = 12 worker-seconds; 5 + 1.5 + 1 of them generated, stepped or reset
     assert (s.groups, s.gen_s, s.env_s, s.reset_s, s.wall_s) == (3, 5.0, 1.5, 1.0, 6.0)
     assert s.overhead_s == pytest.approx(12.0 - 7.5)
