@@ -151,7 +151,8 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
                     train=OffpolicyTrain(**TrainMetrics.fields_of(stats, config.denominator),
                                          items=sum(s.n_items for s in samples)),
                     time=StepTimes(rollout_s=rollout_s, update_s=stats.update_s, sync_s=0.0,
-                                   cum_update_s=cum_update_s[arm], cum_rollout_s=cum_rollout_s[arm]),
+                                   cum_update_s=cum_update_s[arm],
+                                   cum_rollout_s=cum_rollout_s[arm]),
                 ).row())
                 bar.advance(f"{arm} step {step}: grad L2 {stats.grad_l2:.4f}")
 
@@ -309,35 +310,39 @@ def _frac_saved(base: float, gated: float) -> float:
 def summarise(metrics: pl.DataFrame, groups: dict[str, BufferGroup], plan: list[list[str]]) -> OffpolicySummary:
     """Wall-clock savings (training step, rollout from the buffer's measurements, end to end),
     cut counts, items, gradient L2 means and the dilution prediction (1-z_g)/(1-z_b) of §5.4."""
-    b = metrics.filter(pl.col("arm") == "baseline")
-    g = metrics.filter(pl.col("arm") == "gated")
+    base = metrics.filter(pl.col("arm") == "baseline")
+    gated = metrics.filter(pl.col("arm") == "gated")
     seen = [groups[gid] for step in plan for gid in step]
     cut = [x for x in seen if x.cut]
-    ub, ug = float(b["time/update_s"].sum()), float(g["time/update_s"].sum())
-    rb = float(sum(x.rollout_s for x in seen))
+    update_base = float(base["time/update_s"].sum())
+    update_gated = float(gated["time/update_s"].sum())
+    rollout_base = float(sum(x.rollout_s for x in seen))
     saved = float(sum(x.post_K_s for x in cut))
-    gb, gg = _mean(b["train/grad_l2"]), _mean(g.filter(pl.col("train/stepped"))["train/grad_l2"])
-    zb, zg = _mean(b["train/zero_adv_frac"]), _mean(g["train/zero_adv_frac"])
+    grad_base = _mean(base["train/grad_l2"])
+    grad_gated = _mean(gated.filter(pl.col("train/stepped"))["train/grad_l2"])
+    z_base, z_gated = _mean(base["train/zero_adv_frac"]), _mean(gated["train/zero_adv_frac"])
+    nan = float("nan")
     return OffpolicySummary(
-        steps=b.height,
+        steps=base.height,
         groups_seen=len(seen),
         groups_cut=len(cut),
         cut_zero_var=sum(x.zero_var for x in cut),
-        items_baseline=int(b["train/items"].sum()),
-        items_gated=int(g["train/items"].sum()),
-        update_s_baseline=ub,
-        update_s_gated=ug,
-        train_saving=_frac_saved(ub, ug),
-        rollout_s_baseline=rb,
+        items_baseline=int(base["train/items"].sum()),
+        items_gated=int(gated["train/items"].sum()),
+        update_s_baseline=update_base,
+        update_s_gated=update_gated,
+        train_saving=_frac_saved(update_base, update_gated),
+        rollout_s_baseline=rollout_base,
         rollout_s_saved=saved,
-        rollout_saving=saved / rb if rb > 0 else float("nan"),
-        end_to_end_saving=_frac_saved(ub + rb, ug + rb - saved),
-        grad_l2_baseline=gb,
-        grad_l2_gated=gg,
-        grad_l2_ratio=gg / gb if gb > 0 else float("nan"),
-        zero_adv_baseline=zb,
-        zero_adv_gated=zg,
-        dilution_prediction=(1 - zg) / (1 - zb) if zb < 1 else float("nan"),
+        rollout_saving=saved / rollout_base if rollout_base > 0 else nan,
+        end_to_end_saving=_frac_saved(update_base + rollout_base,
+                                      update_gated + rollout_base - saved),
+        grad_l2_baseline=grad_base,
+        grad_l2_gated=grad_gated,
+        grad_l2_ratio=grad_gated / grad_base if grad_base > 0 else nan,
+        zero_adv_baseline=z_base,
+        zero_adv_gated=z_gated,
+        dilution_prediction=(1 - z_gated) / (1 - z_base) if z_base < 1 else nan,
     )
 
 

@@ -109,8 +109,8 @@ class TrainMetrics:
     def fields_of(stats: Any, denominator: str) -> dict[str, Any]:
         """The shared fields from an :class:`~srollout.training.update.UpdateStats`."""
         return dict(loss=stats.loss, grad_l2=stats.grad_l2, zero_adv_frac=stats.zero_adv_frac,
-                    trajectories=stats.n_traj, action_tokens=stats.n_tokens, mean_logp=stats.mean_logp,
-                    stepped=stats.stepped, denominator=denominator)
+                    trajectories=stats.n_traj, action_tokens=stats.n_tokens,
+                    mean_logp=stats.mean_logp, stepped=stats.stepped, denominator=denominator)
 
 
 # --- train-onpolicy: one row per (arm, seed, iteration) -----------------------------------------
@@ -234,5 +234,6 @@ class StepMetrics:
     time: StepTimes
 
     def row(self) -> dict[str, Any]:
-        return {"arm": self.arm, "seed": self.seed, "step": self.step, **_namespaced("gate", self.gate),
-                **_namespaced("train", self.train), **_namespaced("time", self.time)}
+        return {"arm": self.arm, "seed": self.seed, "step": self.step,
+                **_namespaced("gate", self.gate), **_namespaced("train", self.train),
+                **_namespaced("time", self.time)}

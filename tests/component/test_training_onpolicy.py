@@ -19,8 +19,8 @@ from srollout.rollout.engine import ParsedTurn
 
 torch.set_num_threads(1)
 
-TIMING = ["time/rollout_s", "time/update_s", "time/sync_s", "time/iter_s", "time/cum_s", "time/eval_s",
-          "time/warmup_s"]
+TIMING = ["time/rollout_s", "time/update_s", "time/sync_s", "time/iter_s", "time/cum_s",
+          "time/eval_s", "time/warmup_s"]
 
 
 class Corridor:
@@ -147,10 +147,11 @@ def test_resume_refuses_a_different_config(tiny_model, never_gated):
 # The keys of an on-policy metrics row before the namespacing, as the old loop wrote them
 # (rollout_adapter_iteration only with a vLLM backend).
 OLD_ROW_KEYS = [
-    "arm", "seed", "step", "iteration", "loss", "grad_l2", "zero_adv_frac", "n_traj", "n_tokens", "stepped",
-    "mean_logp", "denominator", "n_groups", "n_cut", "n_kept", "n_zero_var_kept", "train_reward",
-    "train_reward_all", "n_env_steps", "n_gen_tokens", "rollout_s", "update_s", "sync_s", "iter_s", "cum_s",
-    "warmup_s", "n_useful", "n_skipped", "n_rounds", "dapo_hit_cap", "rollout_adapter_iteration", "eval_s",
+    "arm", "seed", "step", "iteration", "loss", "grad_l2", "zero_adv_frac", "n_traj", "n_tokens",
+    "stepped", "mean_logp", "denominator", "n_groups", "n_cut", "n_kept", "n_zero_var_kept",
+    "train_reward", "train_reward_all", "n_env_steps", "n_gen_tokens", "rollout_s", "update_s",
+    "sync_s", "iter_s", "cum_s", "warmup_s", "n_useful", "n_skipped", "n_rounds", "dapo_hit_cap",
+    "rollout_adapter_iteration", "eval_s",
 ]
 
 
@@ -161,7 +162,8 @@ def test_metrics_columns_are_namespaced_and_the_mapping_covers_every_old_name(ne
     m = never_gated.metrics
     assert m.columns[:3] == ["arm", "seed", "iteration"] and "step" not in m.columns
     namespaced = m.columns[3:]
-    assert all(c.split("/")[0] in ("rollout", "gate", "train", "time") for c in namespaced), namespaced
+    namespaces = ("rollout", "gate", "train", "time")
+    assert all(c.split("/")[0] in namespaces for c in namespaced), namespaced
     # every old name but the identity columns is renamed, and every renamed column is written
     # (rollout/adapter_iteration only with vLLM)
     assert set(ONPOLICY_RENAMES) == set(OLD_ROW_KEYS) - {"arm", "seed", "step", "iteration"}
@@ -170,13 +172,15 @@ def test_metrics_columns_are_namespaced_and_the_mapping_covers_every_old_name(ne
     # step 1 of the baseline by hand: 2 groups of G=4 rolled out, none cut, all kept
     first = m.filter(pl.col("arm") == "baseline").row(0, named=True)
     assert (first["rollout/groups"], first["gate/cuts"], first["gate/kept"]) == (2, 0, 2)
-    assert first["gate/useful"] == 2 - first["gate/zero_var_kept"] and first["gate/dapo_rounds"] == 1
+    assert first["gate/useful"] == 2 - first["gate/zero_var_kept"]
+    assert first["gate/dapo_rounds"] == 1
     assert first["train/trajectories"] == 8 and first["train/denominator"] == "seq_mean"
     assert first["time/iter_s"] == pytest.approx(
         first["time/rollout_s"] + first["time/update_s"] + first["time/sync_s"])
 
 
-def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_model, tmp_path, never_gated):
+def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_model, tmp_path,
+                                                                            never_gated):
     """A run directory written by the old loop (flat metric names, `step` beside `iteration`, in
     every state.pt) resumes: its rows are renamed on the way in and the run ends with the tables
     of an uninterrupted run."""
@@ -229,7 +233,8 @@ def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_vari
     rolled = ("rollout/groups", "rollout/gen_tokens", "rollout/env_steps")
     assert [d1[c] for c in rolled] == [b1[c] for c in rolled]
     assert d1["gate/kept"] == b1["gate/kept"] - b1["gate/zero_var_kept"] == b1["gate/useful"]
-    assert (dapo["gate/zero_var_kept"] == 0).all() and (dapo["gate/useful"] == dapo["gate/kept"]).all()
+    assert (dapo["gate/zero_var_kept"] == 0).all()
+    assert (dapo["gate/useful"] == dapo["gate/kept"]).all()
     assert (dapo["gate/dapo_rounds"] == 1).all() and (dapo["gate/cuts"] == 0).all()
     # a short batch at cap 0 is a cap hit
     assert (dapo["gate/dapo_hit_cap"] == (dapo["gate/kept"] < 2)).all()

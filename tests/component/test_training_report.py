@@ -24,9 +24,9 @@ def test_plan_uses_every_group_once_before_repeating():
 def _metrics(arm, grad, zadv, iter_s, cuts):
     n = len(grad)
     return pl.DataFrame({
-        "arm": [arm] * n, "seed": [7] * n, "iteration": list(range(1, n + 1)), "train/grad_l2": grad,
-        "train/zero_adv_frac": zadv, "time/iter_s": iter_s, "gate/cuts": cuts,
-        "rollout/groups": [10] * n, "train/stepped": [True] * n,
+        "arm": [arm] * n, "seed": [7] * n, "iteration": list(range(1, n + 1)),
+        "train/grad_l2": grad, "train/zero_adv_frac": zadv, "time/iter_s": iter_s,
+        "gate/cuts": cuts, "rollout/groups": [10] * n, "train/stepped": [True] * n,
         "gate/kept": [10 - c for c in cuts], "gate/zero_var_kept": [4 - c for c in cuts],
     })
 
@@ -69,19 +69,22 @@ def test_arms_frame_totals_per_seed_and_savings_against_the_baseline():
     def arm(name, iter_s, tokens, useful, rounds, cap):
         return pl.DataFrame({
             "arm": [name] * 2, "seed": [7] * 2, "iteration": [1, 2], "time/iter_s": [iter_s] * 2,
-            "rollout/gen_tokens": [tokens] * 2, "gate/useful": [useful] * 2, "rollout/groups": [8] * 2,
+            "rollout/gen_tokens": [tokens] * 2, "gate/useful": [useful] * 2,
+            "rollout/groups": [8] * 2,
             "gate/cuts": [0] * 2, "gate/skipped": [0] * 2, "gate/dapo_rounds": [rounds] * 2,
             "gate/dapo_hit_cap": [False, cap],
         })
 
     m = pl.concat([arm("baseline", 10.0, 100, 3, 1, False), arm("dapo", 15.0, 200, 5, 2, True)])
-    ev = pl.DataFrame({"arm": ["baseline", "dapo"], "seed": [7, 7], "iteration": [2, 2], "task_id": ["t", "t"],
-                       "success": [True, True]})
+    ev = pl.DataFrame({"arm": ["baseline", "dapo"], "seed": [7, 7], "iteration": [2, 2],
+                       "task_id": ["t", "t"], "success": [True, True]})
     rows = {r["arm"]: r for r in arms_frame(m, ev).to_dicts()}
-    assert rows["baseline"]["wall_s"] == 20.0 and rows["baseline"]["useful_per_s"] == pytest.approx(0.3)
+    base = rows["baseline"]
+    assert base["wall_s"] == 20.0 and base["useful_per_s"] == pytest.approx(0.3)
     d = rows["dapo"]
     assert (d["wall_s"], d["gen_tokens"], d["useful_groups"]) == (30.0, 400.0, 10.0)
-    assert d["useful_per_s"] == pytest.approx(1 / 3) and d["extra_rounds"] == 2 and d["cap_hits"] == 1
+    assert d["useful_per_s"] == pytest.approx(1 / 3)
+    assert d["extra_rounds"] == 2 and d["cap_hits"] == 1
     assert d["wall_saving"] == pytest.approx(-0.5) and d["token_saving"] == pytest.approx(-1.0)
 
 
