@@ -73,12 +73,14 @@ OFFPOLICY_RENAMES: dict[str, str] = {
 
 
 def upgrade_onpolicy_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An on-policy metrics row under the current names: a row written before the namespacing
-    (a checkpoint of an older run) is renamed and loses its ``step`` (a copy of ``iteration``);
-    a current row comes back unchanged."""
+    """An on-policy metrics row under the current names and in the current column order: a row
+    written before the namespacing (a checkpoint of an older run) is renamed, reordered and loses
+    its ``step`` (a copy of ``iteration``); a current row comes back unchanged."""
     if "train/loss" in row:
         return dict(row)
-    return {ONPOLICY_RENAMES.get(k, k): v for k, v in row.items() if k != "step"}
+    renamed = {ONPOLICY_RENAMES.get(k, k): v for k, v in row.items() if k != "step"}
+    order = {name: i for i, name in enumerate(onpolicy_columns())}
+    return dict(sorted(renamed.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
 def _namespaced(prefix: str, record: Any) -> dict[str, Any]:
@@ -181,12 +183,21 @@ class IterationMetrics:
     time: IterationTimes
 
     def row(self) -> dict[str, Any]:
+        """The row; its keys in :func:`onpolicy_columns` order."""
         rollout = _namespaced("rollout", self.rollout)
         if self.rollout.adapter_iteration is None:
             del rollout["rollout/adapter_iteration"]
         return {"arm": self.arm, "seed": self.seed, "iteration": self.iteration, **rollout,
                 **_namespaced("gate", self.gate), **_namespaced("train", self.train),
                 **_namespaced("time", self.time)}
+
+
+def onpolicy_columns() -> list[str]:
+    """The columns of an on-policy row, in order (``rollout/adapter_iteration``: vLLM only)."""
+    parts = (("rollout", RolloutMetrics), ("gate", GateMetrics), ("train", OnpolicyTrain),
+             ("time", IterationTimes))
+    namespaced = [f"{ns}/{f.name}" for ns, kind in parts for f in fields(kind)]
+    return ["arm", "seed", "iteration", *namespaced]
 
 
 # --- train-offpolicy: one row per (arm, seed, step) ---------------------------------------------

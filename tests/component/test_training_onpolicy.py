@@ -157,9 +157,10 @@ OLD_ROW_KEYS = [
 
 def test_metrics_columns_are_namespaced_and_the_mapping_covers_every_old_name(never_gated):
     from srollout import schemas
-    from srollout.training.metrics import ONPOLICY_RENAMES
+    from srollout.training.metrics import ONPOLICY_RENAMES, onpolicy_columns
 
     m = never_gated.metrics
+    assert m.columns == [c for c in onpolicy_columns() if c != "rollout/adapter_iteration"]
     assert m.columns[:3] == ["arm", "seed", "iteration"] and "step" not in m.columns
     namespaced = m.columns[3:]
     namespaces = ("rollout", "gate", "train", "time")
@@ -194,9 +195,12 @@ def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_m
         ckpt = out / "checkpoints" / f"seed7-{arm}"
         state = load_state(ckpt)
         assert state.iteration == 1 and len(state.metrics) == 1
-        state.metrics = [{"step": r["iteration"], **{old_name.get(k, k): v for k, v in r.items()}}
-                         for r in state.metrics]
-        assert set(state.metrics[0]) == set(OLD_ROW_KEYS) - {"rollout_adapter_iteration"}
+        old_rows = [{"step": r["iteration"], **{old_name.get(k, k): v for k, v in r.items()}}
+                    for r in state.metrics]
+        # in the old loop's key order: the resumed table must still have the current column order
+        state.metrics = [{k: r[k] for k in OLD_ROW_KEYS if k in r} for r in old_rows]
+        assert list(state.metrics[0]) == [k for k in OLD_ROW_KEYS
+                                          if k != "rollout_adapter_iteration"]
         save_state(ckpt, state)
     again = _run(_config(tiny_model, out, resume=True))
     assert again.complete
