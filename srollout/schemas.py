@@ -264,21 +264,21 @@ SWEEP = Artifact(
 
 METRICS = Artifact(
     "metrics",
-    "one (arm, seed, step) of training",
+    "one (arm, seed, step) of train-offpolicy or (arm, seed, iteration) of train-onpolicy",
     {
         "arm": pl.Utf8,
         "seed": pl.Int64,
-        "step": pl.Int64,
-        "loss": pl.Float64,
-        "grad_l2": pl.Float64,
-        "zero_adv_frac": pl.Float64,
-        "n_traj": pl.Int64,
-        "n_tokens": pl.Int64,
+        "train/loss": pl.Float64,
+        "train/grad_l2": pl.Float64,
+        "train/zero_adv_frac": pl.Float64,
+        "train/trajectories": pl.Int64,
+        "train/action_tokens": pl.Int64,
     },
     (
-        _unit("zero_adv_frac", "a share of trajectories", missing=True),
-        _count("n_traj"),
-        _count("n_tokens"),
+        Rule("train/grad_l2", "an L2 norm >= 0 (NaN allowed)", 0.0, missing=True),
+        _unit("train/zero_adv_frac", "a share of trajectories", missing=True),
+        _count("train/trajectories"),
+        _count("train/action_tokens"),
     ),
 )
 

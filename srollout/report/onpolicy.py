@@ -58,29 +58,40 @@ def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
     """One row per seed with both arms' numbers (columns suffixed _baseline / _gated)."""
     rows = []
     last_eval = int(evals["iteration"].max()) if evals.height else 0
+    nan = float("nan")
     for seed in sorted(set(metrics["seed"].to_list())):
         row: dict[str, Any] = {"seed": seed}
         for arm in ("baseline", "gated"):
             m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
             e = evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-            row[f"wall_s_{arm}"] = float(m["iter_s"].sum()) if m.height else float("nan")
-            row[f"cuts_{arm}"] = int(m["n_cut"].sum()) if m.height else 0
-            row[f"groups_{arm}"] = int(m["n_groups"].sum()) if m.height else 0
-            row[f"grad_l2_{arm}"] = _mean(m.filter(pl.col("stepped"))["grad_l2"]) if m.height else float("nan")
-            row[f"zero_adv_{arm}"] = _mean(m["zero_adv_frac"]) if m.height else float("nan")
+            stepped = m.filter(pl.col("train/stepped")) if m.height else m
+            kept = int(m["gate/kept"].sum()) if m.height else 0
+            row[f"wall_s_{arm}"] = float(m["time/iter_s"].sum()) if m.height else nan
+            row[f"cuts_{arm}"] = int(m["gate/cuts"].sum()) if m.height else 0
+            row[f"groups_{arm}"] = int(m["rollout/groups"].sum()) if m.height else 0
+            row[f"grad_l2_{arm}"] = _mean(stepped["train/grad_l2"]) if m.height else nan
+            row[f"zero_adv_{arm}"] = _mean(m["train/zero_adv_frac"]) if m.height else nan
             row[f"zero_var_rate_{arm}"] = (
-                float(m["n_zero_var_kept"].sum() / max(int(m["n_kept"].sum()), 1)) if m.height else float("nan")
+                float(m["gate/zero_var_kept"].sum() / max(kept, 1)) if m.height else nan
             )
-            row[f"eval0_{arm}"] = _mean(e.filter(pl.col("iteration") == 0)["success"].cast(pl.Float64)) if e.height else float("nan")
-            row[f"eval_last_{arm}"] = _mean(e.filter(pl.col("iteration") == last_eval)["success"].cast(pl.Float64)) if e.height else float("nan")
-        b, g = row["wall_s_baseline"], row["wall_s_gated"]
-        row["wall_saving"] = (b - g) / b if b == b and b > 0 else float("nan")
-        row["grad_l2_ratio"] = row["grad_l2_gated"] / row["grad_l2_baseline"] if row["grad_l2_baseline"] > 0 else float("nan")
-        zb, zg = row["zero_adv_baseline"], row["zero_adv_gated"]
-        row["dilution_prediction"] = (1 - zg) / (1 - zb) if zb < 1 else float("nan")
+            row[f"eval0_{arm}"] = _success_at(e, 0)
+            row[f"eval_last_{arm}"] = _success_at(e, last_eval)
+        base, gated = row["wall_s_baseline"], row["wall_s_gated"]
+        row["wall_saving"] = (base - gated) / base if base == base and base > 0 else nan
+        grad_base = row["grad_l2_baseline"]
+        row["grad_l2_ratio"] = row["grad_l2_gated"] / grad_base if grad_base > 0 else nan
+        z_base, z_gated = row["zero_adv_baseline"], row["zero_adv_gated"]
+        row["dilution_prediction"] = (1 - z_gated) / (1 - z_base) if z_base < 1 else nan
         row["eval_last_delta"] = row["eval_last_gated"] - row["eval_last_baseline"]
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def _success_at(evals: pl.DataFrame, iteration: int) -> float:
+    """Held-out success rate of ``evals`` at ``iteration`` (NaN when nothing was evaluated)."""
+    if not evals.height:
+        return float("nan")
+    return _mean(evals.filter(pl.col("iteration") == iteration)["success"].cast(pl.Float64))
 
 
 def paired_test(evals: pl.DataFrame, a: tuple[str, int], b: tuple[str, int], what: str, seed: int = 0) -> PairedTest | None:
@@ -133,13 +144,18 @@ def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str,
     def total(col: str) -> float:
         return float(m[col].cast(pl.Float64).sum()) if col in m.columns and m.height else 0.0
 
-    base = arm_summary(m.select("iter_s", "n_gen_tokens", "n_useful").to_dicts()) if m.height else arm_summary([])
+    # arm_summary (core, shared with ab-rollout) reads the per-iteration rows under these keys
+    per_iteration = m.select(pl.col("time/iter_s").alias("iter_s"),
+                             pl.col("rollout/gen_tokens").alias("n_gen_tokens"),
+                             pl.col("gate/useful").alias("n_useful"))
+    base = arm_summary(per_iteration.to_dicts())
     return {
-        "wall_s": base["wall_s"], "gen_tokens": float(base["gen_tokens"]), "useful_groups": float(base["useful"]),
-        "useful_per_s": base["useful_per_s"], "groups": total("n_groups"), "cuts": total("n_cut"),
-        "skipped": total("n_skipped"), "extra_rounds": total("n_rounds") - m.height, "cap_hits": total("dapo_hit_cap"),
-        "eval0": _mean(e.filter(pl.col("iteration") == 0)["success"].cast(pl.Float64)) if e.height else float("nan"),
-        "eval_last": _mean(e.filter(pl.col("iteration") == last_eval)["success"].cast(pl.Float64)) if e.height else float("nan"),
+        "wall_s": base["wall_s"], "gen_tokens": float(base["gen_tokens"]),
+        "useful_groups": float(base["useful"]), "useful_per_s": base["useful_per_s"],
+        "groups": total("rollout/groups"), "cuts": total("gate/cuts"),
+        "skipped": total("gate/skipped"), "extra_rounds": total("gate/dapo_rounds") - m.height,
+        "cap_hits": total("gate/dapo_hit_cap"),
+        "eval0": _success_at(e, 0), "eval_last": _success_at(e, last_eval),
     }
 
 
@@ -229,12 +245,13 @@ def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> P
 
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    stepped = metrics.filter(pl.col("train/stepped"))
     ev = evals.group_by("arm", "seed", "iteration").agg(pl.col("success").cast(pl.Float64).mean().alias("success"))
     panels = [
         (axes[0][0], ev, "success", "held-out success (greedy)", 1),
-        (axes[0][1], metrics, "cum_s", "cumulative training wall-clock (s)", 1),
-        (axes[1][0], metrics, "train_reward", "training reward (uncut groups, 5-iter rolling)", 5),
-        (axes[1][1], metrics.filter(pl.col("stepped")), "grad_l2", "gradient L2 norm", 1),
+        (axes[0][1], metrics, "time/cum_s", "cumulative training wall-clock (s)", 1),
+        (axes[1][0], metrics, "train/reward", "training reward (uncut groups, 5-iter rolling)", 5),
+        (axes[1][1], stepped, "train/grad_l2", "gradient L2 norm", 1),
     ]
     for ax, frame, y, label, rolling in panels:
         for arm in _arms_in(metrics):
@@ -257,14 +274,17 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
     plt = _pyplot()
     m = metrics.with_columns(
         # an iteration whose groups were all cut has no zero-variance rate (not 0)
-        pl.when(pl.col("n_kept") > 0).then(pl.col("n_zero_var_kept") / pl.col("n_kept")).otherwise(None).alias("zv_rate"),
-        (pl.col("n_cut") / pl.col("n_groups")).alias("cut_rate"),
+        pl.when(pl.col("gate/kept") > 0)
+        .then(pl.col("gate/zero_var_kept") / pl.col("gate/kept"))
+        .otherwise(None)
+        .alias("zv_rate"),
+        (pl.col("gate/cuts") / pl.col("rollout/groups")).alias("cut_rate"),
     )
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     for arm in _arms_in(m):
         _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
-        _band(axes[1][0], m.filter(pl.col("stepped")), "iteration", "grad_l2", arm)
-        _band(axes[1][1], m, "iteration", "zero_adv_frac", arm)
+        _band(axes[1][0], m.filter(pl.col("train/stepped")), "iteration", "train/grad_l2", arm)
+        _band(axes[1][1], m, "iteration", "train/zero_adv_frac", arm)
     base = m.filter(pl.col("arm") == "baseline").group_by("iteration").agg(pl.col("zv_rate").mean()).sort("iteration")
     cut = m.filter(pl.col("arm") == "gated").group_by("iteration").agg(pl.col("cut_rate").mean()).sort("iteration")
     ax = axes[0][1]

@@ -32,6 +32,13 @@ from srollout.config import TrainOffpolicyConfig
 from srollout.errors import SrolloutError
 from srollout.progress import StageBar
 from srollout.rundir import Manifest, prepare_run_dir
+from srollout.training.metrics import (
+    OffpolicyGate,
+    OffpolicyTrain,
+    StepMetrics,
+    StepTimes,
+    TrainMetrics,
+)
 
 
 @dataclass(frozen=True)
@@ -118,32 +125,35 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     models = {arm: load_trainable(model_spec["model"], lora, config.seed, model_spec["adapter"]) for arm in arms}
     optimizers = {arm: make_optimizer(models[arm].model, config.lr) for arm in arms}
     _check_vocabulary(groups, models["baseline"].model, model_spec["model"])
-    cum = {arm: [0.0, 0.0] for arm in arms}  # cumulative update and rollout seconds
+    cum_update_s = dict.fromkeys(arms, 0.0)
+    cum_rollout_s = dict.fromkeys(arms, 0.0)
     with bar:
         for step, gids in enumerate(plan, start=1):
             planned = [groups[g] for g in gids]
             for arm in arms if step % 2 else arms[::-1]:
-                tm = models[arm]
+                trainable = models[arm]
                 kept = [g for g in planned if arm == "baseline" or not g.cut]
                 samples = step_samples(kept, config.seed, step, k_turns)
                 stats = grpo_update(
-                    tm.model, optimizers[arm], samples, denominator=config.denominator, constant=config.denominator_constant,
-                    clip_eps=config.clip_eps, kl_coef=config.kl_coef, micro_batch=config.micro_batch, pad_id=tm.pad_id,
+                    trainable.model, optimizers[arm], samples, denominator=config.denominator,
+                    constant=config.denominator_constant, clip_eps=config.clip_eps,
+                    kl_coef=config.kl_coef, micro_batch=config.micro_batch, pad_id=trainable.pad_id,
                 )
                 # rollout cost of this step's groups as the buffer measured it: a cut group only to K
-                rollout_s = sum(g.rollout_s - (g.post_K_s if (arm == "gated" and g.cut) else 0.0) for g in planned)
-                cum[arm][0] += stats.update_s
-                cum[arm][1] += rollout_s
-                rows.append({
-                    "arm": arm, "seed": config.seed, "step": step, "loss": stats.loss, "grad_l2": stats.grad_l2,
-                    "zero_adv_frac": stats.zero_adv_frac, "n_traj": stats.n_traj, "n_tokens": stats.n_tokens,
-                    "n_items": sum(s.n_items for s in samples), "n_groups": len(kept),
-                    "n_cut": sum(g.cut for g in planned) if arm == "gated" else 0,
-                    "n_zero_var": sum(g.zero_var for g in kept), "denominator": config.denominator,
-                    "mean_logp": stats.mean_logp, "stepped": stats.stepped,
-                    "rollout_s": rollout_s, "update_s": stats.update_s, "sync_s": 0.0,
-                    "cum_update_s": cum[arm][0], "cum_rollout_s": cum[arm][1],
-                })
+                rollout_s = sum(g.rollout_s - (g.post_K_s if (arm == "gated" and g.cut) else 0.0)
+                                for g in planned)
+                cum_update_s[arm] += stats.update_s
+                cum_rollout_s[arm] += rollout_s
+                rows.append(StepMetrics(
+                    arm=arm, seed=config.seed, step=step,
+                    gate=OffpolicyGate(cuts=sum(g.cut for g in planned) if arm == "gated" else 0,
+                                       kept=len(kept), zero_var_kept=sum(g.zero_var for g in kept)),
+                    train=OffpolicyTrain(**TrainMetrics.fields_of(stats, config.denominator),
+                                         items=sum(s.n_items for s in samples)),
+                    time=StepTimes(rollout_s=rollout_s, update_s=stats.update_s, sync_s=0.0,
+                                   cum_update_s=cum_update_s[arm],
+                                   cum_rollout_s=cum_rollout_s[arm]),
+                ).row())
                 bar.advance(f"{arm} step {step}: grad L2 {stats.grad_l2:.4f}")
 
     metrics = pl.DataFrame(rows).sort("arm", "step")
@@ -300,35 +310,39 @@ def _frac_saved(base: float, gated: float) -> float:
 def summarise(metrics: pl.DataFrame, groups: dict[str, BufferGroup], plan: list[list[str]]) -> OffpolicySummary:
     """Wall-clock savings (training step, rollout from the buffer's measurements, end to end),
     cut counts, items, gradient L2 means and the dilution prediction (1-z_g)/(1-z_b) of §5.4."""
-    b = metrics.filter(pl.col("arm") == "baseline")
-    g = metrics.filter(pl.col("arm") == "gated")
+    base = metrics.filter(pl.col("arm") == "baseline")
+    gated = metrics.filter(pl.col("arm") == "gated")
     seen = [groups[gid] for step in plan for gid in step]
     cut = [x for x in seen if x.cut]
-    ub, ug = float(b["update_s"].sum()), float(g["update_s"].sum())
-    rb = float(sum(x.rollout_s for x in seen))
+    update_base = float(base["time/update_s"].sum())
+    update_gated = float(gated["time/update_s"].sum())
+    rollout_base = float(sum(x.rollout_s for x in seen))
     saved = float(sum(x.post_K_s for x in cut))
-    gb, gg = _mean(b["grad_l2"]), _mean(g.filter(pl.col("stepped"))["grad_l2"])
-    zb, zg = _mean(b["zero_adv_frac"]), _mean(g["zero_adv_frac"])
+    grad_base = _mean(base["train/grad_l2"])
+    grad_gated = _mean(gated.filter(pl.col("train/stepped"))["train/grad_l2"])
+    z_base, z_gated = _mean(base["train/zero_adv_frac"]), _mean(gated["train/zero_adv_frac"])
+    nan = float("nan")
     return OffpolicySummary(
-        steps=b.height,
+        steps=base.height,
         groups_seen=len(seen),
         groups_cut=len(cut),
         cut_zero_var=sum(x.zero_var for x in cut),
-        items_baseline=int(b["n_items"].sum()),
-        items_gated=int(g["n_items"].sum()),
-        update_s_baseline=ub,
-        update_s_gated=ug,
-        train_saving=_frac_saved(ub, ug),
-        rollout_s_baseline=rb,
+        items_baseline=int(base["train/items"].sum()),
+        items_gated=int(gated["train/items"].sum()),
+        update_s_baseline=update_base,
+        update_s_gated=update_gated,
+        train_saving=_frac_saved(update_base, update_gated),
+        rollout_s_baseline=rollout_base,
         rollout_s_saved=saved,
-        rollout_saving=saved / rb if rb > 0 else float("nan"),
-        end_to_end_saving=_frac_saved(ub + rb, ug + rb - saved),
-        grad_l2_baseline=gb,
-        grad_l2_gated=gg,
-        grad_l2_ratio=gg / gb if gb > 0 else float("nan"),
-        zero_adv_baseline=zb,
-        zero_adv_gated=zg,
-        dilution_prediction=(1 - zg) / (1 - zb) if zb < 1 else float("nan"),
+        rollout_saving=saved / rollout_base if rollout_base > 0 else nan,
+        end_to_end_saving=_frac_saved(update_base + rollout_base,
+                                      update_gated + rollout_base - saved),
+        grad_l2_baseline=grad_base,
+        grad_l2_gated=grad_gated,
+        grad_l2_ratio=grad_gated / grad_base if grad_base > 0 else nan,
+        zero_adv_baseline=z_base,
+        zero_adv_gated=z_gated,
+        dilution_prediction=(1 - z_gated) / (1 - z_base) if z_base < 1 else nan,
     )
 
 
@@ -343,10 +357,10 @@ def trace_figure(metrics: pl.DataFrame, path: Path) -> Path:
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     panels = [
-        ("cum_update_s", "cumulative training wall-clock (s)"),
-        ("grad_l2", "gradient L2 norm"),
-        ("n_items", "training items per step"),
-        ("loss", "GRPO loss"),
+        ("time/cum_update_s", "cumulative training wall-clock (s)"),
+        ("train/grad_l2", "gradient L2 norm"),
+        ("train/items", "training items per step"),
+        ("train/loss", "GRPO loss"),
     ]
     for ax, (col, label) in zip(axes.flat, panels, strict=True):
         for arm in ("baseline", "gated"):

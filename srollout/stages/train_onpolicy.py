@@ -27,6 +27,7 @@ from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
 from srollout.progress import StageBar
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
+from srollout.training.metrics import IterationMetrics
 
 
 class OnpolicyResult(NamedTuple):
@@ -255,7 +256,9 @@ class _Bar(StageBar):
     def __init__(self, console: Any, total: int, enabled: bool) -> None:
         super().__init__(console, "train-onpolicy", total, enabled=enabled)
 
-    def iteration(self, row: dict[str, Any]) -> None:
+    def iteration(self, metrics: IterationMetrics) -> None:
         if self.enabled:
-            info = f"seed {row['seed']} {row['arm']} it {row['iteration']}: reward {row['train_reward']:.2f}, cut {row['n_cut']}, grad {row['grad_l2']:.3g}"
+            m = metrics
+            info = (f"seed {m.seed} {m.arm} it {m.iteration}: reward {m.train.reward:.2f}, "
+                    f"cut {m.gate.cuts}, grad {m.train.grad_l2:.3g}")
             self.update(advance=1, info=info)

@@ -36,6 +36,15 @@ from srollout.core.arms import ArmSpec
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.warmup import warm_up
+from srollout.training.metrics import (
+    GateMetrics,
+    IterationMetrics,
+    IterationTimes,
+    OnpolicyTrain,
+    RolloutMetrics,
+    TrainMetrics,
+    upgrade_onpolicy_row,
+)
 
 GRESO_FILE = "greso.json"
 
@@ -70,6 +79,22 @@ class ArmResult(NamedTuple):
     stopped: bool
 
 
+@dataclass
+class _RolloutTotals:
+    """What the rollouts of one iteration add up to over DAPO's rounds (seconds and counts)."""
+
+    warmup_s: float = 0.0
+    rollout_s: float = 0.0
+    env_steps: int = 0
+    gen_tokens: int = 0
+
+
+def _mean_reward(records: Sequence[Any]) -> float:
+    """Mean trajectory reward over the groups ``records`` (NaN when there are none)."""
+    rewards = [x for r in records for x in r.rewards]
+    return float(np.mean(rewards)) if rewards else float("nan")
+
+
 def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> list[int]:
     """Indices of the ``n`` prompts of ``iteration`` (distinct; a draw of (seed, iteration))."""
     if n > len(pool):
@@ -78,7 +103,8 @@ def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> 
     return sorted(rng.choice(len(pool), size=n, replace=False).tolist())
 
 
-def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_index: int, n: int, seed: int) -> list[int]:
+def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_index: int, n: int,
+                      seed: int) -> list[int]:
     """Indices of up to ``n`` prompts for DAPO's extra round ``round_index`` (>= 1) of
     ``iteration``: distinct, none of ``used`` (this iteration's prompts so far), a draw of
     (seed, iteration, round); fewer (or none) when the pool runs out."""
@@ -90,7 +116,8 @@ def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_inde
     return sorted(int(free[i]) for i in rng.choice(len(free), size=k, replace=False))
 
 
-def dapo_group_index(iterations: int, prompts: int, max_rounds: int, iteration: int, round_index: int, j: int) -> int:
+def dapo_group_index(iterations: int, prompts: int, max_rounds: int, iteration: int,
+                     round_index: int, j: int) -> int:
     """Group index of the j-th group of DAPO's extra round ``round_index`` (>= 1) of ``iteration``:
     after every first-round index ((iterations x prompts) of them), so seeds never collide."""
     return (iterations + (iteration - 1) * max_rounds + (round_index - 1)) * prompts + j
@@ -128,34 +155,39 @@ class ArmRunner:
 
         self.config, self.spec = config, spec
         lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
-        self.tm = load_trainable(config.model, lora, spec.seed)
-        common = dict(model=self.tm.model, tokenizer=self.tm.tokenizer, max_new_tokens=config.max_new_tokens)
+        self.trainable = load_trainable(config.model, lora, spec.seed)
+        common = dict(model=self.trainable.model, tokenizer=self.trainable.tokenizer,
+                      max_new_tokens=config.max_new_tokens)
         self.policy = self._rollout_policy(common)
-        self.greedy = TransformersPolicy(self.tm.path, temperature=0.0, **common)
-        self.optimizer = make_optimizer(self.tm.model, config.lr)
+        self.greedy = TransformersPolicy(self.trainable.path, temperature=0.0, **common)
+        self.optimizer = make_optimizer(self.trainable.model, config.lr)
         self.settings = RolloutSettings(
             G=config.G, T_max=config.T_max, seed=spec.seed, concurrency=config.concurrency,
-            signal_K=(spec.arm.gate_K or config.K,), gate=spec.arm.gate_rule, gate_K=spec.arm.gate_K, arm=spec.arm.name,
+            signal_K=(spec.arm.gate_K or config.K,), gate=spec.arm.gate_rule,
+            gate_K=spec.arm.gate_K, arm=spec.arm.name,
         )
         state = load_state(spec.ckpt_dir) if resume else None
         if state is not None:
-            load_adapter_state(self.tm.model, state.adapter)
+            load_adapter_state(self.trainable.model, state.adapter)
             self.optimizer.load_state_dict(state.optimizer)
             restore_rng(state.rng)
         else:
             first = (
-                [{**e, "arm": spec.arm.name, "seed": spec.seed} for e in initial_evals if e["iteration"] == 0]
+                [{**e, "arm": spec.arm.name, "seed": spec.seed} for e in initial_evals
+                 if e["iteration"] == 0]
                 if initial_evals
                 else self.evaluate(0)
             )
-            state = ArmState(0, adapter_state(self.tm.model), self.optimizer.state_dict(), rng_states(), [], first)
+            state = ArmState(0, adapter_state(self.trainable.model), self.optimizer.state_dict(),
+                             rng_states(), [], first)
             save_state(spec.ckpt_dir, state)
         self.iteration = state.iteration
         self.adapter_iteration: int | None = None  # whose weights the vLLM engine holds
         self._sync_rollout_weights(self.iteration)
-        self.metrics: list[dict[str, Any]] = list(state.metrics)
+        # rows of a run written before the metrics were namespaced are renamed on the way in
+        self.metrics: list[dict[str, Any]] = [upgrade_onpolicy_row(r) for r in state.metrics]
         self.evals: list[dict[str, Any]] = list(state.evals)
-        self.cum_s = self.metrics[-1]["cum_s"] if self.metrics else 0.0
+        self.cum_s = self.metrics[-1]["time/cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.arm.greso else None
 
     @property
@@ -169,13 +201,16 @@ class ArmRunner:
 
         config = self.config
         if not self.on_vllm:
-            return TransformersPolicy(self.tm.path, temperature=config.temperature, **common)
+            return TransformersPolicy(self.trainable.path, temperature=config.temperature, **common)
         from srollout.policy import make_policy
 
-        extra: dict[str, Any] = {"base_url": config.base_url} if config.backend == "vllm-server" else {
-            "lora": True, "max_lora_rank": max(16, config.lora_r)}
-        return make_policy(model=self.tm.path, backend=config.backend, temperature=config.temperature,
-                           max_new_tokens=config.max_new_tokens, **extra)
+        extra: dict[str, Any] = (
+            {"base_url": config.base_url} if config.backend == "vllm-server"
+            else {"lora": True, "max_lora_rank": max(16, config.lora_r)}
+        )
+        return make_policy(model=self.trainable.path, backend=config.backend,
+                           temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                           **extra)
 
     def _sync_rollout_weights(self, iteration: int) -> None:
         """vLLM: save the adapter as it is after ``iteration`` updates and load it into the engine
@@ -189,7 +224,7 @@ class ArmRunner:
         path = root / f"iter-{iteration:04d}"
         if path.exists():
             shutil.rmtree(path)
-        self.tm.model.save_pretrained(path)
+        self.trainable.model.save_pretrained(path)
         self.policy.load_adapter(path)
         self.adapter_iteration = iteration
         for old in sorted(root.glob("iter-*"))[:-2]:
@@ -206,7 +241,8 @@ class ArmRunner:
         path = self.spec.ckpt_dir / GRESO_FILE
         if resume and path.exists():
             skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed,
-                                   [GresoOutcome(*o) for o in json.loads(path.read_text())["history"]])
+                                   [GresoOutcome(*o) for o in
+                                    json.loads(path.read_text())["history"]])
             skipper.truncate(self.iteration)
         return skipper
 
@@ -219,27 +255,31 @@ class ArmRunner:
         from srollout.training.evaluate import greedy_eval
 
         spec = self.spec
-        outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks, self.config.T_max)
-        return [{"arm": spec.arm.name, "seed": spec.seed, "iteration": iteration, **o._asdict()} for o in outcomes]
+        outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks,
+                               self.config.T_max)
+        return [{"arm": spec.arm.name, "seed": spec.seed, "iteration": iteration, **o._asdict()}
+                for o in outcomes]
 
-    def _roll(self, specs: list[Any], totals: dict[str, float]) -> list[Any]:
+    def _roll(self, specs: list[Any], totals: _RolloutTotals) -> list[Any]:
         """Roll ``specs`` out through the engine (games warmed up untimed first); add the round's
         rollout seconds, env steps, generated tokens and warm-up seconds to ``totals``; return the
         finished groups by group index."""
         from srollout.rollout.engine import run_groups
 
         spec = self.spec
-        totals["warmup_s"] += warm_up(spec.env_factory, [g.task for g in specs])
+        totals.warmup_s += warm_up(spec.env_factory, [g.task for g in specs])
         records: list[Any] = []
-        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings, on_group=records.append)
-        totals["rollout_s"] += summary.wall_s
-        totals["rows"] += summary.rows
-        totals["gen_tokens"] += summary.n_gen_tokens
+        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings,
+                             on_group=records.append)
+        totals.rollout_s += summary.wall_s
+        totals.env_steps += summary.rows
+        totals.gen_tokens += summary.n_gen_tokens
         records.sort(key=lambda r: r.spec.index)
         return records
 
-    def step(self) -> dict[str, Any]:
-        """Run the next iteration, checkpoint it, and return its metrics row."""
+    def step(self) -> IterationMetrics:
+        """Run the next iteration, checkpoint it, and return its metrics (``.row()``: the
+        metrics.parquet row)."""
         from srollout.core.arms import dapo_fill, greso_filter
         from srollout.core.grpo import is_zero_variance
         from srollout.rollout.engine import GroupSpec
@@ -247,16 +287,17 @@ class ArmRunner:
         from srollout.training.lora import adapter_state
         from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
 
-        config, spec, tm, arm = self.config, self.spec, self.tm, self.spec.arm
-        it, P = self.iteration + 1, config.prompts_per_iter
+        config, spec, trainable, arm = self.config, self.spec, self.trainable, self.spec.arm
+        iteration, prompts = self.iteration + 1, config.prompts_per_iter
         # 1. prompts (GRESO skips some before any rollout) and rollouts
-        picked = iteration_tasks(spec.train_tasks, it, P, spec.seed)
-        specs = [GroupSpec(index=(it - 1) * P + j, task=spec.train_tasks[i]) for j, i in enumerate(picked)]
+        picked = iteration_tasks(spec.train_tasks, iteration, prompts, spec.seed)
+        specs = [GroupSpec(index=(iteration - 1) * prompts + j, task=spec.train_tasks[i])
+                 for j, i in enumerate(picked)]
         n_skipped = 0
         if self.greso is not None:
-            keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], it)
+            keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
             specs, n_skipped = [specs[k] for k in keep], len(skip)
-        totals = {"warmup_s": 0.0, "rollout_s": 0.0, "rows": 0, "gen_tokens": 0}
+        totals = _RolloutTotals()
         dapo_hit_cap, n_rounds = False, 1
         if arm.dapo:
             # 2'. DAPO: drop zero-variance and cut groups, refill with fresh prompts up to the cap
@@ -265,22 +306,26 @@ class ArmRunner:
             def sample_round(n_needed: int, r: int) -> list[Any]:
                 if r == 0:
                     return self._roll(specs, totals)
-                extra = extra_round_tasks(len(spec.train_tasks), used, it, r, n_needed, spec.seed)
+                extra = extra_round_tasks(len(spec.train_tasks), used, iteration, r, n_needed,
+                                          spec.seed)
                 used.update(extra)
-                more = [GroupSpec(index=dapo_group_index(config.iterations, P, config.dapo_max_rounds, it, r, j),
+                more = [GroupSpec(index=dapo_group_index(config.iterations, prompts,
+                                                         config.dapo_max_rounds, iteration, r, j),
                                   task=spec.train_tasks[i]) for j, i in enumerate(extra)]
                 return self._roll(more, totals) if more else []
 
-            filled = dapo_fill(P, sample_round, config.dapo_max_rounds)
+            filled = dapo_fill(prompts, sample_round, config.dapo_max_rounds)
             records, kept = list(filled.generated), list(filled.useful)
             dapo_hit_cap, n_rounds = filled.hit_cap, filled.n_rounds
         else:
             records = self._roll(specs, totals)
-            # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are logged only)
+            # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are
+            # logged only)
             kept = [r for r in records if not r.cut]
         if self.greso is not None:
             for r in records:  # a cut group gave no gradient: it counts as zero-variance
-                self.greso.record(r.spec.task.task_id, it, r.cut or is_zero_variance(r.rewards))
+                self.greso.record(r.spec.task.task_id, iteration,
+                                  r.cut or is_zero_variance(r.rewards))
         outcomes = [
             GroupOutcome(
                 r.group_id, r.rewards,
@@ -290,62 +335,68 @@ class ArmRunner:
             for r in kept
         ]
         stats = grpo_update(
-            tm.model, self.optimizer, samples_from_groups(outcomes), denominator=config.denominator,
-            constant=config.denominator_constant, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
-            micro_batch=config.micro_batch, pad_id=tm.pad_id,
+            trainable.model, self.optimizer, samples_from_groups(outcomes),
+            denominator=config.denominator, constant=config.denominator_constant,
+            clip_eps=config.clip_eps, kl_coef=config.kl_coef, micro_batch=config.micro_batch,
+            pad_id=trainable.pad_id,
         )
         # 3. sync: transformers policies share the updated module (no KV cache may outlive the
-        # update); a vLLM engine gets the updated adapter, so iteration it+1 samples from it
-        s0 = time.perf_counter()
+        # update); a vLLM engine gets the updated adapter, so the next iteration samples from it
+        sync_start = time.perf_counter()
         rolled_with = self.adapter_iteration
         if getattr(self.policy, "live", False) or self.greedy.live:
-            raise RuntimeError("trajectories still live after the rollout; their KV caches would be stale")
-        self._sync_rollout_weights(it)
-        sync_s = time.perf_counter() - s0
-        iter_s = totals["rollout_s"] + stats.update_s + sync_s
+            raise RuntimeError("trajectories still live after the rollout; "
+                               "their KV caches would be stale")
+        self._sync_rollout_weights(iteration)
+        sync_s = time.perf_counter() - sync_start
+        iter_s = totals.rollout_s + stats.update_s + sync_s
         self.cum_s += iter_s
-        kept_rewards = [x for r in kept for x in r.rewards]
-        all_rewards = [x for r in records for x in r.rewards]
-        n_zero_var_kept = sum(max(r.rewards) == min(r.rewards) for r in kept)
-        row = {
-            "arm": spec.arm.name, "seed": spec.seed, "step": it, "iteration": it,
-            "loss": stats.loss, "grad_l2": stats.grad_l2, "zero_adv_frac": stats.zero_adv_frac,
-            "n_traj": stats.n_traj, "n_tokens": stats.n_tokens, "stepped": stats.stepped, "mean_logp": stats.mean_logp,
-            "denominator": config.denominator, "n_groups": len(records), "n_cut": sum(r.cut for r in records),
-            "n_kept": len(kept), "n_zero_var_kept": n_zero_var_kept,
-            "train_reward": float(np.mean(kept_rewards)) if kept_rewards else float("nan"),
-            "train_reward_all": float(np.mean(all_rewards)) if all_rewards else float("nan"),
-            "n_env_steps": totals["rows"], "n_gen_tokens": totals["gen_tokens"],
-            "rollout_s": totals["rollout_s"], "update_s": stats.update_s, "sync_s": sync_s, "iter_s": iter_s,
-            "cum_s": self.cum_s, "warmup_s": totals["warmup_s"],
-            # arms: useful = groups in the batch with reward variance; GRESO skips; DAPO rounds
-            "n_useful": len(kept) - n_zero_var_kept, "n_skipped": n_skipped, "n_rounds": n_rounds,
-            "dapo_hit_cap": dapo_hit_cap,
-        }
-        if self.on_vllm:  # the weights that generated this iteration's rollouts (it - 1 if fresh)
-            row["rollout_adapter_iteration"] = rolled_with
         # 4. held-out evaluation every E iterations (and at the end), no gate, greedy
-        e0 = time.perf_counter()
-        if it % config.eval_every == 0 or it == config.iterations:
-            self.evals += self.evaluate(it)
-        row["eval_s"] = time.perf_counter() - e0
-        self.metrics.append(row)
+        eval_start = time.perf_counter()
+        if iteration % config.eval_every == 0 or iteration == config.iterations:
+            self.evals += self.evaluate(iteration)
+        eval_s = time.perf_counter() - eval_start
+        n_zero_var_kept = sum(max(r.rewards) == min(r.rewards) for r in kept)
+        metrics = IterationMetrics(
+            arm=arm.name, seed=spec.seed, iteration=iteration,
+            rollout=RolloutMetrics(
+                groups=len(records), env_steps=totals.env_steps, gen_tokens=totals.gen_tokens,
+                reward=_mean_reward(records),
+                # the weights that generated this iteration's rollouts (iteration - 1 when fresh)
+                adapter_iteration=rolled_with if self.on_vllm else None,
+            ),
+            gate=GateMetrics(
+                cuts=sum(r.cut for r in records), kept=len(kept), zero_var_kept=n_zero_var_kept,
+                useful=len(kept) - n_zero_var_kept, skipped=n_skipped, dapo_rounds=n_rounds,
+                dapo_hit_cap=dapo_hit_cap,
+            ),
+            train=OnpolicyTrain(**TrainMetrics.fields_of(stats, config.denominator),
+                                reward=_mean_reward(kept)),
+            time=IterationTimes(
+                rollout_s=totals.rollout_s, update_s=stats.update_s, sync_s=sync_s, iter_s=iter_s,
+                cum_s=self.cum_s, warmup_s=totals.warmup_s, eval_s=eval_s,
+            ),
+        )
+        self.metrics.append(metrics.row())
         # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;
         # greso.json first: on resume its outcomes after state.pt's iteration are dropped)
-        self.iteration = it
+        self.iteration = iteration
         if self.greso is not None:
             from srollout.atomic import atomic_write_json
 
-            atomic_write_json({"iteration": it, "history": [list(o) for o in self.greso.history()]},
+            history = [list(o) for o in self.greso.history()]
+            atomic_write_json({"iteration": iteration, "history": history},
                               spec.ckpt_dir / GRESO_FILE)
-        save_state(spec.ckpt_dir, ArmState(it, adapter_state(tm.model), self.optimizer.state_dict(), rng_states(),
-                                           self.metrics, self.evals, complete=self.done))
-        return row
+        save_state(spec.ckpt_dir, ArmState(iteration, adapter_state(trainable.model),
+                                           self.optimizer.state_dict(), rng_states(), self.metrics,
+                                           self.evals, complete=self.done))
+        return metrics
 
     def result(self, stopped: bool = False) -> ArmResult:
         from srollout.training.lora import adapter_state
 
-        return ArmResult(self.metrics, self.evals, adapter_state(self.tm.model), self.tm.model, stopped)
+        return ArmResult(self.metrics, self.evals, adapter_state(self.trainable.model),
+                         self.trainable.model, stopped)
 
 
 def train_arm(
@@ -353,16 +404,16 @@ def train_arm(
     spec: ArmContext,
     resume: bool = False,
     stop_after: int | None = None,
-    on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    on_iteration: Callable[[IterationMetrics], None] | None = None,
     initial_evals: Sequence[dict[str, Any]] | None = None,
 ) -> ArmResult:
     """Run (or, with ``resume``, continue) one arm to the end; checkpoint after every iteration.
     ``stop_after``: return after checkpointing that iteration (what a kill leaves on disk)."""
     runner = ArmRunner(config, spec, resume=resume, initial_evals=initial_evals)
     while not runner.done:
-        row = runner.step()
+        metrics = runner.step()
         if on_iteration is not None:
-            on_iteration(row)
+            on_iteration(metrics)
         if stop_after is not None and runner.iteration >= stop_after and not runner.done:
             return runner.result(stopped=True)
     return runner.result()

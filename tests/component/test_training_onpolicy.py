@@ -19,7 +19,8 @@ from srollout.rollout.engine import ParsedTurn
 
 torch.set_num_threads(1)
 
-TIMING = ["rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s"]
+TIMING = ["time/rollout_s", "time/update_s", "time/sync_s", "time/iter_s", "time/cum_s",
+          "time/eval_s", "time/warmup_s"]
 
 
 class Corridor:
@@ -90,8 +91,8 @@ def never_gated(tiny_model, tmp_path_factory):
 def test_a_gate_that_never_fires_gives_bit_identical_adapters(never_gated):
     res = never_gated
     m = res.metrics
-    assert m.height == 6 and m["n_cut"].sum() == 0
-    assert (m["grad_l2"] > 0).any(), "no learning signal: the test would pass trivially"
+    assert m.height == 6 and m["gate/cuts"].sum() == 0
+    assert (m["train/grad_l2"] > 0).any(), "no learning signal: the test would pass trivially"
     base, gated = _adapter(res.run_dir, "baseline"), _adapter(res.run_dir, "gated")
     assert base.keys() == gated.keys()
     assert all(torch.equal(base[k], gated[k]) for k in base)
@@ -111,9 +112,10 @@ def test_a_gate_that_never_fires_gives_bit_identical_adapters(never_gated):
 def test_a_gate_that_fires_drops_groups_and_changes_the_update(tiny_model, tmp_path, never_gated):
     res = _run(_config(tiny_model, tmp_path / "run", d_L=1.0))  # R1: cut iff d_K < 1
     gated = res.metrics.filter(pl.col("arm") == "gated")
-    assert gated["n_cut"].sum() > 0
-    assert (gated["n_kept"] + gated["n_cut"] == gated["n_groups"]).all()
-    assert (gated["n_traj"] == 4 * gated["n_kept"]).all()  # cut groups are dropped entirely
+    assert gated["gate/cuts"].sum() > 0
+    assert (gated["gate/kept"] + gated["gate/cuts"] == gated["rollout/groups"]).all()
+    # cut groups are dropped entirely
+    assert (gated["train/trajectories"] == 4 * gated["gate/kept"]).all()
     base_never = _adapter(never_gated.run_dir, "baseline")
     assert all(torch.equal(base_never[k], v) for k, v in _adapter(res.run_dir, "baseline").items())  # same seed, same baseline
     other = _adapter(res.run_dir, "gated")
@@ -142,6 +144,72 @@ def test_resume_refuses_a_different_config(tiny_model, never_gated):
         _run(_config(tiny_model, never_gated.run_dir, resume=True, lr=1e-3))
 
 
+# The keys of an on-policy metrics row before the namespacing, as the old loop wrote them
+# (rollout_adapter_iteration only with a vLLM backend).
+OLD_ROW_KEYS = [
+    "arm", "seed", "step", "iteration", "loss", "grad_l2", "zero_adv_frac", "n_traj", "n_tokens",
+    "stepped", "mean_logp", "denominator", "n_groups", "n_cut", "n_kept", "n_zero_var_kept",
+    "train_reward", "train_reward_all", "n_env_steps", "n_gen_tokens", "rollout_s", "update_s",
+    "sync_s", "iter_s", "cum_s", "warmup_s", "n_useful", "n_skipped", "n_rounds", "dapo_hit_cap",
+    "rollout_adapter_iteration", "eval_s",
+]
+
+
+def test_metrics_columns_are_namespaced_and_the_mapping_covers_every_old_name(never_gated):
+    from srollout import schemas
+    from srollout.training.metrics import ONPOLICY_RENAMES, onpolicy_columns
+
+    m = never_gated.metrics
+    assert m.columns == [c for c in onpolicy_columns() if c != "rollout/adapter_iteration"]
+    assert m.columns[:3] == ["arm", "seed", "iteration"] and "step" not in m.columns
+    namespaced = m.columns[3:]
+    namespaces = ("rollout", "gate", "train", "time")
+    assert all(c.split("/")[0] in namespaces for c in namespaced), namespaced
+    # every old name but the identity columns is renamed, and every renamed column is written
+    # (rollout/adapter_iteration only with vLLM)
+    assert set(ONPOLICY_RENAMES) == set(OLD_ROW_KEYS) - {"arm", "seed", "step", "iteration"}
+    assert set(ONPOLICY_RENAMES.values()) - {"rollout/adapter_iteration"} == set(namespaced)
+    schemas.read(never_gated.run_dir / "metrics.parquet", schemas.METRICS)
+    # step 1 of the baseline by hand: 2 groups of G=4 rolled out, none cut, all kept
+    first = m.filter(pl.col("arm") == "baseline").row(0, named=True)
+    assert (first["rollout/groups"], first["gate/cuts"], first["gate/kept"]) == (2, 0, 2)
+    assert first["gate/useful"] == 2 - first["gate/zero_var_kept"]
+    assert first["gate/dapo_rounds"] == 1
+    assert first["train/trajectories"] == 8 and first["train/denominator"] == "seq_mean"
+    assert first["time/iter_s"] == pytest.approx(
+        first["time/rollout_s"] + first["time/update_s"] + first["time/sync_s"])
+
+
+def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_model, tmp_path,
+                                                                            never_gated):
+    """A run directory written by the old loop (flat metric names, `step` beside `iteration`, in
+    every state.pt) resumes: its rows are renamed on the way in and the run ends with the tables
+    of an uninterrupted run."""
+    from srollout.training.checkpoint import load_state, save_state
+    from srollout.training.metrics import ONPOLICY_RENAMES
+
+    out = tmp_path / "run"
+    _run(_config(tiny_model, out), stop_after=1)
+    old_name = {new: old for old, new in ONPOLICY_RENAMES.items()}
+    for arm in ("baseline", "gated"):
+        ckpt = out / "checkpoints" / f"seed7-{arm}"
+        state = load_state(ckpt)
+        assert state.iteration == 1 and len(state.metrics) == 1
+        old_rows = [{"step": r["iteration"], **{old_name.get(k, k): v for k, v in r.items()}}
+                    for r in state.metrics]
+        # in the old loop's key order: the resumed table must still have the current column order
+        state.metrics = [{k: r[k] for k in OLD_ROW_KEYS if k in r} for r in old_rows]
+        assert list(state.metrics[0]) == [k for k in OLD_ROW_KEYS
+                                          if k != "rollout_adapter_iteration"]
+        save_state(ckpt, state)
+    again = _run(_config(tiny_model, out, resume=True))
+    assert again.complete
+    cols = [c for c in never_gated.metrics.columns if c not in TIMING]
+    assert again.metrics.columns == never_gated.metrics.columns
+    assert again.metrics.select(cols).equals(never_gated.metrics.select(cols))
+    assert again.evals.equals(never_gated.evals)
+
+
 # --- arms: DAPO dynamic sampling, GRESO skipping, composed with the gate -------------------------
 
 
@@ -166,11 +234,14 @@ def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_vari
     base = never_gated.metrics.filter(pl.col("arm") == "baseline").sort("iteration")
     dapo = m.filter(pl.col("arm") == "gated+dapo").sort("iteration")
     b1, d1 = base.row(0, named=True), dapo.row(0, named=True)
-    assert (d1["n_groups"], d1["n_gen_tokens"], d1["n_env_steps"]) == (b1["n_groups"], b1["n_gen_tokens"], b1["n_env_steps"])
-    assert d1["n_kept"] == b1["n_kept"] - b1["n_zero_var_kept"] == b1["n_useful"]
-    assert (dapo["n_zero_var_kept"] == 0).all() and (dapo["n_useful"] == dapo["n_kept"]).all()
-    assert (dapo["n_rounds"] == 1).all() and (dapo["n_cut"] == 0).all()
-    assert (dapo["dapo_hit_cap"] == (dapo["n_kept"] < 2)).all()  # a short batch at cap 0 is a cap hit
+    rolled = ("rollout/groups", "rollout/gen_tokens", "rollout/env_steps")
+    assert [d1[c] for c in rolled] == [b1[c] for c in rolled]
+    assert d1["gate/kept"] == b1["gate/kept"] - b1["gate/zero_var_kept"] == b1["gate/useful"]
+    assert (dapo["gate/zero_var_kept"] == 0).all()
+    assert (dapo["gate/useful"] == dapo["gate/kept"]).all()
+    assert (dapo["gate/dapo_rounds"] == 1).all() and (dapo["gate/cuts"] == 0).all()
+    # a short batch at cap 0 is a cap hit
+    assert (dapo["gate/dapo_hit_cap"] == (dapo["gate/kept"] < 2)).all()
     assert res.arms["arm"].to_list() == ["baseline", "gated+dapo"]
     assert (res.run_dir / "summary_arms.parquet").exists() and "useful groups / s" in (res.run_dir / "report.md").read_text()
 
@@ -202,12 +273,14 @@ def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
 
     res = far
     m = res.metrics.sort("arm", "iteration")
-    assert (m["train_reward_all"].fill_nan(0.0) == 0.0).all()
+    assert (m["rollout/reward"].fill_nan(0.0) == 0.0).all()
     dapo = m.filter(pl.col("arm") == "dapo")
-    assert dapo["n_rounds"].to_list() == [2, 2, 2] and dapo["dapo_hit_cap"].all()
-    assert dapo["n_groups"].to_list() == [4, 4, 4] and (dapo["n_kept"] == 0).all() and not dapo["stepped"].any()
+    assert dapo["gate/dapo_rounds"].to_list() == [2, 2, 2] and dapo["gate/dapo_hit_cap"].all()
+    assert dapo["rollout/groups"].to_list() == [4, 4, 4] and (dapo["gate/kept"] == 0).all()
+    assert not dapo["train/stepped"].any()
     base = m.filter(pl.col("arm") == "baseline")
-    assert (dapo["n_gen_tokens"] > base["n_gen_tokens"]).all()  # the extra round's tokens are counted
+    # the extra round's tokens are counted
+    assert (dapo["rollout/gen_tokens"] > base["rollout/gen_tokens"]).all()
     seen: set[int] = set()
     expected = []
     for it in (1, 2, 3):
@@ -217,12 +290,12 @@ def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
     assert sum(expected) > 0, "no prompt repeats: the test would pass trivially"
     for arm in ("greso", "gated+greso"):
         g = m.filter(pl.col("arm") == arm)
-        assert g["n_skipped"].to_list() == expected, arm
-        assert (g["n_groups"] + g["n_skipped"] == 2).all()
+        assert g["gate/skipped"].to_list() == expected, arm
+        assert (g["rollout/groups"] + g["gate/skipped"] == 2).all()
     gg = m.filter(pl.col("arm") == "gated+greso")
-    assert (gg["n_cut"] == gg["n_groups"]).all() and gg["n_cut"].sum() > 0
+    assert (gg["gate/cuts"] == gg["rollout/groups"]).all() and gg["gate/cuts"].sum() > 0
     greso = m.filter(pl.col("arm") == "greso")
-    assert (greso["n_gen_tokens"] <= base["n_gen_tokens"]).all()
+    assert (greso["rollout/gen_tokens"] <= base["rollout/gen_tokens"]).all()
     a = res.arms.to_dicts()
     assert [r["arm"] for r in a] == ["baseline", "dapo", "greso", "gated+greso"]
     assert a[1]["extra_rounds"] == 3 and a[1]["cap_hits"] == 3 and a[1]["useful_groups"] == 0
@@ -238,4 +311,4 @@ def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):
     again = _far_run(_far_config(tiny_model, out, resume=True))
     cols = [c for c in far.metrics.columns if c not in TIMING]
     assert again.metrics.select(cols).equals(far.metrics.select(cols))
-    assert again.metrics.filter(pl.col("arm") == "greso")["n_skipped"].to_list()[-1] == 2
+    assert again.metrics.filter(pl.col("arm") == "greso")["gate/skipped"].to_list()[-1] == 2

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from srollout.report.onpolicy import mean_std, paired_test, per_seed
+from srollout.report.onpolicy import arms_frame, mean_std, paired_test, per_seed
 from srollout.stages.train_offpolicy import sample_plan
 
 
@@ -24,9 +24,10 @@ def test_plan_uses_every_group_once_before_repeating():
 def _metrics(arm, grad, zadv, iter_s, cuts):
     n = len(grad)
     return pl.DataFrame({
-        "arm": [arm] * n, "seed": [7] * n, "iteration": list(range(1, n + 1)), "grad_l2": grad,
-        "zero_adv_frac": zadv, "iter_s": iter_s, "n_cut": cuts, "n_groups": [10] * n, "stepped": [True] * n,
-        "n_kept": [10 - c for c in cuts], "n_zero_var_kept": [4 - c for c in cuts],
+        "arm": [arm] * n, "seed": [7] * n, "iteration": list(range(1, n + 1)),
+        "train/grad_l2": grad, "train/zero_adv_frac": zadv, "time/iter_s": iter_s,
+        "gate/cuts": cuts, "rollout/groups": [10] * n, "train/stepped": [True] * n,
+        "gate/kept": [10 - c for c in cuts], "gate/zero_var_kept": [4 - c for c in cuts],
     })
 
 
@@ -60,3 +61,48 @@ def test_paired_test_counts_discordant_pairs():
     assert t.diff == pytest.approx(0.3) and t.b01 == 4 and t.b10 == 1
     assert t.p_mcnemar == pytest.approx(0.375)  # exact binomial: 2 * P(X <= 1 | n=5, p=1/2) = 12/32
     assert t.ci_low <= 0.3 <= t.ci_high
+
+
+def test_arms_frame_totals_per_seed_and_savings_against_the_baseline():
+    # baseline: 2 iterations of 10 s, 100 tokens, 3 useful groups each; dapo: 15 s, 200 tokens,
+    # 5 useful, 2 rounds (1 extra) each, one cap hit -> useful/s 6/20 = 0.3 and 10/30 = 1/3
+    def arm(name, iter_s, tokens, useful, rounds, cap):
+        return pl.DataFrame({
+            "arm": [name] * 2, "seed": [7] * 2, "iteration": [1, 2], "time/iter_s": [iter_s] * 2,
+            "rollout/gen_tokens": [tokens] * 2, "gate/useful": [useful] * 2,
+            "rollout/groups": [8] * 2,
+            "gate/cuts": [0] * 2, "gate/skipped": [0] * 2, "gate/dapo_rounds": [rounds] * 2,
+            "gate/dapo_hit_cap": [False, cap],
+        })
+
+    m = pl.concat([arm("baseline", 10.0, 100, 3, 1, False), arm("dapo", 15.0, 200, 5, 2, True)])
+    ev = pl.DataFrame({"arm": ["baseline", "dapo"], "seed": [7, 7], "iteration": [2, 2],
+                       "task_id": ["t", "t"], "success": [True, True]})
+    rows = {r["arm"]: r for r in arms_frame(m, ev).to_dicts()}
+    base = rows["baseline"]
+    assert base["wall_s"] == 20.0 and base["useful_per_s"] == pytest.approx(0.3)
+    d = rows["dapo"]
+    assert (d["wall_s"], d["gen_tokens"], d["useful_groups"]) == (30.0, 400.0, 10.0)
+    assert d["useful_per_s"] == pytest.approx(1 / 3)
+    assert d["extra_rounds"] == 2 and d["cap_hits"] == 1
+    assert d["wall_saving"] == pytest.approx(-0.5) and d["token_saving"] == pytest.approx(-1.0)
+
+
+def test_the_documented_rename_table_is_the_one_the_code_applies():
+    """docs/artifacts.md's "old name -> new name" table lists exactly the renames of
+    srollout.training.metrics (the ones a resumed old run gets)."""
+    import re
+    from pathlib import Path
+
+    from srollout.training.metrics import OFFPOLICY_RENAMES, ONPOLICY_RENAMES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "artifacts.md").read_text()
+    section = doc[doc.index("### Column names before the namespacing"):]
+    section = section[: section.index("\n## ")]
+    found: dict[str, dict[str, str]] = {"train-onpolicy": {}, "train-offpolicy": {}}
+    for old, new, stages in re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| ([^|]+) \|", section, re.M):
+        for stage in found:
+            if stage in stages:
+                found[stage][old] = new
+    assert found["train-onpolicy"] == ONPOLICY_RENAMES
+    assert found["train-offpolicy"] == OFFPOLICY_RENAMES

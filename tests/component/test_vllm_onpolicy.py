@@ -95,7 +95,7 @@ def test_every_iteration_rolls_out_with_the_adapter_just_trained(tmp_path):
     first, last = probes[0]["module"], probes[-1]["module"]
     assert max(abs(a - b) for a, b in zip(first, last, strict=True)) > 1e-2, probes
     m = pl.read_parquet(out / "metrics.parquet").sort("iteration")
-    assert m["rollout_adapter_iteration"].to_list() == [0, 1, 2, 3]
+    assert m["rollout/adapter_iteration"].to_list() == [0, 1, 2, 3]
     assert json.loads((out / "manifest.json").read_text())["config"]["backend"] == "vllm"
 
 

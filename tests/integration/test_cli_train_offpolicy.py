@@ -55,18 +55,21 @@ def test_train_offpolicy_end_to_end(run_cli, real_model, tmp_path):
     g = m.filter(pl.col("arm") == "gated").sort("step")
     n_cut = len(cut)
     # every step sees all 6 groups; the gated arm drops the cut ones entirely
-    assert b["n_cut"].to_list() == [0, 0] and g["n_cut"].to_list() == [n_cut, n_cut]
-    assert b["n_traj"].to_list() == [24, 24] and g["n_traj"].to_list() == [24 - 4 * n_cut] * 2
+    assert b["gate/cuts"].to_list() == [0, 0] and g["gate/cuts"].to_list() == [n_cut, n_cut]
+    assert b["train/trajectories"].to_list() == [24, 24]
+    assert g["train/trajectories"].to_list() == [24 - 4 * n_cut] * 2
     # k = min(8, 128 // (6 groups * G=4)) = 5 turns >= the 4 each trajectory has: all 4 are items
-    assert b["n_items"].to_list() == [96, 96] and g["n_items"].to_list() == [4 * (24 - 4 * n_cut)] * 2
+    assert b["train/items"].to_list() == [96, 96]
+    assert g["train/items"].to_list() == [4 * (24 - 4 * n_cut)] * 2
     # the cut groups are the zero-variance ones: baseline z = 4*n_cut/24, gated z = 0
-    assert b["zero_adv_frac"].to_list() == pytest.approx([4 * n_cut / 24] * 2)
-    assert g["zero_adv_frac"].to_list() == [0.0, 0.0]
+    assert b["train/zero_adv_frac"].to_list() == pytest.approx([4 * n_cut / 24] * 2)
+    assert g["train/zero_adv_frac"].to_list() == [0.0, 0.0]
     # step 1 starts from the same weights: dropping zero-advantage trajectories rescales the
     # gradient of L = -1/N sum A_i log p by N_baseline / N_gated exactly (§5.4's dilution)
-    assert b["grad_l2"][0] > 0
-    assert g["grad_l2"][0] / b["grad_l2"][0] == pytest.approx(24 / (24 - 4 * n_cut), rel=1e-4)
-    assert g["loss"][0] == pytest.approx(b["loss"][0] * 24 / (24 - 4 * n_cut), rel=1e-4)
+    assert b["train/grad_l2"][0] > 0
+    dilution = 24 / (24 - 4 * n_cut)
+    assert g["train/grad_l2"][0] / b["train/grad_l2"][0] == pytest.approx(dilution, rel=1e-4)
+    assert g["train/loss"][0] == pytest.approx(b["train/loss"][0] * dilution, rel=1e-4)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["groups_cut"] == 2 * n_cut and summary["cut_zero_var"] == 2 * n_cut
     assert summary["rollout_s_saved"] > 0 and 0 < summary["rollout_saving"] < 1

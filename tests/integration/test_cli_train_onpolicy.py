@@ -30,8 +30,9 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, real_model, tmp_path):
     ev = schemas.read(out / "eval.parquet", schemas.EVAL)
     # tiny preset: 2 prompts x G=4 per iteration, T_max 4, gate at K=2; eval at 0 and at the end
     assert sorted(m["arm"].unique().to_list()) == ["baseline", "gated"] and m.height == 4
-    assert (m["n_groups"] == 2).all() and (m.filter(pl.col("arm") == "baseline")["n_cut"] == 0).all()
-    assert (m["n_traj"] == 4 * m["n_kept"]).all()
+    assert (m["rollout/groups"] == 2).all()
+    assert (m.filter(pl.col("arm") == "baseline")["gate/cuts"] == 0).all()
+    assert (m["train/trajectories"] == 4 * m["gate/kept"]).all()
     assert sorted(ev["iteration"].unique().to_list()) == [0, 2] and ev.height == 2 * 2 * 2
     assert ev["task_id"].str.starts_with("heldout/").all()
     # iteration 0 is the same base policy in both arms
@@ -64,10 +65,12 @@ def test_train_onpolicy_dapo_and_greso_arms_end_to_end(run_cli, real_model, tmp_
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
     assert sorted(m["arm"].unique().to_list()) == ["gated+dapo", "greso"] and m.height == 4
     d = m.filter(pl.col("arm") == "gated+dapo")
-    assert d["n_rounds"].is_between(1, 2).all() and (d["n_kept"] == d["n_useful"]).all() and (d["n_kept"] <= 2).all()
-    assert ((d["n_kept"] == 2) | d["dapo_hit_cap"] | (d["n_groups"] == 4)).all()
+    assert d["gate/dapo_rounds"].is_between(1, 2).all()
+    assert (d["gate/kept"] == d["gate/useful"]).all() and (d["gate/kept"] <= 2).all()
+    assert ((d["gate/kept"] == 2) | d["gate/dapo_hit_cap"] | (d["rollout/groups"] == 4)).all()
     g = m.filter(pl.col("arm") == "greso")
-    assert (g["n_groups"] + g["n_skipped"] == 2).all() and (g["n_rounds"] == 1).all()
+    assert (g["rollout/groups"] + g["gate/skipped"] == 2).all()
+    assert (g["gate/dapo_rounds"] == 1).all()
     arms = pl.read_parquet(out / "summary_arms.parquet")
     assert arms["arm"].to_list() == ["gated+dapo", "greso"] and (arms["n_seeds"] == 1).all()
     assert "useful groups / s" in (out / "report.md").read_text() and "arms (mean" in res.stdout
@@ -131,7 +134,8 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp
     full = tmp_path / "full"
     res = run_cli(*args, "--out", full)
     assert res.exit_code == 0, res.stderr[-2000:]
-    timing = ["rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s"]
+    timing = [c for c in pl.read_parquet(full / "metrics.parquet").columns if c.startswith("time/")]
+    assert len(timing) == 7
     a = pl.read_parquet(killed / "metrics.parquet").drop(timing)
     b = pl.read_parquet(full / "metrics.parquet").drop(timing)
     assert a.height == 8 and a.equals(b)

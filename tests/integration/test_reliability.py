@@ -34,7 +34,7 @@ AB = ["ab-rollout", "--policy", "noisy-expert", "--groups", "8", "--G", "2", "--
       "--blocks", "4", "--repeats", "1", "--n-boot", "50", "--no-figures", "--no-warmup", "--seed", "3"]
 ONPOLICY = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline", "--iterations", "3", "--n-eval", "1"]
 AB_TIMING = ["wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s"]
-ONPOLICY_TIMING = ["rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s"]
+ONPOLICY_TIMING = [f"time/{c}" for c in ("rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s")]
 
 
 def _env() -> dict[str, str]:

@@ -135,3 +135,21 @@ def test_artifacts_get_the_mode_a_plain_open_gives_not_mkstemps_0600(tmp_path):
     assert parquet.stat().st_mode & 0o777 == 0o644
     assert js.stat().st_mode & 0o777 == 0o644
     assert private.stat().st_mode & 0o777 == 0o600
+
+
+def test_metrics_are_namespaced_and_an_old_flat_table_names_its_missing_column(tmp_path):
+    assert all(c in ("arm", "seed") or c.startswith("train/") for c in schemas.METRICS.columns)
+    path = tmp_path / "metrics.parquet"
+    old = pl.DataFrame({"arm": ["baseline"], "seed": [7], "step": [1], "loss": [0.5],
+                        "grad_l2": [0.1], "zero_adv_frac": [0.25], "n_traj": [8], "n_tokens": [40]})
+    old.write_parquet(path)
+    with pytest.raises(SchemaError, match=r"missing column 'train/loss' \(metrics table"):
+        schemas.read(path, schemas.METRICS)
+    new = old.rename({"loss": "train/loss", "grad_l2": "train/grad_l2",
+                      "zero_adv_frac": "train/zero_adv_frac", "n_traj": "train/trajectories",
+                      "n_tokens": "train/action_tokens"})
+    new.write_parquet(path)
+    assert schemas.read(path, schemas.METRICS)["train/trajectories"].to_list() == [8]
+    new.with_columns(pl.lit(-1).alias("train/trajectories")).write_parquet(path)
+    with pytest.raises(SchemaError, match=r"'train/trajectories' row 0 is -1: the contract says"):
+        schemas.read(path, schemas.METRICS)

@@ -1,0 +1,250 @@
+"""One row of metrics.parquet, namespaced the TRL way and built from one small record per namespace.
+
+A row holds the identity columns ``arm``, ``seed`` and the index (``iteration`` in
+train-onpolicy, ``step`` in train-offpolicy), then:
+
+- ``rollout/…``: what the rollout produced (groups, environment steps, generated tokens, reward);
+- ``gate/…``: what the gate, GRESO and DAPO did with the groups (cuts, kept, skipped, rounds);
+- ``train/…``: the GRPO update (loss, gradient L2, zero-advantage fraction, trajectories, tokens);
+- ``time/…``: seconds, the only columns that differ between two runs of the same seed.
+
+Held-out evaluation has its own table (eval.parquet, one row per task); only its seconds are
+here (``time/eval_s``). The old flat names and the new ones: :data:`ONPOLICY_RENAMES`,
+:data:`OFFPOLICY_RENAMES` and the table in docs/artifacts.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+# The names before namespacing (old -> new). On-policy rows also held ``step``, always equal to
+# ``iteration``: it is dropped. Off-policy's ``n_groups`` counted the groups in the batch.
+ONPOLICY_RENAMES: dict[str, str] = {
+    "n_groups": "rollout/groups",
+    "n_env_steps": "rollout/env_steps",
+    "n_gen_tokens": "rollout/gen_tokens",
+    "train_reward_all": "rollout/reward",
+    "rollout_adapter_iteration": "rollout/adapter_iteration",
+    "n_cut": "gate/cuts",
+    "n_kept": "gate/kept",
+    "n_zero_var_kept": "gate/zero_var_kept",
+    "n_useful": "gate/useful",
+    "n_skipped": "gate/skipped",
+    "n_rounds": "gate/dapo_rounds",
+    "dapo_hit_cap": "gate/dapo_hit_cap",
+    "loss": "train/loss",
+    "grad_l2": "train/grad_l2",
+    "zero_adv_frac": "train/zero_adv_frac",
+    "n_traj": "train/trajectories",
+    "n_tokens": "train/action_tokens",
+    "mean_logp": "train/mean_logp",
+    "stepped": "train/stepped",
+    "denominator": "train/denominator",
+    "train_reward": "train/reward",
+    "rollout_s": "time/rollout_s",
+    "update_s": "time/update_s",
+    "sync_s": "time/sync_s",
+    "iter_s": "time/iter_s",
+    "cum_s": "time/cum_s",
+    "warmup_s": "time/warmup_s",
+    "eval_s": "time/eval_s",
+}
+OFFPOLICY_RENAMES: dict[str, str] = {
+    "n_groups": "gate/kept",
+    "n_cut": "gate/cuts",
+    "n_zero_var": "gate/zero_var_kept",
+    "loss": "train/loss",
+    "grad_l2": "train/grad_l2",
+    "zero_adv_frac": "train/zero_adv_frac",
+    "n_traj": "train/trajectories",
+    "n_tokens": "train/action_tokens",
+    "n_items": "train/items",
+    "mean_logp": "train/mean_logp",
+    "stepped": "train/stepped",
+    "denominator": "train/denominator",
+    "rollout_s": "time/rollout_s",
+    "update_s": "time/update_s",
+    "sync_s": "time/sync_s",
+    "cum_update_s": "time/cum_update_s",
+    "cum_rollout_s": "time/cum_rollout_s",
+}
+
+
+def upgrade_onpolicy_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An on-policy metrics row under the current names and in the current column order: a row
+    written before the namespacing (a checkpoint of an older run) is renamed, reordered and loses
+    its ``step`` (a copy of ``iteration``); a current row comes back unchanged."""
+    if "train/loss" in row:
+        return dict(row)
+    renamed = {ONPOLICY_RENAMES.get(k, k): v for k, v in row.items() if k != "step"}
+    order = {name: i for i, name in enumerate(onpolicy_columns())}
+    return dict(sorted(renamed.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _namespaced(prefix: str, record: Any) -> dict[str, Any]:
+    return {f"{prefix}/{f.name}": getattr(record, f.name) for f in fields(record)}
+
+
+@dataclass(frozen=True)
+class TrainMetrics:
+    """``train/…``: one GRPO update (:class:`srollout.training.update.UpdateStats`).
+
+    loss: the scalar GRPO loss; grad_l2: the adapter's gradient L2 norm before any clipping;
+    zero_adv_frac: share of the batch's trajectories with A_i = 0; trajectories: N;
+    action_tokens: tokens that carried loss; mean_logp: mean log-probability per action token;
+    stepped: an optimizer step happened (not on an empty batch); denominator: the loss
+    denominator (``--denominator``).
+    """
+
+    loss: float
+    grad_l2: float
+    zero_adv_frac: float
+    trajectories: int
+    action_tokens: int
+    mean_logp: float
+    stepped: bool
+    denominator: str
+
+    @staticmethod
+    def fields_of(stats: Any, denominator: str) -> dict[str, Any]:
+        """The shared fields from an :class:`~srollout.training.update.UpdateStats`."""
+        return dict(loss=stats.loss, grad_l2=stats.grad_l2, zero_adv_frac=stats.zero_adv_frac,
+                    trajectories=stats.n_traj, action_tokens=stats.n_tokens,
+                    mean_logp=stats.mean_logp, stepped=stats.stepped, denominator=denominator)
+
+
+# --- train-onpolicy: one row per (arm, seed, iteration) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutMetrics:
+    """``rollout/…`` of one iteration, all DAPO rounds: groups rolled out; env_steps; gen_tokens
+    (generated tokens); reward: mean trajectory reward over every group (a cut group's truncated
+    rewards included); adapter_iteration (vLLM backends only, else None and not written): after
+    how many updates the adapter that generated the rollouts was saved."""
+
+    groups: int
+    env_steps: int
+    gen_tokens: int
+    reward: float
+    adapter_iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class GateMetrics:
+    """``gate/…`` of one iteration: cuts (groups the gate stopped at K); kept (groups in the GRPO
+    batch); zero_var_kept (of those, zero-variance); useful = kept - zero_var_kept; skipped
+    (prompts GRESO skipped before the rollout); dapo_rounds (1, or 1 + DAPO's extra rounds);
+    dapo_hit_cap (DAPO was still short of useful groups after its last extra round)."""
+
+    cuts: int
+    kept: int
+    zero_var_kept: int
+    useful: int
+    skipped: int
+    dapo_rounds: int
+    dapo_hit_cap: bool
+
+
+@dataclass(frozen=True)
+class OnpolicyTrain(TrainMetrics):
+    """:class:`TrainMetrics` plus reward: mean trajectory reward of the groups in the batch."""
+
+    reward: float
+
+
+@dataclass(frozen=True)
+class IterationTimes:
+    """``time/…`` of one iteration, seconds: rollout (all rounds), update, sync, iter = rollout +
+    update + sync, cum (iter summed so far), warmup (games loaded untimed before the rollout),
+    eval (held-out evaluation, 0 when none ran)."""
+
+    rollout_s: float
+    update_s: float
+    sync_s: float
+    iter_s: float
+    cum_s: float
+    warmup_s: float
+    eval_s: float
+
+
+@dataclass(frozen=True)
+class IterationMetrics:
+    """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row."""
+
+    arm: str
+    seed: int
+    iteration: int
+    rollout: RolloutMetrics
+    gate: GateMetrics
+    train: OnpolicyTrain
+    time: IterationTimes
+
+    def row(self) -> dict[str, Any]:
+        """The row; its keys in :func:`onpolicy_columns` order."""
+        rollout = _namespaced("rollout", self.rollout)
+        if self.rollout.adapter_iteration is None:
+            del rollout["rollout/adapter_iteration"]
+        return {"arm": self.arm, "seed": self.seed, "iteration": self.iteration, **rollout,
+                **_namespaced("gate", self.gate), **_namespaced("train", self.train),
+                **_namespaced("time", self.time)}
+
+
+def onpolicy_columns() -> list[str]:
+    """The columns of an on-policy row, in order (``rollout/adapter_iteration``: vLLM only)."""
+    parts = (("rollout", RolloutMetrics), ("gate", GateMetrics), ("train", OnpolicyTrain),
+             ("time", IterationTimes))
+    namespaced = [f"{ns}/{f.name}" for ns, kind in parts for f in fields(kind)]
+    return ["arm", "seed", "iteration", *namespaced]
+
+
+# --- train-offpolicy: one row per (arm, seed, step) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffpolicyGate:
+    """``gate/…`` of one off-policy step: cuts (planned groups the gate cut; 0 in the baseline
+    arm); kept (groups in the batch); zero_var_kept (of those, zero-variance)."""
+
+    cuts: int
+    kept: int
+    zero_var_kept: int
+
+
+@dataclass(frozen=True)
+class OffpolicyTrain(TrainMetrics):
+    """:class:`TrainMetrics` plus items: sampled action turns in the batch."""
+
+    items: int
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """``time/…`` of one off-policy step, seconds: rollout (the buffer's measured generation +
+    environment time of the step's groups, a cut group only up to K), update, sync (always 0: no
+    rollout policy to sync), and the cumulative update and rollout seconds."""
+
+    rollout_s: float
+    update_s: float
+    sync_s: float
+    cum_update_s: float
+    cum_rollout_s: float
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One off-policy step of one arm; :meth:`row` is its metrics.parquet row."""
+
+    arm: str
+    seed: int
+    step: int
+    gate: OffpolicyGate
+    train: OffpolicyTrain
+    time: StepTimes
+
+    def row(self) -> dict[str, Any]:
+        return {"arm": self.arm, "seed": self.seed, "step": self.step,
+                **_namespaced("gate", self.gate), **_namespaced("train", self.train),
+                **_namespaced("time", self.time)}
