@@ -267,6 +267,7 @@ def small_disk(tmp_path) -> Path:
     subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
+@pytest.mark.slow  # ~10 s on 2 loaded cores: the reference collect, the filled run, its resume
 def test_a_full_disk_is_one_line_keeps_every_file_and_resume_completes(small_disk, reference):
     run = small_disk / "run"
     filler = small_disk / "filler"
