@@ -52,14 +52,15 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
             "--d-model", "48", "--n-layers", "1", "--threads", "1"]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
-    # off a terminal each phase logs plain lines; a fresh home generates its 6 games first
     # off a terminal each phase is the stages' bar, printing plain lines; a fresh home
     # generates its 6 games first
-    assert "generating games: 6/6 games" in res.output and "demonstrations: 6/6 episodes" in res.output, res.output
+    assert "generating games: 6/6 games" in res.output, res.output
+    assert "demonstrations: 6/6 episodes" in res.output, res.output
     assert res.output.index("generating games: 6/6") < res.output.index("demonstrations: 6/6")
     assert "SFT: " in res.output and " steps loss " in res.output
     assert ": SFT in " in res.output  # the precision used is said (bf16 autocast or fp32)
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json", "srollout.json"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "build.json", "srollout.json"):
         assert (out / name).is_file()
     # the default build is fine-tuned on its own short prompt, which every stage then sends
     from srollout.default_policy.build import DEFAULT_POLICY_PROMPT
@@ -84,12 +85,14 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     ("--difficulty", "huge", "BuildConfig.difficulty: expected one of small, medium"),
     ("--user-template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
 ])
-def test_build_refuses_a_bad_recipe_option_before_any_work(option, value, message, tmp_path, monkeypatch):
+def test_build_refuses_a_bad_recipe_option_before_any_work(option, value, message, tmp_path,
+                                                          monkeypatch):
     import re
 
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
     res = CliRunner().invoke(policy_app, ["build", option, value])
-    assert isinstance(res.exception, SrolloutError) and re.search(re.escape(message), str(res.exception))
+    assert isinstance(res.exception, SrolloutError)
+    assert re.search(re.escape(message), str(res.exception))
     assert not (tmp_path / "home").exists()  # no games generated, nothing cached
 
 
@@ -99,23 +102,25 @@ def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
     pytest.importorskip("alfworld")
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
     out = tmp_path / "m"
-    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1", "--d-model", "48",
-            "--n-layers", "1", "--threads", "1", "--take", "greedy",
+    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1",
+            "--d-model", "48", "--n-layers", "1", "--threads", "1", "--take", "greedy",
             "--user-template", r"Observation: {observation}\nTask: {task}.",  # a typed \n
-            "--max-context", "8192", "--correction-rounds", "1", "--correction-tasks", "2", "--correction-beta", "1",
-            "--correction-relabel"]
+            "--max-context", "8192", "--correction-rounds", "1", "--correction-tasks", "2",
+            "--correction-beta", "1", "--correction-relabel"]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
     info = json.loads((out / "build.json").read_text())
     cfg = info["config"]
-    assert (cfg["take"], cfg["user_template"], cfg["max_context"]) == ("greedy", "Observation: {observation}\nTask: {task}.", 8192)
+    template = "Observation: {observation}\nTask: {task}."
+    assert (cfg["take"], cfg["user_template"], cfg["max_context"]) == ("greedy", template, 8192)
     assert cfg["correction_relabel"] is True  # off by default
     # one DAgger round: 2 tasks x G=4, the expert playing every step (beta 1) wins them all
     (r,) = info["dagger_rounds"]
     assert (r["trajectories"], r["won"], r["model_steps"], r["past_context"]) == (8, 8, 0, 0)
-    assert json.loads((out / "srollout.json").read_text())["user_template"] == "Observation: {observation}\nTask: {task}."
+    assert json.loads((out / "srollout.json").read_text())["user_template"] == template
 
 
+@pytest.mark.slow  # ~46 s on 2 loaded cores: three builds in a fresh home (games generated)
 def test_a_build_is_deterministic_from_its_seed(tmp_path, monkeypatch):
     # the real pipeline twice with one seed (two worker processes for the demonstrations, so
     # their split cannot leak in): the same tokenizer and bit-identical weights; another seed

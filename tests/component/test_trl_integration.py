@@ -1,5 +1,8 @@
 """srollout's gate inside TRL's real GRPOTrainer (trl 1.16, CPU), on the shipped default policy and
-ALFWorld's real engine: one GRPO step per trainer, 2 groups of G=4, T_max=4, the gate at K=2."""
+ALFWorld's real engine: one GRPO step per trainer, 2 groups of G=4, T_max=4, the gate at K=2.
+
+The tests of the three trainers are slow (~15 s on 2 loaded cores to train them); the bad-input
+test is not."""
 
 from __future__ import annotations
 
@@ -16,13 +19,15 @@ G, GROUPS, T_MAX, K = 4, 2, 4, 2
 
 
 def _rollout(gate, seed: int = 3) -> GatedRollout:
-    return GatedRollout.alfworld("train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed, max_new_tokens=48)
+    return GatedRollout.alfworld("train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed,
+                                 max_new_tokens=48)
 
 
 def shorter_is_better(completion_ids, srollout_reward, **kwargs):
     """A second reward with variance inside a 4-step episode (wins take longer): minus the
     completion's length in hundreds of tokens; None for a cut group's rows, like srollout's own."""
-    return [None if r is None else -len(ids) / 100 for ids, r in zip(completion_ids, srollout_reward, strict=True)]
+    return [None if r is None else -len(ids) / 100
+            for ids, r in zip(completion_ids, srollout_reward, strict=True)]
 
 
 def _train_one_step(model_dir, rollout: GatedRollout, out) -> tuple[dict, dict, dict]:
@@ -32,11 +37,13 @@ def _train_one_step(model_dir, rollout: GatedRollout, out) -> tuple[dict, dict, 
 
     torch.manual_seed(0)
     config = GRPOConfig(
-        output_dir=str(out), use_cpu=True, bf16=False, gradient_checkpointing=False, num_generations=G,
-        per_device_train_batch_size=G * GROUPS, max_steps=1, learning_rate=1e-3, beta=0.0, logging_steps=1,
+        output_dir=str(out), use_cpu=True, bf16=False, gradient_checkpointing=False,
+        num_generations=G, per_device_train_batch_size=G * GROUPS, max_steps=1, learning_rate=1e-3,
+        beta=0.0, logging_steps=1,
         save_strategy="no", report_to="none", seed=11, disable_tqdm=True,
     )
-    trainer = GRPOTrainer(model=str(model_dir), args=config, reward_funcs=[rollout.reward, shorter_is_better],
+    trainer = GRPOTrainer(model=str(model_dir), args=config,
+                          reward_funcs=[rollout.reward, shorter_is_better],
                           train_dataset=rollout.dataset(), rollout_func=rollout)
     before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     seen: list[list] = []
@@ -63,13 +70,16 @@ def _same(a: dict, b: dict) -> bool:
 def three_runs(default_model, tmp_path_factory):
     """No gate, a gate that never cuts, a gate that cuts every group: same seeds, same data."""
     runs = {}
-    for name, gate in (("none", None), ("keep", FixedGate(cut=False, K=K)), ("cut", FixedGate(cut=True, K=K))):
+    gates = (("none", None), ("keep", FixedGate(cut=False, K=K)), ("cut", FixedGate(cut=True, K=K)))
+    for name, gate in gates:
         rollout = _rollout(gate)
-        before, after, logged = _train_one_step(default_model, rollout, tmp_path_factory.mktemp(name))
+        out = tmp_path_factory.mktemp(name)
+        before, after, logged = _train_one_step(default_model, rollout, out)
         runs[name] = (rollout, before, after, logged)
     return runs
 
 
+@pytest.mark.slow
 def test_a_gate_that_cuts_every_group_leaves_the_weights_unchanged(three_runs):
     rollout, before, after, logged = three_runs["cut"]
     assert _same(before, after)
@@ -77,6 +87,7 @@ def test_a_gate_that_cuts_every_group_leaves_the_weights_unchanged(three_runs):
     assert logged["grad_norm"] == 0.0
 
 
+@pytest.mark.slow
 def test_a_gate_that_cuts_none_trains_exactly_like_no_gate(three_runs):
     _, before_none, after_none, _ = three_runs["none"]
     rollout, before, after, logged = three_runs["keep"]
@@ -87,6 +98,7 @@ def test_a_gate_that_cuts_none_trains_exactly_like_no_gate(three_runs):
     assert logged["reward_std"] > 0
 
 
+@pytest.mark.slow
 def test_trl_lays_groups_out_in_blocks_of_G(three_runs):
     rollout, *_, logged = three_runs["none"]
     prompts = logged["_prompts"]
@@ -98,6 +110,7 @@ def test_trl_lays_groups_out_in_blocks_of_G(three_runs):
     assert [task_prompt(r.spec.task) for r in rollout.last_records] == [b[0] for b in blocks]
 
 
+@pytest.mark.slow
 def test_masks_and_lengths_of_kept_and_cut_groups(three_runs):
     keep, *_ = three_runs["keep"]
     out, counts = keep.to_trl(keep.last_records, keep_tokenizer())
@@ -113,13 +126,16 @@ def test_masks_and_lengths_of_kept_and_cut_groups(three_runs):
     cut, *_ = three_runs["cut"]
     out, counts = cut.to_trl(cut.last_records, keep_tokenizer())
     eot = out["completion_ids"][0][0]
-    assert out["completion_ids"] == [[eot]] * (G * GROUPS) and out["env_mask"] == [[0]] * (G * GROUPS)
+    assert out["completion_ids"] == [[eot]] * (G * GROUPS)
+    assert out["env_mask"] == [[0]] * (G * GROUPS)
     assert out["srollout_reward"] == [None] * (G * GROUPS)
     # up to step K the cut run is the kept run, token for token (same seeds)
-    assert out["prompt_ids"] == [t.tokens.token_ids[:len(p)] for t, p in
-                                 zip([t for r in keep.last_records for t in r.trajs], out["prompt_ids"], strict=True)]
+    kept = [t for r in keep.last_records for t in r.trajs]
+    assert out["prompt_ids"] == [t.tokens.token_ids[:len(p)]
+                                 for t, p in zip(kept, out["prompt_ids"], strict=True)]
 
 
+@pytest.mark.slow
 def test_logged_savings_equal_the_counted_ones(three_runs):
     keep, *_, logged_keep = three_runs["keep"]
     cut, *_, logged_cut = three_runs["cut"]
@@ -131,7 +147,8 @@ def test_logged_savings_equal_the_counted_ones(three_runs):
     live_at_K = sum(t.ended_by == "gate" for t in cut_trajs)
     assert logged_cut["gate/trajectories_cut"] == live_at_K
     assert logged_cut["gate/steps_saved_max"] == live_at_K * (T_MAX - K)
-    # every cut trajectory stopped at K; the same trajectories ran on to T_max or a win without the gate
+    # every cut trajectory stopped at K; the same trajectories ran on to T_max or a win without
+    # the gate
     assert all(len(t.steps) <= K for t in cut_trajs)
     assert logged_cut["rollout/env_steps"] < logged_keep["rollout/env_steps"]
     assert logged_cut["rollout/gen_tokens"] < logged_keep["rollout/gen_tokens"]
@@ -155,7 +172,8 @@ def test_bad_inputs_are_clear_errors():
         rollout.groups_of(["put a mug in the sink"] * G, G)
     with pytest.raises(SrolloutError, match="not in this rollout's task set"):
         rollout.groups_of(["[srollout task train/nope/0001] x"] * G, G)
-    with pytest.raises(SrolloutError, match="num_generations is 8 but the rollout was built with G=4"):
+    eight = "num_generations is 8 but the rollout was built with G=4"
+    with pytest.raises(SrolloutError, match=eight):
         rollout.groups_of([p] * 8, 8)
     with pytest.raises(SrolloutError, match="not one prompt repeated G=4 times"):
         q = task_prompt(rollout.tasks[1])
@@ -165,5 +183,5 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(SrolloutError, match=r"found trl 1\.15\.2: pip install 'trl==1\.16\.0'"):
         check_trl_version("1.15.2")
     assert check_trl_version("1.16.3") == "1.16.3"
-    assert [t.task_id for t in rollout.groups_of([p] * G + [task_prompt(rollout.tasks[1])] * G, G)] == [
-        rollout.tasks[0].task_id, rollout.tasks[1].task_id]
+    two = rollout.groups_of([p] * G + [task_prompt(rollout.tasks[1])] * G, G)
+    assert [t.task_id for t in two] == [rollout.tasks[0].task_id, rollout.tasks[1].task_id]

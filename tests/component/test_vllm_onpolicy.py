@@ -24,12 +24,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 if importlib.util.find_spec("vllm") is None and os.environ.get("CI"):
-    raise RuntimeError("CI must test on-policy training through vLLM: vllm is not installed (make setup-vllm)")
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed: make setup-vllm")
+    raise RuntimeError("CI must test on-policy training through vLLM: vllm is not installed "
+                       "(make setup-vllm)")
+# slow: each test trains 4 iterations through vLLM in a subprocess (100-190 s on 2 loaded cores)
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                 reason="vLLM is not installed: make setup-vllm"),
+              pytest.mark.slow]
 
-ARGS = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline", "--iterations", "4", "--T-max", "15",
-        "--prompts-per-iter", "4", "--temperature", "1.0", "--lr", "5e-2", "--n-eval", "1", "--eval-every", "4",
-        "--no-interleave", "--backend", "vllm"]
+ARGS = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline",
+        "--iterations", "4", "--T-max", "15", "--prompts-per-iter", "4", "--temperature", "1.0",
+        "--lr", "5e-2", "--n-eval", "1", "--eval-every", "4", "--no-interleave",
+        "--backend", "vllm"]
 
 PROBED = r"""
 import json, sys
@@ -50,14 +55,17 @@ found = []
 def step(self):
     row = real_step(self)
     tok = self.tm.tokenizer
-    text = first_turn_text(tok, "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>",
-        "Observation: You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a cabinet 1, "
-        "a countertop 1, a drawer 1, a fridge 1, and a sinkbasin 1.\n\nYour task is to: put a clean mug in cabinet.")
+    text = first_turn_text(tok,
+        "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>",
+        "Observation: You are in the middle of a room. Looking quickly around you, you see a "
+        "cabinet 2, a cabinet 1, a countertop 1, a drawer 1, a fridge 1, and a sinkbasin 1.\n\n"
+        "Your task is to: put a clean mug in cabinet.")
     ids = encode_text(tok, text)
     answer = encode_text(tok, "Action: go to cabinet 1")
     seq = ids + answer
     # log-probabilities of the answer's tokens: from the engine (its prompt logprobs) ...
-    out = self.policy.llm.generate([{"prompt_token_ids": seq}], SamplingParams(max_tokens=1, prompt_logprobs=0),
+    out = self.policy.llm.generate([{"prompt_token_ids": seq}],
+                                   SamplingParams(max_tokens=1, prompt_logprobs=0),
                                    lora_request=self.policy._lora, use_tqdm=False)
     plp = out[0].prompt_logprobs
     engine = [plp[i][seq[i]].logprob for i in range(len(ids), len(seq))]
@@ -78,8 +86,9 @@ main()
 
 def run(mode: str, tmp_path: Path) -> tuple[list[dict], Path]:
     out, probes = tmp_path / mode, tmp_path / f"{mode}.json"
-    proc = subprocess.run([sys.executable, "-c", PROBED, mode, str(probes), *ARGS, "--out", str(out)], capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    cmd = [sys.executable, "-c", PROBED, mode, str(probes), *ARGS, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(probes.read_text()), out
 
@@ -101,4 +110,5 @@ def test_every_iteration_rolls_out_with_the_adapter_just_trained(tmp_path):
 
 def test_a_stale_adapter_is_caught(tmp_path):
     probes, _ = run("stale", tmp_path)
-    assert max(abs(a - b) for p in probes for a, b in zip(p["engine"], p["module"], strict=True)) > 1e-2, probes
+    pairs = [(a, b) for p in probes for a, b in zip(p["engine"], p["module"], strict=True)]
+    assert max(abs(a - b) for a, b in pairs) > 1e-2, probes

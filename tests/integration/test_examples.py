@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -15,22 +17,25 @@ def test_gate_in_your_trainer_cuts_only_zero_variance_groups_and_saves_steps():
         [sys.executable, str(ROOT / "examples" / "gate_in_your_trainer.py"), "--groups", "30"],
         capture_output=True, text=True, timeout=120, check=True,
     ).stdout
-    cut, wrong = map(int, re.search(r"cut (\d+) \(of which (\d+) had reward variance\)", out).groups())
+    found = re.search(r"cut (\d+) \(of which (\d+) had reward variance\)", out)
+    cut, wrong = map(int, found.groups())
     full, gated = map(int, re.search(r"steps: (\d+) without the gate, (\d+) with it", out).groups())
     assert cut > 0 and wrong == 0
     assert gated < full
 
 
+@pytest.mark.slow  # ~21 s: TRL trains the shipped policy for two steps
 def test_trl_example_trains_two_steps_with_the_gate(tmp_path):
-    """examples/trl_grpo_alfworld.py on tiny settings: real TRL, the shipped policy, ALFWorld. A gate
-    at K=2 with d_L=1 cuts every group whose prefixes are not all different; the summary's totals
-    are the sums of what TRL logged per step."""
+    """examples/trl_grpo_alfworld.py on tiny settings: real TRL, the shipped policy, ALFWorld. A
+    gate at K=2 with d_L=1 cuts every group whose prefixes are not all different; the summary's
+    totals are the sums of what TRL logged per step."""
     import json
 
     out = tmp_path / "trl"
     subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "trl_grpo_alfworld.py"), "--steps", "2", "--groups", "2", "--G",
-         "4", "--T-max", "4", "--K", "2", "--d-L", "1.0", "--tasks", "4", "--out", str(out)],
+        [sys.executable, str(ROOT / "examples" / "trl_grpo_alfworld.py"), "--steps", "2",
+         "--groups", "2", "--G", "4", "--T-max", "4", "--K", "2", "--d-L", "1.0", "--tasks", "4",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=True,
     )
     summary = json.loads((out / "srollout-summary.json").read_text())
@@ -38,11 +43,13 @@ def test_trl_example_trains_two_steps_with_the_gate(tmp_path):
     assert sum(s["gate/groups_cut"] for s in summary["per_step"]) == summary["groups_cut"]
     assert sum(s["rollout/gen_tokens"] for s in summary["per_step"]) == summary["gen_tokens"]
     # a cut group stops at K=2: at most G x K steps; a kept one plays up to T_max=4
-    assert summary["env_steps"] <= summary["groups_cut"] * 4 * 2 + (4 - summary["groups_cut"]) * 4 * 4
+    cut = summary["groups_cut"]
+    assert summary["env_steps"] <= cut * 4 * 2 + (4 - cut) * 4 * 4
     assert summary["groups_cut"] >= 1  # d_K < 1 unless all 4 prefixes differ at every position
     assert 0 < summary["steps_saved_max"] <= summary["groups_cut"] * 4 * (4 - 2)
 
 
+@pytest.mark.slow  # ~13 s: the demo script twice (collect, analyze, sweep, then its resume)
 def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
     """`make demo`'s script on the real engine, quick settings, noisy expert (no model build)."""
     import os

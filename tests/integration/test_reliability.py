@@ -28,11 +28,13 @@ from srollout.rollout.records import TIMING_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-COLLECT = ["collect", "--policy", "noisy-expert", "--groups", "10", "--G", "3", "--T-max", "8", "--concurrency", "6",
-           "--seed", "7", "--signal-K", "3,5"]
-AB = ["ab-rollout", "--policy", "noisy-expert", "--groups", "8", "--G", "2", "--T-max", "6", "--K", "2", "--d-L", "0.6",
-      "--blocks", "4", "--repeats", "1", "--n-boot", "50", "--no-figures", "--no-warmup", "--seed", "3"]
-ONPOLICY = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline", "--iterations", "3", "--n-eval", "1"]
+COLLECT = ["collect", "--policy", "noisy-expert", "--groups", "10", "--G", "3", "--T-max", "8",
+           "--concurrency", "6", "--seed", "7", "--signal-K", "3,5"]
+AB = ["ab-rollout", "--policy", "noisy-expert", "--groups", "8", "--G", "2", "--T-max", "6",
+      "--K", "2", "--d-L", "0.6", "--blocks", "4", "--repeats", "1", "--n-boot", "50",
+      "--no-figures", "--no-warmup", "--seed", "3"]
+ONPOLICY = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline",
+            "--iterations", "3", "--n-eval", "1"]
 AB_TIMING = ["wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s"]
 ONPOLICY_TIMING = [f"time/{c}" for c in ("rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s")]
 
@@ -48,7 +50,8 @@ def _cmd(args: list[str]) -> list[str]:
 
 
 def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(_cmd(args), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT)
+    return subprocess.run(_cmd(args), capture_output=True, text=True, timeout=timeout, env=_env(),
+                          cwd=ROOT)
 
 
 def _last_line(stderr: str) -> str:
@@ -56,16 +59,19 @@ def _last_line(stderr: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _interrupt(args: list[str], ready: Callable[[], bool], sig: int, timeout: float = 240) -> subprocess.CompletedProcess:
+def _interrupt(args: list[str], ready: Callable[[], bool], sig: int,
+               timeout: float = 240) -> subprocess.CompletedProcess:
     """Start ``args`` in a real process, send ``sig`` once ``ready()``, return how it ended."""
-    proc = subprocess.Popen(_cmd(args), env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_cmd(args), env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and not ready() and time.monotonic() < deadline:
             time.sleep(0.02)
         if proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"the run ended before it could be interrupted (rc {proc.returncode}): {err[-1500:]}")
+            pytest.fail(f"the run ended before it could be interrupted (rc {proc.returncode}): "
+                        f"{err[-1500:]}")
         # stopped first, so it cannot finish the run between the check and the signal
         os.kill(proc.pid, signal.SIGSTOP)
         os.kill(proc.pid, sig)
@@ -126,7 +132,8 @@ def _onpolicy_ready(run: Path) -> Callable[[], bool]:
 
 
 # stage -> (arguments, "enough finished work to interrupt", the result tables compared)
-STAGES: dict[str, tuple[list[str], Callable[[Path], Callable[[], bool]], Callable[[Path], object]]] = {
+Ready = Callable[[Path], Callable[[], bool]]
+STAGES: dict[str, tuple[list[str], Ready, Callable[[Path], object]]] = {
     "collect": (COLLECT, lambda run: lambda: _parts(run) >= 2, _collect_tables),
     "ab-rollout": (AB, lambda run: lambda: any(run.glob("*/r0/block-*.json")), _ab_table),
     "train-onpolicy": (ONPOLICY, _onpolicy_ready, _onpolicy_tables),
@@ -155,6 +162,7 @@ def _equal(a: object, b: object) -> bool:
     return a.equals(b)
 
 
+@pytest.mark.slow  # 5-32 s each (the reference run, the interrupted one, its resume)
 @pytest.mark.parametrize("stage", list(STAGES))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_cleanly_and_resume_completes_exactly(stage, sig, reference, tmp_path):
@@ -167,7 +175,8 @@ def test_a_signal_stops_cleanly_and_resume_completes_exactly(stage, sig, referen
     assert "Traceback" not in stopped.stderr
     line = _last_line(stopped.stderr)
     name = signal.Signals(sig).name
-    assert line.startswith(f"stopped: interrupted by {name}: the work finished so far is kept in {run}"), line
+    kept = f"stopped: interrupted by {name}: the work finished so far is kept in {run}"
+    assert line.startswith(kept), line
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "partial" and manifest["interrupted"]["reason"] == name
     assert not list(run.rglob(".*.tmp")), "a temp file was left behind"
@@ -181,7 +190,9 @@ def test_a_signal_stops_cleanly_and_resume_completes_exactly(stage, sig, referen
 # --- one writer per run directory --------------------------------------------------------------
 
 
-def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_block_resume(reference, tmp_path):
+@pytest.mark.slow  # ~5 s: four collects in real processes
+def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_block_resume(
+        reference, tmp_path):
     run = tmp_path / "run"
     first = subprocess.Popen(_cmd([*COLLECT, "--out", str(run)]), env=_env(), cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -190,7 +201,7 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
         while _parts(run) < 1 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert first.poll() is None, "the first run ended too soon"
-        os.kill(first.pid, signal.SIGSTOP)  # alive and holding the lock, but it cannot finish meanwhile
+        os.kill(first.pid, signal.SIGSTOP)  # alive, holding the lock, unable to finish meanwhile
         for extra in ([], ["--resume"], ["--overwrite"]):
             t0 = time.monotonic()
             second = _run([*COLLECT, "--out", str(run), *extra], timeout=60)
@@ -205,7 +216,8 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
     finally:
         if first.poll() is None:
             first.kill()
-    assert (run / ".srollout.lock").read_text().strip() == str(first.pid)  # stale, left by the killed run
+    # stale, left by the killed run
+    assert (run / ".srollout.lock").read_text().strip() == str(first.pid)
 
     resumed = _run([*COLLECT, "--out", str(run), "--resume"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -218,9 +230,10 @@ def test_the_lock_is_per_directory_and_reentrant_in_one_process(tmp_path):
 
     a = prepare_run_dir(tmp_path / "a", "collect")
     assert prepare_run_dir(a, "collect", resume=True) == a  # the same process may reopen it
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from srollout.rundir import lock_run_dir; lock_run_dir(Path(sys.argv[1])); "
-                               "print('locked', flush=True); time.sleep(60)", str(tmp_path / "b")],
+    script = ("import sys, time; from pathlib import Path; "
+              "from srollout.rundir import lock_run_dir; lock_run_dir(Path(sys.argv[1])); "
+              "print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "b")],
                               env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -238,10 +251,11 @@ def test_the_lock_is_per_directory_and_reentrant_in_one_process(tmp_path):
 
 def _mount_tmpfs(where: Path, size: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here to fill it ({done.stderr.strip() or 'mount failed'}; needs root "
-                    "or CAP_SYS_ADMIN)")
+        why = done.stderr.strip() or "mount failed"
+        pytest.skip(f"cannot mount a tmpfs here to fill it ({why}; needs root or CAP_SYS_ADMIN)")
 
 
 @pytest.fixture
@@ -253,6 +267,7 @@ def small_disk(tmp_path) -> Path:
     subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
+@pytest.mark.slow  # ~10 s on 2 loaded cores: the reference collect, the filled run, its resume
 def test_a_full_disk_is_one_line_keeps_every_file_and_resume_completes(small_disk, reference):
     run = small_disk / "run"
     filler = small_disk / "filler"

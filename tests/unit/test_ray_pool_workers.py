@@ -1,6 +1,9 @@
 """run_groups_distributed on 2 local Ray workers with the corridor env (tests/unit/corridor_env.py):
 the same records as the in-process engine, each group reported once, and a worker killed
-mid-run (SIGKILL of its own process, or ray.kill from the driver) replaced with its chunk rerun."""
+mid-run (SIGKILL of its own process, or ray.kill from the driver) replaced with its chunk rerun.
+
+Slow (~20 s on 2 loaded cores): a local Ray cluster starts, and every kill starts a worker again.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
+pytestmark = pytest.mark.slow
 
 import corridor_env  # noqa: E402
 from corridor_env import Corridor, Prompter, SeededWalker, roll, steps_of, tasks  # noqa: E402
@@ -49,41 +53,47 @@ class DiesOnce(SeededWalker):
         self.marker, self.group_id = marker, group_id
 
     def act(self, requests):
-        if any(r.key.group_id == self.group_id and r.step == 2 for r in requests) and not os.path.exists(self.marker):
+        mine = any(r.key.group_id == self.group_id and r.step == 2 for r in requests)
+        if mine and not os.path.exists(self.marker):
             Path(self.marker).write_text(str(os.getpid()))
             os.kill(os.getpid(), signal.SIGKILL)
         return super().act(requests)
 
 
 def _recipe(policy=None) -> WorkerRecipe:
-    return WorkerRecipe(policy or partial(SeededWalker, 0.6), Corridor, Prompter(), SETTINGS, threads=None)
+    return WorkerRecipe(policy or partial(SeededWalker, 0.6), Corridor, Prompter(), SETTINGS,
+                        threads=None)
 
 
 def _check_same_as_in_process(records) -> None:
     ids = [r.group_id for r in records]
-    assert sorted(ids) == [s.group_id for s in SPECS] and len(set(ids)) == len(ids)  # each group once
+    assert sorted(ids) == [s.group_id for s in SPECS]
+    assert len(set(ids)) == len(ids)  # each group once
     ref, _ = roll(SPECS, SETTINGS, policy=SeededWalker(0.6))
     assert steps_of(records).equals(steps_of(ref))
     by_id = {r.group_id: r for r in ref}
     for r in records:  # groups, trajectories and signals too, timing aside
         a, b = group_tables(r), group_tables(by_id[r.group_id])
-        assert a.groups.drop("wall_s", "gen_s", "env_s", "reset_s", "started_tick", "finished_tick").equals(
-            b.groups.drop("wall_s", "gen_s", "env_s", "reset_s", "started_tick", "finished_tick"))
+        timing = ("wall_s", "gen_s", "env_s", "reset_s", "started_tick", "finished_tick")
+        assert a.groups.drop(timing).equals(b.groups.drop(timing))
         assert a.signals.equals(b.signals)
 
 
 def test_two_workers_give_the_records_of_one_process(local_ray):
     records, ticks, started = [], [], []
-    result = run_groups_distributed(SPECS, _recipe(), 2, on_group=records.append, on_tick=ticks.append, chunk_groups=2,
-                                    on_worker=lambda slot, info, actor: started.append((slot, info.pid)))
+    result = run_groups_distributed(
+        SPECS, _recipe(), 2, on_group=records.append, on_tick=ticks.append, chunk_groups=2,
+        on_worker=lambda slot, info, actor: started.append((slot, info.pid)))
     _check_same_as_in_process(records)
     assert result.workers == 2 and result.replaced == 0 and result.chunks == 5  # ceil(9 / 2)
     assert len({pid for _, pid in started}) == 2 and os.getpid() not in {pid for _, pid in started}
     # within a chunk, groups come in index order; chunks are consecutive index ranges
     for i in range(0, 9, 2):
         pos = [r.group_id for r in records].index(f"g{i:05d}")
-        assert [r.spec.index for r in records[pos : pos + min(2, 9 - i)]] == list(range(i, min(i + 2, 9)))
-    assert result.summary.groups == 9 and result.summary.rows == sum(len(t.steps) for r in records for t in r.trajs)
+        chunk = records[pos : pos + min(2, 9 - i)]
+        assert [r.spec.index for r in chunk] == list(range(i, min(i + 2, 9)))
+    assert result.summary.groups == 9
+    assert result.summary.rows == sum(len(t.steps) for r in records for t in r.trajs)
     assert len(ticks) == 5 and ticks[-1].groups_done == 9
 
 
@@ -108,8 +118,9 @@ def test_ray_kill_of_a_worker_from_the_driver(local_ray):
         if len(records) == 1:
             ray.kill(actors[1], no_restart=True)
 
-    result = run_groups_distributed(SPECS, _recipe(), 2, on_group=on_group, chunk_groups=1,
-                                    on_worker=lambda slot, info, actor: actors.__setitem__(slot, actor))
+    result = run_groups_distributed(
+        SPECS, _recipe(), 2, on_group=on_group, chunk_groups=1,
+        on_worker=lambda slot, info, actor: actors.__setitem__(slot, actor))
     assert result.replaced == 1
     _check_same_as_in_process(records)
 
