@@ -13,9 +13,10 @@ The documentation of each column is in docs/artifacts.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -388,13 +389,27 @@ def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = N
     return lazy.select([pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep])
 
 
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Around the ``collect()`` of a table read with :func:`scan`: polars reads the file's pages
+    only then, so a file whose footer is sound but whose data is damaged fails there; that is
+    one line naming the file, not a polars traceback."""
+    try:
+        yield
+    except pl.exceptions.PolarsError as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SchemaError(f"{path}: reading it failed, the file looks damaged ({reason[:160]})") from err
+
+
 def check_rules_lazy(lazy: pl.LazyFrame, artifact: Artifact, source: str | Path) -> pl.LazyFrame:
     """:func:`check_rules` for a table read with :func:`scan`: reads only the columns of
     ``lazy`` that have a rule (numbers, small next to a steps table's texts); returns ``lazy``."""
     names = set(lazy.collect_schema().names())
     ruled = sorted({r.column for r in artifact.rules if r.column in names})
     if ruled:
-        check_rules(lazy.select(ruled).collect(), artifact, source)
+        with reading(source):
+            table = lazy.select(ruled).collect()
+        check_rules(table, artifact, source)
     return lazy
 
 

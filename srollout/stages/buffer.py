@@ -394,6 +394,12 @@ READ_BAR_FROM = 1_000_000
 
 def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int],
                 progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
+    with schemas.reading(steps_file):
+        return _read_steps(source, steps_file, trajectories_file, K, default_K, progress)
+
+
+def _read_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None,
+                default_K: Sequence[int], progress: Callable[..., Callable[..., None]] | None) -> Buffer:
     # lazily, and only the columns (and the steps) the signals at K need: a buffer of 100,000
     # groups is ~12 million rows, whose texts would not fit in memory whole
     steps = schemas.scan(steps_file, schemas.STEPS)

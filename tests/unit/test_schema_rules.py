@@ -162,3 +162,21 @@ def test_a_steps_table_read_lazily_is_held_to_the_same_rules(tmp_path, steps_tab
         assert res.exit_code == 2, res.stderr
         assert "column 'step' row 2 is 0: the contract says 1-based: step >= 1" in res.stderr
         assert not out.exists()
+
+
+def test_a_steps_table_damaged_past_its_footer_is_one_line(tmp_path, steps_table, run_cli):
+    """The lazy reader checks the footer and schema first; a file damaged in its data pages fails
+    only when read (polars: 'Invalid thrift'), which must still be one line and exit 2."""
+    steps = steps_table({"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])})
+    path = tmp_path / "steps.parquet"
+    steps.write_parquet(path)
+    data = bytearray(path.read_bytes())
+    data[4] = 0  # the first page header, just after the magic bytes
+    path.write_bytes(bytes(data))
+    for command in ("sweep", "analyze"):
+        out = tmp_path / f"out-{command}"
+        res = run_cli(command, path, "--K", "1", "--out", out)
+        assert res.exit_code == 2, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "reading it failed, the file looks damaged" in lines[0], res.stderr
+        assert not out.exists()
