@@ -54,7 +54,7 @@ if STALE:  # the bug this test must catch: the engine keeps the first adapter
 found = []
 def step(self):
     row = real_step(self)
-    tok = self.tm.tokenizer
+    tok = self.trainable.tokenizer
     text = first_turn_text(tok,
         "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>",
         "Observation: You are in the middle of a room. Looking quickly around you, you see a "
@@ -71,7 +71,7 @@ def step(self):
     engine = [plp[i][seq[i]].logprob for i in range(len(ids), len(seq))]
     # ... and from the trained module (LoRA on), teacher-forced
     with torch.no_grad():
-        logits = self.tm.model(input_ids=torch.tensor([seq])).logits[0].float()
+        logits = self.trainable.model(input_ids=torch.tensor([seq])).logits[0].float()
         lp = torch.log_softmax(logits, dim=-1)
         module = [float(lp[i - 1, seq[i]]) for i in range(len(ids), len(seq))]
     found.append({"iteration": self.iteration, "engine": engine, "module": module})
