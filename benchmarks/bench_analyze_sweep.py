@@ -155,13 +155,14 @@ def main() -> None:
         f"- date: {started}",
         f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}, "
         f"polars {pl.__version__}, numpy {np.__version__}",
-        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores — the machine "
-        "is shared with other jobs (other agents' tests and trainings), so wall times are inflated, by up to several times "
-        "when the load is well above the core count",
+        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores"
+        + (" — other jobs shared the machine, so wall times are inflated, by up to several times when the load is "
+           "well above the core count" if max(load_before, load_after) > 0.5 * (os.cpu_count() or 1) else
+           " (nothing else running)"),
         f"- command: `{cmd}`",
         "",
         "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory is the peak resident "
-        "set of the process and its signal workers. Targets (issue 27): sweep ≤ 10 s at 100,000 groups and ≤ 60 s / 4 GB "
+        "set of the process and its signal workers. Targets: sweep ≤ 10 s at 100,000 groups and ≤ 60 s / 4 GB "
         "at a million; analyze ≤ 60 s at a million; from a 100,000-group steps.parquet both ≤ 3 min / 8 GB.",
         "",
         "| input | groups | rows | `sweep --K 10` s | peak GB | µs / group | `analyze` s | peak GB | µs / group |",
