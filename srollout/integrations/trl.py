@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from srollout.envs.base import Task
@@ -106,8 +106,8 @@ class RolloutCounts:
     steps_saved_max: int = 0
 
     def add(self, other: RolloutCounts) -> None:
-        for name in ("calls", "groups", "cut", "trajectories_cut", "env_steps", "gen_tokens", "steps_saved_max"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass
