@@ -91,11 +91,15 @@ def _median_d(result, K: int) -> float:
     """A d_L that cuts about half the groups: just above the median d_K of the baseline arm."""
     import polars as pl
 
-    d = pl.read_parquet(result.paths["signals"]).filter(pl.col("K") == K)["prefix_edit_distance_mean"]
+    d = pl.read_parquet(result.paths["signals"]).filter(pl.col("K") == K)[
+        "prefix_edit_distance_mean"
+    ]
     return float(d.median()) + 1e-9
 
 
-def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int, tmp: Path, T_max: int) -> list[str]:
+def bench_gate(
+    policy: str, groups: int, K: int, d_L: float | None, repeats: int, tmp: Path, T_max: int
+) -> list[str]:
     """d_L None: set from the first baseline run (median d_K), so about half the groups are cut
     whatever the policy (the measured ratio is about the engine, not the operating point)."""
     runs: dict[str, list] = {"baseline": [], "gated": []}
@@ -108,7 +112,14 @@ def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int
             gate = {"K": K, "d_L": d_L} if arm == "gated" else {}
             # the gate's K must be among the recorded signal K values for the median rule
             signal_K = tuple(sorted({K, 5, 10, 15, 20}))
-            result, _ = _collect(tmp / f"{arm}-{rep}", policy=policy, groups=groups, T_max=T_max, signal_K=signal_K, **gate)
+            result, _ = _collect(
+                tmp / f"{arm}-{rep}",
+                policy=policy,
+                groups=groups,
+                T_max=T_max,
+                signal_K=signal_K,
+                **gate,
+            )
             runs[arm].append(result)
     lines = []
     base_wall = sum(r.summary.wall_s for r in runs["baseline"])
@@ -121,7 +132,11 @@ def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int
     wall_saving = 1 - gate_wall / base_wall
     tok_saving = 1 - gate_tok / base_tok if base_tok else float("nan")
     step_saving = 1 - gate_rows / base_rows
-    ratio = wall_saving / tok_saving if tok_saving and tok_saving == tok_saving and tok_saving > 0 else float("nan")
+    ratio = (
+        wall_saving / tok_saving
+        if tok_saving and tok_saving == tok_saving and tok_saving > 0
+        else float("nan")
+    )
     step_ratio = wall_saving / step_saving if step_saving > 0 else float("nan")
     lines.append(
         f"- gate A/B ({groups} groups, G=8, T_max={T_max}, policy `{policy}`, K={K}, d_L={d_L}, "
@@ -148,9 +163,16 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=100, help="groups of the default and gate runs")
     ap.add_argument("--T-max", type=int, default=30, dest="T_max")
     ap.add_argument("--K", type=int, default=10)
-    ap.add_argument("--d-L", default="0.12", dest="d_L", help="a threshold, or 'median' (median d_K of the baseline arm)")
+    ap.add_argument(
+        "--d-L",
+        default="0.12",
+        dest="d_L",
+        help="a threshold, or 'median' (median d_K of the baseline arm)",
+    )
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--model", default=None, help="local model directory (default: the default policy)")
+    ap.add_argument(
+        "--model", default=None, help="local model directory (default: the default policy)"
+    )
     ap.add_argument("--threads", type=int, default=int(os.environ.get("SROLLOUT_THREADS", "2")))
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "collect.md")
     args = ap.parse_args()
@@ -162,7 +184,10 @@ def main() -> None:
         _MODEL["path"] = args.model
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on {args.threads} thread(s)"
-    lines = [f"\n## {stamp} — {machine}\n", f"Command: `python benchmarks/bench_collect.py {' '.join(sys.argv[1:])}`\n"]
+    lines = [
+        f"\n## {stamp} — {machine}\n",
+        f"Command: `python benchmarks/bench_collect.py {' '.join(sys.argv[1:])}`\n",
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
         tmp_path = Path(tmp)
         for what in args.what.split(","):
@@ -172,13 +197,17 @@ def main() -> None:
                 lines += bench_quick(args.policy, tmp_path)
             elif what == "gate":
                 d_L = None if args.d_L == "median" else float(args.d_L)
-                lines += bench_gate(args.policy, args.groups, args.K, d_L, args.repeats, tmp_path, args.T_max)
+                lines += bench_gate(
+                    args.policy, args.groups, args.K, d_L, args.repeats, tmp_path, args.T_max
+                )
             else:
                 raise SystemExit(f"unknown --what {what!r}")
             print("\n".join(lines[-3:]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.out.exists():
-        args.out.write_text("# `srollout collect` benchmarks\n\nAppended by `benchmarks/bench_collect.py`; newest last.\n")
+        args.out.write_text(
+            "# `srollout collect` benchmarks\n\nAppended by `benchmarks/bench_collect.py`; newest last.\n"
+        )
     with args.out.open("a") as fh:
         fh.write("\n".join(lines) + "\n")
     print(f"appended to {args.out}")

@@ -40,11 +40,20 @@ def run_arm(policy, specs, settings):
     records = []
     # the model's own prompt (srollout.json: system prompt and user template), as collect sends it
     prompter = ReactPrompter.for_model(policy.model_path)
-    summary = run_groups(specs, policy, lambda: AlfworldEnv(expert_plan=False), prompter, settings, on_group=records.append)
+    summary = run_groups(
+        specs,
+        policy,
+        lambda: AlfworldEnv(expert_plan=False),
+        prompter,
+        settings,
+        on_group=records.append,
+    )
     return summary, records
 
 
-def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K: int, repeats: int) -> dict:
+def measure(
+    policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K: int, repeats: int
+) -> dict:
     """Baseline (no gate) vs gated arm on the same specs and seeds, arms alternating.
 
     gate: ``always`` (FixedGate cutting every group at K) or ``median`` (R1 at K with d_L just
@@ -61,18 +70,25 @@ def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K
     runs: dict[str, list] = {"baseline": [], "gated": []}
     gated = None
     for rep in range(repeats):
-        for arm in (("baseline", "gated") if rep % 2 == 0 else ("gated", "baseline")):
+        for arm in ("baseline", "gated") if rep % 2 == 0 else ("gated", "baseline"):
             if arm == "gated" and gated is None:
                 if gate == "always":
                     rule = FixedGate(cut=True, K=K)
                 else:
-                    d = median(r.signals[K].prefix_edit_distance_mean for r in runs["baseline"][0][1] if K in r.signals)
+                    d = median(
+                        r.signals[K].prefix_edit_distance_mean
+                        for r in runs["baseline"][0][1]
+                        if K in r.signals
+                    )
                     rule = GateRule(rule="r1", K=K, d_L=min(1.0, d + 1e-9))
                 gated = RolloutSettings(**common, gate=rule, gate_K=K, arm="gated")
             runs[arm].append(run_arm(policy, specs, base if arm == "baseline" else gated))
             done = runs[arm][-1][0]
-            print(f"  {gate} gate, repeat {rep + 1}/{repeats}, {arm}: {done.wall_s:.1f} s, "
-                  f"{done.n_gen_tokens} generated tokens", flush=True)  # a killed run still leaves its numbers
+            print(
+                f"  {gate} gate, repeat {rep + 1}/{repeats}, {arm}: {done.wall_s:.1f} s, "
+                f"{done.n_gen_tokens} generated tokens",
+                flush=True,
+            )  # a killed run still leaves its numbers
     fields = ("wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "rows", "n_gen_tokens")
     totals = {arm: {f: sum(getattr(s, f) for s, _ in runs[arm]) for f in fields} for arm in runs}
     totals["n_cut"] = runs["gated"][0][0].n_cut
@@ -101,7 +117,9 @@ def report_lines(totals: dict, label: str) -> list[str]:
         from srollout.core.stats import run_pair_saving_ci
 
         ci = run_pair_saving_ci(runs["baseline"], runs["gated"])
-        pairs = ", ".join(f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True))
+        pairs = ", ".join(
+            f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True)
+        )
         lines.append(
             f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, {ci.high:.1%}] (95 % t interval "
             f"on the log ratio of paired runs); per pair {pairs}; **wall / token {ci.estimate / tok:.2f} "
@@ -140,7 +158,9 @@ def main() -> None:
     from srollout.rollout.engine import make_specs
     from srollout.stages.rollout_setup import load_tasks
 
-    policy = make_policy("lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens)
+    policy = make_policy(
+        "lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens
+    )
     specs = make_specs(load_tasks("eval"), args.groups)
     warm_s = warm_games(args.groups)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -153,7 +173,16 @@ def main() -> None:
         f"{args.repeats} repeat(s), games pre-loaded in {warm_s:.1f} s.\n",
     ]
     for gate in args.gates.split(","):
-        totals = measure(policy, specs, gate=gate, G=args.G, concurrency=args.concurrency, T_max=args.T_max, K=args.K, repeats=args.repeats)
+        totals = measure(
+            policy,
+            specs,
+            gate=gate,
+            G=args.G,
+            concurrency=args.concurrency,
+            T_max=args.T_max,
+            K=args.K,
+            repeats=args.repeats,
+        )
         lines += report_lines(totals, f"gate `{gate}`")
         print("\n".join(lines[-3:]), flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -102,8 +102,10 @@ def main() -> None:
 
     nonzero = sum(int(np.any(a != 0)) for a in kept_advantages)
     print(f"groups {args.groups}, cut {cuts} (of which {wrong_cuts} had reward variance)")
-    print(f"environment steps: {steps_full} without the gate, {steps_gated} with it "
-          f"({1 - steps_gated / steps_full:.1%} saved)")
+    print(
+        f"environment steps: {steps_full} without the gate, {steps_gated} with it "
+        f"({1 - steps_gated / steps_full:.1%} saved)"
+    )
     print(f"kept groups with signal: {nonzero} of {len(kept_advantages)}")
 
 

@@ -49,11 +49,15 @@ def umask_mode(tmp: str | Path) -> None:
 
 def no_space(path: str | Path) -> DiskFullError:
     """The one-line error of a write that ran out of space: ``path`` was not replaced."""
-    return DiskFullError(f"no space left on the device while writing {path}; the files already there are "
-                         "intact (every write is a temp file + rename)")
+    return DiskFullError(
+        f"no space left on the device while writing {path}; the files already there are "
+        "intact (every write is a temp file + rename)"
+    )
 
 
-def atomic_write_json(obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None) -> Path:
+def atomic_write_json(
+    obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None
+) -> Path:
     """``obj`` as indented, key-sorted JSON with a final newline."""
 
     def write(fh: IO[str]) -> None:

@@ -317,7 +317,9 @@ def resolve_gate(
         gate = load_gate(path)
         k = getattr(gate, "K", None)
         if k is None:
-            raise SrolloutError(f"--gate {path}: the gate has no step K (write one with `srollout sweep`)")
+            raise SrolloutError(
+                f"--gate {path}: the gate has no step K (write one with `srollout sweep`)"
+            )
         K = int(k)
     else:
         defaults = GateRule()

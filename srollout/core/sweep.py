@@ -101,7 +101,9 @@ def advantage_sq_norms(advantages: Sequence[ArrayLike]) -> np.ndarray:
     return np.array([float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages])
 
 
-def _sq_norms(advantages: Sequence[ArrayLike] | None, adv_sq: ArrayLike | None, n: int) -> np.ndarray | None:
+def _sq_norms(
+    advantages: Sequence[ArrayLike] | None, adv_sq: ArrayLike | None, n: int
+) -> np.ndarray | None:
     """[N] squared advantage norms from either argument (None when neither is given)."""
     if advantages is not None and adv_sq is not None:
         raise SrolloutError("give advantages or adv_sq, not both")
@@ -276,7 +278,9 @@ def random_cut_expectation(
     precision = n_zv / N if m > 0 else math.nan
     recall = m / N if n_zv else math.nan
     if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError("measured savings need both remaining_steps and total_steps (or neither)")
+        raise SrolloutError(
+            "measured savings need both remaining_steps and total_steps (or neither)"
+        )
     measured = math.nan
     if remaining_steps is not None:
         rem = _float_vector(remaining_steps, "remaining_steps", N)

@@ -40,7 +40,9 @@ def replace_shipped(built: Path) -> Path:
     if not is_built(built):
         raise SrolloutError(f"{built}: not a finished build")
     if not os.access(parent, os.W_OK):
-        raise SrolloutError(f"{parent}: not writable (an installed wheel); rebuild into the cache and pass --model PATH")
+        raise SrolloutError(
+            f"{parent}: not writable (an installed wheel); rebuild into the cache and pass --model PATH"
+        )
     tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=parent))
     old = parent / f".model.old-{os.getpid()}"
     try:

@@ -86,7 +86,16 @@ def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
         for metric in SIGNAL_NAMES:
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
             r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
-            rows.append({"K": K, "metric": metric, "n": r.n, "spearman_rho": r.rho, "p_value": r.p_value, "auroc": r.auroc})
+            rows.append(
+                {
+                    "K": K,
+                    "metric": metric,
+                    "n": r.n,
+                    "spearman_rho": r.rho,
+                    "p_value": r.p_value,
+                    "auroc": r.auroc,
+                }
+            )
     return pl.DataFrame(rows, schema=schemas.CORRELATION.columns)
 
 
@@ -94,9 +103,15 @@ def per_task_type_table(signals: pl.DataFrame) -> pl.DataFrame:
     """The correlation table of each task type: task_type, n_zv (zero-variance groups) + the
     columns of :func:`correlation_table`."""
     parts = []
-    for (task_type,), part in sorted(signals.partition_by("task_type", as_dict=True, maintain_order=True).items()):
+    for (task_type,), part in sorted(
+        signals.partition_by("task_type", as_dict=True, maintain_order=True).items()
+    ):
         n_zv = int(part.filter(pl.col("K") == part["K"][0])["zero_var"].sum())
-        parts.append(correlation_table(part).select(pl.lit(task_type).alias("task_type"), pl.lit(n_zv, pl.Int64).alias("n_zv"), pl.all()))
+        parts.append(
+            correlation_table(part).select(
+                pl.lit(task_type).alias("task_type"), pl.lit(n_zv, pl.Int64).alias("n_zv"), pl.all()
+            )
+        )
     return pl.concat(parts)
 
 
@@ -107,7 +122,9 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
     for task_type in per_type["task_type"].unique(maintain_order=True).to_list():
         part = per_type.filter(pl.col("task_type") == task_type)
         gate = part.filter((pl.col("K") == gate_K) & (pl.col("metric") == D_K))
-        finite = part.filter(pl.col("auroc").is_not_nan()).sort(["auroc", "K"], descending=[True, False])
+        finite = part.filter(pl.col("auroc").is_not_nan()).sort(
+            ["auroc", "K"], descending=[True, False]
+        )
         best = finite.row(0, named=True) if finite.height else None
         rows.append(
             {
@@ -120,8 +137,18 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
                 "best_auroc": float(best["auroc"]) if best else float("nan"),
             }
         )
-    return pl.DataFrame(rows, schema={"task_type": pl.Utf8, "n": pl.Int64, "n_zv": pl.Int64, "d_K_auroc": pl.Float64,
-                                      "best_metric": pl.Utf8, "best_K": pl.Int64, "best_auroc": pl.Float64})
+    return pl.DataFrame(
+        rows,
+        schema={
+            "task_type": pl.Utf8,
+            "n": pl.Int64,
+            "n_zv": pl.Int64,
+            "d_K_auroc": pl.Float64,
+            "best_metric": pl.Utf8,
+            "best_K": pl.Int64,
+            "best_auroc": pl.Float64,
+        },
+    )
 
 
 def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
@@ -130,20 +157,35 @@ def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
     for i, metric in enumerate(SIGNAL_NAMES):
         x = pl.col(metric).cast(pl.Float64)
         x = x.filter(x.is_not_nan().fill_null(False))
-        aggs += [x.len().cast(pl.Int64).alias(f"n{i}"), x.median().alias(f"median{i}"),
-                 x.quantile(0.25, "linear").alias(f"q25{i}"), x.quantile(0.75, "linear").alias(f"q75{i}")]
+        aggs += [
+            x.len().cast(pl.Int64).alias(f"n{i}"),
+            x.median().alias(f"median{i}"),
+            x.quantile(0.25, "linear").alias(f"q25{i}"),
+            x.quantile(0.75, "linear").alias(f"q75{i}"),
+        ]
     # one pass over the groups, all signals at once (no long table of K × 7 × N rows)
     cells = signals.group_by(["K", "label"]).agg(aggs)
-    table = pl.concat([
-        cells.select("K", pl.lit(metric).alias("metric"), "label", *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")))
-        for i, metric in enumerate(SIGNAL_NAMES)
-    ]).filter(pl.col("n") > 0)
+    table = pl.concat(
+        [
+            cells.select(
+                "K",
+                pl.lit(metric).alias("metric"),
+                "label",
+                *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")),
+            )
+            for i, metric in enumerate(SIGNAL_NAMES)
+        ]
+    ).filter(pl.col("n") > 0)
     order = {m: i for i, m in enumerate(SIGNAL_NAMES)}
     label_order = {lab: i for i, lab in enumerate(LABELS)}
-    return table.with_columns(
-        _m=pl.col("metric").replace_strict(order, return_dtype=pl.Int64),
-        _l=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64),
-    ).sort(["K", "_m", "_l"]).drop(["_m", "_l"])
+    return (
+        table.with_columns(
+            _m=pl.col("metric").replace_strict(order, return_dtype=pl.Int64),
+            _l=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64),
+        )
+        .sort(["K", "_m", "_l"])
+        .drop(["_m", "_l"])
+    )
 
 
 def modal_prefix(actions: Sequence[Sequence[str]], K: int) -> tuple[str, int]:
@@ -153,7 +195,9 @@ def modal_prefix(actions: Sequence[Sequence[str]], K: int) -> tuple[str, int]:
     for a in actions:
         key = tuple(a[:K])
         counts[key] = counts.get(key, 0) + 1
-    prefix = max(counts, key=lambda k: counts[k])  # max keeps the first maximal key: insertion order
+    prefix = max(
+        counts, key=lambda k: counts[k]
+    )  # max keeps the first maximal key: insertion order
     return " → ".join(prefix), counts[prefix]
 
 
@@ -168,8 +212,19 @@ def false_positive_table(buffer: Buffer, gate_K: int, d_L: float) -> pl.DataFram
     """Groups the default gate R1 (cut iff d_K < d_L at K = gate_K) cuts although their rewards
     vary — with the group's most common first-K actions when the buffer has steps."""
     at = buffer.signals.filter(pl.col("K") == gate_K)
-    fp = at.filter(pl.Series(default_gate_cuts(at, gate_K, d_L)) & ~pl.col("zero_var")).sort("group_id")
-    table = fp.select(["group_id", "task_type", "label", "reward_var", pl.col(D_K).alias("d_K"), pl.col(TAU_K).alias("tau_K")])
+    fp = at.filter(pl.Series(default_gate_cuts(at, gate_K, d_L)) & ~pl.col("zero_var")).sort(
+        "group_id"
+    )
+    table = fp.select(
+        [
+            "group_id",
+            "task_type",
+            "label",
+            "reward_var",
+            pl.col(D_K).alias("d_K"),
+            pl.col(TAU_K).alias("tau_K"),
+        ]
+    )
     if buffer.trajectories is None or fp.height == 0:
         return table
     acts = (
@@ -183,7 +238,9 @@ def false_positive_table(buffer: Buffer, gate_K: int, d_L: float) -> pl.DataFram
         {
             "group_id": acts["group_id"],
             "first_actions": [p for p, _ in shared],
-            "n_sharing": [f"{c}/{g}" for (_, c), g in zip(shared, acts["G"].to_list(), strict=True)],
+            "n_sharing": [
+                f"{c}/{g}" for (_, c), g in zip(shared, acts["G"].to_list(), strict=True)
+            ],
         }
     )
     return table.join(prefixes, on="group_id", how="left", maintain_order="left")
@@ -194,7 +251,9 @@ def wide_correlation(corr: pl.DataFrame) -> pl.DataFrame:
     out = pl.DataFrame({"metric": [m for m in SIGNAL_NAMES if m in set(corr["metric"].to_list())]})
     for K in sorted(corr["K"].unique().to_list()):
         part = corr.filter(pl.col("K") == K).select(
-            "metric", pl.col("spearman_rho").alias(f"rho K={K}"), pl.col("auroc").alias(f"AUROC K={K}")
+            "metric",
+            pl.col("spearman_rho").alias(f"rho K={K}"),
+            pl.col("auroc").alias(f"AUROC K={K}"),
         )
         out = out.join(part, on="metric", how="left", maintain_order="left")
     return out
@@ -204,22 +263,34 @@ def _label_counts(groups: pl.DataFrame) -> str:
     counts = {lab: int((groups["label"] == lab).sum()) for lab in LABELS}
     n = groups.height
     zv = counts["all_fail"] + counts["all_succeed"]
-    return ", ".join(f"{counts[lab]} {lab}" for lab in LABELS) + f" ({zv}/{n} = {zv / n:.0%} zero-variance)"
+    return (
+        ", ".join(f"{counts[lab]} {lab}" for lab in LABELS)
+        + f" ({zv}/{n} = {zv / n:.0%} zero-variance)"
+    )
 
 
 def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
     part = strat.filter(pl.col("K") == K)
     cells = part.with_columns(
-        cell=pl.format("{} [{}, {}]", pl.col("median").round(3), pl.col("q25").round(3), pl.col("q75").round(3))
+        cell=pl.format(
+            "{} [{}, {}]", pl.col("median").round(3), pl.col("q25").round(3), pl.col("q75").round(3)
+        )
     )
     wide = cells.pivot(on="metric", index="label", values="cell")
     n = part.group_by("label").agg(pl.col("n").max())
     label_order = {lab: i for i, lab in enumerate(LABELS)}
-    wide = n.join(wide, on="label").with_columns(_o=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64)).sort("_o").drop("_o")
+    wide = (
+        n.join(wide, on="label")
+        .with_columns(_o=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64))
+        .sort("_o")
+        .drop("_o")
+    )
     return wide.select(["label", "n", *[m for m in SIGNAL_NAMES if m in wide.columns]])
 
 
-def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: bool = True) -> AnalyzeResult:
+def run_analyze(
+    config: AnalyzeConfig, console: Any | None = None, progress: bool = True
+) -> AnalyzeResult:
     """Run the analyze stage; returns the tables and the run directory it wrote. progress: show
     bars for the long parts (the signals computed from steps, the statistics)."""
     from srollout.console import make_console
@@ -227,7 +298,11 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
 
     console = console or make_console()
     t0 = time.perf_counter()
-    with PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "statistics": "parts"}) as bars:
+    with PhaseBars(
+        console,
+        enabled=progress,
+        unit={"read steps": "parts", "signals": "groups", "statistics": "parts"},
+    ) as bars:
         buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase)
         t_load = time.perf_counter() - t0
 
@@ -250,7 +325,11 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
 
         corr_sub, groups_sub = None, None
         G_values = buffer.groups["G"].drop_nulls()
-        can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
+        can_subsample = (
+            buffer.trajectories is not None
+            and G_values.len() > 0
+            and int(G_values.min()) > SUBSAMPLE_G
+        )
         show(4, 5, f"G={SUBSAMPLE_G} sub-samples" if can_subsample else "")
         if can_subsample:
             sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
@@ -266,7 +345,9 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
     manifest.data["timings_s"].update(load=round(t_load, 3), compute=round(t_compute, 3))
     outputs: list[Path] = []
     if buffer.computed:
-        outputs.append(schemas.write(buffer.signals, run_dir / schemas.SIGNALS.filename, schemas.SIGNALS))
+        outputs.append(
+            schemas.write(buffer.signals, run_dir / schemas.SIGNALS.filename, schemas.SIGNALS)
+        )
     outputs.append(schemas.write(corr, run_dir / schemas.CORRELATION.filename, schemas.CORRELATION))
     outputs.append(schemas.write(per_type, run_dir / PER_TASK_TYPE_FILE))
     outputs.append(schemas.write(strat, run_dir / STRATIFICATION_FILE))
@@ -280,31 +361,71 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
         from srollout.report import figures as figs
 
         at = buffer.signals.filter(pl.col("K") == fig_K)
-        figures["heatmap"] = figs.correlation_heatmap(corr, run_dir / "heatmap.png", f"N={buffer.n_groups} groups")
+        figures["heatmap"] = figs.correlation_heatmap(
+            corr, run_dir / "heatmap.png", f"N={buffer.n_groups} groups"
+        )
         threshold = config.d_L if gate_available else None
-        figures["hist"] = figs.histogram_by_label(at[D_K].to_numpy(), at["label"].to_list(), run_dir / "d_K_by_label.png",
-                                                  f"d_K at K={fig_K}", threshold, f"d_{fig_K} by group label")
+        figures["hist"] = figs.histogram_by_label(
+            at[D_K].to_numpy(),
+            at["label"].to_list(),
+            run_dir / "d_K_by_label.png",
+            f"d_K at K={fig_K}",
+            threshold,
+            f"d_{fig_K} by group label",
+        )
         # a million dots draw for tens of seconds and show no more than a seeded sample does
-        shown = at.sample(SCATTER_POINTS, seed=config.seed).sort("group_id") if at.height > SCATTER_POINTS else at
-        sampled = f" ({SCATTER_POINTS:,} of {at.height:,} groups, seeded sample)" if shown.height < at.height else ""
-        figures["scatter"] = figs.scatter_by_label(shown[D_K].to_numpy(), shown["reward_var"].to_numpy(), shown["label"].to_list(),
-                                                   run_dir / "d_K_vs_reward_var.png", f"d_K at K={fig_K}",
-                                                   "reward variance σ_r²", threshold, f"d_{fig_K} against σ_r²{sampled}" if sampled else "")
+        shown = (
+            at.sample(SCATTER_POINTS, seed=config.seed).sort("group_id")
+            if at.height > SCATTER_POINTS
+            else at
+        )
+        sampled = (
+            f" ({SCATTER_POINTS:,} of {at.height:,} groups, seeded sample)"
+            if shown.height < at.height
+            else ""
+        )
+        figures["scatter"] = figs.scatter_by_label(
+            shown[D_K].to_numpy(),
+            shown["reward_var"].to_numpy(),
+            shown["label"].to_list(),
+            run_dir / "d_K_vs_reward_var.png",
+            f"d_K at K={fig_K}",
+            "reward variance σ_r²",
+            threshold,
+            f"d_{fig_K} against σ_r²{sampled}" if sampled else "",
+        )
         if corr_sub is not None:
             G = int(G_values.min())
             curves = {
                 f"G={G}": _rho_curve(corr),
                 f"G={SUBSAMPLE_G} sub-samples": _rho_curve(corr_sub),
             }
-            figures["g8"] = figs.curves_over_K(curves, run_dir / "rho_vs_K_by_G.png", "Spearman ρ of d_K vs σ_r²")
+            figures["g8"] = figs.curves_over_K(
+                curves, run_dir / "rho_vs_K_by_G.png", "Spearman ρ of d_K vs σ_r²"
+            )
         outputs.extend(figures.values())
 
     sections = _report_sections(
-        config, buffer, corr, summary, strat, false_pos, fig_K, corr_sub, groups_sub, figures,
+        config,
+        buffer,
+        corr,
+        summary,
+        strat,
+        false_pos,
+        fig_K,
+        corr_sub,
+        groups_sub,
+        figures,
         run_dir,
     )
     outputs.append(write_report(run_dir, "srollout analyze", sections, _preamble(config, buffer)))
-    manifest.complete(outputs, input=str(config.input), n_groups=buffer.n_groups, K=list(buffer.Ks), input_kind=buffer.kind)
+    manifest.complete(
+        outputs,
+        input=str(config.input),
+        n_groups=buffer.n_groups,
+        K=list(buffer.Ks),
+        input_kind=buffer.kind,
+    )
     outputs.append(manifest.path)
 
     _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs)
@@ -340,7 +461,16 @@ def _report_sections(
             "termination_fraction τ_K, whose relation to the label is U-shaped; its AUROC is reported raw "
             "(not flipped). Full table with p-values and n: `correlation.parquet`.\n\n"
             + to_markdown(wide_correlation(corr))
-            + ("\n" + figure(figures["heatmap"], run_dir, "Spearman ρ (left) and AUROC (right) per (signal, K)") if "heatmap" in figures else ""),
+            + (
+                "\n"
+                + figure(
+                    figures["heatmap"],
+                    run_dir,
+                    "Spearman ρ (left) and AUROC (right) per (signal, K)",
+                )
+                if "heatmap" in figures
+                else ""
+            ),
         )
     ]
     median = summary.select(pl.col("d_K_auroc").median(), pl.col("best_auroc").median()).row(0)
@@ -356,7 +486,8 @@ def _report_sections(
     sections.append(
         Section(
             f"Signals by group label at K={fig_K} (median [q25, q75])",
-            to_markdown(_stratification_wide(strat, fig_K)) + "\nEvery K: `stratification.parquet`.\n",
+            to_markdown(_stratification_wide(strat, fig_K))
+            + "\nEvery K: `stratification.parquet`.\n",
         )
     )
     if false_pos is not None:
@@ -377,12 +508,26 @@ def _report_sections(
             body += to_markdown(false_pos) if false_pos.height else "No false positives.\n"
         sections.append(Section("False positives of the default gate", body))
     else:
-        sections.append(Section("False positives of the default gate",
-                                f"Not computed: K={config.gate_K} is not among the analysed K ({', '.join(map(str, buffer.Ks))}).\n"))
+        sections.append(
+            Section(
+                "False positives of the default gate",
+                f"Not computed: K={config.gate_K} is not among the analysed K ({', '.join(map(str, buffer.Ks))}).\n",
+            )
+        )
     figure_md = "".join(
         figure(figures[key], run_dir, caption)
-        for key, caption in (("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"), ("scatter", f"d_K at K={fig_K} against reward variance"
-                     + (f" ({SCATTER_POINTS:,}-group seeded sample)" if buffer.n_groups > SCATTER_POINTS else "")))
+        for key, caption in (
+            ("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"),
+            (
+                "scatter",
+                f"d_K at K={fig_K} against reward variance"
+                + (
+                    f" ({SCATTER_POINTS:,}-group seeded sample)"
+                    if buffer.n_groups > SCATTER_POINTS
+                    else ""
+                ),
+            ),
+        )
         if key in figures
     )
     if figure_md:
@@ -391,19 +536,29 @@ def _report_sections(
         G = int(buffer.groups["G"].min())
         both = wide_correlation(corr).filter(pl.col("metric") == D_K)
         sub_rows = wide_correlation(corr_sub).filter(pl.col("metric") == D_K)
-        rows = pl.concat([
-            both.with_columns(pl.lit(f"G={G}").alias("groups")),
-            sub_rows.with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups")),
-        ])
+        rows = pl.concat(
+            [
+                both.with_columns(pl.lit(f"G={G}").alias("groups")),
+                sub_rows.with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups")),
+            ]
+        )
         body = (
             f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its trajectories "
             f"(seed {config.seed}); labels and σ_r² recomputed from the subset. Labels: G={G}: {_label_counts(buffer.groups)}; "
             f"G={SUBSAMPLE_G}: {_label_counts(groups_sub)}.\n\n"
-            + to_markdown(rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]]))
+            + to_markdown(
+                rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]])
+            )
             + "\nAll signals: `correlation_g8.parquet`.\n\n"
-            + (figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes") if "g8" in figures else "")
+            + (
+                figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes")
+                if "g8" in figures
+                else ""
+            )
         )
-        sections.append(Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body))
+        sections.append(
+            Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body)
+        )
     return sections
 
 
@@ -413,7 +568,11 @@ def _fmt(value: float | None) -> str:
 
 def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs) -> None:
     console.print(f"[bold]analyze[/]: {buffer.n_groups} groups; {_label_counts(buffer.groups)}")
-    console.print(to_rich(wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"))
+    console.print(
+        to_rich(
+            wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"
+        )
+    )
     console.print(to_rich(summary, title=f"Per task type (d_K AUROC at K={config.gate_K})"))
     if false_pos is not None:
         more = (
@@ -427,4 +586,6 @@ def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir,
         console.print(to_rich(shown, title=title))
     if corr_sub is not None:
         console.print(to_rich(wide_correlation(corr_sub), title=f"G={SUBSAMPLE_G} sub-samples"))
-    console.print(f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})")
+    console.print(
+        f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})"
+    )

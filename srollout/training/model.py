@@ -19,7 +19,9 @@ class TrainableModel(NamedTuple):
     pad_id: int
 
 
-def load_trainable(model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None) -> TrainableModel:
+def load_trainable(
+    model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None
+) -> TrainableModel:
     """Load ``model`` (``default``/None = the embedded default policy) in float32 on CPU, merge
     an existing ``adapter`` into it (the policy a buffer was collected with), and attach a fresh
     LoRA adapter seeded by ``seed``."""
