@@ -41,8 +41,9 @@ from srollout import schemas  # noqa: E402
 
 # issue 27's measurements before this version (2026-11-25, a 2-core machine)
 BEFORE = (
-    "signals table of 10,000 groups: sweep 13.6 s (peak 0.3 GB), analyze 5.6 s; of 100,000 groups: sweep 150 s "
-    "(1.9 GB), analyze 9.9 s; the default 100-group buffer from steps: sweep 2.1 s, analyze 4.2 s"
+    "signals table of 10,000 groups: sweep 13.6 s (peak 0.3 GB), analyze "
+    "5.6 s; of 100,000 groups: sweep 150 s (1.9 GB), analyze 9.9 s; the "
+    "default 100-group buffer from steps: sweep 2.1 s, analyze 4.2 s"
 )
 
 
@@ -131,8 +132,10 @@ def primitives() -> list[str]:
     return [
         "| hand-written (srollout.core.stats) | scipy.stats | input | ours ms | scipy ms |",
         "|---|---|---|---|---|",
-        f"| `rank_stats` (ρ, p, AUROC from one ranking) | `spearmanr` + `mannwhitneyu` | 1,000,000 groups | {ours:.0f} | {theirs:.0f} |",
-        f"| `relative_saving_ci` (two column gathers) | `bootstrap(paired=True)`, same resamples | 1,000 tasks × 10,000 resamples | {boot:.0f} | {scipy_boot:.0f} |",
+        "| `rank_stats` (ρ, p, AUROC from one ranking) | `spearmanr` + `mannwhitneyu` | 1,000,000 "
+        f"groups | {ours:.0f} | {theirs:.0f} |",
+        "| `relative_saving_ci` (two column gathers) | `bootstrap(paired=True)`, same resamples | "
+        f"1,000 tasks × 10,000 resamples | {boot:.0f} | {scipy_boot:.0f} |",
     ]
 
 
@@ -189,39 +192,45 @@ def main() -> None:
         "# Benchmark: `analyze` and `sweep` from a thousand to a million groups",
         "",
         f"- date: {started}",
-        f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}, "
-        f"polars {pl.__version__}, numpy {np.__version__}",
-        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores"
+        f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python "
+        f"{platform.python_version()}, polars {pl.__version__}, numpy {np.__version__}",
+        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on "
+        f"{os.cpu_count()} cores"
         + (
-            " — other jobs shared the machine, so wall times are inflated, by up to several times when the load is "
-            "well above the core count"
+            " — other jobs shared the machine, so wall times are inflated, by up to several times "
+            "when the load is well above the core count"
             if max(load_before, load_after) > 0.5 * (os.cpu_count() or 1)
             else " (nothing else running)"
         ),
         f"- command: `{cmd}`",
         "",
-        "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory is the peak resident "
-        "set of the process and its signal workers. Targets: sweep ≤ 10 s at 100,000 groups and ≤ 60 s / 4 GB "
-        "at a million; analyze ≤ 60 s at a million; from a 100,000-group steps.parquet both ≤ 3 min / 8 GB.",
+        "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory "
+        "is the peak resident set of the process and its signal workers. Targets: sweep ≤ 10 s at "
+        "100,000 groups and ≤ 60 s / 4 GB at a million; analyze ≤ 60 s at a million; from a "
+        "100,000-group steps.parquet both ≤ 3 min / 8 GB.",
         "",
-        "| input | groups | rows | `sweep --K 10` s | peak GB | µs / group | `analyze` s | peak GB | µs / group |",
+        "| input | groups | rows | `sweep --K 10` s | peak GB "
+        "| µs / group | `analyze` s | peak GB | µs / group |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, n, n_rows, (sw, sm), (aw, am) in rows:
         lines.append(
-            f"| {kind} | {n:,} | {n_rows:,} | {sw:.1f} | {sm:.2f} | {sw / n * 1e6:,.0f} | {aw:.1f} | {am:.2f} | {aw / n * 1e6:,.0f} |"
+            f"| {kind} | {n:,} | {n_rows:,} | {sw:.1f} | {sm:.2f} | {sw / n * 1e6:,.0f} | {aw:.1f} "
+            f"| {am:.2f} | {aw / n * 1e6:,.0f} |"
         )
     lines += [
         "",
-        f"Before this version ({BEFORE}). The random-cut baseline is now its closed-form expectation and the chosen point's bootstrap resamples "
-        "counts of distinct rows, so sweep no longer grows with draws × N or resamples × N; analyze ranks each "
-        "signal once for ρ and AUROC; from steps only a_1..a_K and o_K are read (lazily) and the signals are computed "
-        "in one worker process per core.",
+        f"Before this version ({BEFORE}). The random-cut baseline is now its closed-form "
+        "expectation and the chosen point's bootstrap resamples counts of distinct rows, so sweep "
+        "no longer grows with draws × N or resamples × N; analyze ranks each signal once for ρ "
+        "and AUROC; from steps only a_1..a_K and o_K are read (lazily) and the signals are "
+        "computed in one worker process per core.",
         "",
         "## Hand-written statistics kept beside scipy (best of 3)",
         "",
-        "`srollout.core.stats` calls scipy for ranks, ρ, AUROC, the exact McNemar test and the bootstrap. Two "
-        "hand-written paths stay because they are faster on the sizes above; tests hold both to scipy's numbers.",
+        "`srollout.core.stats` calls scipy for ranks, ρ, AUROC, the exact McNemar test and the "
+        "bootstrap. Two hand-written paths stay because they are faster on the sizes above; tests "
+        "hold both to scipy's numbers.",
         "",
         *prims,
         "",

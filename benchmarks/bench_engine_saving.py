@@ -1,4 +1,5 @@
-"""Does the gate save wall-clock in proportion to the tokens it saves? Append to docs/bench/engine_saving.md.
+"""Does the gate save wall-clock in proportion to the tokens it saves? Append to
+docs/bench/engine_saving.md.
 
 The same groups and seeds go twice through the batched engine (``run_groups``) on the real
 ALFWorld engine with a transformers policy: once with no gate, once with a gate at step K,
@@ -106,11 +107,12 @@ def report_lines(totals: dict, label: str) -> list[str]:
 
     tok = saving("n_gen_tokens")
     lines = [
-        f"- {label}: {totals['n_cut']} groups cut; generated tokens {b['n_gen_tokens']:.0f} vs {g['n_gen_tokens']:.0f} = "
-        f"{tok:.1%} saved; env steps {b['rows']:.0f} vs {g['rows']:.0f} = {saving('rows'):.1%} saved; rollout wall-clock "
-        f"{b['wall_s']:.1f} s vs {g['wall_s']:.1f} s = {saving('wall_s'):.1%} saved: **wall-clock saving / token saving = "
-        f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} s: generation saving / "
-        f"token saving = {saving('gen_s') / tok:.2f}.",
+        f"- {label}: {totals['n_cut']} groups cut; generated tokens {b['n_gen_tokens']:.0f} vs "
+        f"{g['n_gen_tokens']:.0f} = {tok:.1%} saved; env steps {b['rows']:.0f} vs {g['rows']:.0f} "
+        f"= {saving('rows'):.1%} saved; rollout wall-clock {b['wall_s']:.1f} s vs "
+        f"{g['wall_s']:.1f} s = {saving('wall_s'):.1%} saved: **wall-clock saving / token saving = "
+        f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} "
+        f"s: generation saving / token saving = {saving('gen_s') / tok:.2f}.",
     ]
     runs = totals.get("wall_runs")
     if runs and len(runs["baseline"]) >= 2:
@@ -121,21 +123,23 @@ def report_lines(totals: dict, label: str) -> list[str]:
             f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True)
         )
         lines.append(
-            f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, {ci.high:.1%}] (95 % t interval "
-            f"on the log ratio of paired runs); per pair {pairs}; **wall / token {ci.estimate / tok:.2f} "
-            f"[{ci.low / tok:.2f}, {ci.high / tok:.2f}]** (the token saving is fixed by the seeds)."
+            f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, "
+            f"{ci.high:.1%}] (95 % t interval on the log ratio of paired runs); per pair {pairs}; "
+            f"**wall / token {ci.estimate / tok:.2f} [{ci.low / tok:.2f}, {ci.high / tok:.2f}]** "
+            "(the token saving is fixed by the seeds)."
         )
     for arm, t in (("baseline", b), ("gated", g)):
         lines.append(
-            f"  - {arm}: generation {t['gen_s']:.1f} s, env steps {t['env_s']:.1f} s, resets {t['reset_s']:.1f} s, "
-            f"other {t['overhead_s']:.1f} s; {t['ticks']:.0f} ticks, mean batch {t['rows'] / max(t['ticks'], 1):.1f} rows, "
+            f"  - {arm}: generation {t['gen_s']:.1f} s, env steps {t['env_s']:.1f} s, resets "
+            f"{t['reset_s']:.1f} s, other {t['overhead_s']:.1f} s; {t['ticks']:.0f} ticks, mean "
+            f"batch {t['rows'] / max(t['ticks'], 1):.1f} rows, "
             f"{t['n_gen_tokens'] / max(t['gen_s'], 1e-9):.0f} generated tok/s."
         )
     return lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default", help="local HF model directory, or `default`")
     ap.add_argument("--gates", default="always,median", help="comma list of always, median")
     ap.add_argument("--groups", type=int, default=24)
@@ -164,13 +168,17 @@ def main() -> None:
     specs = make_specs(load_tasks("eval"), args.groups)
     warm_s = warm_games(args.groups)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on {args.threads} thread(s)"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on "
+        f"{args.threads} thread(s)"
+    )
     lines = [
         f"\n## {stamp} — {machine}\n",
         f"Command: `python benchmarks/bench_engine_saving.py {' '.join(sys.argv[1:])}`\n",
-        f"Setup: {args.groups} groups of the `eval` set, G={args.G}, concurrency {args.concurrency}, T_max={args.T_max}, "
-        f"gate at K={args.K}, model `{Path(policy.model_path).name}`, max_new_tokens {args.max_new_tokens}, "
-        f"{args.repeats} repeat(s), games pre-loaded in {warm_s:.1f} s.\n",
+        f"Setup: {args.groups} groups of the `eval` set, G={args.G}, concurrency "
+        f"{args.concurrency}, T_max={args.T_max}, gate at K={args.K}, model "
+        f"`{Path(policy.model_path).name}`, max_new_tokens {args.max_new_tokens}, {args.repeats} "
+        f"repeat(s), games pre-loaded in {warm_s:.1f} s.\n",
     ]
     for gate in args.gates.split(","):
         totals = measure(

@@ -121,7 +121,8 @@ def bench(name: str, make_tasks, n_games: int, stock: bool) -> dict:
     out["group8_reset_cold_s"] = statistics.median(cold)
     out["group8_reset_warm_s"] = statistics.median(warm)
     say(
-        f"group reset cold {out['group8_reset_cold_s']:.3f} s, warm {out['group8_reset_warm_s']:.3f} s"
+        f"group reset cold {out['group8_reset_cold_s']:.3f} s, warm "
+        f"{out['group8_reset_warm_s']:.3f} s"
     )
 
     # steps: a few admissible detours then the walkthrough, without and with the replan

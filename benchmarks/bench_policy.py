@@ -161,7 +161,8 @@ def main() -> None:
         "# Transformers backend benchmark",
         "",
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads {cfg}",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"{torch.__version__}, {args.threads} threads {cfg}",
         f"- model: `{model}`",
         "- command: `python benchmarks/bench_policy.py`",
         "- note: the CPU was shared with other jobs; ratios measured side by side are what to read",

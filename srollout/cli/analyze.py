@@ -13,7 +13,8 @@ from srollout.config import AnalyzeConfig, help_for
 _DEFAULT = AnalyzeConfig()
 
 HELP = (
-    "Measure how well mid-rollout divergence predicts zero-variance groups (Spearman, AUROC, figures).\n\n"
+    "Measure how well mid-rollout divergence predicts "
+    "zero-variance groups (Spearman, AUROC, figures).\n\n"
     "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes correlation.parquet, "
     "per_task_type.parquet, stratification.parquet, false_positives.parquet, signals.parquet (when "
     "computed from steps), PNG figures and report.md."

@@ -21,8 +21,9 @@ OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
 def register(app: typer.Typer) -> None:
     @app.command(
         "collect",
-        help="Roll out G trajectories per task with the policy and write steps/trajectories/groups/signals "
-        "Parquet, a report and a manifest. Paper defaults: 100 groups of G=8, T_max=30, temperature 0.7, gate off.",
+        help="Roll out G trajectories per task with the policy and write "
+        "steps/trajectories/groups/signals Parquet, a report and a manifest. Paper defaults: 100 "
+        "groups of G=8, T_max=30, temperature 0.7, gate off.",
     )
     @rollout_options(CollectConfig, OPTIONS, order=(*OPTIONS, "workers"))
     def collect(

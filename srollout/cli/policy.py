@@ -27,7 +27,8 @@ def build(
     replace_shipped: bool = typer.Option(
         False,
         "--replace-shipped",
-        help="Then copy the build over the default policy the package ships (a clone or an editable install).",
+        help="Then copy the build over the default policy the package ships (a clone or an "
+        "editable install).",
     ),
     seed: int = typer.Option(_D.seed, help=help_for(BuildConfig, "seed")),
     n_demo_tasks: int = typer.Option(_D.n_demo_tasks, help=help_for(BuildConfig, "n_demo_tasks")),
@@ -167,7 +168,8 @@ def _default_in_use(shipped: Path) -> dict[str, str]:
     if is_built(cached):
         same = digest(cached) == digest(shipped)
         rows["cache rebuild"] = (
-            f"{cached} ({'weights identical to' if same else 'differs from'} the shipped; not used by default)"
+            f"{cached} ({'weights identical to' if same else 'differs from'} "
+            "the shipped; not used by default)"
         )
     return rows
 
@@ -179,7 +181,8 @@ def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
     rows = {
         "path": str(path),
         "architecture": ", ".join(cfg.get("architectures", [])) or cfg.get("model_type", "?"),
-        "hidden / layers / heads": f"{cfg.get('hidden_size')} / {cfg.get('num_hidden_layers')} / {cfg.get('num_attention_heads')}",
+        "hidden / layers / heads": f"{cfg.get('hidden_size')} / {cfg.get('num_hidden_layers')} / "
+        f"{cfg.get('num_attention_heads')}",
         "vocab": str(cfg.get("vocab_size")),
         "context": str(cfg.get("max_position_embeddings")),
     }

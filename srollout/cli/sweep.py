@@ -16,12 +16,12 @@ _GATES = GateFitConfig()
 
 HELP = (
     "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.\n\n"
-    "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row per "
-    "rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), pareto.png "
-    "and report.md.\n\n"
-    "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on held-out "
-    "groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 (gates.parquet, "
-    "gate-learned.json, gate-adaptive.json)."
+    "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row "
+    "per rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), "
+    "pareto.png and report.md.\n\n"
+    "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on "
+    "held-out groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 "
+    "(gates.parquet, gate-learned.json, gate-adaptive.json)."
 )
 
 

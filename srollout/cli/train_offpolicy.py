@@ -1,4 +1,5 @@
-"""`srollout train-offpolicy BUFFER`: GRPO on a collected buffer, baseline vs gated arm (the paper's Tier 2).
+"""`srollout train-offpolicy BUFFER`: GRPO on a collected buffer, baseline vs gated arm (the paper's
+Tier 2).
 
 Parses options into :class:`srollout.config.TrainOffpolicyConfig` and calls the stage."""
 
@@ -25,8 +26,9 @@ def _default(name: str):
 def register(app: typer.Typer) -> None:
     @app.command(
         "train-offpolicy",
-        help="GRPO on a collected buffer, baseline vs gated arm (Tier 2): 20 steps x 4 groups, LoRA r8/alpha16 on q,v, "
-        "AdamW lr 5e-5; writes metrics.parquet, the per-step trace figure, summary.json and report.md.",
+        help="GRPO on a collected buffer, baseline vs gated arm (Tier 2): 20 steps x 4 groups, "
+        "LoRA r8/alpha16 on q,v, AdamW lr 5e-5; writes metrics.parquet, the per-step trace figure, "
+        "summary.json and report.md.",
     )
     def train_offpolicy(
         buffer: Annotated[Path, typer.Argument(help=_h("buffer"), show_default=False)],
@@ -120,7 +122,8 @@ def register(app: typer.Typer) -> None:
             to_rich(summary_frame(result.summary), title="train-offpolicy: baseline vs gated")
         )
         console.print(
-            f"wrote {result.run_dir}/ (metrics.parquet, offpolicy_trace.png, summary.json, report.md)"
+            f"wrote {result.run_dir}/ (metrics.parquet, "
+            "offpolicy_trace.png, summary.json, report.md)"
         )
 
 

@@ -1,5 +1,5 @@
-"""`srollout train-onpolicy --seeds 7,13,23,42`: on-policy GRPO with the gate, per seed, with held-out
-evaluation (the paper's Tier 3). Options left out take the value of ``--preset``."""
+"""`srollout train-onpolicy --seeds 7,13,23,42`: on-policy GRPO with the gate, per seed, with
+held-out evaluation (the paper's Tier 3). Options left out take the value of ``--preset``."""
 
 from __future__ import annotations
 
@@ -84,9 +84,11 @@ FROM_PRESET = tuple(n for n in TRAIN_ROLLOUT_OPTIONS if n != "backend")
 def register(app: typer.Typer) -> None:
     @app.command(
         "train-onpolicy",
-        help="On-policy GRPO, baseline vs gated arm per seed (Tier 3): rollouts through the engine (gate on in the gated "
-        "arm; also --arms dapo, greso, gated+dapo, gated+greso), LoRA r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints every "
-        "iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and mechanism figures, report.md.",
+        help="On-policy GRPO, baseline vs gated arm per seed (Tier 3): rollouts through the engine "
+        "(gate on in the gated arm; also --arms dapo, greso, gated+dapo, gated+greso), LoRA "
+        "r16/alpha32 on q,k,v,o + MLP, AdamW; greedy held-out eval every E iterations; checkpoints "
+        "every iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and "
+        "mechanism figures, report.md.",
     )
     @rollout_options(
         TrainOnpolicyConfig, TRAIN_ROLLOUT_OPTIONS, order=ORDER, help=_h, from_preset=FROM_PRESET
@@ -171,7 +173,9 @@ def register(app: typer.Typer) -> None:
             int,
             typer.Option(
                 "--workers",
-                help="Seeds trained in parallel, one per Ray worker (extra 'dist'), each in RUN/seeds/seed<S>/ with its own checkpoints; 1 = one after another in this process. Joins $RAY_ADDRESS, else starts a local cluster.",
+                help="Seeds trained in parallel, one per Ray worker (extra 'dist'), each in "
+                "RUN/seeds/seed<S>/ with its own checkpoints; 1 = one after another in this "
+                "process. Joins $RAY_ADDRESS, else starts a local cluster.",
             ),
         ] = 1,
     ) -> None:
@@ -238,5 +242,6 @@ def register(app: typer.Typer) -> None:
                 to_rich(result.tests, title="paired tests over (seed, task) held-out outcomes")
             )
         console.print(
-            f"wrote {result.run_dir}/ (metrics.parquet, eval.parquet, onpolicy.png, mechanism.png, report.md)"
+            f"wrote {result.run_dir}/ (metrics.parquet, "
+            "eval.parquet, onpolicy.png, mechanism.png, report.md)"
         )

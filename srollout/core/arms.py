@@ -1,4 +1,5 @@
-"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping, composable.
+"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping,
+composable.
 
 Three filters act at three stages of a GRPO iteration (paper §"Composition with DAPO and GRESO"):
 
@@ -50,7 +51,8 @@ class ArmSpec:
     gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
     attached by :meth:`with_gate` (None until then, and always None on an arm without the gate).
     The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
-    loop needs besides its arm (seed, tasks, environments) is ``srollout.training.onpolicy.ArmContext``.
+    loop needs besides its arm (seed, tasks, environments) is
+    ``srollout.training.onpolicy.ArmContext``.
     """
 
     name: str
@@ -73,7 +75,8 @@ _ARMS: dict[str, ArmSpec] = {
 
 
 def parse_arm(name: str) -> ArmSpec:
-    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown -> SrolloutError."""
+    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown ->
+    SrolloutError."""
     key = str(name).strip().lower()
     if key not in _ARMS:
         raise SrolloutError(f"unknown arm {name!r}: expected one of {', '.join(ARM_NAMES)}")
@@ -203,14 +206,16 @@ def dapo_fill(
     hit_cap = len(kept) < target_groups and not exhausted
     if hit_cap:
         log.warning(
-            "DAPO: %d of %d useful groups after %d extra round(s) (the cap); training on what was gathered",
+            "DAPO: %d of %d useful groups after %d extra "
+            "round(s) (the cap); training on what was gathered",
             len(kept),
             target_groups,
             max_rounds,
         )
     elif exhausted and len(kept) < target_groups:
         log.warning(
-            "DAPO: %d of %d useful groups; no more prompts to sample; training on what was gathered",
+            "DAPO: %d of %d useful groups; no more prompts to sample; "
+            "training on what was gathered",
             len(kept),
             target_groups,
         )
@@ -260,7 +265,8 @@ class GresoSkipper:
             self.record(*outcome)
 
     def record(self, prompt_id: str, iteration: int, zero_var: bool) -> None:
-        """Note that a group of ``prompt_id`` ran at ``iteration`` and whether it was zero-variance."""
+        """Note that a group of ``prompt_id`` ran at ``iteration`` and whether it was
+        zero-variance."""
         self._history.setdefault(str(prompt_id), []).append(
             GresoOutcome(str(prompt_id), int(iteration), bool(zero_var))
         )
@@ -281,7 +287,8 @@ class GresoSkipper:
         return z
 
     def draw(self, prompt_id: str, iteration: int) -> float:
-        """u(prompt_id, iteration) in [0, 1): the first 8 bytes of blake2b(seed|prompt_id|iteration) / 2^64."""
+        """u(prompt_id, iteration) in [0, 1): the first 8 bytes of
+        blake2b(seed|prompt_id|iteration) / 2^64."""
         digest = hashlib.blake2b(
             f"{self.seed}|{prompt_id}|{int(iteration)}".encode(), digest_size=8
         ).digest()

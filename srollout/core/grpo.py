@@ -60,7 +60,8 @@ def is_zero_variance(rewards: ArrayLike, atol: float = 1e-12) -> bool:
 
 
 def group_label(rewards: ArrayLike, success_threshold: float = 0.5) -> str:
-    """ "mixed" iff the group has reward variance; else "all_succeed" iff mean >= threshold, else "all_fail".
+    """ "mixed" iff the group has reward variance; else "all_succeed" iff mean >= threshold, else
+    "all_fail".
 
     Labels use the full (un-gated) outcome of the group.
     """

@@ -166,7 +166,8 @@ class LogisticModel:
             raise SrolloutError("learned gate: std must be > 0")
         if tuple(self.feature_names) != FEATURE_NAMES:
             raise SrolloutError(
-                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got {list(self.feature_names)}"
+                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got "
+                f"{list(self.feature_names)}"
             )
         object.__setattr__(self, "feature_names", tuple(self.feature_names))
         object.__setattr__(self, "intercept", float(self.intercept))
@@ -568,7 +569,8 @@ def learned_selector(
     l2: float = DEFAULT_L2,
     seed: int = 0,
 ) -> Selector:
-    """The learned gate's selection procedure as a :data:`Selector` for :func:`nested_heldout_cuts`."""
+    """The learned gate's selection procedure as a :data:`Selector` for
+    :func:`nested_heldout_cuts`."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         gate = fit_learned_gate(

@@ -259,7 +259,8 @@ def _bootstrap_stats(
             vals = np.asarray(statistic(x[idx]), dtype=np.float64)
             if vals.shape != (b,):
                 raise SrolloutError(
-                    f"a batched statistic must return one value per resample, shape {(b,)}, got {vals.shape}"
+                    "a batched statistic must return one value "
+                    f"per resample, shape {(b,)}, got {vals.shape}"
                 )
             return vals
         return np.array([statistic(x[r]) for r in idx], dtype=np.float64)

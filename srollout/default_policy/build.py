@@ -53,7 +53,10 @@ BUILD_VERSION = "v5"
 DEFAULT_POLICY_PROMPT = (
     "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>"
 )
-QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 
 class Demo(NamedTuple):
@@ -213,7 +216,8 @@ def make_demonstrations(
         explore=cfg.explore,
         take=cfg.take,
         thoughts="react" if cfg.thoughts == "none" else cfg.thoughts,
-        workers=cfg.threads,  # the engine is single-threaded: one process per core the build may use
+        # the engine is single-threaded: one process per core the build may use
+        workers=cfg.threads,
     )
     texts = {t.task_id: t.task_text for t in tasks}
     # only won episodes: a demonstration that wanders for T_max steps teaches wandering; each user
@@ -276,7 +280,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, template: str = "chat
 
 def demo_texts(demos: Sequence[Demo], template: str = "chatml") -> Iterable[str]:
     """Every string the tokenizer should know: system prompts once, user turns, responses
-    (ChatML: with the role headers as the template renders them, so BPE merges "user", "assistant")."""
+    (ChatML: with the role headers as the template renders them, so BPE merges "user",
+    "assistant")."""
     seen_systems: set[str] = set()
     head = ("user\n", "assistant\n") if template == "chatml" else ("", "")
     for d in demos:
@@ -551,7 +556,8 @@ def check_build_config(cfg: BuildConfig) -> None:
     ):
         if getattr(cfg, field) not in allowed:
             raise SrolloutError(
-                f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got {getattr(cfg, field)!r}"
+                f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got "
+                f"{getattr(cfg, field)!r}"
             )
     check_user_template(cfg.user_template, "BuildConfig")
     if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:
@@ -563,7 +569,8 @@ def check_build_config(cfg: BuildConfig) -> None:
 def demo_examples(
     tokenizer: Any, demos: Sequence[tuple[str, list[Turn]]], max_context: int
 ) -> list[TokenizedChat]:
-    """Conversations ((system, turns), e.g. :class:`Demo`) as SFT examples, each cut to ``max_context``."""
+    """Conversations ((system, turns), e.g. :class:`Demo`) as SFT examples, each cut to
+    ``max_context``."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     return [
         _truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context)

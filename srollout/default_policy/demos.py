@@ -170,7 +170,8 @@ class _DemoJob:
     def play(
         self, items: Sequence[tuple[int, Task, float]], advance: Callable[[int], None] | None = None
     ) -> list[Episode]:
-        """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after each."""
+        """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after
+        each."""
         from srollout.envs.alfworld_env import AlfworldEnv
         from srollout.envs.prompts import parse_response, system_prompt, user_turn
 

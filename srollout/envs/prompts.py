@@ -132,8 +132,8 @@ def check_user_template(template: object, where: str) -> None:
         or not fields <= {"observation", "task", "actions"}
     ):
         raise SrolloutError(
-            f"{where}: `user_template` must be a string with {{observation}} and optionally {{task}} "
-            f"and {{actions}}, got {template!r}"
+            f"{where}: `user_template` must be a string with {{observation}} and optionally "
+            f"{{task}} and {{actions}}, got {template!r}"
         )
 
 

@@ -63,8 +63,8 @@ def check_trl_version(version: str | None = None) -> str:
         version = trl.__version__
     if ".".join(version.split(".")[:2]) not in TRL_SUPPORTED:
         raise SrolloutError(
-            f"srollout.integrations.trl was built for trl {', '.join(TRL_SUPPORTED)} (its rollout_func contract), "
-            f"found trl {version}: pip install '{TRL_PIN}'"
+            f"srollout.integrations.trl was built for trl {', '.join(TRL_SUPPORTED)} (its "
+            f"rollout_func contract), found trl {version}: pip install '{TRL_PIN}'"
         )
     return version
 
@@ -87,7 +87,8 @@ def _quiet_cut_rows() -> None:
 
 
 def task_prompt(task: Task) -> str:
-    """The dataset prompt of ``task``: its id in a tag the rollout function reads back, then the goal."""
+    """The dataset prompt of ``task``: its id in a tag the rollout function reads back, then the
+    goal."""
     return f"[srollout task {task.task_id}] {task.task_text}"
 
 
@@ -203,8 +204,9 @@ class GatedRollout:
         tag = _TASK_TAG.match(text) if isinstance(text, str) else None
         if tag is None:
             raise SrolloutError(
-                f"prompt {str(prompt)[:80]!r} does not name a srollout task; build the training "
-                "dataset with GatedRollout.dataset() so each prompt starts with '[srollout task ID]'"
+                f"prompt {str(prompt)[:80]!r} does not name a srollout task; "
+                "build the training dataset with GatedRollout.dataset() so "
+                "each prompt starts with '[srollout task ID]'"
             )
         task = self._by_id.get(tag.group("task_id"))
         if task is None:
@@ -248,7 +250,8 @@ class GatedRollout:
         return tasks
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live model."""
+        """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live
+        model."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         G = trainer.num_generations if model.training else trainer.num_generations_eval
         tasks = self.groups_of(prompts, G)
@@ -315,7 +318,8 @@ class GatedRollout:
                 counts.gen_tokens += traj.n_gen_tokens
                 if traj.tokens is None:
                     raise SrolloutError(
-                        "the policy returned no tokens for a trajectory (a non-LLM policy cannot train)"
+                        "the policy returned no tokens for a "
+                        "trajectory (a non-LLM policy cannot train)"
                     )
                 ids, mask = traj.tokens.token_ids, traj.tokens.action_mask
                 first = mask.index(True) if True in mask else len(ids)
@@ -347,11 +351,12 @@ class GatedRollout:
         srollout_reward: list[float | None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        """TRL reward function: the episode's environment reward (1 when won), None for a row of a cut
-        group (TRL gives it advantage 0)."""
+        """TRL reward function: the episode's environment reward (1 when won), None for a row of
+        a cut group (TRL gives it advantage 0)."""
         if srollout_reward is None:
             raise SrolloutError(
-                "GatedRollout.reward needs the rollout's rewards: pass rollout_func=the same GatedRollout"
+                "GatedRollout.reward needs the rollout's "
+                "rewards: pass rollout_func=the same GatedRollout"
             )
         return list(srollout_reward)
 

@@ -42,7 +42,8 @@ def resolve_model(model: str | Path | None) -> Path:
     path = Path(model).expanduser()
     if not path.is_dir():
         raise SrolloutError(
-            f"--model {model}: no such directory (a local Hugging Face model directory or `default`)"
+            f"--model {model}: no such directory (a local "
+            "Hugging Face model directory or `default`)"
         )
     if not (path / "config.json").is_file():
         raise SrolloutError(f"--model {model}: not a Hugging Face model directory (no config.json)")

@@ -102,8 +102,8 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
     known = _known_model_types()
     if known is not None and config["model_type"] not in known:
         raise SrolloutError(
-            f"{path / 'config.json'}: model_type {config['model_type']!r} is not one this transformers "
-            f"knows (a newer release, or a config of something else){hint}"
+            f"{path / 'config.json'}: model_type {config['model_type']!r} is not one this "
+            f"transformers knows (a newer release, or a config of something else){hint}"
         )
     present = [n for n in WEIGHT_FILES if (path / n).is_file()]
     if not present:
@@ -148,8 +148,9 @@ def _check_embedding(path: Path, config: dict, hint: str) -> None:
     embed = next((k for k in shapes if k.endswith("embed_tokens.weight")), None)
     if embed is not None and shapes[embed] != [vocab, hidden]:
         raise SrolloutError(
-            f"{path / 'config.json'}: says vocab_size {vocab} and hidden_size {hidden}, but the weights' "
-            f"{embed} is {shapes[embed]}; config.json and model.safetensors are of different models{hint}"
+            f"{path / 'config.json'}: says vocab_size {vocab} and hidden_size {hidden}, but the "
+            f"weights' {embed} is {shapes[embed]}; config.json and model.safetensors are of "
+            f"different models{hint}"
         )
 
 
@@ -230,6 +231,6 @@ def _check_adapter_shapes(adapter: Path, model: Path) -> None:
             )
             if target is not None and len(target) == 2 and shape[dim] not in target:
                 raise SrolloutError(
-                    f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is {target}; "
-                    "it was trained on another base model (pass that model as --model)"
+                    f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is "
+                    f"{target}; it was trained on another base model (pass that model as --model)"
                 )

@@ -250,7 +250,8 @@ class TransformersPolicy:
         return self._within_context(n_held + n_turn)
 
     def _within_context(self, n_tokens: int) -> bool:
-        """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the context."""
+        """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the
+        context."""
         return n_tokens + self.max_new_tokens <= self.max_context
 
     # --- internals -------------------------------------------------------------------------
@@ -290,9 +291,10 @@ class TransformersPolicy:
             # checked before any forward: past the context the model would fail inside torch
             # (or silently extrapolate its positions)
             raise SrolloutError(
-                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its {len(state.token_ids)} "
-                f"tokens + max_new_tokens {self.max_new_tokens} exceed the model's context of {self.max_context} "
-                "tokens; lower --T-max (or max_new_tokens), or use a model with a longer context"
+                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its "
+                f"{len(state.token_ids)} tokens + max_new_tokens {self.max_new_tokens} exceed the "
+                f"model's context of {self.max_context} tokens; lower --T-max (or max_new_tokens), "
+                "or use a model with a longer context"
             )
         if not self.kv_reuse:
             return list(state.token_ids)

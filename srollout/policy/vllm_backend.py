@@ -143,7 +143,8 @@ class TokenConversations:
         return list(st["ids"]), len(new)
 
     def record(self, r: ActRequest, gen: list[int], n_fed: int) -> ActResponse:
-        """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s trajectory."""
+        """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s
+        trajectory."""
         st = self._states[r.key]
         st["ids"] += gen
         st["mask"] += [True] * len(gen)

@@ -36,7 +36,8 @@ PROBE_TIMEOUT_S = 5.0
 
 
 class ServerClient:
-    """A small JSON client for one vLLM server (stdlib only; one keep-alive connection per thread)."""
+    """A small JSON client for one vLLM server (stdlib only; one keep-alive connection per
+    thread)."""
 
     def __init__(self, base_url: str, timeout: float = TIMEOUT_S) -> None:
         url = base_url.rstrip("/")
@@ -80,8 +81,8 @@ class ServerClient:
                 self._local.conn = None
                 if attempt == 1 or isinstance(err, (ConnectionRefusedError, TimeoutError)):
                     raise SrolloutError(
-                        f"--base-url {self.base_url}: no vLLM server answers ({err.__class__.__name__}: "
-                        f"{err}); start one with `srollout serve`"
+                        f"--base-url {self.base_url}: no vLLM server answers "
+                        f"({err.__class__.__name__}: {err}); start one with `srollout serve`"
                     ) from None
         if resp.status >= 400:
             try:
@@ -90,7 +91,8 @@ class ServerClient:
             except (ValueError, AttributeError):
                 msg = raw[:200].decode(errors="replace")
             raise SrolloutError(
-                f"vLLM server {self.base_url}{path}: HTTP {resp.status}: {str(msg).splitlines()[0] if msg else ''}"
+                f"vLLM server {self.base_url}{path}: HTTP {resp.status}: "
+                f"{str(msg).splitlines()[0] if msg else ''}"
             )
         try:
             return json.loads(raw) if raw else None
@@ -161,12 +163,13 @@ class VLLMServerPolicy:
         )
         if theirs.get("tokens") != encode_text(self.tokenizer, probe):
             raise SrolloutError(
-                f"the server at {self.client.base_url} serves {self.served!r}, whose tokenizer differs "
-                f"from {self.model_path}'s; pass the served model's directory as --model"
+                f"the server at {self.client.base_url} serves {self.served!r}, whose tokenizer "
+                f"differs from {self.model_path}'s; pass the served model's directory as --model"
             )
 
     def load_adapter(self, adapter_path: str | Path) -> None:
-        """Load a LoRA adapter into the server under a fresh name and use it from the next ``act``."""
+        """Load a LoRA adapter into the server under a fresh name and use it from the next
+        ``act``."""
         from srollout.policy.model_files import check_adapter
 
         path = Path(adapter_path).resolve()
@@ -198,7 +201,8 @@ class VLLMServerPolicy:
         choice = out["choices"][0]
         if choice.get("token_ids") is None:
             raise SrolloutError(
-                f"the server at {self.client.base_url} returned no token ids (vLLM >= 0.10.2 needed)"
+                f"the server at {self.client.base_url} "
+                "returned no token ids (vLLM >= 0.10.2 needed)"
             )
         return list(choice["token_ids"])
 

@@ -69,7 +69,8 @@ def savings_frame(c: Any, blocks: pl.DataFrame | None = None) -> pl.DataFrame:
                 "wall-clock saving per timed block",
                 "",
                 "",
-                f"{_pct(float(per_block['saving'].min()))} … {_pct(float(per_block['saving'].max()))}",
+                f"{_pct(float(per_block['saving'].min()))} … "
+                f"{_pct(float(per_block['saving'].max()))}",
                 f"{per_block.height} block(s)",
             )
         )
@@ -139,22 +140,25 @@ def drift_text(c: Any, per_block: pl.DataFrame) -> str:
     lo, hi = float(per_block["saving"].min()), float(per_block["saving"].max())
     w = c.savings["wall_s"]
     text = (
-        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. A slow-down hits every task of one "
-        "timed run alike (other jobs on the machine), so the wall-clock interval treats the timed-run pairs, not the "
-        f"tasks, as the samples: [{_pct(w.low)}, {_pct(w.high)}] over {w.ci_over} (a Student t interval on the "
-        "log ratio of each pair). More pairs (`--blocks`, `--repeats`) narrow it."
+        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. A slow-down hits "
+        "every task of one timed run alike (other jobs on the machine), so the wall-clock "
+        f"interval treats the timed-run pairs, not the tasks, as the samples: [{_pct(w.low)}, "
+        f"{_pct(w.high)}] over {w.ci_over} (a Student t interval on the log ratio of each pair). "
+        "More pairs (`--blocks`, `--repeats`) narrow it."
     )
     if same_work(c):
         text += (
-            f"\n\n**The gate cut no group**: both arms did identical work ({_num(c.savings['n_gen_tokens'].baseline, 0)} "
-            "generated tokens, the same environment steps), so this run is an A/A test — its wall-clock difference is "
-            "the measurement noise of this machine, not an effect of the gate."
+            "\n\n**The gate cut no group**: both arms did identical work "
+            f"({_num(c.savings['n_gen_tokens'].baseline, 0)} generated tokens, the same "
+            "environment steps), so this run is an A/A test — its wall-clock difference is the "
+            "measurement noise of this machine, not an effect of the gate."
         )
     return text
 
 
 def same_work(c: Any) -> bool:
-    """The arm cut nothing and took the baseline's environment steps (no GRESO skip either): an A/A test."""
+    """The arm cut nothing and took the baseline's environment steps (no GRESO skip either): an
+    A/A test."""
     return c.confusion.cut == 0 and c.savings["n_steps"].arm == c.savings["n_steps"].baseline
 
 
@@ -180,7 +184,8 @@ def confusion_frame(c: Any) -> pl.DataFrame:
 
 
 def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
-    """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds included)."""
+    """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds
+    included)."""
     extra = [
         c
         for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers")
@@ -220,7 +225,8 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
                 _num(r["useful_per_s"], 3),
                 ""
                 if base
-                else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / {_num(r['wall_vs_baseline'], 2)}×",
+                else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / "
+                f"{_num(r['wall_vs_baseline'], 2)}×",
                 f"{r['cuts']} ({r['cut_tp']} / {r['cut_fp']})" if r["gate"] else "—",
                 f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
                 f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
@@ -247,39 +253,44 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
     """What the per-arm table counts, and what each arm did, in words."""
     R = config.repeats
     text = (
-        f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut and have reward "
-        "variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = useful groups ÷ the arm's measured "
-        "wall-clock (its timed runs, DAPO's extra rounds included). Cuts and GRESO skips are judged by the baseline arm's "
-        "group of the same task and seeds (TP: it had zero variance)."
+        f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut "
+        "and have reward variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = "
+        "useful groups ÷ the arm's measured wall-clock (its timed runs, DAPO's extra rounds "
+        "included). Cuts and GRESO skips are judged by the baseline arm's group of the same task "
+        "and seeds (TP: it had zero variance)."
     )
     by = {r["arm"]: r for r in arms.iter_rows(named=True)}
     for name, r in by.items():
         if r["dapo"]:
             text += (
-                f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not useful are dropped and the next "
-                f"tasks of `{config.tasks}` are rolled out (group indices after the A/B's, same seed scheme) until the block "
-                f"has as many useful groups as tasks, at most {config.dapo_max_rounds} extra round(s): {r['extra_rounds']} "
-                f"extra round(s), {r['extra_groups']} extra group(s)."
+                f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not "
+                f"useful are dropped and the next tasks of `{config.tasks}` are rolled out (group "
+                "indices after the A/B's, same seed scheme) until the block has as many useful "
+                f"groups as tasks, at most {config.dapo_max_rounds} extra round(s): "
+                f"{r['extra_rounds']} extra round(s), {r['extra_groups']} extra group(s)."
             )
             if r["cap_hits"]:
                 text += (
-                    f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds {config.dapo_max_rounds}`) still short "
-                    "of useful groups; they keep what they gathered (not an error)."
+                    f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds "
+                    f"{config.dapo_max_rounds}`) still short of useful groups; they keep what they "
+                    "gathered (not an error)."
                 )
         if r["greso"]:
             source = (
                 f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
             )
             text += (
-                f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task whose last z groups "
-                f"({source}this arm's groups of earlier repeats) were zero-variance or cut is skipped unless a seeded draw "
-                f"keeps it (probability p^z): {r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
+                f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task "
+                f"whose last z groups ({source}this arm's groups of earlier repeats) were "
+                "zero-variance or cut is skipped unless a seeded draw keeps it (probability p^z): "
+                f"{r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
             )
             if not config.greso_history:
                 text += (
-                    " Without `--greso-history` it has no history in repeat 0 and skips nothing there. Repeats replay the same "
-                    "seeds, so a history from an earlier repeat foretells the outcome (an optimistic GRESO); a history from "
-                    "another run (`srollout collect --seed 1`) is the realistic one."
+                    " Without `--greso-history` it has no history in repeat 0 and skips nothing "
+                    "there. Repeats replay the same seeds, so a history from an earlier repeat "
+                    "foretells the outcome (an optimistic GRESO); a history from another run "
+                    "(`srollout collect --seed 1`) is the realistic one."
                 )
     return text
 
@@ -395,19 +406,22 @@ def _mismatch_text(c: Any) -> str:
         else "actions and raw responses (this policy records no token ids)"
     )
     text = (
-        f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to their baseline twin "
-        f"(same group, traj_idx and repeat) in {what} up to step K (the group's cut step, or the gate's K; up to their end if they ended earlier)."
+        f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to "
+        f"their baseline twin (same group, traj_idx and repeat) in {what} up to step K (the "
+        "group's cut step, or the gate's K; up to their end if they ended earlier)."
     )
     if m.mismatches:
         rows = ", ".join(
-            f"{x.group_id}/{x.traj_idx} (repeat {x.repeat}, step {x.step if x.step is not None else 'tokens only'})"
+            f"{x.group_id}/{x.traj_idx} (repeat {x.repeat}, step "
+            f"{x.step if x.step is not None else 'tokens only'})"
             for x in m.mismatches[:10]
         )
         text += (
-            f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by construction, so a difference "
-            "comes from the backend: sampling that depends on the batch a row shares (padding, batched kernels), "
-            "or non-deterministic GPU kernels. Savings on such groups are still real; their TP/FP are judged on "
-            "a baseline twin that is not the exact counterfactual."
+            f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by "
+            "construction, so a difference comes from the backend: sampling that depends on the "
+            "batch a row shares (padding, batched kernels), or non-deterministic GPU kernels. "
+            "Savings on such groups are still real; their TP/FP are judged on a baseline twin "
+            "that is not the exact counterfactual."
         )
     return text
 
@@ -420,26 +434,38 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
     order = " ".join(a[0].upper() for a in runs) if n_arms == 2 else ", ".join(runs)
     workers = int(blocks["workers"].max()) if "workers" in blocks.columns else 1
     ray = (
-        f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call starts its workers, which "
-        "build their policy replica and warm up before the clock; a run's time counts from when all are up, and its "
-        "per-task charges are worker-seconds (workers × wall-clock)."
+        f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call "
+        "starts its workers, which build their policy replica and warm up before the clock; a "
+        "run's time counts from when all are up, and its per-task charges are worker-seconds "
+        "(workers × wall-clock)."
         if workers > 1
         else ""
     )
+    warmup = (
+        "A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran "
+        "before any clock. "
+        if config.warmup
+        else "No warm-up (--no-warmup). "
+    )
     return (
-        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, T_max={config.T_max}, temperature "
-        f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
-        f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
-        f"{'A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
-        f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
-        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' generation time (each "
-        "batched call's time split over its rows by generated tokens), its own env-step and reset time, and a share of "
-        "the run's remaining overhead proportional to its env steps; the charges of a run sum to its measured wall-clock. "
-        "Savings are 1 − Σ arm / Σ baseline over tasks (each task's mean over repeats). Token and step counts are fixed by "
-        f"the seeds: their CI is a percentile bootstrap over tasks ({config.n_boot} resamples, both arms of a task resampled "
-        "together). Wall-clock also carries run-to-run drift: its CI is a Student t interval over the timed-run pairs "
-        "(baseline and arm on the same block and repeat), on the log ratio of each pair. Cuts are judged by the baseline arm's "
-        "outcome of the same task, seeds and repeat (TP = the baseline group has zero reward variance)."
+        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of "
+        f"`{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, "
+        f"T_max={config.T_max}, temperature {config.temperature}, seed {config.seed}) through the "
+        f"same batched engine at concurrency {config.concurrency} trajectories; per-trajectory "
+        f"seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
+        f"{warmup}{config.repeats} "
+        f"repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
+        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' "
+        "generation time (each batched call's time split over its rows by generated tokens), its "
+        "own env-step and reset time, and a share of the run's remaining overhead proportional to "
+        "its env steps; the charges of a run sum to its measured wall-clock. Savings are 1 − Σ "
+        "arm / Σ baseline over tasks (each task's mean over repeats). Token and step counts are "
+        f"fixed by the seeds: their CI is a percentile bootstrap over tasks ({config.n_boot} "
+        "resamples, both arms of a task resampled together). Wall-clock also carries run-to-run "
+        "drift: its CI is a Student t interval over the timed-run pairs (baseline and arm on the "
+        "same block and repeat), on the log ratio of each pair. Cuts are judged by the baseline "
+        "arm's outcome of the same task, seeds and repeat (TP = the baseline group has zero "
+        "reward variance)."
     )
 
 
@@ -516,9 +542,11 @@ def write_ab_outputs(
         d = c.decomposition
         total = d["baseline_wall"] or math.nan
         body = (
-            f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved {d['generation']:.1f} s of generation "
-            f"({_pct(d['generation'] / total)}), {d['environment']:.1f} s of environment steps and resets "
-            f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead ({_pct(d['overhead'] / total)})."
+            f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved "
+            f"{d['generation']:.1f} s of generation ({_pct(d['generation'] / total)}), "
+            f"{d['environment']:.1f} s of environment steps and resets "
+            f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead "
+            f"({_pct(d['overhead'] / total)})."
         )
         if "decomposition" in paths:
             body += "\n\n" + figure(paths["decomposition"], run_dir, "Wall-clock saving by source")

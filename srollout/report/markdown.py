@@ -12,7 +12,8 @@ from srollout.schemas import write_text
 
 
 class Section(NamedTuple):
-    """One ``##`` section of a report: a title and its markdown body (tables, text, figure links)."""
+    """One ``##`` section of a report: a title and its markdown body (tables, text, figure
+    links)."""
 
     title: str
     body: str

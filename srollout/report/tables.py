@@ -45,7 +45,8 @@ def to_markdown(
     digits: int | dict[str, int] = 3,
     bold_rows: Sequence[int] = (),
 ) -> str:
-    """``df`` as a GitHub-flavoured markdown table (pipes in cells escaped); rows in ``bold_rows`` in bold."""
+    """``df`` as a GitHub-flavoured markdown table (pipes in cells escaped); rows in
+    ``bold_rows`` in bold."""
     header, rows = _cells(df, columns, digits)
     bold = set(bold_rows)
 

@@ -214,7 +214,8 @@ class RolloutWorker:
         )
 
     def run(self, specs: Sequence[GroupSpec]) -> ChunkResult:
-        """Roll out ``specs`` through the engine; return every group (index order) and the totals."""
+        """Roll out ``specs`` through the engine; return every group (index order) and the
+        totals."""
         if self.policy is None:
             raise RuntimeError("RolloutWorker.run before start()")
         records: list[GroupRecord] = []
@@ -255,7 +256,8 @@ def chunk_size(settings: RolloutSettings, n_groups: int, workers: int) -> int:
 
 
 def chunked(specs: Sequence[GroupSpec], size: int) -> list[list[GroupSpec]]:
-    """``specs`` in group-index order, cut into consecutive chunks of ``size`` (the last shorter)."""
+    """``specs`` in group-index order, cut into consecutive chunks of ``size`` (the last
+    shorter)."""
     if size < 1:
         raise SrolloutError(f"chunk_groups must be >= 1, got {size}")
     ordered = sorted(specs, key=lambda s: s.index)
@@ -326,8 +328,9 @@ def run_groups_distributed(
                     deaths[i] += 1
                     if deaths[i] >= MAX_WORKER_DEATHS:
                         raise SrolloutError(
-                            f"groups {chunks[i][0].group_id}..{chunks[i][-1].group_id} killed {deaths[i]} workers in a row "
-                            f"(last: {type(err).__name__}); stopping (the groups already written are kept)"
+                            f"groups {chunks[i][0].group_id}..{chunks[i][-1].group_id} killed "
+                            f"{deaths[i]} workers in a row (last: {type(err).__name__}); stopping "
+                            "(the groups already written are kept)"
                         ) from err
                     queue.appendleft(i)  # rerun first, on the replacement
                 else:

@@ -4,8 +4,9 @@ signals), with the required columns of :mod:`srollout.schemas` plus these extra 
 - steps: ``arm``.
 - trajectories: ``env_seed``, ``n_prompt_tokens``, ``n_valid``, ``gen_s``/``env_s``/``reset_s``
   (seconds), ``initial_observation`` (o_1, which steps.observation does not hold: the observation
-  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and ``action_mask`` (list columns: the whole multi-turn sequence and
-  which tokens the policy generated; empty for the non-LLM policies), ``arm``.
+  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and
+  ``action_mask`` (list columns: the whole multi-turn sequence and which tokens the policy
+  generated; empty for the non-LLM policies), ``arm``.
 - groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
   saw; null when no gate ran), ``n_stopped`` (trajectories the gate ended), ``n_steps`` (env
   steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,

@@ -49,7 +49,8 @@ CORRELATION_G8_FILE = "correlation_g8.parquet"
 # false positives listed in the console and in report.md (false_positives.parquet holds them all)
 FP_SHOWN_CONSOLE = 20
 FP_SHOWN_REPORT = 100
-# points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the caption)
+# points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the
+# caption)
 SCATTER_POINTS = 20_000
 # signals-table rows from which analyze shows a bar over its statistics (~2 s at 400,000 rows)
 STATISTICS_BAR_FROM = 400_000
@@ -117,7 +118,8 @@ def per_task_type_table(signals: pl.DataFrame) -> pl.DataFrame:
 
 def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
     """Paper Table "per-task-type": per type n, n_zv, the AUROC of d_K at the gate's K, and the
-    best raw AUROC over (metric, K) with the winning pair. NaN cells (one class empty) are skipped."""
+    best raw AUROC over (metric, K) with the winning pair. NaN cells (one class empty) are
+    skipped."""
     rows = []
     for task_type in per_type["task_type"].unique(maintain_order=True).to_list():
         part = per_type.filter(pl.col("task_type") == task_type)
@@ -442,9 +444,11 @@ def _rho_curve(corr: pl.DataFrame) -> tuple[list[int], list[float]]:
 def _preamble(config: AnalyzeConfig, buffer: Buffer) -> str:
     G = buffer.groups["G"].drop_nulls().unique().sort().to_list()
     lines = [
-        f"- input: `{config.input}` ({buffer.kind}{', signals computed here' if buffer.computed else ''})",
+        f"- input: `{config.input}` "
+        f"({buffer.kind}{', signals computed here' if buffer.computed else ''})",
         f"- groups: N = {buffer.n_groups}; {_label_counts(buffer.groups)}",
-        f"- group size G: {', '.join(map(str, G)) if G else 'not in the input'}; K = {', '.join(map(str, buffer.Ks))}",
+        f"- group size G: {', '.join(map(str, G)) if G else 'not in the input'}; K = "
+        f"{', '.join(map(str, buffer.Ks))}",
     ]
     return "\n".join(lines)
 
@@ -455,11 +459,12 @@ def _report_sections(
     sections = [
         Section(
             "Correlation with reward variance",
-            "Spearman ρ of each signal against the group's reward variance σ_r², and AUROC of the signal "
-            "as a score for the label *non-zero variance* (positive class: mixed groups). A higher divergence "
-            "predicts non-zero variance, so ρ > 0 and AUROC > 0.5 mean the signal works — except "
-            "termination_fraction τ_K, whose relation to the label is U-shaped; its AUROC is reported raw "
-            "(not flipped). Full table with p-values and n: `correlation.parquet`.\n\n"
+            "Spearman ρ of each signal against the group's reward variance σ_r², and AUROC of the "
+            "signal as a score for the label *non-zero variance* (positive class: mixed groups). A "
+            "higher divergence predicts non-zero variance, so ρ > 0 and AUROC > 0.5 mean the "
+            "signal works — except termination_fraction τ_K, whose relation to the label is "
+            "U-shaped; its AUROC is reported raw (not flipped). Full table with p-values and n: "
+            "`correlation.parquet`.\n\n"
             + to_markdown(wide_correlation(corr))
             + (
                 "\n"
@@ -478,9 +483,10 @@ def _report_sections(
         Section(
             f"Per task type (d_K AUROC at K={config.gate_K}; best raw AUROC over (metric, K))",
             to_markdown(summary)
-            + f"\nMedian over task types: d_K AUROC {_fmt(median[0])}, best AUROC {_fmt(median[1])}. "
-            "Cells with n_zv ≤ 2 rest on one or two positives; read them as 'the gate did not fail', not 'perfect'. "
-            "All (task type, K, metric) cells: `per_task_type.parquet`.\n",
+            + f"\nMedian over task types: d_K AUROC {_fmt(median[0])}, best AUROC "
+            f"{_fmt(median[1])}. Cells with n_zv ≤ 2 rest on one or two positives; read them as "
+            "'the gate did not fail', not 'perfect'. All (task type, K, metric) cells: "
+            "`per_task_type.parquet`.\n",
         )
     )
     sections.append(
@@ -495,8 +501,8 @@ def _report_sections(
         cut = at.filter(pl.Series(default_gate_cuts(at, config.gate_K, config.d_L)))
         tp = int(cut["zero_var"].sum())
         body = (
-            f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} groups cut, "
-            f"{tp} true positives (zero variance), {false_pos.height} false positives "
+            f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} "
+            f"groups cut, {tp} true positives (zero variance), {false_pos.height} false positives "
             "(rewards vary).\n\n"
         )
         if false_pos.height > FP_SHOWN_REPORT:
@@ -511,7 +517,8 @@ def _report_sections(
         sections.append(
             Section(
                 "False positives of the default gate",
-                f"Not computed: K={config.gate_K} is not among the analysed K ({', '.join(map(str, buffer.Ks))}).\n",
+                f"Not computed: K={config.gate_K} is not among the analysed K "
+                f"({', '.join(map(str, buffer.Ks))}).\n",
             )
         )
     figure_md = "".join(
@@ -543,9 +550,10 @@ def _report_sections(
             ]
         )
         body = (
-            f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its trajectories "
-            f"(seed {config.seed}); labels and σ_r² recomputed from the subset. Labels: G={G}: {_label_counts(buffer.groups)}; "
-            f"G={SUBSAMPLE_G}: {_label_counts(groups_sub)}.\n\n"
+            f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its "
+            f"trajectories (seed {config.seed}); labels and σ_r² recomputed from the subset. "
+            f"Labels: G={G}: {_label_counts(buffer.groups)}; G={SUBSAMPLE_G}: "
+            f"{_label_counts(groups_sub)}.\n\n"
             + to_markdown(
                 rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]])
             )

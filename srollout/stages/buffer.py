@@ -5,9 +5,9 @@ The input is a run directory, a ``steps.parquet`` or a ``signals.parquet`` made 
 - from **steps** (a file, or a run directory holding one) the trajectories are rebuilt (actions in
   step order; a trajectory with fewer than K steps has ended) and the seven signals are computed
   here at the requested K with :func:`srollout.core.signals.compute_signals`; each trajectory's
-  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's reward variance σ_r² is the population
-  variance of those G final rewards, and the real step counts give the measured remaining steps
-  after K;
+  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's
+  reward variance σ_r² is the population variance of those G final rewards, and the real step counts
+  give the measured remaining steps after K;
 - from **signals** the table is used as it is (then the K values present are the ones
   available), with ``reward_var`` and ``label`` taken from it; a run directory that also holds
   ``trajectories.parquet`` adds per-trajectory rewards and step counts.
@@ -166,8 +166,9 @@ def _refuse_gated_groups(groups_file: Path) -> None:
     cut = groups.filter(pl.col("cut").fill_null(False))
     if cut.height:
         raise SrolloutError(
-            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. {cut['group_id'][0]}); their labels "
-            "come from truncated rewards — analyze/sweep need un-gated rollouts (the baseline arm)"
+            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. "
+            f"{cut['group_id'][0]}); their labels come from truncated rewards "
+            "— analyze/sweep need un-gated rollouts (the baseline arm)"
         )
 
 
@@ -208,14 +209,16 @@ def trajectories_from_steps(
         arms = lazy.select(pl.col("arm").unique().sort()).collect()["arm"]
         if arms.len() > 1:
             raise SrolloutError(
-                f"{source}: holds several arms ({', '.join(map(str, arms.to_list()))}); analyze/sweep need one un-gated arm's rows"
+                f"{source}: holds several arms ({', '.join(map(str, arms.to_list()))}); "
+                "analyze/sweep need one un-gated arm's rows"
             )
     keys = ["group_id", "traj_idx", "step"]
     dup = lazy.select(keys).filter(pl.struct(keys).is_duplicated()).head(1).collect()
     if dup.height:
         row = dup.row(0, named=True)
         raise SchemaError(
-            f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} step {row['step']}"
+            f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} "
+            f"step {row['step']}"
         )
     action = pl.col("action")
     if keep_actions_to is not None:
@@ -262,14 +265,16 @@ def trajectories_from_steps(
     if gaps.height:
         row = gaps.row(0, named=True)
         raise SchemaError(
-            f"{source}: group {row['group_id']} trajectory {row['traj_idx']} has steps "
-            f"{row['first_step']}..{row['last_step']} in {row['n_steps']} rows; expected 1..n without gaps"
+            f"{source}: group {row['group_id']} trajectory {row['traj_idx']} "
+            f"has steps {row['first_step']}..{row['last_step']} in "
+            f"{row['n_steps']} rows; expected 1..n without gaps"
         )
     return trajs.drop(["first_step", "last_step"])
 
 
 def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
-    """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step counts."""
+    """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step
+    counts."""
     groups = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
@@ -287,7 +292,8 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
     if small.height:
         row = small.row(0, named=True)
         raise SrolloutError(
-            f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to have a reward variance"
+            f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to "
+            "have a reward variance"
         )
     reward_var, label, zero_var = _group_outcomes(groups["rewards"], groups["G"].to_numpy())
     return groups.with_columns(
@@ -443,14 +449,16 @@ def _wanted_K(
         wanted = tuple(sorted(k for k in default_K if k <= max_steps))
         if not wanted:
             raise SrolloutError(
-                f"{source}: the longest trajectory has {max_steps} steps, fewer than every default K ({', '.join(map(str, default_K))}); pass --K"
+                f"{source}: the longest trajectory has {max_steps} steps, fewer than every default "
+                f"K ({', '.join(map(str, default_K))}); pass --K"
             )
         return wanted
     wanted = tuple(sorted(K))
     outside = [k for k in wanted if k > max_steps]
     if outside:
         raise SrolloutError(
-            f"--K {outside[0]} is outside the data: the longest trajectory in {source} has {max_steps} steps"
+            f"--K {outside[0]} is outside the data: the longest trajectory in {source} has "
+            f"{max_steps} steps"
         )
     return wanted
 
@@ -517,8 +525,8 @@ def _refuse_gated_trajectories(trajectories_file: Path) -> pl.DataFrame:
     gated = trajs.filter(pl.col("ended_by") == "gate")
     if gated.height:
         raise SrolloutError(
-            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are truncated — "
-            "analyze/sweep need un-gated rollouts (the baseline arm)"
+            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are "
+            "truncated — analyze/sweep need un-gated rollouts (the baseline arm)"
         )
     return trajs
 
@@ -541,7 +549,8 @@ def read_signals(signals_file: Path) -> pl.DataFrame:
     bad_label = df.filter(~pl.col("label").is_in(list(LABELS)))
     if bad_label.height:
         raise SchemaError(
-            f"{signals_file}: column 'label' has {bad_label['label'][0]!r}; expected one of {', '.join(LABELS)}"
+            f"{signals_file}: column 'label' has {bad_label['label'][0]!r}; expected one of "
+            f"{', '.join(LABELS)}"
         )
     if (df["reward_var"] < 0).any() or df["reward_var"].is_nan().any():
         raise SchemaError(f"{signals_file}: column 'reward_var' must be a variance >= 0")
@@ -557,8 +566,8 @@ def read_signals(signals_file: Path) -> pl.DataFrame:
     if clash.height:
         row = clash.row(0, named=True)
         raise SchemaError(
-            f"{signals_file}: group {row['group_id']} has label {row['label']!r} but reward_var {row['reward_var']:g}; "
-            "'mixed' must have reward_var > 0, the others 0"
+            f"{signals_file}: group {row['group_id']} has label {row['label']!r} but reward_var "
+            f"{row['reward_var']:g}; 'mixed' must have reward_var > 0, the others 0"
         )
     varying = (
         df.group_by("group_id")
@@ -567,7 +576,8 @@ def read_signals(signals_file: Path) -> pl.DataFrame:
     )
     if varying.height:
         raise SchemaError(
-            f"{signals_file}: group {varying['group_id'][0]} has different reward_var at different K"
+            f"{signals_file}: group {varying['group_id'][0]} "
+            "has different reward_var at different K"
         )
     return df
 
@@ -581,7 +591,8 @@ def _from_signals(
         missing = [k for k in K if k not in present]
         if missing:
             raise SrolloutError(
-                f"--K {missing[0]} is outside the data: {signals_file} has K = {', '.join(map(str, present))}"
+                f"--K {missing[0]} is outside the data: {signals_file} has K = "
+                f"{', '.join(map(str, present))}"
             )
         Ks = tuple(sorted(K))
     else:
@@ -600,7 +611,8 @@ def _from_signals(
     incomplete = signals.group_by("group_id").len().filter(pl.col("len") != len(Ks))
     if incomplete.height:
         raise SrolloutError(
-            f"{signals_file}: group {incomplete['group_id'][0]} lacks a row at some K of {', '.join(map(str, Ks))}"
+            f"{signals_file}: group {incomplete['group_id'][0]} lacks a row at some K of "
+            f"{', '.join(map(str, Ks))}"
         )
     if trajectories_file is not None:
         groups = _attach_trajectories(groups, trajectories_file)
@@ -637,7 +649,8 @@ def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.Da
     missing = groups.join(from_trajs, on="group_id", how="anti")
     if missing.height:
         raise SrolloutError(
-            f"{trajectories_file}: no trajectories for group {missing['group_id'][0]} of signals.parquet"
+            f"{trajectories_file}: no trajectories for group "
+            f"{missing['group_id'][0]} of signals.parquet"
         )
     joined = groups.join(
         from_trajs.select(["group_id", "G", "rewards", "n_steps", "total_steps", "zero_var"]),
@@ -648,7 +661,8 @@ def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.Da
     clash = joined.filter(pl.col("zero_var") != pl.col("zero_var_traj"))
     if clash.height:
         raise SrolloutError(
-            f"{trajectories_file}: group {clash['group_id'][0]}: rewards disagree with reward_var of signals.parquet"
+            f"{trajectories_file}: group {clash['group_id'][0]}: rewards disagree with reward_var "
+            "of signals.parquet"
         )
     return joined.drop("zero_var_traj")
 

@@ -313,26 +313,32 @@ def write_collect_report(
         "off (outcomes are complete)"
         if not config.gate_on
         else (
-            f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come from their truncated "
-            "rewards (logging only); an A/B (`srollout ab-rollout`) judges them by the baseline arm."
+            f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come "
+            "from their truncated rewards (logging only); an A/B (`srollout ab-rollout`) judges "
+            "them by the baseline arm."
         )
     )
     engine = (
         f"{summary.ticks} batched policy calls, mean batch {summary.mean_batch:.1f} rows "
-        f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps {summary.env_s:.1f} s, "
-        f"env resets {summary.reset_s:.1f} s, other {summary.overhead_s:.1f} s."
+        f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps "
+        f"{summary.env_s:.1f} s, env resets {summary.reset_s:.1f} s, other "
+        f"{summary.overhead_s:.1f} s."
     )
     if workers > 1:
         engine += (
-            f" Rolled out on {workers} Ray workers (concurrency per worker); these times are worker-seconds "
-            f'summed over workers, "other" includes worker start-up and idle time; wall-clock {summary.wall_s:.1f} s.'
+            f" Rolled out on {workers} Ray workers (concurrency "
+            "per worker); these times are worker-seconds "
+            'summed over workers, "other" includes worker start-up and idle time; wall-clock '
+            f"{summary.wall_s:.1f} s."
         )
     sections = [
         Section("Summary", to_markdown(stats_frame(stats))),
         Section(
             "Settings",
-            f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
-            f"temperature {config.temperature}, top-p {config.top_p}, seed {config.seed}; gate {gate}\n\n{engine}",
+            f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy "
+            f"`{config.policy}`, G={config.G}, T_max={config.T_max}, temperature "
+            f"{config.temperature}, top-p {config.top_p}, seed {config.seed}; gate "
+            f"{gate}\n\n{engine}",
         ),
         Section("By task type", to_markdown(by_type)),
     ]
@@ -370,7 +376,8 @@ def _run_distributed(
     on_group: Callable[[GroupRecord], None],
     on_tick: Callable[[TickStats], None],
 ) -> RolloutSummary:
-    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the restarts."""
+    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the
+    restarts."""
     from srollout.rollout.ray_pool import ray_session, run_groups_distributed
 
     started: list[Any] = []

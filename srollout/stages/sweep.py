@@ -101,8 +101,9 @@ def cut_mask(
     d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, t_high: float | None
 ) -> np.ndarray:
     """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, given d_K and τ_K of N groups
-    — R1 d_K < d_L; R3 d_K < d_L or τ_K ≥ t_high — via :meth:`srollout.core.gate.GateRule.decide_arrays`,
-    so the sweep scores exactly the decisions the saved gate.json will make."""
+    — R1 d_K < d_L; R3 d_K < d_L or τ_K ≥ t_high — via
+    :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions
+    the saved gate.json will make."""
     from srollout.core.gate import GateRule
 
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
@@ -184,7 +185,8 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
 
 def choose(sweep: pl.DataFrame, precision_floor: float) -> int | None:
     """Index of the row with the largest safe savings among those with precision ≥ the floor
-    (ties: higher precision, then smaller d_L) — :func:`srollout.core.sweep.choose_operating_point`."""
+    (ties: higher precision, then smaller d_L) —
+    :func:`srollout.core.sweep.choose_operating_point`."""
     from srollout.core.sweep import choose_operating_point
 
     return choose_operating_point(sweep.to_dicts(), precision_floor=precision_floor)
@@ -197,9 +199,9 @@ def bootstrap_operating_point(
     point's safe and raw savings, precision, and measured step savings.
 
     Each of these depends on the groups only through sums (of TP, cut, saved and real steps), so
-    one draw of multinomial counts of the distinct per-group rows (:func:`srollout.core.stats.bootstrap_sums`)
-    is the row bootstrap at a cost that does not grow with N; all four intervals come from the
-    same resamples."""
+    one draw of multinomial counts of the distinct per-group rows
+    (:func:`srollout.core.stats.bootstrap_sums`) is the row bootstrap at a cost that does not
+    grow with N; all four intervals come from the same resamples."""
     from srollout.core.stats import bootstrap_sums, sums_ci
 
     row = sweep.row(index, named=True)
@@ -276,7 +278,8 @@ def run_sweep(
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > config.T_max:
             raise SrolloutError(
-                f"{config.input}: trajectories run up to {longest} steps, more than --T-max {config.T_max}; pass --T-max {longest} or more"
+                f"{config.input}: trajectories run up to {longest} steps, more than --T-max "
+                f"{config.T_max}; pass --T-max {longest} or more"
             )
 
     with bars:
@@ -379,15 +382,18 @@ def _preamble(config: SweepConfig, buffer: Buffer, sweep: pl.DataFrame) -> str:
     )
     return "\n".join(
         [
-            f"- input: `{config.input}` ({buffer.kind}); N = {n} groups, {zv} zero-variance ({zv / n:.0%})",
-            f"- rule {config.rule}; K = {', '.join(map(str, config.K))}; d_L grid {', '.join(f'{v:g}' for v in config.d_L_grid)}"
+            f"- input: `{config.input}` ({buffer.kind}); N = "
+            f"{n} groups, {zv} zero-variance ({zv / n:.0%})",
+            f"- rule {config.rule}; K = {', '.join(map(str, config.K))}; d_L grid "
+            f"{', '.join(f'{v:g}' for v in config.d_L_grid)}"
             + (
                 f"; t_high grid {', '.join(f'{v:g}' for v in config.t_high_grid)}"
                 if config.rule != "r1"
                 else ""
             ),
-            f"- T_max = {config.T_max}; precision floor {config.precision_floor:g}; {config.n_boot} bootstrap resamples; "
-            f"random baseline: the expectation over uniformly random cuts (closed form); seed {config.seed}",
+            f"- T_max = {config.T_max}; precision floor {config.precision_floor:g}; "
+            f"{config.n_boot} bootstrap resamples; random baseline: the expectation over uniformly "
+            f"random cuts (closed form); seed {config.seed}",
             f"- {steps}; {adv}",
         ]
     )
@@ -399,10 +405,12 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
     sections = [
         Section(
             "Sweep",
-            "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; recall = TP/#zero-variance; "
-            "safe = TP·(T_max−K)/(N·T_max); raw = cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the "
-            "cut groups / all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the same number of "
-            "groups (its expectation over all such cuts). The chosen row is in bold. All columns: `sweep.parquet`.\n\n"
+            "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; "
+            "recall = TP/#zero-variance; safe = TP·(T_max−K)/(N·T_max); raw = "
+            "cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the cut groups "
+            "/ all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the "
+            "same number of groups (its expectation over all such cuts). The chosen row is in "
+            "bold. All columns: `sweep.parquet`.\n\n"
             + to_markdown(sweep, columns=shown, bold_rows=bold),
         )
     ]
@@ -410,8 +418,9 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
         sections.append(
             Section(
                 "Operating point",
-                f"**No operating point clears the precision floor {config.precision_floor:g}.** No gate.json was written; "
-                "widen the grid, try another K or rule, or collect more groups.\n",
+                "**No operating point clears the precision floor "
+                f"{config.precision_floor:g}.** No gate.json was written; widen "
+                "the grid, try another K or rule, or collect more groups.\n",
             )
         )
     else:
@@ -422,9 +431,10 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
         sections.append(
             Section(
                 "Operating point",
-                f"Chosen: **{chosen.rule.upper()} at K={chosen.K}: cut iff {rule}** — the largest safe savings with precision ≥ "
-                f"{config.precision_floor:g}. Saved to `gate.json` (use it with `--gate gate.json`). "
-                f"{chosen.level:.0%} percentile bootstrap intervals over groups ({chosen.n_resamples} resamples, seed {config.seed}):\n\n"
+                f"Chosen: **{chosen.rule.upper()} at K={chosen.K}: cut iff {rule}** — the largest "
+                f"safe savings with precision ≥ {config.precision_floor:g}. Saved to `gate.json` "
+                f"(use it with `--gate gate.json`). {chosen.level:.0%} percentile bootstrap "
+                f"intervals over groups ({chosen.n_resamples} resamples, seed {config.seed}):\n\n"
                 + to_markdown(ivs)
                 + (f"\n{_edge_note(chosen, config)}\n" if _edge_note(chosen, config) else ""),
             )
@@ -466,7 +476,10 @@ def _edge_note(chosen: OperatingPoint | None, config: SweepConfig) -> str:
     """A hint when the chosen d_L is the grid's largest: a larger d_L might clear the floor too."""
     if chosen is None or len(config.d_L_grid) < 2 or chosen.d_L < max(config.d_L_grid):
         return ""
-    return f"The chosen d_L = {chosen.d_L:g} is the largest of the grid; a wider --d-L-grid may find more savings above the floor."
+    return (
+        f"The chosen d_L = {chosen.d_L:g} is the largest of the grid; a wider --d-L-grid may find "
+        "more savings above the floor."
+    )
 
 
 def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
@@ -488,18 +501,23 @@ def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
     if chosen is None:
         # the warning row: no row is chosen (the message itself goes in the caption, which may wrap)
         table.add_row("none", *["—"] * (len(shown) - 1), style="bold yellow")
-        table.caption = f"[bold yellow]no operating point with precision ≥ {config.precision_floor:g}: no gate.json written[/]"
+        table.caption = (
+            f"[bold yellow]no operating point with precision ≥ {config.precision_floor:g}: no "
+            "gate.json written[/]"
+        )
     console.print(table)
     if chosen is None:
         console.print(
-            f"[bold yellow]warning:[/] no operating point clears the precision floor {config.precision_floor:g}; no gate.json written"
+            "[bold yellow]warning:[/] no operating point clears the precision floor "
+            f"{config.precision_floor:g}; no gate.json written"
         )
     else:
         safe = chosen.intervals[0]
         console.print(
             f"chosen: {chosen.rule} K={chosen.K} d_L={chosen.d_L:g}"
             + (f" t_high={chosen.t_high:g}" if chosen.t_high is not None else "")
-            + f"; safe savings {safe.estimate:.3f} [{safe.low:.3f}, {safe.high:.3f}] -> {run_dir / GATE_FILE}"
+            + f"; safe savings {safe.estimate:.3f} [{safe.low:.3f}, {safe.high:.3f}] -> "
+            f"{run_dir / GATE_FILE}"
         )
         if _edge_note(chosen, config):
             console.print(f"[yellow]note:[/] {_edge_note(chosen, config)}")

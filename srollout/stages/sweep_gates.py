@@ -119,8 +119,8 @@ def group_data(buffer: Buffer, Ks: tuple[int, ...]) -> GroupData:
 def _threshold_selector(
     data: GroupData, eval_data: GroupData, rule: str, config: SweepConfig
 ) -> Callable:
-    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe savings
-    with precision ≥ floor), apply it to the test groups of ``eval_data``."""
+    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe
+    savings with precision ≥ floor), apply it to the test groups of ``eval_data``."""
     from srollout.core.gate import GateRule
     from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
@@ -278,8 +278,9 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     n_zv = int(data.zero_var.sum())
     if min(n_zv, data.zero_var.size - n_zv) < need:
         raise SrolloutError(
-            f"{config.input}: {n_zv} zero-variance and {data.zero_var.size - n_zv} other groups; the learned/adaptive "
-            f"gates need at least {need} of each to be fit and judged on different groups (collect more groups)"
+            f"{config.input}: {n_zv} zero-variance and {data.zero_var.size - n_zv} other groups; "
+            f"the learned/adaptive gates need at least {need} of each to be fit and judged on "
+            "different groups (collect more groups)"
         )
     K_ref = min(config.K)
     folds = assign_folds(data.zero_var, gates.n_folds, config.seed)
@@ -438,7 +439,8 @@ def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > T_max:
             raise SrolloutError(
-                f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass --T-max {longest} or more"
+                f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass "
+                f"--T-max {longest} or more"
             )
     return buffer
 
@@ -470,13 +472,16 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
         ],
     )
     parts = [
-        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions only: each group is decided "
-        "by a gate whose model and thresholds were selected without it. R1/R3 appear twice: `in-sample` (the plain sweep's "
-        "operating point, chosen and scored on the same groups: optimistic) and selected the same held-out way. "
-        f"share_of_oracle = safe savings / the oracle's (cut every zero-variance group at K={min(config.K)}); savings count each "
-        f"group's real cut step (T_max − K_cut); precision floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
+        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions "
+        "only: each group is decided by a gate whose model and thresholds were selected without "
+        "it. R1/R3 appear twice: `in-sample` (the plain sweep's operating point, chosen and "
+        "scored on the same groups: optimistic) and selected the same held-out way. "
+        "share_of_oracle = safe savings / the oracle's (cut every zero-variance group at "
+        f"K={min(config.K)}); savings count each group's real cut step (T_max − K_cut); precision "
+        f"floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
         to_markdown(t, columns=[c for c in _SHOWN if c in t.columns]),
-        f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} resamples, seed {config.seed}):\n",
+        f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} "
+        f"resamples, seed {config.seed}):\n",
         to_markdown(ci),
     ]
     for name, gate in (("learned", comparison.learned), ("adaptive", comparison.adaptive)):
@@ -504,8 +509,9 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
             )
         )
         parts.append(
-            f"\n**{name} gate** (`{LEARNED_FILE if name == 'learned' else ADAPTIVE_FILE}`, fit on every input group; "
-            f"{where}; intercept {gate.model.intercept:.3f}; positive coefficients push towards cutting):\n"
+            f"\n**{name} gate** (`{LEARNED_FILE if name == 'learned' else ADAPTIVE_FILE}`, fit on "
+            f"every input group; {where}; intercept {gate.model.intercept:.3f}; positive "
+            "coefficients push towards cutting):\n"
         )
         parts.append(to_markdown(coef))
     return Section("Learned and adaptive gates", "\n".join(parts))

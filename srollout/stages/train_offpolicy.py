@@ -1,4 +1,5 @@
-"""`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2, §5.2).
+"""`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2,
+§5.2).
 
 The story (:func:`run_train_offpolicy`):
 
@@ -154,7 +155,8 @@ def run_train_offpolicy(
                     micro_batch=config.micro_batch,
                     pad_id=trainable.pad_id,
                 )
-                # rollout cost of this step's groups as the buffer measured it: a cut group only to K
+                # rollout cost of this step's groups as the buffer measured it: a cut group only to
+                # K
                 rollout_s = sum(
                     g.rollout_s - (g.post_K_s if (arm == "gated" and g.cut) else 0.0)
                     for g in planned
@@ -221,11 +223,13 @@ def read_buffer(path: Path, gate: Any, K: int) -> tuple[dict[str, BufferGroup], 
     for col in ("token_ids", "action_mask"):
         if col not in trajs.columns:
             raise SrolloutError(
-                f"{traj_file}: no '{col}' column; training needs the rollout's own tokens (collect with the LM policy)"
+                f"{traj_file}: no '{col}' column; training needs the rollout's own tokens (collect "
+                "with the LM policy)"
             )
     if not trajs["token_ids"].list.len().gt(0).any():
         raise SrolloutError(
-            f"{traj_file}: no trajectory has tokens (was it collected with --policy expert?); collect with the LM policy"
+            f"{traj_file}: no trajectory has tokens (was it collected with --policy expert?); "
+            "collect with the LM policy"
         )
     buf = load_buffer(path, [K], [K])  # refuses gated buffers; computes the signals at K from steps
     at_K = {r["group_id"]: r for r in buf.at_K(K).iter_rows(named=True)}
@@ -278,7 +282,8 @@ def _check_vocabulary(groups: dict[str, BufferGroup], model: Any, name: str) -> 
     size = model.get_input_embeddings().num_embeddings
     if top >= size:
         raise SrolloutError(
-            f"the buffer holds token id {top} but model {name} has {size} tokens; pass the --model it was collected with"
+            f"the buffer holds token id {top} but model {name} has {size} tokens; pass the --model "
+            "it was collected with"
         )
 
 
@@ -288,7 +293,8 @@ def buffer_model(path: Path) -> dict[str, Any]:
     cfg = json.loads(manifest.read_text()).get("config", {}) if manifest.exists() else {}
     if cfg.get("policy", "lm") != "lm":
         raise SrolloutError(
-            f"BUFFER {path}: collected with --policy {cfg.get('policy')}; training needs an LM policy's buffer"
+            f"BUFFER {path}: collected with --policy "
+            f"{cfg.get('policy')}; training needs an LM policy's buffer"
         )
     return {"model": cfg.get("model") or "default", "adapter": cfg.get("adapter")}
 
@@ -510,13 +516,16 @@ def write_report(
     from srollout.report.tables import to_markdown
 
     settings = (
-        f"buffer `{config.buffer}`; {config.steps} steps x {config.groups_per_step} groups; {k_turns} sampled action "
-        f"turns per trajectory (--turns-per-traj {config.turns_per_traj}, --max-items {config.max_items}); LoRA r={config.lora_r}, "
-        f"alpha={config.lora_alpha} on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator "
-        f"`{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate}; seed {config.seed}.\n\n"
-        "The gated arm drops the groups the gate cuts at K from the batch entirely; their post-K rollout cost, "
-        "measured in the buffer (generation + environment seconds of the steps after K), is counted as saved. "
-        "Rollout seconds come from the buffer's measurements, training seconds are measured here."
+        f"buffer `{config.buffer}`; {config.steps} steps x {config.groups_per_step} groups; "
+        f"{k_turns} sampled action turns per trajectory (--turns-per-traj {config.turns_per_traj}, "
+        f"--max-items {config.max_items}); LoRA r={config.lora_r}, alpha={config.lora_alpha} on "
+        f"{', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator "
+        f"`{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate}; seed "
+        f"{config.seed}.\n\n"
+        "The gated arm drops the groups the gate cuts at K from the batch entirely; their post-K "
+        "rollout cost, measured in the buffer (generation + environment seconds of the steps after "
+        "K), is counted as saved. Rollout seconds come from the buffer's measurements, training "
+        "seconds are measured here."
     )
     sections = [
         Section("Summary", to_markdown(summary_frame(s))),
@@ -529,7 +538,8 @@ def write_report(
         ),
         Section(
             "Files",
-            "- `metrics.parquet` (one row per arm and step)\n- `summary.json`\n- `offpolicy_trace.png`",
+            "- `metrics.parquet` (one row per arm and step)\n- `summary.json`\n- "
+            "`offpolicy_trace.png`",
         ),
     ]
     return write(run_dir, "srollout train-offpolicy", sections)

@@ -1,4 +1,5 @@
-"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3, §5.3).
+"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3,
+§5.3).
 
 The story (:func:`run_train_onpolicy`):
 
@@ -294,21 +295,24 @@ def write_report(
     from srollout.report.tables import to_markdown
 
     settings = (
-        f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} iterations x "
-        f"{config.prompts_per_iter} prompts from {config.train_tasks} `{config.train_set}` tasks, G={config.G}, "
-        f"T_max={config.T_max}, temperature {config.temperature}; greedy held-out eval every {config.eval_every} "
-        f"iterations on {config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, alpha={config.lora_alpha} "
-        f"on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator `{config.denominator}`; "
-        f"clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate} in the arms with the gate; arms "
-        f"{', '.join(config.arms)}; DAPO: at most {config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
+        f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} "
+        f"iterations x {config.prompts_per_iter} prompts from {config.train_tasks} "
+        f"`{config.train_set}` tasks, G={config.G}, T_max={config.T_max}, temperature "
+        f"{config.temperature}; greedy held-out eval every {config.eval_every} iterations on "
+        f"{config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, "
+        f"alpha={config.lora_alpha} on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; "
+        f"loss denominator `{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; "
+        f"gate {gate} in the arms with the gate; arms {', '.join(config.arms)}; DAPO: at most "
+        f"{config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
         f"{config.greso_p_explore:g}.\n\n"
-        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both arms evaluate alike). "
-        "Cut groups are dropped from the batch; the training reward of the gated arm is over uncut groups. "
-        "The dilution prediction is (1 - z_gated) / (1 - z_baseline) with z the mean zero-advantage fraction (§5.4). "
-        "Useful groups are those in the GRPO batch with reward variance; useful/s divides them by the wall-clock. "
-        "DAPO arms drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
-        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt whose last z groups were "
-        "zero-variance (or cut) unless a seeded draw u < p^z."
+        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both "
+        "arms evaluate alike). Cut groups are dropped from the batch; the training reward of the "
+        "gated arm is over uncut groups. The dilution prediction is (1 - z_gated) / (1 - "
+        "z_baseline) with z the mean zero-advantage fraction (§5.4). Useful groups are those in "
+        "the GRPO batch with reward variance; useful/s divides them by the wall-clock. DAPO arms "
+        "drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
+        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt "
+        "whose last z groups were zero-variance (or cut) unless a seeded draw u < p^z."
     )
     cols = [
         "seed",
@@ -342,9 +346,11 @@ def write_report(
         Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),
         Section(
             "Files",
-            "- `metrics.parquet`: one row per (arm, seed, iteration)\n- `eval.parquet`: one row per (arm, seed, "
-            "iteration, task)\n- `summary_per_seed.parquet`, `summary_arms.parquet`, `tests.parquet`, `summary.json`\n- `adapters/seed<S>-<arm>/` "
-            "(peft; `srollout collect --adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)",
+            "- `metrics.parquet`: one row per (arm, seed, iteration)\n- "
+            "`eval.parquet`: one row per (arm, seed, iteration, task)\n- "
+            "`summary_per_seed.parquet`, `summary_arms.parquet`, `tests.parquet`, "
+            "`summary.json`\n- `adapters/seed<S>-<arm>/` (peft; `srollout collect "
+            "--adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)",
         ),
     ]
     pre = (

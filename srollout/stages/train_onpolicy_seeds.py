@@ -186,14 +186,14 @@ def _check_parallel_run(run_dir: Path) -> None:
     )
     if not started_parallel:
         raise SrolloutError(
-            f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed runs); "
-            "resume it without --workers"
+            f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed "
+            "runs); resume it without --workers"
         )
 
 
 def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
-    """``RUN/checkpoints/seed<S>-<arm>`` -> ``../seeds/seed<S>/checkpoints/seed<S>-<arm>`` (relative,
-    so the run directory can move)."""
+    """``RUN/checkpoints/seed<S>-<arm>`` -> ``../seeds/seed<S>/checkpoints/seed<S>-<arm>``
+    (relative, so the run directory can move)."""
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
     for seed in config.seeds:
@@ -205,7 +205,8 @@ def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
                 link.unlink()
             elif link.exists():
                 raise SrolloutError(
-                    f"{link} is a checkpoint directory, not a link to a seed run; resume without --workers"
+                    f"{link} is a checkpoint directory, not a "
+                    "link to a seed run; resume without --workers"
                 )
             link.symlink_to(target, target_is_directory=True)
 

@@ -304,8 +304,8 @@ class FarCorridor(Corridor):
 def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_variance(
     tiny_model, tmp_path, never_gated
 ):
-    # no extra rounds: iteration 1 of gated+dapo rolls out exactly the baseline's groups (same model, same
-    # seeds, a gate with d_L = 0 never fires) and keeps those with reward variance
+    # no extra rounds: iteration 1 of gated+dapo rolls out exactly the baseline's groups (same
+    # model, same seeds, a gate with d_L = 0 never fires) and keeps those with reward variance
     res = _run(
         _config(tiny_model, tmp_path / "run", arms=("baseline", "gated+dapo"), dapo_max_rounds=0)
     )
@@ -403,7 +403,8 @@ def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
 
 
 def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):
-    # iteration 3 skips both drawn prompts only if the history of iterations 1-2 (greso.json) is restored
+    # iteration 3 skips both drawn prompts only if the history of iterations 1-2 (greso.json) is
+    # restored
     out = tmp_path / "run"
     first = _far_run(_far_config(tiny_model, out), stop_after=2)
     assert not first.complete and (out / "checkpoints" / "seed7-greso" / "greso.json").exists()

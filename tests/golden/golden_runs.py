@@ -1,8 +1,10 @@
 """Golden runs: small, seeded runs of every stage whose Parquet artifacts must not change when the
 code is reorganised: a redesign keeps behaviour (same seeds, same tables, bit for bit).
 
-    python tests/golden/golden_runs.py --write    # after a deliberate change of behaviour: new digests
-    python tests/golden/golden_runs.py        # compare against tests/golden/digests.json
+    # after a deliberate change of behaviour: new digests
+    python tests/golden/golden_runs.py --write
+    # compare against tests/golden/digests.json
+    python tests/golden/golden_runs.py
 
 Each table is reduced to a digest of its columns that do not measure time or memory (those
 change from run to run): the sha256 of its dtypes and NDJSON text, so a changed value, row order,
@@ -25,7 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DIGESTS = HERE / "digests.json"
 
-# name -> srollout arguments; {D} is the runs directory. Order matters: later runs read earlier ones.
+# name -> srollout arguments; {D} is the runs directory. Order matters: later runs read earlier
+# ones.
 RUNS: dict[str, list[str]] = {
     "collect-lm": [
         "collect",
@@ -217,7 +220,8 @@ def run_all(root: Path, golden: dict[str, dict] | None = None) -> dict[str, dict
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         if proc.returncode != 0:
             raise RuntimeError(
-                f"golden run {name} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+                f"golden run {name} failed "
+                f"({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
             )
         for table in sorted(out.rglob("*.parquet")):
             if "parts" in table.relative_to(out).parts:  # per-group pieces of the merged tables

@@ -241,7 +241,8 @@ def test_dapo_arm_through_the_cli(tmp_path):
     assert "## Arms" in (out / "report.md").read_text()
 
 
-@pytest.mark.slow  # ~1-2 min on 2 loaded cores: a local Ray, 2 workers started for each of 4 timed runs
+# ~1-2 min on 2 loaded cores: a local Ray, 2 workers started for each of 4 timed runs
+@pytest.mark.slow
 def test_two_workers_write_the_ab_one_worker_writes(tmp_path):
     pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
     args = [

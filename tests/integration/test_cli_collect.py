@@ -1,4 +1,5 @@
-"""End to end: `srollout collect` on the real ALFWorld engine with the noisy expert (fast, no LM)."""
+"""End to end: `srollout collect` on the real ALFWorld engine with the noisy expert (fast, no
+LM)."""
 
 from __future__ import annotations
 

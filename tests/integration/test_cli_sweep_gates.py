@@ -92,7 +92,8 @@ def test_sweep_learned_and_adaptive_rows_are_held_out(
         1,
     )  # the d_K = 0 groups, held out
     adaptive = rows[("adaptive", "cross-fitted")]
-    # the d_K = 0 groups are already identical at step 2: cut there, (12 − 2)/12 of their steps saved
+    # the d_K = 0 groups are already identical at step 2: cut there, (12 − 2)/12 of their steps
+    # saved
     assert adaptive["tp"] == 12 and adaptive["safe_savings"] == pytest.approx(
         12 * (T - 2) / (30 * T)
     )

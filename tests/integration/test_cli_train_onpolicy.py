@@ -1,5 +1,5 @@
-"""End to end: `srollout train-onpolicy --preset tiny` with the shipped default policy on the real ALFWorld
-engine (both arms, one seed), and the one-line errors of bad options."""
+"""End to end: `srollout train-onpolicy --preset tiny` with the shipped default policy on the
+real ALFWorld engine (both arms, one seed), and the one-line errors of bad options."""
 
 from __future__ import annotations
 
@@ -157,7 +157,8 @@ def test_bad_options_are_one_line_and_exit_2(run_cli, tmp_path, args, message):
 
 @pytest.mark.slow
 def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp_path):
-    """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then --resume."""
+    """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then
+    --resume."""
     import os
     import signal
     import subprocess

@@ -174,9 +174,11 @@ def _history(path):
 @pytest.mark.parametrize(
     "p, skipped",
     [
-        # seed 32: u(t/i, 0) = blake2b("32|t/i|0") / 2^64 = .7597, .1059, .9037, .6373, .2073, .9987;
+        # seed 32: u(t/i, 0) = blake2b("32|t/i|0") / 2^64
+        #   = .7597, .1059, .9037, .6373, .2073, .9987;
         # skip iff z >= 1 and u >= p^z: t/0 (z=1, .76 >= .5) and t/5 (z=2, .9987 >= .25);
-        # t/1 (z=2, .11 < .25) and t/4 (z=1, .21 < .5) are explored; t/2's u = .90 does not matter (z=0)
+        # t/1 (z=2, .11 < .25) and t/4 (z=1, .21 < .5) are explored;
+        # t/2's u = .90 does not matter (z=0)
         (0.5, [0, 5]),
         (0.0, [0, 1, 4, 5]),  # every task with z >= 1
         (1.0, []),  # never

@@ -1,5 +1,5 @@
-"""The A/B's scoring (srollout.core.ab_scoring) on hand-made numbers: wall-clock attribution, ABBA schedule, cuts judged by
-the baseline arm, step-based savings, the seed-match proof."""
+"""The A/B's scoring (srollout.core.ab_scoring) on hand-made numbers: wall-clock attribution,
+ABBA schedule, cuts judged by the baseline arm, step-based savings, the seed-match proof."""
 
 from __future__ import annotations
 
@@ -272,7 +272,8 @@ def test_compare_arms_on_a_hand_made_table():
         n_boot=50,
         seed=0,
     )
-    # every cost: baseline 2 x (10 s, 100 tokens, 300 prompt tokens, 20 steps), gated 14 s, 140, 420, 28: 30 % saved
+    # every cost: baseline 2 x (10 s, 100 tokens, 300 prompt tokens, 20 steps), gated 14 s, 140,
+    # 420, 28: 30 % saved
     for col, (b, a) in {
         "wall_s": (20, 14),
         "n_gen_tokens": (200, 140),

@@ -1,4 +1,5 @@
-"""Arms (srollout.core.arms): names, DAPO dynamic sampling with a cap, GRESO skipping, hand-worked."""
+"""Arms (srollout.core.arms): names, DAPO dynamic sampling with a cap, GRESO skipping,
+hand-worked."""
 
 from __future__ import annotations
 

@@ -110,7 +110,8 @@ def test_sampler_greedy_top_p_and_seed():
     logits = torch.tensor([0.0, 2.0, 1.0, -1.0])
     assert sample_next(logits, 0.0, 1.0, None) == 1
     g = torch.Generator().manual_seed(0)
-    # top-p 0.5: softmax mass of token 1 alone is e^2/(1+e^2+e+1/e) = 0.64 > 0.5, so only token 1 survives
+    # top-p 0.5: softmax mass of token 1 alone is e^2/(1+e^2+e+1/e) = 0.64 > 0.5, so only token 1
+    # survives
     assert {sample_next(logits, 1.0, 0.5, g) for _ in range(50)} == {1}
     a = [sample_next(logits, 1.0, 1.0, torch.Generator().manual_seed(7)) for _ in range(3)]
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
@@ -123,7 +124,10 @@ def test_sampler_greedy_top_p_and_seed():
 def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_for():
     from srollout.default_policy.dagger import demo_response as _response
 
-    expert = "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk 1.\nAction: go to desk 1"
+    expert = (
+        "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk "
+        "1.\nAction: go to desk 1"
+    )
     assert _response(expert, thoughts="none") == "Action: go to desk 1"
     assert _response(expert, thoughts="react") == expert
     pad = "Thought: Find mug. Unchecked: desk 1, shelf 2.\nAction: go to desk 1"

@@ -1,4 +1,5 @@
-"""check_model_dir / check_safetensors: a damaged model file is named, in one line, before loading."""
+"""check_model_dir / check_safetensors: a damaged model file is named, in one line, before
+loading."""
 
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ def test_obs_unique_ratio_may_be_nan_but_not_out_of_range(tmp_path):
     assert schemas.read(_write(ok, tmp_path), schemas.SIGNALS).height == 4
     with pytest.raises(
         SchemaError,
-        match=r"column 'obs_unique_ratio' row 3 is 8\.0: the contract says a share of G lies in \[0, 1\] \(NaN allowed\)",
+        match=r"column 'obs_unique_ratio' row 3 is 8\.0: the contract says a share of G lies in "
+        r"\[0, 1\] \(NaN allowed\)",
     ):
         schemas.read(
             _write(_signals(obs_unique_ratio=[0.5, 0.5, math.nan, 8.0]), tmp_path), schemas.SIGNALS
@@ -84,7 +85,8 @@ def test_obs_unique_ratio_may_be_nan_but_not_out_of_range(tmp_path):
         ({"reward_var": [0.0, 0.1875, 0.0, math.nan]}, r"column 'reward_var' row 3 is nan"),
         (
             {"label": ["all_succeed", "mixed", "maybe", "mixed"]},
-            r"column 'label' row 2 is 'maybe': the contract says one of all_fail, mixed, all_succeed",
+            r"column 'label' row 2 is 'maybe': the contract "
+            r"says one of all_fail, mixed, all_succeed",
         ),
     ],
 )
@@ -135,7 +137,8 @@ def test_steps_and_trajectories_rules(tmp_path, steps_table):
     trajs.write_parquet(tmp_path / "trajectories.parquet")
     with pytest.raises(
         SchemaError,
-        match=r"column 'ended_by' row 0 is 'timeout': the contract says one of done, max_steps, gate",
+        match=r"column 'ended_by' row 0 is 'timeout': the "
+        r"contract says one of done, max_steps, gate",
     ):
         schemas.read(tmp_path / "trajectories.parquet", schemas.TRAJECTORIES)
 

@@ -25,7 +25,8 @@ from srollout.errors import SrolloutError
 
 
 def _paper_buffer(n_cut: int, tp: int):
-    """N = 100 groups, 39 zero-variance (the paper's buffer); a gate with n_cut cuts, tp of them TP."""
+    """N = 100 groups, 39 zero-variance (the paper's buffer); a gate with n_cut cuts, tp of them
+    TP."""
     zero_var = np.zeros(100, dtype=bool)
     zero_var[:39] = True
     cut = np.zeros(100, dtype=bool)

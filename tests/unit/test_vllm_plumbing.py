@@ -21,8 +21,9 @@ def test_step_seed_is_a_fixed_mix_of_seed_and_step():
 
 def test_one_line_takes_pydantics_reason_not_its_header():
     err = ValueError(
-        "1 validation error for ModelConfig\n  Value error, Model architectures ['X'] are not supported "
-        "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n    more"
+        "1 validation error for ModelConfig\n  Value error, Model "
+        "architectures ['X'] are not supported [type=value_error, "
+        "input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n    more"
     )
     assert one_line(err) == "Value error, Model architectures ['X'] are not supported"
     assert one_line(RuntimeError("\n\nfirst\nsecond")) == "first"
