@@ -49,6 +49,7 @@ test-fast: setup setup-vllm
 
 lint: setup
 	$(BIN)/ruff check srollout tests benchmarks examples
+	$(BIN)/ruff format --check srollout tests benchmarks examples
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
