@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -40,6 +40,9 @@ from srollout.training.metrics import (
     StepTimes,
     TrainMetrics,
 )
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ def run_train_offpolicy(
 # --- the buffer --------------------------------------------------------------------------------
 
 
-def read_buffer(path: Path, gate: Any, K: int) -> tuple[dict[str, BufferGroup], dict[str, Any]]:
+def read_buffer(path: Path, gate: Gate, K: int) -> tuple[dict[str, BufferGroup], dict[str, Any]]:
     """Groups of a collect run (un-gated, with tokens), the gate's decision on each, and the
     model the buffer was collected with ({"model": ..., "adapter": ...})."""
     from srollout.core.signals import GroupSignals

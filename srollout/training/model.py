@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from srollout.training.lora import LoraSettings, attach_lora
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 
 class TrainableModel(NamedTuple):
@@ -37,7 +40,7 @@ def load_trainable(
     return TrainableModel(peft_model, tokenizer, Path(path), int(pad if pad is not None else 0))
 
 
-def gate_description(gate: Any, K: int) -> str:
+def gate_description(gate: Gate, K: int) -> str:
     """One line for reports: the rule and its operating point."""
     d = gate.to_dict() if hasattr(gate, "to_dict") else {}
     rule = d.get("rule", type(gate).__name__)
