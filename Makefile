@@ -41,7 +41,7 @@ $(VLLM_STAMP): $(STAMP)
 demo: setup
 	bash examples/demo.sh $(DEMO_OUT)
 
-test: setup setup-vllm
+test: setup setup-vllm lint
 	$(BIN)/python -m pytest -q
 
 test-fast: setup setup-vllm

@@ -187,8 +187,9 @@ def _is_disk_full(err: SrolloutError) -> bool:
 
 
 def _resume_hint() -> str:
-    """ "; free space, then continue with `srollout ... --resume --out DIR`" for the run this
-    process was writing (or start again with --overwrite where the stage has no --resume)."""
+    """The hint after a full disk: "; free space, then continue with `srollout ... --resume
+    --out DIR`" for the run this process was writing (or start again with --overwrite where the
+    stage has no --resume)."""
     from srollout.rundir import active_run
 
     run = active_run()
