@@ -41,7 +41,7 @@ $(VLLM_STAMP): $(STAMP)
 demo: setup
 	bash examples/demo.sh $(DEMO_OUT)
 
-test: setup setup-vllm
+test: setup setup-vllm lint
 	$(BIN)/python -m pytest -q
 
 test-fast: setup setup-vllm
@@ -49,6 +49,7 @@ test-fast: setup setup-vllm
 
 lint: setup
 	$(BIN)/ruff check srollout tests benchmarks examples
+	$(BIN)/ruff format --check srollout tests benchmarks examples
 
 bench: setup
 	$(BIN)/python benchmarks/run_all.py

@@ -40,8 +40,11 @@ from synthetic_buffers import synthetic_signals, synthetic_steps  # noqa: E402
 from srollout import schemas  # noqa: E402
 
 # issue 27's measurements before this version (2026-11-25, a 2-core machine)
-BEFORE = ("signals table of 10,000 groups: sweep 13.6 s (peak 0.3 GB), analyze 5.6 s; of 100,000 groups: sweep 150 s "
-          "(1.9 GB), analyze 9.9 s; the default 100-group buffer from steps: sweep 2.1 s, analyze 4.2 s")
+BEFORE = (
+    "signals table of 10,000 groups: sweep 13.6 s (peak 0.3 GB), analyze "
+    "5.6 s; of 100,000 groups: sweep 150 s (1.9 GB), analyze 9.9 s; the "
+    "default 100-group buffer from steps: sweep 2.1 s, analyze 4.2 s"
+)
 
 
 def run_cli(args: list[str]) -> tuple[float, float]:
@@ -50,8 +53,12 @@ def run_cli(args: list[str]) -> tuple[float, float]:
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "srollout.cli.app", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srollout.cli.app", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     peak = 0
     stop = threading.Event()
 
@@ -98,7 +105,12 @@ def primitives() -> list[str]:
     y = np.round(rng.random(n) * 0.25, 2)
     pos = y > 0.05
     ours = best_ms(lambda: rank_stats(x, y, pos))
-    theirs = best_ms(lambda: (scipy.stats.spearmanr(x, y), scipy.stats.mannwhitneyu(x[pos], x[~pos], method="asymptotic")))
+    theirs = best_ms(
+        lambda: (
+            scipy.stats.spearmanr(x, y),
+            scipy.stats.mannwhitneyu(x[pos], x[~pos], method="asymptotic"),
+        )
+    )
     base = rng.uniform(50, 100, 1000)
     gated = base * rng.uniform(0.7, 1.0, 1000)
 
@@ -106,20 +118,35 @@ def primitives() -> list[str]:
         return 1 - g.sum(axis) / b.sum(axis)
 
     boot = best_ms(lambda: relative_saving_ci(base, gated, n_resamples=10_000))
-    scipy_boot = best_ms(lambda: scipy.stats.bootstrap((base, gated), share, paired=True, n_resamples=10_000, method="percentile",
-                                                       vectorized=True, rng=np.random.default_rng(0)))
+    scipy_boot = best_ms(
+        lambda: scipy.stats.bootstrap(
+            (base, gated),
+            share,
+            paired=True,
+            n_resamples=10_000,
+            method="percentile",
+            vectorized=True,
+            rng=np.random.default_rng(0),
+        )
+    )
     return [
         "| hand-written (srollout.core.stats) | scipy.stats | input | ours ms | scipy ms |",
         "|---|---|---|---|---|",
-        f"| `rank_stats` (ρ, p, AUROC from one ranking) | `spearmanr` + `mannwhitneyu` | 1,000,000 groups | {ours:.0f} | {theirs:.0f} |",
-        f"| `relative_saving_ci` (two column gathers) | `bootstrap(paired=True)`, same resamples | 1,000 tasks × 10,000 resamples | {boot:.0f} | {scipy_boot:.0f} |",
+        "| `rank_stats` (ρ, p, AUROC from one ranking) | `spearmanr` + `mannwhitneyu` | 1,000,000 "
+        f"groups | {ours:.0f} | {theirs:.0f} |",
+        "| `relative_saving_ci` (two column gathers) | `bootstrap(paired=True)`, same resamples | "
+        f"1,000 tasks × 10,000 resamples | {boot:.0f} | {scipy_boot:.0f} |",
     ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--groups", default="1000,10000,100000,1000000", help="signals-table sizes (comma list)")
-    parser.add_argument("--steps-groups", default="1000,100000", help="steps-table sizes (comma list; '' for none)")
+    parser.add_argument(
+        "--groups", default="1000,10000,100000,1000000", help="signals-table sizes (comma list)"
+    )
+    parser.add_argument(
+        "--steps-groups", default="1000,100000", help="steps-table sizes (comma list; '' for none)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "analyze_sweep.md")
     args = parser.parse_args()
     sizes = [int(v) for v in args.groups.split(",") if v]
@@ -136,7 +163,9 @@ def main() -> None:
                 inp = schemas.write(table, tmp / f"signals-{n}.parquet", schemas.SIGNALS)
             else:
                 table = synthetic_steps(n)
-                inp = schemas.write(table, tmp / f"steps-{n}" / "steps.parquet", schemas.STEPS).parent
+                inp = schemas.write(
+                    table, tmp / f"steps-{n}" / "steps.parquet", schemas.STEPS
+                ).parent
             n_rows = table.height
             del table
             sweep = run_cli(["sweep", str(inp), "--K", "10", "--out", str(tmp / f"s-{kind}-{n}")])
@@ -146,41 +175,62 @@ def main() -> None:
     prims = primitives()
     load_after = os.getloadavg()[0]
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
-    cmd = "python benchmarks/bench_analyze_sweep.py" + (f" --groups {args.groups}" if args.groups != "1000,10000,100000,1000000" else "") \
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    cmd = (
+        "python benchmarks/bench_analyze_sweep.py"
+        + (f" --groups {args.groups}" if args.groups != "1000,10000,100000,1000000" else "")
         + (f" --steps-groups {args.steps_groups}" if args.steps_groups != "1000,100000" else "")
+    )
     lines = [
         "# Benchmark: `analyze` and `sweep` from a thousand to a million groups",
         "",
         f"- date: {started}",
-        f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python {platform.python_version()}, "
-        f"polars {pl.__version__}, numpy {np.__version__}",
-        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores"
-        + (" — other jobs shared the machine, so wall times are inflated, by up to several times when the load is "
-           "well above the core count" if max(load_before, load_after) > 0.5 * (os.cpu_count() or 1) else
-           " (nothing else running)"),
+        f"- machine: {cpu}, {os.cpu_count()} cores, {platform.platform()}; Python "
+        f"{platform.python_version()}, polars {pl.__version__}, numpy {np.__version__}",
+        f"- load average (1 min) before/after: {load_before:.1f} / {load_after:.1f} on "
+        f"{os.cpu_count()} cores"
+        + (
+            " — other jobs shared the machine, so wall times are inflated, by up to several times "
+            "when the load is well above the core count"
+            if max(load_before, load_after) > 0.5 * (os.cpu_count() or 1)
+            else " (nothing else running)"
+        ),
         f"- command: `{cmd}`",
         "",
-        "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory is the peak resident "
-        "set of the process and its signal workers. Targets: sweep ≤ 10 s at 100,000 groups and ≤ 60 s / 4 GB "
-        "at a million; analyze ≤ 60 s at a million; from a 100,000-group steps.parquet both ≤ 3 min / 8 GB.",
+        "Each cell is one fresh `srollout` process (start-up and imports, ~2 s, included); memory "
+        "is the peak resident set of the process and its signal workers. Targets: sweep ≤ 10 s at "
+        "100,000 groups and ≤ 60 s / 4 GB at a million; analyze ≤ 60 s at a million; from a "
+        "100,000-group steps.parquet both ≤ 3 min / 8 GB.",
         "",
-        "| input | groups | rows | `sweep --K 10` s | peak GB | µs / group | `analyze` s | peak GB | µs / group |",
+        "| input | groups | rows | `sweep --K 10` s | peak GB "
+        "| µs / group | `analyze` s | peak GB | µs / group |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, n, n_rows, (sw, sm), (aw, am) in rows:
-        lines.append(f"| {kind} | {n:,} | {n_rows:,} | {sw:.1f} | {sm:.2f} | {sw / n * 1e6:,.0f} | {aw:.1f} | {am:.2f} | {aw / n * 1e6:,.0f} |")
+        lines.append(
+            f"| {kind} | {n:,} | {n_rows:,} | {sw:.1f} | {sm:.2f} | {sw / n * 1e6:,.0f} | {aw:.1f} "
+            f"| {am:.2f} | {aw / n * 1e6:,.0f} |"
+        )
     lines += [
         "",
-        f"Before this version ({BEFORE}). The random-cut baseline is now its closed-form expectation and the chosen point's bootstrap resamples "
-        "counts of distinct rows, so sweep no longer grows with draws × N or resamples × N; analyze ranks each "
-        "signal once for ρ and AUROC; from steps only a_1..a_K and o_K are read (lazily) and the signals are computed "
-        "in one worker process per core.",
+        f"Before this version ({BEFORE}). The random-cut baseline is now its closed-form "
+        "expectation and the chosen point's bootstrap resamples counts of distinct rows, so sweep "
+        "no longer grows with draws × N or resamples × N; analyze ranks each signal once for ρ "
+        "and AUROC; from steps only a_1..a_K and o_K are read (lazily) and the signals are "
+        "computed in one worker process per core.",
         "",
         "## Hand-written statistics kept beside scipy (best of 3)",
         "",
-        "`srollout.core.stats` calls scipy for ranks, ρ, AUROC, the exact McNemar test and the bootstrap. Two "
-        "hand-written paths stay because they are faster on the sizes above; tests hold both to scipy's numbers.",
+        "`srollout.core.stats` calls scipy for ranks, ρ, AUROC, the exact McNemar test and the "
+        "bootstrap. Two hand-written paths stay because they are faster on the sizes above; tests "
+        "hold both to scipy's numbers.",
         "",
         *prims,
         "",

@@ -1,4 +1,5 @@
-"""Benchmark `srollout collect` and the gate's wall-clock saving; append results to docs/bench/collect.md.
+"""Benchmark `srollout collect` and the gate's wall-clock saving; append results to
+docs/bench/collect.md.
 
 Three measurements (each on the real ALFWorld engine, one process, torch on one thread per core
 given by --threads):
@@ -51,10 +52,10 @@ def bench_default(policy: str, groups: int, tmp: Path) -> list[str]:
     return [
         f"- default collect ({groups} groups, G=8, T_max=30, policy `{policy}`): **{wall:.1f} s** "
         f"end to end ({wall / 60:.1f} min; target <= 15 min at 100 groups with the LM policy); "
-        f"rollout {r.wall_s:.1f} s = generation {r.gen_s:.1f} + env steps {r.env_s:.1f} + resets {r.reset_s:.1f} "
-        f"+ other {r.overhead_s:.1f}; {r.n_gen_tokens} generated tokens ({s.gen_tok_per_s:.0f} tok/s), "
-        f"mean batch {r.mean_batch:.1f} rows; success {s.success_rate:.1%}, labels {s.label_counts}, "
-        f"valid actions {s.valid_rate:.1%}."
+        f"rollout {r.wall_s:.1f} s = generation {r.gen_s:.1f} + env steps {r.env_s:.1f} + resets "
+        f"{r.reset_s:.1f} + other {r.overhead_s:.1f}; {r.n_gen_tokens} generated tokens "
+        f"({s.gen_tok_per_s:.0f} tok/s), mean batch {r.mean_batch:.1f} rows; success "
+        f"{s.success_rate:.1%}, labels {s.label_counts}, valid actions {s.valid_rate:.1%}."
     ]
 
 
@@ -62,9 +63,9 @@ def bench_quick(policy: str, tmp: Path) -> list[str]:
     result, wall = _collect(tmp / "quick", policy=policy, groups=8, T_max=15, quick=True)
     r = result.summary
     return [
-        f"- `collect --quick` (8 groups, G=8, T_max=15, policy `{policy}`): **{wall:.1f} s** end to end "
-        f"(target <= 90 s); rollout {r.wall_s:.1f} s, {r.n_gen_tokens} generated tokens, success "
-        f"{result.stats.success_rate:.1%}."
+        f"- `collect --quick` (8 groups, G=8, T_max=15, policy `{policy}`): **{wall:.1f} s** end "
+        f"to end (target <= 90 s); rollout {r.wall_s:.1f} s, {r.n_gen_tokens} generated tokens, "
+        f"success {result.stats.success_rate:.1%}."
     ]
 
 
@@ -91,11 +92,15 @@ def _median_d(result, K: int) -> float:
     """A d_L that cuts about half the groups: just above the median d_K of the baseline arm."""
     import polars as pl
 
-    d = pl.read_parquet(result.paths["signals"]).filter(pl.col("K") == K)["prefix_edit_distance_mean"]
+    d = pl.read_parquet(result.paths["signals"]).filter(pl.col("K") == K)[
+        "prefix_edit_distance_mean"
+    ]
     return float(d.median()) + 1e-9
 
 
-def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int, tmp: Path, T_max: int) -> list[str]:
+def bench_gate(
+    policy: str, groups: int, K: int, d_L: float | None, repeats: int, tmp: Path, T_max: int
+) -> list[str]:
     """d_L None: set from the first baseline run (median d_K), so about half the groups are cut
     whatever the policy (the measured ratio is about the engine, not the operating point)."""
     runs: dict[str, list] = {"baseline": [], "gated": []}
@@ -108,7 +113,14 @@ def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int
             gate = {"K": K, "d_L": d_L} if arm == "gated" else {}
             # the gate's K must be among the recorded signal K values for the median rule
             signal_K = tuple(sorted({K, 5, 10, 15, 20}))
-            result, _ = _collect(tmp / f"{arm}-{rep}", policy=policy, groups=groups, T_max=T_max, signal_K=signal_K, **gate)
+            result, _ = _collect(
+                tmp / f"{arm}-{rep}",
+                policy=policy,
+                groups=groups,
+                T_max=T_max,
+                signal_K=signal_K,
+                **gate,
+            )
             runs[arm].append(result)
     lines = []
     base_wall = sum(r.summary.wall_s for r in runs["baseline"])
@@ -121,36 +133,49 @@ def bench_gate(policy: str, groups: int, K: int, d_L: float | None, repeats: int
     wall_saving = 1 - gate_wall / base_wall
     tok_saving = 1 - gate_tok / base_tok if base_tok else float("nan")
     step_saving = 1 - gate_rows / base_rows
-    ratio = wall_saving / tok_saving if tok_saving and tok_saving == tok_saving and tok_saving > 0 else float("nan")
+    ratio = (
+        wall_saving / tok_saving
+        if tok_saving and tok_saving == tok_saving and tok_saving > 0
+        else float("nan")
+    )
     step_ratio = wall_saving / step_saving if step_saving > 0 else float("nan")
     lines.append(
         f"- gate A/B ({groups} groups, G=8, T_max={T_max}, policy `{policy}`, K={K}, d_L={d_L}, "
-        f"{repeats} repeat(s), arms alternating, games pre-loaded in {warm_s:.1f} s): {n_cut} groups cut; rollout wall-clock baseline "
-        f"{base_wall:.1f} s vs gated {gate_wall:.1f} s = **{wall_saving:.1%} saved**; generated tokens "
-        f"{base_tok} vs {gate_tok} = {tok_saving:.1%} saved; env steps {base_rows} vs {gate_rows} = "
-        f"{step_saving:.1%} saved; **wall-clock saving / token saving = {ratio:.2f}** (target >= 0.9); "
-        f"wall-clock saving / env-step saving = {step_ratio:.2f}; mean batch baseline "
-        f"{runs['baseline'][0].summary.mean_batch:.1f} vs gated {runs['gated'][0].summary.mean_batch:.1f} rows."
+        f"{repeats} repeat(s), arms alternating, games pre-loaded in {warm_s:.1f} s): {n_cut} "
+        f"groups cut; rollout wall-clock baseline {base_wall:.1f} s vs gated {gate_wall:.1f} s = "
+        f"**{wall_saving:.1%} saved**; generated tokens {base_tok} vs {gate_tok} = "
+        f"{tok_saving:.1%} saved; env steps {base_rows} vs {gate_rows} = {step_saving:.1%} saved; "
+        f"**wall-clock saving / token saving = {ratio:.2f}** (target >= 0.9); wall-clock saving / "
+        f"env-step saving = {step_ratio:.2f}; mean batch baseline "
+        f"{runs['baseline'][0].summary.mean_batch:.1f} vs gated "
+        f"{runs['gated'][0].summary.mean_batch:.1f} rows."
     )
     for arm in ("baseline", "gated"):
         r = runs[arm][0].summary
         lines.append(
-            f"  - {arm}: generation {r.gen_s:.1f} s, env steps {r.env_s:.1f} s, resets {r.reset_s:.1f} s, "
-            f"other {r.overhead_s:.1f} s, {r.ticks} ticks"
+            f"  - {arm}: generation {r.gen_s:.1f} s, env steps {r.env_s:.1f} s, resets "
+            f"{r.reset_s:.1f} s, other {r.overhead_s:.1f} s, {r.ticks} ticks"
         )
     return lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--what", default="quick,gate", help="comma list of default, quick, gate")
     ap.add_argument("--policy", default="lm", choices=("lm", "expert", "noisy-expert"))
     ap.add_argument("--groups", type=int, default=100, help="groups of the default and gate runs")
     ap.add_argument("--T-max", type=int, default=30, dest="T_max")
     ap.add_argument("--K", type=int, default=10)
-    ap.add_argument("--d-L", default="0.12", dest="d_L", help="a threshold, or 'median' (median d_K of the baseline arm)")
+    ap.add_argument(
+        "--d-L",
+        default="0.12",
+        dest="d_L",
+        help="a threshold, or 'median' (median d_K of the baseline arm)",
+    )
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--model", default=None, help="local model directory (default: the default policy)")
+    ap.add_argument(
+        "--model", default=None, help="local model directory (default: the default policy)"
+    )
     ap.add_argument("--threads", type=int, default=int(os.environ.get("SROLLOUT_THREADS", "2")))
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "collect.md")
     args = ap.parse_args()
@@ -161,8 +186,14 @@ def main() -> None:
     if args.model:
         _MODEL["path"] = args.model
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on {args.threads} thread(s)"
-    lines = [f"\n## {stamp} — {machine}\n", f"Command: `python benchmarks/bench_collect.py {' '.join(sys.argv[1:])}`\n"]
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on "
+        f"{args.threads} thread(s)"
+    )
+    lines = [
+        f"\n## {stamp} — {machine}\n",
+        f"Command: `python benchmarks/bench_collect.py {' '.join(sys.argv[1:])}`\n",
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-collect-") as tmp:
         tmp_path = Path(tmp)
         for what in args.what.split(","):
@@ -172,13 +203,18 @@ def main() -> None:
                 lines += bench_quick(args.policy, tmp_path)
             elif what == "gate":
                 d_L = None if args.d_L == "median" else float(args.d_L)
-                lines += bench_gate(args.policy, args.groups, args.K, d_L, args.repeats, tmp_path, args.T_max)
+                lines += bench_gate(
+                    args.policy, args.groups, args.K, d_L, args.repeats, tmp_path, args.T_max
+                )
             else:
                 raise SystemExit(f"unknown --what {what!r}")
             print("\n".join(lines[-3:]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.out.exists():
-        args.out.write_text("# `srollout collect` benchmarks\n\nAppended by `benchmarks/bench_collect.py`; newest last.\n")
+        args.out.write_text(
+            "# `srollout collect` benchmarks\n\nAppended by "
+            "`benchmarks/bench_collect.py`; newest last.\n"
+        )
     with args.out.open("a") as fh:
         fh.write("\n".join(lines) + "\n")
     print(f"appended to {args.out}")

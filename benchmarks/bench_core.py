@@ -316,7 +316,8 @@ def main() -> None:
         "all seven = `compute_signals(actions, K, observations)`; R1 gate = `GateRule.should_cut` "
         "(d_K only); naive = the definitions in plain Python (DP edit distance, sets).",
         "",
-        "| G | group shape | all seven (µs) | R1 gate (µs) | naive (µs) | speed-up | target (µs) | met |",
+        "| G | group shape | all seven (µs) | R1 gate (µs) "
+        "| naive (µs) | speed-up | target (µs) | met |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for G, kind, fast, r1, ref, ratio, target, ok in sig:

@@ -1,4 +1,5 @@
-"""Does the gate save wall-clock in proportion to the tokens it saves? Append to docs/bench/engine_saving.md.
+"""Does the gate save wall-clock in proportion to the tokens it saves? Append to
+docs/bench/engine_saving.md.
 
 The same groups and seeds go twice through the batched engine (``run_groups``) on the real
 ALFWorld engine with a transformers policy: once with no gate, once with a gate at step K,
@@ -40,11 +41,20 @@ def run_arm(policy, specs, settings):
     records = []
     # the model's own prompt (srollout.json: system prompt and user template), as collect sends it
     prompter = ReactPrompter.for_model(policy.model_path)
-    summary = run_groups(specs, policy, lambda: AlfworldEnv(expert_plan=False), prompter, settings, on_group=records.append)
+    summary = run_groups(
+        specs,
+        policy,
+        lambda: AlfworldEnv(expert_plan=False),
+        prompter,
+        settings,
+        on_group=records.append,
+    )
     return summary, records
 
 
-def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K: int, repeats: int) -> dict:
+def measure(
+    policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K: int, repeats: int
+) -> dict:
     """Baseline (no gate) vs gated arm on the same specs and seeds, arms alternating.
 
     gate: ``always`` (FixedGate cutting every group at K) or ``median`` (R1 at K with d_L just
@@ -61,18 +71,25 @@ def measure(policy, specs, *, gate: str, G: int, concurrency: int, T_max: int, K
     runs: dict[str, list] = {"baseline": [], "gated": []}
     gated = None
     for rep in range(repeats):
-        for arm in (("baseline", "gated") if rep % 2 == 0 else ("gated", "baseline")):
+        for arm in ("baseline", "gated") if rep % 2 == 0 else ("gated", "baseline"):
             if arm == "gated" and gated is None:
                 if gate == "always":
                     rule = FixedGate(cut=True, K=K)
                 else:
-                    d = median(r.signals[K].prefix_edit_distance_mean for r in runs["baseline"][0][1] if K in r.signals)
+                    d = median(
+                        r.signals[K].prefix_edit_distance_mean
+                        for r in runs["baseline"][0][1]
+                        if K in r.signals
+                    )
                     rule = GateRule(rule="r1", K=K, d_L=min(1.0, d + 1e-9))
                 gated = RolloutSettings(**common, gate=rule, gate_K=K, arm="gated")
             runs[arm].append(run_arm(policy, specs, base if arm == "baseline" else gated))
             done = runs[arm][-1][0]
-            print(f"  {gate} gate, repeat {rep + 1}/{repeats}, {arm}: {done.wall_s:.1f} s, "
-                  f"{done.n_gen_tokens} generated tokens", flush=True)  # a killed run still leaves its numbers
+            print(
+                f"  {gate} gate, repeat {rep + 1}/{repeats}, {arm}: {done.wall_s:.1f} s, "
+                f"{done.n_gen_tokens} generated tokens",
+                flush=True,
+            )  # a killed run still leaves its numbers
     fields = ("wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "rows", "n_gen_tokens")
     totals = {arm: {f: sum(getattr(s, f) for s, _ in runs[arm]) for f in fields} for arm in runs}
     totals["n_cut"] = runs["gated"][0][0].n_cut
@@ -90,34 +107,39 @@ def report_lines(totals: dict, label: str) -> list[str]:
 
     tok = saving("n_gen_tokens")
     lines = [
-        f"- {label}: {totals['n_cut']} groups cut; generated tokens {b['n_gen_tokens']:.0f} vs {g['n_gen_tokens']:.0f} = "
-        f"{tok:.1%} saved; env steps {b['rows']:.0f} vs {g['rows']:.0f} = {saving('rows'):.1%} saved; rollout wall-clock "
-        f"{b['wall_s']:.1f} s vs {g['wall_s']:.1f} s = {saving('wall_s'):.1%} saved: **wall-clock saving / token saving = "
-        f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} s: generation saving / "
-        f"token saving = {saving('gen_s') / tok:.2f}.",
+        f"- {label}: {totals['n_cut']} groups cut; generated tokens {b['n_gen_tokens']:.0f} vs "
+        f"{g['n_gen_tokens']:.0f} = {tok:.1%} saved; env steps {b['rows']:.0f} vs {g['rows']:.0f} "
+        f"= {saving('rows'):.1%} saved; rollout wall-clock {b['wall_s']:.1f} s vs "
+        f"{g['wall_s']:.1f} s = {saving('wall_s'):.1%} saved: **wall-clock saving / token saving = "
+        f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} "
+        f"s: generation saving / token saving = {saving('gen_s') / tok:.2f}.",
     ]
     runs = totals.get("wall_runs")
     if runs and len(runs["baseline"]) >= 2:
         from srollout.core.stats import run_pair_saving_ci
 
         ci = run_pair_saving_ci(runs["baseline"], runs["gated"])
-        pairs = ", ".join(f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True))
+        pairs = ", ".join(
+            f"{1 - a / c:.1%}" for c, a in zip(runs["baseline"], runs["gated"], strict=True)
+        )
         lines.append(
-            f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, {ci.high:.1%}] (95 % t interval "
-            f"on the log ratio of paired runs); per pair {pairs}; **wall / token {ci.estimate / tok:.2f} "
-            f"[{ci.low / tok:.2f}, {ci.high / tok:.2f}]** (the token saving is fixed by the seeds)."
+            f"  - wall-clock saving over {ci.n_pairs} run pairs: {ci.estimate:.1%} [{ci.low:.1%}, "
+            f"{ci.high:.1%}] (95 % t interval on the log ratio of paired runs); per pair {pairs}; "
+            f"**wall / token {ci.estimate / tok:.2f} [{ci.low / tok:.2f}, {ci.high / tok:.2f}]** "
+            "(the token saving is fixed by the seeds)."
         )
     for arm, t in (("baseline", b), ("gated", g)):
         lines.append(
-            f"  - {arm}: generation {t['gen_s']:.1f} s, env steps {t['env_s']:.1f} s, resets {t['reset_s']:.1f} s, "
-            f"other {t['overhead_s']:.1f} s; {t['ticks']:.0f} ticks, mean batch {t['rows'] / max(t['ticks'], 1):.1f} rows, "
+            f"  - {arm}: generation {t['gen_s']:.1f} s, env steps {t['env_s']:.1f} s, resets "
+            f"{t['reset_s']:.1f} s, other {t['overhead_s']:.1f} s; {t['ticks']:.0f} ticks, mean "
+            f"batch {t['rows'] / max(t['ticks'], 1):.1f} rows, "
             f"{t['n_gen_tokens'] / max(t['gen_s'], 1e-9):.0f} generated tok/s."
         )
     return lines
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default", help="local HF model directory, or `default`")
     ap.add_argument("--gates", default="always,median", help="comma list of always, median")
     ap.add_argument("--groups", type=int, default=24)
@@ -140,20 +162,35 @@ def main() -> None:
     from srollout.rollout.engine import make_specs
     from srollout.stages.rollout_setup import load_tasks
 
-    policy = make_policy("lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens)
+    policy = make_policy(
+        "lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens
+    )
     specs = make_specs(load_tasks("eval"), args.groups)
     warm_s = warm_games(args.groups)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on {args.threads} thread(s)"
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__} on "
+        f"{args.threads} thread(s)"
+    )
     lines = [
         f"\n## {stamp} — {machine}\n",
         f"Command: `python benchmarks/bench_engine_saving.py {' '.join(sys.argv[1:])}`\n",
-        f"Setup: {args.groups} groups of the `eval` set, G={args.G}, concurrency {args.concurrency}, T_max={args.T_max}, "
-        f"gate at K={args.K}, model `{Path(policy.model_path).name}`, max_new_tokens {args.max_new_tokens}, "
-        f"{args.repeats} repeat(s), games pre-loaded in {warm_s:.1f} s.\n",
+        f"Setup: {args.groups} groups of the `eval` set, G={args.G}, concurrency "
+        f"{args.concurrency}, T_max={args.T_max}, gate at K={args.K}, model "
+        f"`{Path(policy.model_path).name}`, max_new_tokens {args.max_new_tokens}, {args.repeats} "
+        f"repeat(s), games pre-loaded in {warm_s:.1f} s.\n",
     ]
     for gate in args.gates.split(","):
-        totals = measure(policy, specs, gate=gate, G=args.G, concurrency=args.concurrency, T_max=args.T_max, K=args.K, repeats=args.repeats)
+        totals = measure(
+            policy,
+            specs,
+            gate=gate,
+            G=args.G,
+            concurrency=args.concurrency,
+            T_max=args.T_max,
+            K=args.K,
+            repeats=args.repeats,
+        )
         lines += report_lines(totals, f"gate `{gate}`")
         print("\n".join(lines[-3:]), flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -60,15 +60,28 @@ def largest_tasks(n: int) -> list:
     from srollout.envs.gen import Difficulty, generate_game
     from srollout.envs.tasks import _task_from, solve_check
 
-    types = ("pick_and_place_simple", "pick_clean_then_place_in_recep",
-             "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep")
+    types = (
+        "pick_and_place_simple",
+        "pick_clean_then_place_in_recep",
+        "pick_heat_then_place_in_recep",
+        "pick_cool_then_place_in_recep",
+    )
     out = []
     for i in range(n):
         spec = generate_game(types[i % len(types)], i, Difficulty(0, 3), floorplans=(9, 30))
         walk = solve_check(spec)
         if walk:
-            out.append(_task_from(spec.task_type, spec.task_text, spec.pddl_problem, walk,
-                                  f"largest/{i}", "", floorplan=spec.floorplan))
+            out.append(
+                _task_from(
+                    spec.task_type,
+                    spec.task_text,
+                    spec.pddl_problem,
+                    walk,
+                    f"largest/{i}",
+                    "",
+                    floorplan=spec.floorplan,
+                )
+            )
     return out
 
 
@@ -85,7 +98,8 @@ def bench(name: str, make_tasks, n_games: int, stock: bool) -> dict:
     out["n"] = len(tasks)
     out["receptacles"] = statistics.mean(
         t.meta["pddl_problem"].split("(:objects", 1)[1].split(")", 1)[0].count(" - receptacle")
-        for t in tasks)
+        for t in tasks
+    )
     out["walkthrough_len"] = statistics.mean(len(t.meta["walkthrough"]) for t in tasks)
     say(f"generated {len(tasks)} games, {out['gen_s_per_game']:.2f} s/game")
 
@@ -106,7 +120,10 @@ def bench(name: str, make_tasks, n_games: int, stock: bool) -> dict:
         e.close()
     out["group8_reset_cold_s"] = statistics.median(cold)
     out["group8_reset_warm_s"] = statistics.median(warm)
-    say(f"group reset cold {out['group8_reset_cold_s']:.3f} s, warm {out['group8_reset_warm_s']:.3f} s")
+    say(
+        f"group reset cold {out['group8_reset_cold_s']:.3f} s, warm "
+        f"{out['group8_reset_warm_s']:.3f} s"
+    )
 
     # steps: a few admissible detours then the walkthrough, without and with the replan
     for plan_on in (False, True):
@@ -140,8 +157,9 @@ def bench(name: str, make_tasks, n_games: int, stock: bool) -> dict:
 
     if stock:  # the stock engine on the same games (textworld PddlEnv + ALFWorld wrappers)
         eng = aw._engine()
-        infos = eng.textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True,
-                                       extras=["gamefile"])
+        infos = eng.textworld.EnvInfos(
+            won=True, admissible_commands=True, policy_commands=True, extras=["gamefile"]
+        )
         env = eng.AlfredInfos(eng.AlfredDemangler(eng.PddlEnv(infos)))
         loads, steps = [], []
         for task in tasks[:4]:
@@ -174,9 +192,11 @@ def main() -> None:
 
     aw._engine()
     import_s = time.perf_counter() - t0
-    rows = [bench("small (default)", small_tasks, args.games, stock=True),
-            bench("medium", medium_tasks, max(4, args.games // 4), stock=False),
-            bench("largest layouts", largest_tasks, args.largest, stock=False)]
+    rows = [
+        bench("small (default)", small_tasks, args.games, stock=True),
+        bench("medium", medium_tasks, max(4, args.games // 4), stock=False),
+        bench("largest layouts", largest_tasks, args.largest, stock=False),
+    ]
 
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
@@ -200,11 +220,15 @@ def main() -> None:
             f"{r['group8_reset_warm_s']:.3f} s | "
             f"{r['step_median_ms_noplan']:.1f} ms ({r['step_p90_ms_noplan']:.1f}) | "
             f"{r['step_median_ms_plan']:.1f} ms ({r['step_p90_ms_plan']:.1f}) | "
-            f"{r['rss_mb_per_env']:.1f} MiB |")
+            f"{r['rss_mb_per_env']:.1f} MiB |"
+        )
     st = rows[0]["stock"]
-    lines += ["", f"Stock engine (textworld `PddlEnv` + ALFWorld wrappers, no sharing or caching) on "
-              f"the same small games: load+reset {st[0]:.2f} s per environment, median step "
-              f"{st[1]:.1f} ms with replan."]
+    lines += [
+        "",
+        f"Stock engine (textworld `PddlEnv` + ALFWorld wrappers, no sharing or caching) on "
+        f"the same small games: load+reset {st[0]:.2f} s per environment, median step "
+        f"{st[1]:.1f} ms with replan.",
+    ]
     lines += [
         "",
         "Targets (issue 4): reset of a group of 8 <= 1 s, median step <= 20 ms on default games.",

@@ -35,8 +35,13 @@ def _requests(keys, step, system, seed0=1000):
     from srollout.policy.base import ActRequest
 
     return [
-        ActRequest(key=k, step=step, seed=seed0 + k.traj_idx, system=system,
-                   user=user_turn(OBSERVATIONS[(step - 1 + k.traj_idx) % len(OBSERVATIONS)]))
+        ActRequest(
+            key=k,
+            step=step,
+            seed=seed0 + k.traj_idx,
+            system=system,
+            user=user_turn(OBSERVATIONS[(step - 1 + k.traj_idx) % len(OBSERVATIONS)]),
+        )
         for k in keys
     ]
 
@@ -63,10 +68,16 @@ def run_conversation(policy, n_rows: int, n_turns: int, system: str, group: str 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None, help="HF model dir (default: the built default policy)")
+    ap.add_argument(
+        "--model", default=None, help="HF model dir (default: the built default policy)"
+    )
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--turns", type=int, default=20, help="turns of the KV-vs-re-encode conversation")
-    ap.add_argument("--flip-turns", type=int, default=10, help="turns of the batch-composition test")
+    ap.add_argument(
+        "--turns", type=int, default=20, help="turns of the KV-vs-re-encode conversation"
+    )
+    ap.add_argument(
+        "--flip-turns", type=int, default=10, help="turns of the batch-composition test"
+    )
     ap.add_argument("--out", default="docs/bench/policy.md")
     args = ap.parse_args()
 
@@ -91,7 +102,12 @@ def main() -> None:
     for b in (1, 8, 64):
         s, g, f, _, _ = run_conversation(pol(), b, 5, system)
         thr[b] = g / s
-        rows.append((f"generated tokens/s, batch {b} (5 turns, KV reuse)", f"{g / s:,.0f} tok/s ({g} tokens in {s:.1f} s)"))
+        rows.append(
+            (
+                f"generated tokens/s, batch {b} (5 turns, KV reuse)",
+                f"{g / s:,.0f} tok/s ({g} tokens in {s:.1f} s)",
+            )
+        )
     rows.append(("batch 64 / batch 1 throughput", f"{thr[64] / thr[1]:.1f}x"))
 
     # 2. KV reuse vs re-encode on a long conversation (greedy, so outputs must agree)
@@ -101,7 +117,12 @@ def main() -> None:
     same = sum(res[True][4][k] == res[False][4][k] for k in res[True][4])
     for kv, label in ((True, "KV reuse"), (False, "re-encode")):
         s, g, f, _, _ = res[kv]
-        rows.append((f"{args.turns}-turn conversation x 8 rows, {label}", f"{s:.1f} s, {g / s:,.0f} gen tok/s, {f:,} tokens fed"))
+        rows.append(
+            (
+                f"{args.turns}-turn conversation x 8 rows, {label}",
+                f"{s:.1f} s, {g / s:,.0f} gen tok/s, {f:,} tokens fed",
+            )
+        )
     rows.append(("re-encode / KV reuse wall-clock", f"{res[False][0] / res[True][0]:.2f}x"))
     rows.append(("greedy token sequences identical (KV vs re-encode)", f"{same}/8"))
 
@@ -117,16 +138,31 @@ def main() -> None:
             first = min(len(a), len(b))
         flips.append(first)
     n_tok = sum(len(v) for v in alone.values())
-    rows.append((f"8 trajectories alone vs in a batch of 64 ({args.flip_turns} turns, T=0.7): identical", f"{ident}/8 ({n_tok:,} tokens)"))
+    rows.append(
+        (
+            f"8 trajectories alone vs in a batch of 64 ({args.flip_turns} turns, T=0.7): identical",
+            f"{ident}/8 ({n_tok:,} tokens)",
+        )
+    )
     if any(f is not None for f in flips):
-        rows.append(("first differing position of the others", ", ".join(str(f) for f in flips if f is not None)))
+        rows.append(
+            (
+                "first differing position of the others",
+                ", ".join(str(f) for f in flips if f is not None),
+            )
+        )
 
-    cfg = torch.__config__.parallel_info().splitlines()[0] if hasattr(torch.__config__, "parallel_info") else ""
+    cfg = (
+        torch.__config__.parallel_info().splitlines()[0]
+        if hasattr(torch.__config__, "parallel_info")
+        else ""
+    )
     lines = [
         "# Transformers backend benchmark",
         "",
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads {cfg}",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"{torch.__version__}, {args.threads} threads {cfg}",
         f"- model: `{model}`",
         "- command: `python benchmarks/bench_policy.py`",
         "- note: the CPU was shared with other jobs; ratios measured side by side are what to read",

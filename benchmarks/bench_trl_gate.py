@@ -1,7 +1,9 @@
 """TRL's GRPOTrainer on the default policy, srollout's gate on vs off, same seeds, side by side.
 
-    python benchmarks/bench_trl_gate.py --steps 6              # runs both arms at once (1 thread each)
-    python benchmarks/bench_trl_gate.py --from runs/bench-trl  # only report two finished runs
+    # runs both arms at once (1 thread each)
+    python benchmarks/bench_trl_gate.py --steps 6
+    # only report two finished runs
+    python benchmarks/bench_trl_gate.py --from runs/bench-trl
 
 Both arms are `examples/trl_grpo_alfworld.py` with the same seed (same prompts, same engine
 seeds: the arms agree up to step K of the first step's groups), started together so that they
@@ -30,10 +32,20 @@ def run_arms(out: Path, steps: int, extra: list[str]) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = []
     for arm in ARMS:
-        cmd = [sys.executable, str(ROOT / "examples" / "trl_grpo_alfworld.py"), "--steps", str(steps),
-               "--out", str(out / arm), *extra, *(["--no-gate"] if arm == "baseline" else [])]
+        cmd = [
+            sys.executable,
+            str(ROOT / "examples" / "trl_grpo_alfworld.py"),
+            "--steps",
+            str(steps),
+            "--out",
+            str(out / arm),
+            *extra,
+            *(["--no-gate"] if arm == "baseline" else []),
+        ]
         log = open(out / f"{arm}.log", "w")  # noqa: SIM115 - closed below
-        procs.append((arm, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        procs.append(
+            (arm, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        )
     for arm, proc, log in procs:
         rc = proc.wait()
         log.close()
@@ -48,10 +60,11 @@ def report(out: Path, note: str) -> Path:
     lines = [
         "# TRL GRPOTrainer with srollout's gate (`benchmarks/bench_trl_gate.py`)",
         "",
-        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, {os.cpu_count()} cores, "
-        f"{note}. `examples/trl_grpo_alfworld.py`, trl 1.16.0 on CPU, the shipped default policy with a LoRA "
-        f"adapter (r 16, every projection), {base['steps']} steps of {base['groups'] // base['steps']} prompts x G=8, "
-        f"T_max 20, same seed in both arms; gated arm: rule {gate['rule']}, K={gate['K']}, d_L={gate['d_L']}.",
+        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
+        f"{os.cpu_count()} cores, {note}. `examples/trl_grpo_alfworld.py`, trl 1.16.0 on CPU, the "
+        f"shipped default policy with a LoRA adapter (r 16, every projection), {base['steps']} "
+        f"steps of {base['groups'] // base['steps']} prompts x G=8, T_max 20, same seed in both "
+        f"arms; gated arm: rule {gate['rule']}, K={gate['K']}, d_L={gate['d_L']}.",
         "",
         "| | baseline | gated | gated vs baseline |",
         "|---|---|---|---|",
@@ -63,30 +76,46 @@ def report(out: Path, note: str) -> Path:
     row("generated tokens", base["gen_tokens"], gated["gen_tokens"])
     row("environment steps", base["env_steps"], gated["env_steps"])
     row("training wall-clock (s)", base["wall_s"], gated["wall_s"])
-    lines.append(f"| groups cut | 0 of {base['groups']} | {gated['groups_cut']} of {gated['groups']} | |")
-    lines += ["", "Per step (reward: mean over the groups kept; the gated arm's cut groups have none):", "",
-              "| step | reward base | reward gated | cut | tokens base | tokens gated | s base | s gated "
-              "| loss base | loss gated | grad norm base | grad norm gated |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines.append(
+        f"| groups cut | 0 of {base['groups']} | {gated['groups_cut']} of {gated['groups']} | |"
+    )
+    lines += [
+        "",
+        "Per step (reward: mean over the groups kept; the gated arm's cut groups have none):",
+        "",
+        "| step | reward base | reward gated | cut | tokens base | tokens gated | s base | s gated "
+        "| loss base | loss gated | grad norm base | grad norm gated |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for a, b in zip(base["per_step"], gated["per_step"], strict=True):
+
         def r(x):
             return "–" if x is None else f"{x:.3f}"
+
         lines.append(
-            f"| {a['step']} | {r(a['reward'])} | {r(b['reward'])} | {b['gate/groups_cut']:.0f} "
-            f"| {a['rollout/gen_tokens']:,.0f} | {b['rollout/gen_tokens']:,.0f} | {a['step_time']:.0f} | {b['step_time']:.0f} "
-            f"| {a['loss']:.4f} | {b['loss']:.4f} | {a['grad_norm']:.4f} | {b['grad_norm']:.4f} |")
-    lines += ["", "![reward and generated tokens per step, both arms](bench/trl_gate.png)", "",
-              "How to read it. The arms agree up to step K of step 1's groups, then diverge: a cut group's G "
-              "rows reach TRL as one masked token each (reward None, advantage 0), so its later tokens are never "
-              "generated. The gated arm's reward is the mean over the groups it kept, so it sits lower where the "
-              "gate cut groups that were all won: at step 1, where both arms still have the same weights, the "
-              "baseline won 25 of 32 trajectories and the gated arm's two kept groups 9 of 16, so the two cut "
-              "groups were won by all 16 of their trajectories in the baseline (zero variance: right cuts). Its loss and "
-              "gradient norm are larger because TRL's default `loss_type='dapo'` divides by the active tokens of "
-              "the batch: the baseline's zero-advantage groups add tokens to that denominator and dilute every "
-              "other group's gradient, the cut groups add none (the paper's dilution argument). A step the gate "
-              "cut nothing in generates the same tokens in both arms (step 4: the LoRA updates so far did not "
-              "change the sampled tokens).", ""]
+            f"| {a['step']} | {r(a['reward'])} | {r(b['reward'])} | {b['gate/groups_cut']:.0f} | "
+            f"{a['rollout/gen_tokens']:,.0f} | {b['rollout/gen_tokens']:,.0f} | "
+            f"{a['step_time']:.0f} | {b['step_time']:.0f} | {a['loss']:.4f} | {b['loss']:.4f} | "
+            f"{a['grad_norm']:.4f} | {b['grad_norm']:.4f} |"
+        )
+    lines += [
+        "",
+        "![reward and generated tokens per step, both arms](bench/trl_gate.png)",
+        "",
+        "How to read it. The arms agree up to step K of step 1's groups, then diverge: a cut "
+        "group's G rows reach TRL as one masked token each (reward None, advantage 0), so its "
+        "later tokens are never generated. The gated arm's reward is the mean over the groups it "
+        "kept, so it sits lower where the gate cut groups that were all won: at step 1, where both "
+        "arms still have the same weights, the baseline won 25 of 32 trajectories and the gated "
+        "arm's two kept groups 9 of 16, so the two cut groups were won by all 16 of their "
+        "trajectories in the baseline (zero variance: right cuts). Its loss and gradient norm are "
+        "larger because TRL's default `loss_type='dapo'` divides by the active tokens of the "
+        "batch: the baseline's zero-advantage groups add tokens to that denominator and dilute "
+        "every other group's gradient, the cut groups add none (the paper's dilution argument). A "
+        "step the gate cut nothing in generates the same tokens in both arms (step 4: the LoRA "
+        "updates so far did not change the sampled tokens).",
+        "",
+    ]
     section = ROOT / "docs" / "bench" / "trl_gate.md"
     section.write_text("\n".join(lines))
     _figure(summaries, ROOT / "docs" / "bench" / "trl_gate.png")
@@ -103,7 +132,12 @@ def _figure(summaries: dict, path: Path) -> None:
     for arm, style in zip(ARMS, ("o-", "s--"), strict=True):
         steps = summaries[arm]["per_step"]
         x = [s["step"] for s in steps]
-        ax1.plot(x, [float("nan") if s["reward"] is None else s["reward"] for s in steps], style, label=arm)
+        ax1.plot(
+            x,
+            [float("nan") if s["reward"] is None else s["reward"] for s in steps],
+            style,
+            label=arm,
+        )
         ax2.plot(x, [s["rollout/gen_tokens"] for s in steps], style, label=arm)
     ax1.set(xlabel="GRPO step", ylabel="reward (kept groups)", ylim=(0, 1))
     ax2.set(xlabel="GRPO step", ylabel="generated tokens")
@@ -116,8 +150,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-trl")
-    ap.add_argument("--from", dest="src", type=Path, help="report two finished runs (DIR/baseline, DIR/gated)")
-    ap.add_argument("--note", default="nothing else running", help="the machine's load, for the record")
+    ap.add_argument(
+        "--from", dest="src", type=Path, help="report two finished runs (DIR/baseline, DIR/gated)"
+    )
+    ap.add_argument(
+        "--note", default="nothing else running", help="the machine's load, for the record"
+    )
     args, extra = ap.parse_known_args()
     if args.src is None:
         run_arms(args.out, args.steps, extra)

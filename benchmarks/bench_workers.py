@@ -1,4 +1,5 @@
-"""Benchmark `srollout collect --workers`: wall-clock with 1 vs 2 workers; append to docs/bench/workers.md.
+"""Benchmark `srollout collect --workers`: wall-clock with 1 vs 2 workers; append to
+docs/bench/workers.md.
 
 The same groups and seeds (so the same content: the runs are checked equal, timing aside) through
 
@@ -36,8 +37,17 @@ def _run(out: Path, workers: int, args: argparse.Namespace) -> tuple[object, flo
     from srollout.config import CollectConfig, DistConfig
     from srollout.stages.collect import run_collect
 
-    config = CollectConfig(out=out, policy="lm", model=args.model, groups=args.groups, G=args.G, T_max=args.T_max,
-                           concurrency=args.concurrency, seed=args.seed, signal_K=(min(5, args.T_max),))
+    config = CollectConfig(
+        out=out,
+        policy="lm",
+        model=args.model,
+        groups=args.groups,
+        G=args.G,
+        T_max=args.T_max,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        signal_K=(min(5, args.T_max),),
+    )
     t0 = time.perf_counter()
     result = run_collect(config, progress=False, dist=DistConfig(workers=workers))
     return result, time.perf_counter() - t0
@@ -60,19 +70,30 @@ def _shares(summary, workers: int) -> str:
     """Per-group costs in worker-seconds: generation / env steps / resets / other."""
     g = max(summary.groups, 1)
     busy = workers * summary.wall_s
-    parts = {"generation": summary.gen_s, "env steps": summary.env_s, "resets": summary.reset_s, "other": summary.overhead_s}
+    parts = {
+        "generation": summary.gen_s,
+        "env steps": summary.env_s,
+        "resets": summary.reset_s,
+        "other": summary.overhead_s,
+    }
     return ", ".join(f"{k} {v / g:.2f} s/group ({v / busy:.0%})" for k, v in parts.items())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="default", help="default (the embedded default policy) or a HF model dir")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", default="default", help="default (the embedded default policy) or a HF model dir"
+    )
     parser.add_argument("--groups", type=int, default=8)
     parser.add_argument("--G", type=int, default=8)
     parser.add_argument("--T-max", dest="T_max", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("OMP_NUM_THREADS", "0")) or (os.cpu_count() or 1),
+    )
     parser.add_argument("--what", default="inproc,ray1,ray2")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "workers.md")
     args = parser.parse_args()
@@ -88,7 +109,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         for what in args.what.split(","):
             workers = {"inproc": 1, "ray1": 1, "ray2": 2}[what]
-            if what == "ray1":  # force the Ray path with one worker: run_groups_distributed directly
+            if (
+                what == "ray1"
+            ):  # force the Ray path with one worker: run_groups_distributed directly
                 result, wall = _ray_one(Path(tmp) / what, args)
             else:
                 result, wall = _run(Path(tmp) / what, workers, args)
@@ -98,29 +121,42 @@ def main() -> None:
             dist = json.loads((result.run_dir / "manifest.json").read_text()).get("dist")
             start = f", of which worker start-up {dist['worker_start_s']:.1f} s" if dist else ""
             lines.append(
-                f"- `{what}` ({workers} worker(s), torch {threads} thread(s) each): **{wall:.1f} s** end to end, "
-                f"rollout {s.wall_s:.1f} s{start}; {s.n_gen_tokens} generated tokens, {s.rows} env steps, mean batch "
-                f"{s.mean_batch:.1f} rows; per group in worker-seconds: {_shares(s, workers)}."
+                f"- `{what}` ({workers} worker(s), torch {threads} thread(s) each): **{wall:.1f} "
+                f"s** end to end, rollout {s.wall_s:.1f} s{start}; {s.n_gen_tokens} generated "
+                f"tokens, {s.rows} env steps, mean batch {s.mean_batch:.1f} rows; per group in "
+                f"worker-seconds: {_shares(s, workers)}."
             )
         if "inproc" in results and "ray2" in results:
             base, two = results["inproc"][1], results["ray2"][1]
             same = _same(results["inproc"][0].run_dir, results["ray2"][0].run_dir)
-            lines.append(f"- **ratio 1 worker / 2 workers = {base / two:.2f}** (end to end, in-process vs 2 Ray workers); "
-                         f"rollout only {results['inproc'][0].summary.wall_s / results['ray2'][0].summary.wall_s:.2f}; "
-                         f"same content (timing aside): {same}.")
+            lines.append(
+                f"- **ratio 1 worker / 2 workers = {base / two:.2f}** (end to end, in-process vs 2 "
+                "Ray workers); rollout only "
+                f"{results['inproc'][0].summary.wall_s / results['ray2'][0].summary.wall_s:.2f}; "
+                f"same content (timing aside): {same}."
+            )
         if "ray1" in results and "ray2" in results:
-            lines.append(f"- ratio Ray 1 worker / Ray 2 workers = {results['ray1'][1] / results['ray2'][1]:.2f} (end to end).")
+            lines.append(
+                "- ratio Ray 1 worker / Ray 2 workers = "
+                f"{results['ray1'][1] / results['ray2'][1]:.2f} (end to end)."
+            )
     load_after = os.getloadavg()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    header = (f"## {stamp} — {platform.machine()}, {os.cpu_count()} cores visible, torch {torch.__version__}, load average "
-              f"{load[0]:.1f} before / {load_after[0]:.1f} after\n\n"
-              f"Command: `python benchmarks/bench_workers.py {' '.join(sys.argv[1:])}` — model `{args.model}`, "
-              f"{args.groups} groups, G={args.G}, T_max={args.T_max}, concurrency {args.concurrency} per worker.\n\n")
+    header = (
+        f"## {stamp} — {platform.machine()}, {os.cpu_count()} cores visible, torch "
+        f"{torch.__version__}, load average {load[0]:.1f} before / {load_after[0]:.1f} after\n\n"
+        f"Command: `python benchmarks/bench_workers.py {' '.join(sys.argv[1:])}` — model "
+        f"`{args.model}`, {args.groups} groups, G={args.G}, T_max={args.T_max}, concurrency "
+        f"{args.concurrency} per worker.\n\n"
+    )
     text = header + "\n".join(lines) + "\n"
     print(text)
     if not args.out.exists():
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("# `srollout collect --workers` benchmarks\n\nAppended by `benchmarks/bench_workers.py`; newest last.\n\n")
+        args.out.write_text(
+            "# `srollout collect --workers` benchmarks\n\nAppended by "
+            "`benchmarks/bench_workers.py`; newest last.\n\n"
+        )
     with args.out.open("a") as fh:
         fh.write(text + "\n")
 
@@ -131,8 +167,17 @@ def _ray_one(out: Path, args: argparse.Namespace) -> tuple[object, float]:
     import srollout.stages.collect as stage
     from srollout.config import CollectConfig, DistConfig
 
-    config = CollectConfig(out=out, policy="lm", model=args.model, groups=args.groups, G=args.G, T_max=args.T_max,
-                           concurrency=args.concurrency, seed=args.seed, signal_K=(min(5, args.T_max),))
+    config = CollectConfig(
+        out=out,
+        policy="lm",
+        model=args.model,
+        groups=args.groups,
+        G=args.G,
+        T_max=args.T_max,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        signal_K=(min(5, args.T_max),),
+    )
     t0 = time.perf_counter()
     # DistConfig(workers=2) routes through Ray; the worker count the rollout uses is then 1
     original = stage._run_distributed

@@ -55,7 +55,11 @@ def invalid_only(won, branches):
         n = len(b)
         head = b[:-1]
         for _, w in won:
-            if len(w) > n and w[n - 1].user == b[-1].user and [t._replace(trained=False) for t in w[: n - 1]] == head:
+            if (
+                len(w) > n
+                and w[n - 1].user == b[-1].user
+                and [t._replace(trained=False) for t in w[: n - 1]] == head
+            ):
                 if w[n].user.split("\n")[0].endswith(NOTHING_HAPPENS):
                     keep.append((system, b))
                 break
@@ -67,7 +71,12 @@ def main() -> None:
     ap.add_argument("--model", required=True, type=Path)
     ap.add_argument("--round", type=int, default=0)
     ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--round-tasks", type=int, default=None, help="train tasks in the round (default: the config's)")
+    ap.add_argument(
+        "--round-tasks",
+        type=int,
+        default=None,
+        help="train tasks in the round (default: the config's)",
+    )
     ap.add_argument("--groups", type=int, default=40)
     ap.add_argument("--out", type=Path, default=Path("dagger-ab"))
     ap.add_argument("--threads", type=int, default=2)
@@ -98,18 +107,32 @@ def main() -> None:
     system = prompt.system
 
     def load():
-        return AutoModelForCausalLM.from_pretrained(args.model).eval(), AutoTokenizer.from_pretrained(args.model)
+        return AutoModelForCausalLM.from_pretrained(
+            args.model
+        ).eval(), AutoTokenizer.from_pretrained(args.model)
 
     model, tok = load()
-    tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, args.round)
+    tasks = round_tasks(
+        load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False),
+        cfg,
+        args.round,
+    )
     won, branches, stats = play_round(model, tok, tasks, system, cfg, args.round)
-    print(f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, {stats.model_off_label} of "
-          f"{stats.model_steps} model steps off the label, {stats.seconds:.0f} s", flush=True)
-    examples = demo_examples(tok, [d._replace(system=system) for d in make_demonstrations(cfg)], cfg.max_context)
+    print(
+        f"round {args.round}: {stats.trajectories} trajectories, {stats.won} won, "
+        f"{stats.model_off_label} of {stats.model_steps} model steps off the label, "
+        f"{stats.seconds:.0f} s",
+        flush=True,
+    )
+    examples = demo_examples(
+        tok, [d._replace(system=system) for d in make_demonstrations(cfg)], cfg.max_context
+    )
     eval_tasks = load_tasks("eval", args.groups, cfg.difficulty)
     for arm in arms:
         extra = {"won": [], "all": branches, "invalid": invalid_only(won, branches)}[arm]
-        data, tune = round_finetuning(tok, examples, won, extra, cfg, args.round)  # as the build's round does
+        data, tune = round_finetuning(
+            tok, examples, won, extra, cfg, args.round
+        )  # as the build's round does
         model, tok = load()
         t0 = time.perf_counter()
         sft(model, data, tune, tok.pad_token_id)
@@ -119,11 +142,21 @@ def main() -> None:
         shutil.copytree(args.model, out)
         model.save_pretrained(out)
         policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=48, max_batch_rows=96)
-        res = evaluate(policy, eval_tasks, progress=False, system=prompt.system, user_template=prompt.user_template)
+        res = evaluate(
+            policy,
+            eval_tasks,
+            progress=False,
+            system=prompt.system,
+            user_template=prompt.user_template,
+        )
         n_tok = sum(len(e.token_ids) for e in data)
-        print(f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning {ft_s:.0f} s | {res.n_groups} groups: "
-              f"success {res.success:.1%}, mixed {res.mixed:.1%}, valid {res.valid:.1%}, "
-              f"{res.invalid_repeats} of {res.invalid} invalid repeat the action before", flush=True)
+        print(
+            f"{arm:8s} {len(extra):4d} branches, {n_tok} tokens, fine-tuning "
+            f"{ft_s:.0f} s | {res.n_groups} groups: success {res.success:.1%}, "
+            f"mixed {res.mixed:.1%}, valid {res.valid:.1%}, {res.invalid_repeats} "
+            f"of {res.invalid} invalid repeat the action before",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

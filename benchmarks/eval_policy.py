@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 
 class EvalResult(NamedTuple):
-    """success: mean final reward; mixed / all_fail / all_succeed: group label fractions;
-    valid: share of steps whose action was admissible; steps: mean trajectory length;
-    seconds: wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions;
-    invalid / invalid_repeats: invalid steps, and those that repeat the trajectory's previous action."""
+    """success: mean final reward; mixed / all_fail / all_succeed: group label fractions; valid:
+    share of steps whose action was admissible; steps: mean trajectory length; seconds:
+    wall-clock; gen_tokens: generated tokens; invalid_examples: a few invalid actions; invalid /
+    invalid_repeats: invalid steps, and those that repeat the trajectory's previous action."""
 
     success: float
     mixed: float
@@ -47,8 +47,16 @@ def load_tasks(name: str, n: int, difficulty: str = "small"):
     return list(load_task_set(name, difficulty, n=n, progress=False))
 
 
-def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress: bool = True, system: str | None = None,
-             user_template: str | None = None) -> EvalResult:
+def evaluate(
+    policy,
+    tasks,
+    G: int = 8,
+    t_max: int = 30,
+    seed: int = 0,
+    progress: bool = True,
+    system: str | None = None,
+    user_template: str | None = None,
+) -> EvalResult:
     """Roll out G trajectories per task with ``policy`` on the rollout engine (``run_groups``, as
     ``collect`` does: same seeds as ``collect --seed``), every group in flight at once
     (``system`` / ``user_template``: the prompt, default the ReAct one)."""
@@ -62,11 +70,22 @@ def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress
     def on_group(group) -> None:
         groups.append(group)
         if progress:
-            print(f"  {len(groups):4d}/{len(tasks)} groups, {time.perf_counter() - t0:6.1f} s", flush=True)
+            print(
+                f"  {len(groups):4d}/{len(tasks)} groups, {time.perf_counter() - t0:6.1f} s",
+                flush=True,
+            )
 
-    settings = RolloutSettings(G=G, T_max=t_max, seed=seed, concurrency=G * max(1, len(tasks)), signal_K=())
-    summary = run_groups(make_specs(tasks, len(tasks)), policy, lambda: AlfworldEnv(expert_plan=False),
-                         ReactPrompter(system, user_template), settings, on_group=on_group)
+    settings = RolloutSettings(
+        G=G, T_max=t_max, seed=seed, concurrency=G * max(1, len(tasks)), signal_K=()
+    )
+    summary = run_groups(
+        make_specs(tasks, len(tasks)),
+        policy,
+        lambda: AlfworldEnv(expert_plan=False),
+        ReactPrompter(system, user_template),
+        settings,
+        on_group=on_group,
+    )
     labels = Counter()
     for g in groups:
         m = sum(g.rewards) / len(g.rewards)
@@ -74,8 +93,11 @@ def evaluate(policy, tasks, G: int = 8, t_max: int = 30, seed: int = 0, progress
     trajs = [t for g in groups for t in g.trajs]
     steps = [s for t in trajs for s in t.steps]
     invalid = Counter(s["action"] for s in steps if not s["valid"])
-    repeats = sum(not b["valid"] and b["action"] == a["action"]
-                  for t in trajs for a, b in zip(t.steps, t.steps[1:], strict=False))
+    repeats = sum(
+        not b["valid"] and b["action"] == a["action"]
+        for t in trajs
+        for a, b in zip(t.steps, t.steps[1:], strict=False)
+    )
     n = len(groups)
     return EvalResult(
         success=sum(t.success for t in trajs) / len(trajs),
@@ -101,7 +123,11 @@ def main() -> None:
     ap.add_argument("--t-max", type=int, default=30)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--tasks", default="eval")
-    ap.add_argument("--difficulty", default="small", help="room size preset: small (the default task set), medium, ...")
+    ap.add_argument(
+        "--difficulty",
+        default="small",
+        help="room size preset: small (the default task set), medium, ...",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="also write the result here")
@@ -114,20 +140,33 @@ def main() -> None:
     from srollout.policy.transformers_backend import TransformersPolicy
 
     model = Path(args.model) if args.model else default_policy()
-    policy = TransformersPolicy(model, temperature=args.temperature, max_new_tokens=48, max_batch_rows=96)
+    policy = TransformersPolicy(
+        model, temperature=args.temperature, max_new_tokens=48, max_batch_rows=96
+    )
     from srollout.envs.prompts import model_prompt
 
     prompt = model_prompt(model)
-    res = evaluate(policy, load_tasks(args.tasks, args.groups, args.difficulty), args.G, args.t_max, args.seed, system=prompt.system,
-                   user_template=prompt.user_template)
-    print(
-        f"model {model}\n{res.n_groups} {args.difficulty} groups x G={args.G}, T_max={args.t_max}, T={args.temperature}: "
-        f"success {res.success:.1%}, mixed {res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "
-        f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} steps/traj, "
-        f"{res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"
+    res = evaluate(
+        policy,
+        load_tasks(args.tasks, args.groups, args.difficulty),
+        args.G,
+        args.t_max,
+        args.seed,
+        system=prompt.system,
+        user_template=prompt.user_template,
     )
-    print(f"{res.invalid_repeats} of {res.invalid} invalid actions repeat the action before;",
-          "most frequent:", "; ".join(res.invalid_examples))
+    print(
+        f"model {model}\n{res.n_groups} {args.difficulty} groups x G={args.G}, "
+        f"T_max={args.t_max}, T={args.temperature}: success {res.success:.1%}, mixed "
+        f"{res.mixed:.1%} (all-fail {res.all_fail:.1%}, all-succeed "
+        f"{res.all_succeed:.1%}), valid actions {res.valid:.1%}, {res.steps:.1f} "
+        f"steps/traj, {res.seconds:.0f} s, {res.gen_tokens / res.seconds:.0f} gen tok/s"
+    )
+    print(
+        f"{res.invalid_repeats} of {res.invalid} invalid actions repeat the action before;",
+        "most frequent:",
+        "; ".join(res.invalid_examples),
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(res._asdict(), indent=2))
 

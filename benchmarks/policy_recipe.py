@@ -4,9 +4,9 @@
                                        [--tasks 500] [--eval-tasks 60] [--eval-groups 10]
 
 Noisy-expert demonstrations of ``--tasks`` train tasks and of ``--eval-tasks`` eval tasks (2 each,
-as BuildConfig makes them) are generated once and cached under /tmp/srollout-recipe/. NAME trains a model with
-``BuildConfig(**--set)`` (defaults: the shipped BuildConfig with 2 epochs and 1 thread, so two
-runs fit side by side on 2 cores), then reports, as one JSON line:
+as BuildConfig makes them) are generated once and cached under /tmp/srollout-recipe/. NAME trains a
+model with ``BuildConfig(**--set)`` (defaults: the shipped BuildConfig with 2 epochs and 1 thread,
+so two runs fit side by side on 2 cores), then reports, as one JSON line:
 
 - ``resp_acc``: teacher-forced on the eval episodes, the share of the expert's responses (noise
   turns are not scored) whose every token the model predicts right given the true history;
@@ -31,7 +31,17 @@ from pathlib import Path
 CACHE = Path("/tmp/srollout-recipe")
 
 
-DEMO_FIELDS = ("seed", "difficulty", "demos_per_task", "noise", "invalid_fraction", "explore", "take", "thoughts", "user_template")
+DEMO_FIELDS = (
+    "seed",
+    "difficulty",
+    "demos_per_task",
+    "noise",
+    "invalid_fraction",
+    "explore",
+    "take",
+    "thoughts",
+    "user_template",
+)
 
 
 def demos(task_set: str, n: int, cfg=None):
@@ -125,13 +135,33 @@ def main() -> None:
     from eval_policy import evaluate, load_tasks
 
     policy = TransformersPolicy(out, temperature=0.7, max_new_tokens=96, max_batch_rows=96)
-    r = evaluate(policy, load_tasks("eval", args.eval_groups), args.eval_G, 30, 0, progress=False, system=system,
-                 user_template=prompt.user_template)
-    print(json.dumps({
-        "name": args.name, **over, "train_s": round(train_s), "final_loss": round(res.final_loss, 4), "n_tokens": res.n_tokens,
-        "resp_acc": round(exact, 3), "success": round(r.success, 3), "valid": round(r.valid, 3), "mixed": r.mixed,
-        "invalid": r.invalid_examples[:4],
-    }), flush=True)
+    r = evaluate(
+        policy,
+        load_tasks("eval", args.eval_groups),
+        args.eval_G,
+        30,
+        0,
+        progress=False,
+        system=system,
+        user_template=prompt.user_template,
+    )
+    print(
+        json.dumps(
+            {
+                "name": args.name,
+                **over,
+                "train_s": round(train_s),
+                "final_loss": round(res.final_loss, 4),
+                "n_tokens": res.n_tokens,
+                "resp_acc": round(exact, 3),
+                "success": round(r.success, 3),
+                "valid": round(r.valid, 3),
+                "mixed": r.mixed,
+                "invalid": r.invalid_examples[:4],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ class LockAndKey:
 
 
 def scripted_policy(env: LockAndKey, style: str, t: int, rng: random.Random) -> str:
-    """A task-dependent agent: stuck in a loop on some tasks, exploring on some, solved on others."""
+    """A task-dependent agent: stuck in a loop on some tasks, exploring on some, solved on
+    others."""
     if style == "stuck":  # lock-step failure: every trajectory repeats the same useless action
         return "look around" if rng.random() < 0.97 else f"search room {rng.randrange(env.n_rooms)}"
     if style == "solver":  # sweeps the rooms in order, then opens the door
@@ -52,7 +53,8 @@ def scripted_policy(env: LockAndKey, style: str, t: int, rng: random.Random) -> 
 
 
 def rollout_group(task_seed: int, G: int, T_max: int, gate: GateRule | None):
-    """Roll out G trajectories in lock-step; returns rewards, steps taken, and whether it was cut."""
+    """Roll out G trajectories in lock-step; returns rewards, steps taken, and whether it was
+    cut."""
     task_rng = random.Random(task_seed)
     n_rooms, key_room = 8, task_rng.randrange(3, 8)
     style = task_rng.choice(["stuck", "learner", "solver"])
@@ -102,8 +104,10 @@ def main() -> None:
 
     nonzero = sum(int(np.any(a != 0)) for a in kept_advantages)
     print(f"groups {args.groups}, cut {cuts} (of which {wrong_cuts} had reward variance)")
-    print(f"environment steps: {steps_full} without the gate, {steps_gated} with it "
-          f"({1 - steps_gated / steps_full:.1%} saved)")
+    print(
+        f"environment steps: {steps_full} without the gate, {steps_gated} with it "
+        f"({1 - steps_gated / steps_full:.1%} saved)"
+    )
     print(f"kept groups with signal: {nonzero} of {len(kept_advantages)}")
 
 

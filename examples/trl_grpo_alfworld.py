@@ -26,17 +26,23 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/trl-grpo-alfworld", help="TRL output directory (must not exist)")
+    parser.add_argument(
+        "--out", default="runs/trl-grpo-alfworld", help="TRL output directory (must not exist)"
+    )
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps")
     parser.add_argument("--groups", type=int, default=4, help="prompts (groups) per step")
     parser.add_argument("--G", type=int, default=8, help="completions per prompt (num_generations)")
     parser.add_argument("--T-max", type=int, default=20, help="step limit per episode")
     parser.add_argument("--K", type=int, default=10, help="gate step")
-    parser.add_argument("--d-L", type=float, default=0.12, help="cut when the mean prefix edit distance at K < d_L")
+    parser.add_argument(
+        "--d-L", type=float, default=0.12, help="cut when the mean prefix edit distance at K < d_L"
+    )
     parser.add_argument("--no-gate", action="store_true", help="plain GRPO through the same engine")
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--tasks", type=int, default=64, help="training tasks (first N of the train set)")
+    parser.add_argument(
+        "--tasks", type=int, default=64, help="training tasks (first N of the train set)"
+    )
     args = parser.parse_args()
 
     import warnings
@@ -60,30 +66,71 @@ def main() -> None:
     if out.exists():
         raise SystemExit(f"{out} exists; give a new --out (nothing is overwritten)")
     gate = None if args.no_gate else GateRule("r1", K=args.K, d_L=args.d_L)
-    rollout = GatedRollout.alfworld("train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max,
-                                    seed=args.seed)
-    config = GRPOConfig(
-        output_dir=str(out), use_cpu=True, bf16=False, gradient_checkpointing=False,
-        num_generations=args.G, per_device_train_batch_size=args.G * args.groups, max_steps=args.steps,
-        learning_rate=args.lr, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
-        seed=args.seed, data_seed=args.seed, max_completion_length=None, disable_tqdm=False,
+    rollout = GatedRollout.alfworld(
+        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed
     )
-    trainer = GRPOTrainer(model=str(resolve_model("default")), args=config, reward_funcs=rollout.reward,
-                          train_dataset=rollout.dataset(repeats=args.steps), rollout_func=rollout,
-                          peft_config=LoraConfig(r=ONPOLICY_LORA.r, lora_alpha=ONPOLICY_LORA.alpha,
-                                                 target_modules=list(ONPOLICY_LORA.targets), task_type="CAUSAL_LM"))
+    config = GRPOConfig(
+        output_dir=str(out),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        num_generations=args.G,
+        per_device_train_batch_size=args.G * args.groups,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        data_seed=args.seed,
+        max_completion_length=None,
+        disable_tqdm=False,
+    )
+    trainer = GRPOTrainer(
+        model=str(resolve_model("default")),
+        args=config,
+        reward_funcs=rollout.reward,
+        train_dataset=rollout.dataset(repeats=args.steps),
+        rollout_func=rollout,
+        peft_config=LoraConfig(
+            r=ONPOLICY_LORA.r,
+            lora_alpha=ONPOLICY_LORA.alpha,
+            target_modules=list(ONPOLICY_LORA.targets),
+            task_type="CAUSAL_LM",
+        ),
+    )
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
     c = rollout.counts
     summary = {
         "gate": None if gate is None else {"rule": "r1", "K": args.K, "d_L": args.d_L},
-        "steps": args.steps, "wall_s": round(wall, 1), "groups": c.groups, "groups_cut": c.cut,
-        "env_steps": c.env_steps, "gen_tokens": c.gen_tokens, "steps_saved_max": c.steps_saved_max,
+        "steps": args.steps,
+        "wall_s": round(wall, 1),
+        "groups": c.groups,
+        "groups_cut": c.cut,
+        "env_steps": c.env_steps,
+        "gen_tokens": c.gen_tokens,
+        "steps_saved_max": c.steps_saved_max,
         # per step, from TRL's log: reward (None when every group was cut), seconds, cuts, tokens
-        "per_step": [{k: h.get(k) for k in ("step", "reward", "step_time", "gate/groups_cut", "rollout/gen_tokens",
-                                            "rollout/env_steps", "loss", "grad_norm")}
-                     for h in trainer.state.log_history if "gate/groups_cut" in h],
+        "per_step": [
+            {
+                k: h.get(k)
+                for k in (
+                    "step",
+                    "reward",
+                    "step_time",
+                    "gate/groups_cut",
+                    "rollout/gen_tokens",
+                    "rollout/env_steps",
+                    "loss",
+                    "grad_norm",
+                )
+            }
+            for h in trainer.state.log_history
+            if "gate/groups_cut" in h
+        ],
     }
     (out / "srollout-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary))

@@ -1,8 +1,8 @@
 """Atomic file writes (temp file in the same directory, then ``os.replace``).
 
-A crash never leaves half a file, and a write that runs out of space
-leaves the previous version in place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can use it
-without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
+A crash never leaves half a file, and a write that runs out of space leaves the previous version in
+place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can
+use it without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
 """
 
 from __future__ import annotations
@@ -49,11 +49,15 @@ def umask_mode(tmp: str | Path) -> None:
 
 def no_space(path: str | Path) -> DiskFullError:
     """The one-line error of a write that ran out of space: ``path`` was not replaced."""
-    return DiskFullError(f"no space left on the device while writing {path}; the files already there are "
-                         "intact (every write is a temp file + rename)")
+    return DiskFullError(
+        f"no space left on the device while writing {path}; the files already there are "
+        "intact (every write is a temp file + rename)"
+    )
 
 
-def atomic_write_json(obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None) -> Path:
+def atomic_write_json(
+    obj: Any, path: str | Path, default: Callable[[Any], Any] | None = None
+) -> Path:
     """``obj`` as indented, key-sorted JSON with a final newline."""
 
     def write(fh: IO[str]) -> None:

@@ -15,7 +15,8 @@ PIPE_WIDTH = 160
 
 
 def make_console(**kwargs: Any) -> Any:
-    """A rich Console: the terminal's width on a terminal, else ``COLUMNS`` or :data:`PIPE_WIDTH`."""
+    """A rich Console: the terminal's width on a terminal, else ``COLUMNS`` or
+    :data:`PIPE_WIDTH`."""
     from rich.console import Console
 
     console = Console(**kwargs)

@@ -56,7 +56,11 @@ def disk_full(err: BaseException) -> bool:
         if isinstance(current, OSError) and current.errno in NO_SPACE_ERRNOS:
             return True
         text = str(current).lower()
-        if "no space left on device" in text or "disk quota exceeded" in text or "os error 28" in text:
+        if (
+            "no space left on device" in text
+            or "disk quota exceeded" in text
+            or "os error 28" in text
+        ):
             return True
         current = current.__cause__ or current.__context__
     return False

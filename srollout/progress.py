@@ -28,9 +28,20 @@ class StageBar:
     was made (for rates); ``enabled`` False makes every method a no-op.
     """
 
-    def __init__(self, console: Any, label: str, total: int, *, enabled: bool, completed: int = 0,
-                 before: Sequence[str] = (), after: Sequence[str] = ("info",), unit: str | None = None,
-                 eta: bool = True, transient: bool = False) -> None:
+    def __init__(
+        self,
+        console: Any,
+        label: str,
+        total: int,
+        *,
+        enabled: bool,
+        completed: int = 0,
+        before: Sequence[str] = (),
+        after: Sequence[str] = ("info",),
+        unit: str | None = None,
+        eta: bool = True,
+        transient: bool = False,
+    ) -> None:
         self.enabled = enabled
         self.total = total
         self.t0 = time.perf_counter()
@@ -59,7 +70,9 @@ class StageBar:
         columns += [TimeElapsedColumn()]
         columns += [TextColumn("ETA"), TimeRemainingColumn()] if eta else []
         self.bar = Progress(*columns, console=console, transient=transient)
-        self.task = self.bar.add_task(label, total=total, completed=completed, **{name: "" for name in (*before, *after)})
+        self.task = self.bar.add_task(
+            label, total=total, completed=completed, **{name: "" for name in (*before, *after)}
+        )
 
     def __enter__(self) -> StageBar:
         if self.enabled:
@@ -87,13 +100,17 @@ class StageBar:
         elif now - self._last_line < LOG_EVERY_S:
             return
         self._last_line = now
-        parts = [f"{int(task.completed)}/{int(task.total or 0)}" + (f" {self.unit}" if self.unit else "")]
+        parts = [
+            f"{int(task.completed)}/{int(task.total or 0)}" + (f" {self.unit}" if self.unit else "")
+        ]
         parts += [str(task.fields[name]) for name in self.fields if task.fields.get(name)]
         clock = f"elapsed {_clock(now - self.t0)}"
         if not task.finished and task.completed and task.total:
             remaining = (now - self.t0) * (task.total - task.completed) / task.completed
             clock += f", ETA {_clock(remaining)}"
-        self.console.print(f"{self.label}: {' '.join(parts)}, {clock}", highlight=False, markup=False)
+        self.console.print(
+            f"{self.label}: {' '.join(parts)}, {clock}", highlight=False, markup=False
+        )
         if task.finished:
             self._last_line = math.inf
 
@@ -103,10 +120,26 @@ class RolloutBar(StageBar):
     groups done, then ``after=("rate",)``: generated tokens per second and the rows in flight,
     fed by the engine's per-tick callback (:meth:`tick`), and ETA."""
 
-    def __init__(self, console: Any, label: str, total: int, *, enabled: bool, completed: int = 0,
-                 before: Sequence[str] = ()) -> None:
-        super().__init__(console, label, total, enabled=enabled, completed=completed, before=before, unit="groups",
-                         after=("rate",))
+    def __init__(
+        self,
+        console: Any,
+        label: str,
+        total: int,
+        *,
+        enabled: bool,
+        completed: int = 0,
+        before: Sequence[str] = (),
+    ) -> None:
+        super().__init__(
+            console,
+            label,
+            total,
+            enabled=enabled,
+            completed=completed,
+            before=before,
+            unit="groups",
+            after=("rate",),
+        )
         self.tokens = 0
 
     def tick(self, stats: Any) -> None:
@@ -131,7 +164,9 @@ class RolloutBar(StageBar):
 def _clock(seconds: float) -> str:
     """``m:ss`` (``h:mm:ss`` from an hour on)."""
     s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
 
 
 class PhaseBars:
@@ -159,7 +194,9 @@ class PhaseBars:
                 return
             if self.name != name:
                 self.close()
-                self.open = StageBar(self.console, name, total, enabled=True, unit=self.units.get(name))
+                self.open = StageBar(
+                    self.console, name, total, enabled=True, unit=self.units.get(name)
+                )
                 self.open.__enter__()
                 self.name = name
             assert self.open is not None

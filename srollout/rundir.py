@@ -30,7 +30,18 @@ from srollout import __version__
 from srollout.errors import RunDirBusyError, SrolloutError
 from srollout.schemas import write_json
 
-_PACKAGES = ("polars", "numpy", "torch", "transformers", "peft", "alfworld", "textworld", "Levenshtein", "vllm", "ray")
+_PACKAGES = (
+    "polars",
+    "numpy",
+    "torch",
+    "transformers",
+    "peft",
+    "alfworld",
+    "textworld",
+    "Levenshtein",
+    "vllm",
+    "ray",
+)
 
 
 def default_run_dir(stage: str) -> Path:
@@ -108,8 +119,8 @@ def lock_run_dir(out: Path) -> None:
 
 def _busy(out: Path, owner: str) -> RunDirBusyError:
     return RunDirBusyError(
-        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for it to "
-        "finish, stop it, or choose another --out"
+        f"{out} is being written by another srollout process (PID {owner or 'unknown'}); wait for "
+        "it to finish, stop it, or choose another --out"
     )
 
 
@@ -138,7 +149,9 @@ def _has_content(out: Path) -> bool:
     return any(p.name != LOCK_FILE for p in out.iterdir())
 
 
-def prepare_run_dir(out: Path | None, stage: str, overwrite: bool = False, resume: bool = False) -> Path:
+def prepare_run_dir(
+    out: Path | None, stage: str, overwrite: bool = False, resume: bool = False
+) -> Path:
     """Create (or, with ``resume``, reopen) the run directory; refuse to clobber one silently.
 
     Takes the directory's writer lock first (:func:`lock_run_dir`), so neither ``--overwrite``
@@ -153,11 +166,16 @@ def prepare_run_dir(out: Path | None, stage: str, overwrite: bool = False, resum
     if resume and not existed:
         raise SrolloutError(f"--resume: {out} does not exist")
     if existed and _has_content(out) and not (resume or overwrite):
-        raise SrolloutError(f"{out} already exists and is not empty; pass --overwrite to replace it or --resume to continue it")
+        raise SrolloutError(
+            f"{out} already exists and is not empty; pass "
+            "--overwrite to replace it or --resume to continue it"
+        )
     try:
         lock_run_dir(out)
     except OSError as err:
-        raise SrolloutError(f"--out {out}: cannot create the run directory ({err.strerror or err})") from None
+        raise SrolloutError(
+            f"--out {out}: cannot create the run directory ({err.strerror or err})"
+        ) from None
     if existed and _has_content(out) and not resume:
         for entry in out.iterdir():  # --overwrite: everything but the lock this process now holds
             if entry.name == LOCK_FILE:
@@ -232,7 +250,10 @@ class Manifest:
         """Record that the stage stopped before its end (a signal, a full disk): ``status`` stays
         ``partial`` and ``interrupted`` says why and when. Best effort: on a full disk the write
         may fail, and the previous manifest (also ``partial``) stays."""
-        self.data["interrupted"] = {"reason": reason, "utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.data["interrupted"] = {
+            "reason": reason,
+            "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         self.data["status"] = "partial"
         write_json(self.data, self.path)
 

@@ -81,7 +81,13 @@ class Rule:
 
 
 def _unit(column: str, symbol: str, missing: bool = False) -> Rule:
-    return Rule(column, f"{symbol} lies in [0, 1]" + (" (NaN allowed)" if missing else ", never NaN"), 0.0, 1.0, missing=missing)
+    return Rule(
+        column,
+        f"{symbol} lies in [0, 1]" + (" (NaN allowed)" if missing else ", never NaN"),
+        0.0,
+        1.0,
+        missing=missing,
+    )
 
 
 def _count(column: str, lo: int = 0, missing: bool = False) -> Rule:
@@ -294,9 +300,7 @@ EVAL = Artifact(
         "task_type": pl.Utf8,
         "success": pl.Boolean,
     },
-    (
-        _count("iteration"),
-    ),
+    (_count("iteration"),),
 )
 
 ARTIFACTS: dict[str, Artifact] = {
@@ -314,14 +318,18 @@ def _compatible(expected: Any, actual: pl.DataType) -> bool:
     return actual == expected
 
 
-def validate(df: pl.DataFrame, artifact: Artifact, source: str | Path, allow_empty: bool = False) -> pl.DataFrame:
+def validate(
+    df: pl.DataFrame, artifact: Artifact, source: str | Path, allow_empty: bool = False
+) -> pl.DataFrame:
     """Check ``df`` against ``artifact``; return it with declared dtypes cast (ints widened).
 
     Raises SchemaError with one line naming ``source`` and the first bad column.
     """
     for col, dtype in artifact.columns.items():
         if col not in df.columns:
-            raise SchemaError(f"{source}: missing column '{col}' ({artifact.name} table, {artifact.row} per row)")
+            raise SchemaError(
+                f"{source}: missing column '{col}' ({artifact.name} table, {artifact.row} per row)"
+            )
         actual = df.schema[col]
         if not _compatible(dtype, actual):
             raise SchemaError(f"{source}: column '{col}' has type {actual}, expected {dtype}")
@@ -345,8 +353,8 @@ def check_rules(df: pl.DataFrame, artifact: Artifact, source: str | Path) -> pl.
             row = int(bad.arg_true()[0])
             value = df[rule.column][row]
             raise SchemaError(
-                f"{source}: column '{rule.column}' row {row} is {value!r}: the contract says {rule.what} "
-                f"({int(bad.sum())} bad row(s); docs/artifacts.md)"
+                f"{source}: column '{rule.column}' row {row} is {value!r}: the contract says "
+                f"{rule.what} ({int(bad.sum())} bad row(s); docs/artifacts.md)"
             )
     return df
 
@@ -367,7 +375,12 @@ def read(path: str | Path, artifact: Artifact, allow_empty: bool = False) -> pl.
     return check_rules(validate(df, artifact, path, allow_empty=allow_empty), artifact, path)
 
 
-def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = None, allow_empty: bool = False) -> pl.LazyFrame:
+def scan(
+    path: str | Path,
+    artifact: Artifact,
+    columns: Sequence[str] | None = None,
+    allow_empty: bool = False,
+) -> pl.LazyFrame:
     """A Parquet artifact read lazily: the file's schema is checked as :func:`read` checks it
     (missing file, not Parquet, missing or mistyped column, empty table), nothing else is read
     until the caller collects. columns: the columns to keep (default all), cast to the declared
@@ -386,7 +399,9 @@ def scan(path: str | Path, artifact: Artifact, columns: Sequence[str] | None = N
     if n_rows == 0 and not allow_empty:
         raise SchemaError(f"{path}: the {artifact.name} table is empty")
     keep = list(file_schema) if columns is None else list(columns)
-    return lazy.select([pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep])
+    return lazy.select(
+        [pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep]
+    )
 
 
 @contextlib.contextmanager
@@ -398,7 +413,9 @@ def reading(path: str | Path) -> Iterator[None]:
         yield
     except pl.exceptions.PolarsError as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SchemaError(f"{path}: reading it failed, the file looks damaged ({reason[:160]})") from err
+        raise SchemaError(
+            f"{path}: reading it failed, the file looks damaged ({reason[:160]})"
+        ) from err
 
 
 def check_rules_lazy(lazy: pl.LazyFrame, artifact: Artifact, source: str | Path) -> pl.LazyFrame:

@@ -86,16 +86,47 @@ def _disjoint(i: int, n: int) -> list[str]:
 # c: trajectory 1 differs from the other three at step 4 only -> 3 pairs at 1/4 of 6 -> 0.125.
 # d: every trajectory uses its own actions -> every pair at distance 1.
 HAND_BUFFER = {
-    "a": GroupSpec("pick_and_place_simple", [Traj(["go to shelf 1", "take mug 1 from shelf 1", "put mug 1 in/on desk 1"], 1.0)] * 4),
+    "a": GroupSpec(
+        "pick_and_place_simple",
+        [Traj(["go to shelf 1", "take mug 1 from shelf 1", "put mug 1 in/on desk 1"], 1.0)] * 4,
+    ),
     "b": GroupSpec(
         "pick_and_place_simple",
-        [Traj(["open drawer 1", "close drawer 1", "open drawer 2", "close drawer 2", *_disjoint(i, 4)], r) for i, r in enumerate((1, 0, 0, 0))],
+        [
+            Traj(
+                [
+                    "open drawer 1",
+                    "close drawer 1",
+                    "open drawer 2",
+                    "close drawer 2",
+                    *_disjoint(i, 4),
+                ],
+                r,
+            )
+            for i, r in enumerate((1, 0, 0, 0))
+        ],
     ),
     "c": GroupSpec(
         "pick_clean_then_place",
-        [Traj(["look", "inventory", "go to sink 1", "look" if i != 1 else "examine sink 1", "look", "look"], 0.0) for i in range(4)],
+        [
+            Traj(
+                [
+                    "look",
+                    "inventory",
+                    "go to sink 1",
+                    "look" if i != 1 else "examine sink 1",
+                    "look",
+                    "look",
+                ],
+                0.0,
+            )
+            for i in range(4)
+        ],
     ),
-    "d": GroupSpec("pick_clean_then_place", [Traj(_disjoint(i, n), r) for i, (n, r) in enumerate(((10, 1), (10, 0), (5, 1), (4, 0)))]),
+    "d": GroupSpec(
+        "pick_clean_then_place",
+        [Traj(_disjoint(i, n), r) for i, (n, r) in enumerate(((10, 1), (10, 0), (5, 1), (4, 0)))],
+    ),
 }
 
 
@@ -114,7 +145,9 @@ class CliResult(NamedTuple):
 
 
 @pytest.fixture
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., CliResult]:
     """Run ``srollout ARGS...`` in-process through the real entry point (``srollout.cli.app.main``,
     so known errors become exit code 2 and one red line); returns exit code, stdout, stderr."""
     from srollout.cli.app import main

@@ -13,7 +13,8 @@ from srollout.config import AnalyzeConfig, help_for
 _DEFAULT = AnalyzeConfig()
 
 HELP = (
-    "Measure how well mid-rollout divergence predicts zero-variance groups (Spearman, AUROC, figures).\n\n"
+    "Measure how well mid-rollout divergence predicts "
+    "zero-variance groups (Spearman, AUROC, figures).\n\n"
     "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes correlation.parquet, "
     "per_task_type.parquet, stratification.parquet, false_positives.parquet, signals.parquet (when "
     "computed from steps), PNG figures and report.md."
@@ -32,8 +33,12 @@ def register(app: typer.Typer) -> None:
         gate_K: Annotated[int, typer.Option("--gate-K", help=_h("gate_K"))] = _DEFAULT.gate_K,
         d_L: Annotated[float, typer.Option("--d-L", help=_h("d_L"))] = _DEFAULT.d_L,
         seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
-        figures: Annotated[bool, typer.Option("--figures/--no-figures", help=_h("figures"))] = _DEFAULT.figures,
-        out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
+        figures: Annotated[
+            bool, typer.Option("--figures/--no-figures", help=_h("figures"))
+        ] = _DEFAULT.figures,
+        out: Annotated[
+            Path | None, typer.Option("--out", help=_h("out"), show_default=False)
+        ] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
     ) -> None:
         from srollout.config import parse_int_list

@@ -42,7 +42,16 @@ def _register() -> None:
 
     # `policy` (build/inspect the default policy) and `serve` (a vLLM server) are helpers, listed
     # after the pipeline.
-    for module in (collect, analyze, sweep, ab_rollout, train_offpolicy, train_onpolicy, policy, serve):
+    for module in (
+        collect,
+        analyze,
+        sweep,
+        ab_rollout,
+        train_offpolicy,
+        train_onpolicy,
+        policy,
+        serve,
+    ):
         module.register(app)
 
 
@@ -68,7 +77,11 @@ def main() -> None:
     import threading
 
     main_thread = threading.current_thread() is threading.main_thread()  # signal.signal needs it
-    previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    previous = (
+        {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if main_thread
+        else {}
+    )
     try:
         _run()
     finally:
@@ -104,7 +117,9 @@ def _run() -> None:
             # a library (torch, matplotlib, peft) that ran out of space mid-write: its temp file
             # is gone and the file it would replace is intact (every writer here is atomic)
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            _disk_full(f"no space left on the device ({first}); the files already written are intact")
+            _disk_full(
+                f"no space left on the device ({first}); the files already written are intact"
+            )
         raise
 
 
@@ -172,8 +187,9 @@ def _is_disk_full(err: SrolloutError) -> bool:
 
 
 def _resume_hint() -> str:
-    """"; free space, then continue with `srollout ... --resume --out DIR`" for the run this
-    process was writing (or start again with --overwrite where the stage has no --resume)."""
+    """The hint after a full disk: "; free space, then continue with `srollout ... --resume
+    --out DIR`" for the run this process was writing (or start again with --overwrite where the
+    stage has no --resume)."""
     from srollout.rundir import active_run
 
     run = active_run()
@@ -204,15 +220,19 @@ def _stopped(stop: Interrupted) -> None:
     if run.run_dir is None or not run.run_dir.exists():
         message = f"interrupted by {stop.name} before a run directory was opened"
     elif run.manifest is not None and run.manifest.data.get("status") == "complete":
-        message = f"interrupted by {stop.name} after the run had finished: {run.run_dir} is complete"
+        message = (
+            f"interrupted by {stop.name} after the run had finished: {run.run_dir} is complete"
+        )
     else:
         if run.manifest is not None:
             try:
                 run.manifest.interrupted(stop.name)
             except Exception:  # noqa: BLE001 - a full disk: the previous manifest (partial) stays
                 pass
-        message = (f"interrupted by {stop.name}: the work finished so far is kept in {run.run_dir} "
-                   f"(manifest status 'partial'); {_continue_command(run.run_dir)}")
+        message = (
+            f"interrupted by {stop.name}: the work finished so far is kept in {run.run_dir} "
+            f"(manifest status 'partial'); {_continue_command(run.run_dir)}"
+        )
     _print_error(message, "stopped")
     sys.exit(128 + stop.signum)
 
@@ -239,7 +259,9 @@ def _print_error(message: str, label: str) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[bold red]{label}:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    Console(stderr=True).print(
+        f"[bold red]{label}:[/] {escape(message)}", highlight=False, soft_wrap=True
+    )
 
 
 if __name__ == "__main__":

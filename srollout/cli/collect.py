@@ -21,13 +21,16 @@ OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
 def register(app: typer.Typer) -> None:
     @app.command(
         "collect",
-        help="Roll out G trajectories per task with the policy and write steps/trajectories/groups/signals "
-        "Parquet, a report and a manifest. Paper defaults: 100 groups of G=8, T_max=30, temperature 0.7, gate off.",
+        help="Roll out G trajectories per task with the policy and write "
+        "steps/trajectories/groups/signals Parquet, a report and a manifest. Paper defaults: 100 "
+        "groups of G=8, T_max=30, temperature 0.7, gate off.",
     )
     @rollout_options(CollectConfig, OPTIONS, order=(*OPTIONS, "workers"))
     def collect(
         options: dict[str, Any],
-        workers: Annotated[int, typer.Option("--workers", help=help_for(DistConfig, "workers"))] = 1,
+        workers: Annotated[
+            int, typer.Option("--workers", help=help_for(DistConfig, "workers"))
+        ] = 1,
     ) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich
@@ -37,7 +40,13 @@ def register(app: typer.Typer) -> None:
         dist = DistConfig(workers=workers)
         console = make_console()
         result = run_collect(config, console=console, dist=dist)
-        console.print(to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups"))
+        console.print(
+            to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups")
+        )
         console.print(f"[bold]run directory:[/] {result.run_dir}")
-        for path in (*result.paths.values(), result.run_dir / "report.md", result.run_dir / "manifest.json"):
+        for path in (
+            *result.paths.values(),
+            result.run_dir / "report.md",
+            result.run_dir / "manifest.json",
+        ):
             console.print(f"  {path}", highlight=False)

@@ -25,11 +25,16 @@ _D = BuildConfig()
 def build(
     out: Path | None = typer.Option(None, help="Write here instead of the $SROLLOUT_HOME cache."),  # noqa: B008
     replace_shipped: bool = typer.Option(
-        False, "--replace-shipped",
-        help="Then copy the build over the default policy the package ships (a clone or an editable install)."),
+        False,
+        "--replace-shipped",
+        help="Then copy the build over the default policy the package ships (a clone or an "
+        "editable install).",
+    ),
     seed: int = typer.Option(_D.seed, help=help_for(BuildConfig, "seed")),
     n_demo_tasks: int = typer.Option(_D.n_demo_tasks, help=help_for(BuildConfig, "n_demo_tasks")),
-    demos_per_task: int = typer.Option(_D.demos_per_task, help=help_for(BuildConfig, "demos_per_task")),
+    demos_per_task: int = typer.Option(
+        _D.demos_per_task, help=help_for(BuildConfig, "demos_per_task")
+    ),
     d_model: int = typer.Option(_D.d_model, help=help_for(BuildConfig, "d_model")),
     n_layers: int = typer.Option(_D.n_layers, help=help_for(BuildConfig, "n_layers")),
     epochs: int = typer.Option(_D.epochs, help=help_for(BuildConfig, "epochs")),
@@ -38,14 +43,28 @@ def build(
     take: str = typer.Option(_D.take, help=help_for(BuildConfig, "take")),
     thoughts: str = typer.Option(_D.thoughts, help=help_for(BuildConfig, "thoughts")),
     user_template: str = typer.Option(
-        _D.user_template, help=help_for(BuildConfig, "user_template") + " A literal \\n on the command line is a newline."),
+        _D.user_template,
+        help=help_for(BuildConfig, "user_template")
+        + " A literal \\n on the command line is a newline.",
+    ),
     max_context: int = typer.Option(_D.max_context, help=help_for(BuildConfig, "max_context")),
-    correction_rounds: int = typer.Option(_D.correction_rounds, help=help_for(BuildConfig, "correction_rounds")),
-    correction_tasks: int = typer.Option(_D.correction_tasks, help=help_for(BuildConfig, "correction_tasks")),
-    correction_beta: float = typer.Option(_D.correction_beta, help=help_for(BuildConfig, "correction_beta")),
-    correction_relabel: bool = typer.Option(_D.correction_relabel, "--correction-relabel/--no-correction-relabel",
-                                            help=help_for(BuildConfig, "correction_relabel")),
-    force: bool = typer.Option(False, "--force", help="Rebuild even if the cache already holds this config."),
+    correction_rounds: int = typer.Option(
+        _D.correction_rounds, help=help_for(BuildConfig, "correction_rounds")
+    ),
+    correction_tasks: int = typer.Option(
+        _D.correction_tasks, help=help_for(BuildConfig, "correction_tasks")
+    ),
+    correction_beta: float = typer.Option(
+        _D.correction_beta, help=help_for(BuildConfig, "correction_beta")
+    ),
+    correction_relabel: bool = typer.Option(
+        _D.correction_relabel,
+        "--correction-relabel/--no-correction-relabel",
+        help=help_for(BuildConfig, "correction_relabel"),
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Rebuild even if the cache already holds this config."
+    ),
 ) -> None:
     """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe
     and seed into the cache, or --out DIR; --replace-shipped puts it in the package."""
@@ -61,26 +80,49 @@ def build(
         is_built,
     )
 
-    for name, value in (("n-demo-tasks", n_demo_tasks), ("demos-per-task", demos_per_task),
-                        ("d-model", d_model), ("n-layers", n_layers), ("epochs", epochs), ("threads", threads),
-                        ("max-context", max_context), ("correction-tasks", correction_tasks)):
+    for name, value in (
+        ("n-demo-tasks", n_demo_tasks),
+        ("demos-per-task", demos_per_task),
+        ("d-model", d_model),
+        ("n-layers", n_layers),
+        ("epochs", epochs),
+        ("threads", threads),
+        ("max-context", max_context),
+        ("correction-tasks", correction_tasks),
+    ):
         if value < 1:
             raise SrolloutError(f"--{name} must be >= 1, got {value}")
     cfg = dataclasses.replace(
-        _D, seed=seed, n_demo_tasks=n_demo_tasks, demos_per_task=demos_per_task, d_model=d_model,
-        n_layers=n_layers, epochs=epochs, threads=threads, difficulty=difficulty, take=take, thoughts=thoughts,
-        user_template=user_template.replace("\\n", "\n"), max_context=max_context,
-        correction_rounds=correction_rounds, correction_tasks=correction_tasks, correction_beta=correction_beta,
+        _D,
+        seed=seed,
+        n_demo_tasks=n_demo_tasks,
+        demos_per_task=demos_per_task,
+        d_model=d_model,
+        n_layers=n_layers,
+        epochs=epochs,
+        threads=threads,
+        difficulty=difficulty,
+        take=take,
+        thoughts=thoughts,
+        user_template=user_template.replace("\\n", "\n"),
+        max_context=max_context,
+        correction_rounds=correction_rounds,
+        correction_tasks=correction_tasks,
+        correction_beta=correction_beta,
         correction_relabel=correction_relabel,
     )
     check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
     if replace_shipped and cfg != _D:
-        raise SrolloutError("--replace-shipped builds the default recipe only; drop the recipe options, "
-                            "or build with --out DIR and pass --model DIR")
+        raise SrolloutError(
+            "--replace-shipped builds the default recipe only; drop the recipe options, "
+            "or build with --out DIR and pass --model DIR"
+        )
     target = out or default_policy_dir(cfg)
     console = make_console()
     if out is not None and out.exists() and not is_built(out) and any(out.iterdir()):
-        raise SrolloutError(f"--out {out}: exists and is not a finished build; choose another directory")
+        raise SrolloutError(
+            f"--out {out}: exists and is not a finished build; choose another directory"
+        )
     if is_built(target) and not force:
         console.print(f"already built: {target} (use --force to rebuild)")
         extra = {}
@@ -96,7 +138,9 @@ def build(
 
 @policy_app.command("info")
 def info(
-    model: str = typer.Argument("default", help="`default` or a local Hugging Face model directory."),
+    model: str = typer.Argument(
+        "default", help="`default` or a local Hugging Face model directory."
+    ),
 ) -> None:
     """Show a model directory's architecture, size, tokenizer and (for built ones) build record;
     for `default`, which model `--model default` uses and whether the cache holds a rebuild."""
@@ -123,7 +167,10 @@ def _default_in_use(shipped: Path) -> dict[str, str]:
     cached = default_policy_dir()
     if is_built(cached):
         same = digest(cached) == digest(shipped)
-        rows["cache rebuild"] = f"{cached} ({'weights identical to' if same else 'differs from'} the shipped; not used by default)"
+        rows["cache rebuild"] = (
+            f"{cached} ({'weights identical to' if same else 'differs from'} "
+            "the shipped; not used by default)"
+        )
     return rows
 
 
@@ -134,25 +181,37 @@ def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
     rows = {
         "path": str(path),
         "architecture": ", ".join(cfg.get("architectures", [])) or cfg.get("model_type", "?"),
-        "hidden / layers / heads": f"{cfg.get('hidden_size')} / {cfg.get('num_hidden_layers')} / {cfg.get('num_attention_heads')}",
+        "hidden / layers / heads": f"{cfg.get('hidden_size')} / {cfg.get('num_hidden_layers')} / "
+        f"{cfg.get('num_attention_heads')}",
         "vocab": str(cfg.get("vocab_size")),
         "context": str(cfg.get("max_position_embeddings")),
     }
     tok_cfg = path / "tokenizer_config.json"
     if tok_cfg.is_file():
-        rows["chat template"] = "yes" if json.loads(tok_cfg.read_text()).get("chat_template") or (path / "chat_template.jinja").is_file() else "no"
+        rows["chat template"] = (
+            "yes"
+            if json.loads(tok_cfg.read_text()).get("chat_template")
+            or (path / "chat_template.jinja").is_file()
+            else "no"
+        )
     build_json = path / "build.json"
     if build_json.is_file():
         b = json.loads(build_json.read_text())
         rows["parameters"] = f"{b['n_params']:,}"
         if "precision" in b or "config" in b:
-            rows["precision"] = b.get("precision") or ("bf16 autocast" if b["config"].get("bf16") else "fp32")
+            rows["precision"] = b.get("precision") or (
+                "bf16 autocast" if b["config"].get("bf16") else "fp32"
+            )
         if "built_on" in b:
             m = b["built_on"]
-            rows["built on"] = f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('date')} (torch {m.get('torch')})"
+            rows["built on"] = (
+                f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('date')} (torch {m.get('torch')})"
+            )
         if "seed" in b.get("config", {}):
             rows["seed"] = str(b["config"]["seed"])
-        rows["SFT data"] = f"{b['n_demos']} demos, {b['n_tokens']:,} tokens ({b['n_loss_tokens']:,} with loss)"
+        rows["SFT data"] = (
+            f"{b['n_demos']} demos, {b['n_tokens']:,} tokens ({b['n_loss_tokens']:,} with loss)"
+        )
         rows["final SFT loss"] = f"{b['final_loss']:.4f}"
         rows["built in"] = f"{(b.get('wall_clock_seconds') or {}).get('total', b['seconds']):.0f} s"
         rows["config hash"] = b["config_hash"]

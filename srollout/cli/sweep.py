@@ -16,12 +16,12 @@ _GATES = GateFitConfig()
 
 HELP = (
     "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.\n\n"
-    "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row per "
-    "rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), pareto.png "
-    "and report.md.\n\n"
-    "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on held-out "
-    "groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 (gates.parquet, "
-    "gate-learned.json, gate-adaptive.json)."
+    "INPUT is a run directory, a steps.parquet or a signals.parquet. Writes sweep.parquet (one row "
+    "per rule, K, d_L[, t_high]), gate.json of the chosen point (only if one clears the floor), "
+    "pareto.png and report.md.\n\n"
+    "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on "
+    "held-out groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 "
+    "(gates.parquet, gate-learned.json, gate-adaptive.json)."
 )
 
 
@@ -38,21 +38,33 @@ def register(app: typer.Typer) -> None:
     def sweep(
         input: Annotated[Path, typer.Argument(help=_h("input"), show_default=False)],
         K: Annotated[str, typer.Option("--K", help=_h("K"))] = "10",
-        d_L_grid: Annotated[str, typer.Option("--d-L-grid", help=_h("d_L_grid"))] = "0.05:0.18:0.01",
+        d_L_grid: Annotated[
+            str, typer.Option("--d-L-grid", help=_h("d_L_grid"))
+        ] = "0.05:0.18:0.01",
         rule: Annotated[str, typer.Option("--rule", help=_h("rule"))] = _DEFAULT.rule,
-        t_high_grid: Annotated[str, typer.Option("--t-high-grid", help=_h("t_high_grid"))] = "0.8:1.0:0.1",
+        t_high_grid: Annotated[
+            str, typer.Option("--t-high-grid", help=_h("t_high_grid"))
+        ] = "0.8:1.0:0.1",
         T_max: Annotated[int, typer.Option("--T-max", help=_h("T_max"))] = _DEFAULT.T_max,
-        precision_floor: Annotated[float, typer.Option("--precision-floor", help=_h("precision_floor"))] = _DEFAULT.precision_floor,
+        precision_floor: Annotated[
+            float, typer.Option("--precision-floor", help=_h("precision_floor"))
+        ] = _DEFAULT.precision_floor,
         n_boot: Annotated[int, typer.Option("--n-boot", help=_h("n_boot"))] = _DEFAULT.n_boot,
         seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
-        out: Annotated[Path | None, typer.Option("--out", help=_h("out"), show_default=False)] = None,
+        out: Annotated[
+            Path | None, typer.Option("--out", help=_h("out"), show_default=False)
+        ] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
         learned: Annotated[bool, typer.Option("--learned", help=_g("learned"))] = False,
         adaptive: Annotated[bool, typer.Option("--adaptive", help=_g("adaptive"))] = False,
-        check_K: Annotated[str, typer.Option("--check-K", help=_g("check_K"))] = ",".join(map(str, _GATES.check_K)),
+        check_K: Annotated[str, typer.Option("--check-K", help=_g("check_K"))] = ",".join(
+            map(str, _GATES.check_K)
+        ),
         n_folds: Annotated[int, typer.Option("--n-folds", help=_g("n_folds"))] = _GATES.n_folds,
         l2: Annotated[float, typer.Option("--l2", help=_g("l2"))] = _GATES.l2,
-        eval_buffer: Annotated[Path | None, typer.Option("--eval-buffer", help=_g("eval_buffer"), show_default=False)] = None,
+        eval_buffer: Annotated[
+            Path | None, typer.Option("--eval-buffer", help=_g("eval_buffer"), show_default=False)
+        ] = None,
     ) -> None:
         from srollout.config import parse_grid, parse_int_list
         from srollout.stages.sweep import run_sweep
@@ -70,8 +82,16 @@ def register(app: typer.Typer) -> None:
             out=out,
             overwrite=overwrite,
         )
-        gates = GateFitConfig(learned=learned, adaptive=adaptive, check_K=parse_int_list(check_K, "--check-K"),
-                              n_folds=n_folds, l2=l2, eval_buffer=eval_buffer)
+        gates = GateFitConfig(
+            learned=learned,
+            adaptive=adaptive,
+            check_K=parse_int_list(check_K, "--check-K"),
+            n_folds=n_folds,
+            l2=l2,
+            eval_buffer=eval_buffer,
+        )
         if eval_buffer is not None and not gates.any:
-            raise SrolloutError("--eval-buffer judges the --learned/--adaptive gates; pass one of them")
+            raise SrolloutError(
+                "--eval-buffer judges the --learned/--adaptive gates; pass one of them"
+            )
         run_sweep(config, gates=gates if gates.any else None)

@@ -22,17 +22,24 @@ from srollout.errors import SrolloutError
 class AnalyzeConfig:
     """`srollout analyze`: how well mid-rollout divergence predicts zero-variance groups."""
 
-    input: Path = doc(Path("."), "A run directory, a steps.parquet or a signals.parquet (made by "
-                      "anyone).")
-    K: tuple[int, ...] | None = doc(None, "Steps K at which to compute the signals (comma list); "
-                                    "default 5,10,15,20, or every K present in a signals table.")
-    gate_K: int = doc(PAPER_K, "Step K of the gate used for the false-positive listing and the d_K "
-                      "figures.")
-    d_L: float = doc(PAPER_D_L, "Threshold d_L in [0, 1] of that gate (rule r1: cut iff d_K < "
-                     "d_L).")
+    input: Path = doc(
+        Path("."), "A run directory, a steps.parquet or a signals.parquet (made by anyone)."
+    )
+    K: tuple[int, ...] | None = doc(
+        None,
+        "Steps K at which to compute the signals (comma list); "
+        "default 5,10,15,20, or every K present in a signals table.",
+    )
+    gate_K: int = doc(
+        PAPER_K, "Step K of the gate used for the false-positive listing and the d_K figures."
+    )
+    d_L: float = doc(
+        PAPER_D_L, "Threshold d_L in [0, 1] of that gate (rule r1: cut iff d_K < d_L)."
+    )
     seed: int = doc(0, "Seed of the G=8 sub-samples drawn from larger groups (App. G16 panel).")
-    figures: bool = doc(True, "Save the PNG figures (heatmap, d_K histogram by label, d_K vs "
-                        "reward variance).")
+    figures: bool = doc(
+        True, "Save the PNG figures (heatmap, d_K histogram by label, d_K vs reward variance)."
+    )
     out: Path | None = doc(None, "Run directory to write (default runs/analyze-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
@@ -50,20 +57,26 @@ SWEEP_RULES = ("r1", "r3", "both")
 class SweepConfig:
     """`srollout sweep`: sweep gate thresholds; choose an operating point with a precision floor."""
 
-    input: Path = doc(Path("."), "A run directory, a steps.parquet or a signals.parquet (made by "
-                      "anyone).")
+    input: Path = doc(
+        Path("."), "A run directory, a steps.parquet or a signals.parquet (made by anyone)."
+    )
     K: tuple[int, ...] = doc((PAPER_K,), "Gate step(s) K to sweep (one or a comma list).")
-    d_L_grid: tuple[float, ...] = doc(tuple(round(0.05 + 0.01 * i, 10) for i in range(14)),
-                                      "Grid of d_L thresholds: start:stop:step (stop included) or "
-                                      "a comma list.")
+    d_L_grid: tuple[float, ...] = doc(
+        tuple(round(0.05 + 0.01 * i, 10) for i in range(14)),
+        "Grid of d_L thresholds: start:stop:step (stop included) or a comma list.",
+    )
     rule: str = doc("r1", "Gate rule: r1 (d_K < d_L), r3 (d_K < d_L or tau_K >= t_high) or both.")
-    t_high_grid: tuple[float, ...] = doc((0.8, 0.9, 1.0), "Grid of t_high for r3: start:stop:step "
-                                         "(stop included) or a comma list.")
+    t_high_grid: tuple[float, ...] = doc(
+        (0.8, 0.9, 1.0), "Grid of t_high for r3: start:stop:step (stop included) or a comma list."
+    )
     T_max: int = doc(PAPER_T_MAX, "Rollout horizon T_max (steps) of the paper's savings formulas.")
-    precision_floor: float = doc(PAPER_PRECISION_FLOOR, "Smallest precision (TP / cuts, in [0, 1]) "
-                                 "an operating point may have.")
-    n_boot: int = doc(10_000, "Bootstrap resamples (over groups) for the chosen point's confidence "
-                      "intervals.")
+    precision_floor: float = doc(
+        PAPER_PRECISION_FLOOR,
+        "Smallest precision (TP / cuts, in [0, 1]) an operating point may have.",
+    )
+    n_boot: int = doc(
+        10_000, "Bootstrap resamples (over groups) for the chosen point's confidence intervals."
+    )
     seed: int = doc(0, "Seed of the bootstrap (and of the --learned/--adaptive folds).")
     out: Path | None = doc(None, "Run directory to write (default runs/sweep-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
@@ -92,18 +105,34 @@ class SweepConfig:
 class GateFitConfig:
     """`srollout sweep --learned/--adaptive`: gates fit on one set of groups, judged on another."""
 
-    learned: bool = doc(False, "Also fit the learned gate (logistic regression on the seven "
-                        "signals) and report it cross-fitted.")
-    adaptive: bool = doc(False, "Also fit the adaptive-K gate (cut at the first confident check "
-                         "step) and report it cross-fitted.")
-    check_K: tuple[int, ...] = doc((5, 10, 15), "Check steps of the adaptive gate; the learned "
-                                   "model is also trained on rows at these K.")
-    n_folds: int = doc(5, "Folds (>= 2) of the cross-fitting over groups: every reported number is "
-                       "a decision on a group nothing was fit on.")
-    l2: float = doc(1.0, "L2 penalty λ (>= 0) of the logistic model, on standardised features with "
-                    "the intercept unpenalised.")
-    eval_buffer: Path | None = doc(None, "Judge the gates on this second buffer (fit on INPUT) "
-                                   "instead of k-fold cross-fitting.")
+    learned: bool = doc(
+        False,
+        "Also fit the learned gate (logistic regression on the seven "
+        "signals) and report it cross-fitted.",
+    )
+    adaptive: bool = doc(
+        False,
+        "Also fit the adaptive-K gate (cut at the first confident check "
+        "step) and report it cross-fitted.",
+    )
+    check_K: tuple[int, ...] = doc(
+        (5, 10, 15),
+        "Check steps of the adaptive gate; the learned model is also trained on rows at these K.",
+    )
+    n_folds: int = doc(
+        5,
+        "Folds (>= 2) of the cross-fitting over groups: every reported number is "
+        "a decision on a group nothing was fit on.",
+    )
+    l2: float = doc(
+        1.0,
+        "L2 penalty λ (>= 0) of the logistic model, on standardised features with "
+        "the intercept unpenalised.",
+    )
+    eval_buffer: Path | None = doc(
+        None,
+        "Judge the gates on this second buffer (fit on INPUT) instead of k-fold cross-fitting.",
+    )
 
     def __post_init__(self) -> None:
         _check_K(tuple(self.check_K), "--check-K")

@@ -54,8 +54,7 @@ def _check_backend(backend: str, base_url: str | None) -> None:
     _check_choice(backend, COLLECT_BACKENDS, "--backend")
     if (backend == "vllm-server") != (base_url is not None):
         raise SrolloutError(
-            "--base-url goes with --backend vllm-server, and --backend vllm-server needs "
-            "--base-url"
+            "--base-url goes with --backend vllm-server, and --backend vllm-server needs --base-url"
         )
 
 
@@ -71,41 +70,75 @@ class RolloutOptions:
     concrete K and d_L and no seed, policy kind or task set of this kind.
     """
 
-    groups: int = doc(100, "Groups (tasks) to roll out; group i plays task i of the task set, "
-                      "repeated with fresh seeds past its end.")
+    groups: int = doc(
+        100,
+        "Groups (tasks) to roll out; group i plays task i of the task set, "
+        "repeated with fresh seeds past its end.",
+    )
     G: int = doc(PAPER_G, "Trajectories per group (group size G).")
-    T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max); a trajectory that reaches it "
-                     "ends with ended_by=max_steps.")
+    T_max: int = doc(
+        PAPER_T_MAX,
+        "Step limit per trajectory (T_max); a trajectory that reaches it "
+        "ends with ended_by=max_steps.",
+    )
     temperature: float = doc(PAPER_TEMPERATURE, "Sampling temperature of the LM policy (>= 0).")
     top_p: float = doc(1.0, "Nucleus sampling top-p of the LM policy, in (0, 1].")
-    seed: int = doc(0, "Run seed; every trajectory's sampling and environment seeds derive from "
-                    "(seed, group, traj_idx).")
-    model: Path | None = doc(None, "Local Hugging Face causal-LM directory, or `default`: the "
-                             "default policy the package ships.")
+    seed: int = doc(
+        0,
+        "Run seed; every trajectory's sampling and environment seeds derive from "
+        "(seed, group, traj_idx).",
+    )
+    model: Path | None = doc(
+        None,
+        "Local Hugging Face causal-LM directory, or `default`: the "
+        "default policy the package ships.",
+    )
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
-    backend: str = doc("transformers", "LM backend: transformers, vllm (in this process; `make "
-                       "setup-vllm`) or vllm-server (a running server at --base-url).")
-    base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server, e.g. "
-                               "http://127.0.0.1:8000.")
-    tasks: str = doc("eval", "Task set to draw groups from: train, eval or heldout (generated), or "
-                     "an official ALFWorld split when $ALFWORLD_DATA is set.")
+    backend: str = doc(
+        "transformers",
+        "LM backend: transformers, vllm (in this process; `make "
+        "setup-vllm`) or vllm-server (a running server at --base-url).",
+    )
+    base_url: str | None = doc(
+        None, "URL of the vLLM server for --backend vllm-server, e.g. http://127.0.0.1:8000."
+    )
+    tasks: str = doc(
+        "eval",
+        "Task set to draw groups from: train, eval or heldout (generated), or "
+        "an official ALFWorld split when $ALFWORLD_DATA is set.",
+    )
     difficulty: str = doc("small", DIFFICULTY_HELP)
-    policy: str = doc("lm", "Who acts: lm (the model), expert (the planner) or noisy-expert (the "
-                      "planner with --eps random actions).")
-    eps: float = doc(0.3, "Probability, in [0, 1], of a random admissible action per step for "
-                     "--policy noisy-expert.")
-    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) to apply at its step K; off "
-                            "by default, so outcomes are complete.")
-    K: int | None = doc(None, "Turn the gate on at step K (with d_L 0.12 and rule r1 unless "
-                        "given).")
-    d_L: float | None = doc(None, "Gate threshold d_L in [0, 1]: cut a group iff d_K < d_L (rule "
-                            "r1); turns the gate on.")
+    policy: str = doc(
+        "lm",
+        "Who acts: lm (the model), expert (the planner) or noisy-expert (the "
+        "planner with --eps random actions).",
+    )
+    eps: float = doc(
+        0.3,
+        "Probability, in [0, 1], of a random admissible action per step for --policy noisy-expert.",
+    )
+    gate: Path | None = doc(
+        None,
+        "gate.json (from `srollout sweep`) to apply at its step K; off "
+        "by default, so outcomes are complete.",
+    )
+    K: int | None = doc(
+        None, "Turn the gate on at step K (with d_L 0.12 and rule r1 unless given)."
+    )
+    d_L: float | None = doc(
+        None,
+        "Gate threshold d_L in [0, 1]: cut a group iff d_K < d_L (rule r1); turns the gate on.",
+    )
     rule: str = doc("r1", "Gate rule: r1 (d_K < d_L) or r3 (d_K < d_L or tau_K >= t_high).")
     t_high: float | None = doc(None, "Termination-fraction threshold t_high in [0, 1] of rule r3.")
-    signal_K: tuple[int, ...] = doc(PAPER_K_VALUES, "Steps K at which the seven signals are "
-                                    "recorded for every group (comma list; K > T_max is dropped).")
-    concurrency: int = doc(64, "Most trajectories in flight at once (a new group starts when G "
-                           "slots are free).")
+    signal_K: tuple[int, ...] = doc(
+        PAPER_K_VALUES,
+        "Steps K at which the seven signals are "
+        "recorded for every group (comma list; K > T_max is dropped).",
+    )
+    concurrency: int = doc(
+        64, "Most trajectories in flight at once (a new group starts when G slots are free)."
+    )
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -162,11 +195,14 @@ class CollectConfig(RolloutOptions):
 
     out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
-    resume: bool = doc(False, "Continue the run in --out: finished groups are kept, the rest "
-                       "rolled out.")
-    quick: bool = doc(False,
-                      f"A one-minute look: {QUICK_GROUPS} groups and T_max {QUICK_T_MAX} unless "
-                      "given explicitly.")
+    resume: bool = doc(
+        False, "Continue the run in --out: finished groups are kept, the rest rolled out."
+    )
+    quick: bool = doc(
+        False,
+        f"A one-minute look: {QUICK_GROUPS} groups and T_max {QUICK_T_MAX} unless "
+        "given explicitly.",
+    )
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -203,46 +239,90 @@ class AbRolloutConfig(RolloutOptions):
     """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate
     (:class:`RolloutOptions`, some restated with the A/B's own default or help)."""
 
-    groups: int = doc(AB_GROUPS, "Tasks (groups) per arm; group i plays task i of the task set, "
-                      "with the same seeds in every arm.")
-    tasks: str = doc("eval", "Task set to draw the tasks from: train, eval or heldout (generated), "
-                     "or an official ALFWorld split when $ALFWORLD_DATA is set.")
+    groups: int = doc(
+        AB_GROUPS,
+        "Tasks (groups) per arm; group i plays task i of the task set, "
+        "with the same seeds in every arm.",
+    )
+    tasks: str = doc(
+        "eval",
+        "Task set to draw the tasks from: train, eval or heldout (generated), "
+        "or an official ALFWorld split when $ALFWORLD_DATA is set.",
+    )
     T_max: int = doc(PAPER_T_MAX, "Step limit per trajectory (T_max).")
-    seed: int = doc(0, "Run seed; every trajectory's seeds derive from (seed, group, traj_idx), "
-                    "identical in every arm.")
-    gate: Path | None = doc(None, "gate.json (from `srollout sweep`) for the gated arm; default: "
-                            "rule r1 at (K, d_L) = (10, 0.12).")
+    seed: int = doc(
+        0,
+        "Run seed; every trajectory's seeds derive from (seed, group, traj_idx), "
+        "identical in every arm.",
+    )
+    gate: Path | None = doc(
+        None,
+        "gate.json (from `srollout sweep`) for the gated arm; default: "
+        "rule r1 at (K, d_L) = (10, 0.12).",
+    )
     K: int | None = doc(None, "Gate step K of the gated arm (default 10).")
-    d_L: float | None = doc(None, "Gate threshold d_L in [0, 1] of the gated arm: cut a group iff "
-                            "d_K < d_L (default 0.12).")
-    repeats: int = doc(3, "Repeat the whole A/B R times with the same seeds, the arms swapping "
-                       "order every repeat; the wall-clock CI is over the blocks × repeats timed "
-                       "pairs (default 2 × 3 = 6).")
-    blocks: int = doc(AB_BLOCKS, "Blocks of tasks per repeat; the arms alternate over blocks in "
-                      "ABBA order, so machine drift favours neither.")
-    concurrency: int = doc(64, "Most trajectories in flight at once, the same in every arm (a "
-                           "group starts when G slots are free).")
-    warmup: bool = doc(True, "Before timing, load every task's game and roll a throw-away batch to "
-                       "T_max, so neither arm pays start-up costs.")
-    n_boot: int = doc(1_000, "Bootstrap resamples over tasks for the confidence intervals (the "
-                      "paper used 1,000).")
+    d_L: float | None = doc(
+        None,
+        "Gate threshold d_L in [0, 1] of the gated arm: cut a group iff d_K < d_L (default 0.12).",
+    )
+    repeats: int = doc(
+        3,
+        "Repeat the whole A/B R times with the same seeds, the arms swapping "
+        "order every repeat; the wall-clock CI is over the blocks × repeats timed "
+        "pairs (default 2 × 3 = 6).",
+    )
+    blocks: int = doc(
+        AB_BLOCKS,
+        "Blocks of tasks per repeat; the arms alternate over blocks in "
+        "ABBA order, so machine drift favours neither.",
+    )
+    concurrency: int = doc(
+        64,
+        "Most trajectories in flight at once, the same in every arm (a "
+        "group starts when G slots are free).",
+    )
+    warmup: bool = doc(
+        True,
+        "Before timing, load every task's game and roll a throw-away batch to "
+        "T_max, so neither arm pays start-up costs.",
+    )
+    n_boot: int = doc(
+        1_000, "Bootstrap resamples over tasks for the confidence intervals (the paper used 1,000)."
+    )
     figures: bool = doc(True, "Save the PNG figures (per-task time by arm, the saving decomposed).")
-    out: Path | None = doc(None, "Run directory to write (default runs/ab-rollout-<UTC "
-                           "timestamp>).")
+    out: Path | None = doc(
+        None, "Run directory to write (default runs/ab-rollout-<UTC timestamp>)."
+    )
     overwrite: bool = doc(False, "Replace --out if it already exists.")
-    resume: bool = doc(False, "Continue the run in --out: finished (arm, repeat, block) runs are "
-                       "kept with their timings.")
-    quick: bool = doc(False,
-                      f"A short look: {QUICK_GROUPS} tasks and T_max {QUICK_T_MAX} unless given "
-                      "explicitly.")
-    arms: tuple[str, ...] = doc(AB_ARMS, "Arms to compare (comma list of baseline, gated, dapo, "
-                                "greso, gated+dapo, gated+greso); baseline is required.")
-    dapo_max_rounds: int = doc(3, "DAPO arms: most extra rollout rounds per block, after which the "
-                               "block keeps the useful groups it has.")
-    greso_p_explore: float = doc(0.5, "GRESO arms: a task whose last z groups were zero-variance "
-                                 "is still rolled out with probability p^z.")
-    greso_history: Path | None = doc(None, "GRESO arms: groups.parquet (or a run directory holding "
-                                     "one) counted as each task's history before repeat 0.")
+    resume: bool = doc(
+        False,
+        "Continue the run in --out: finished (arm, repeat, block) runs are "
+        "kept with their timings.",
+    )
+    quick: bool = doc(
+        False,
+        f"A short look: {QUICK_GROUPS} tasks and T_max {QUICK_T_MAX} unless given explicitly.",
+    )
+    arms: tuple[str, ...] = doc(
+        AB_ARMS,
+        "Arms to compare (comma list of baseline, gated, dapo, "
+        "greso, gated+dapo, gated+greso); baseline is required.",
+    )
+    dapo_max_rounds: int = doc(
+        3,
+        "DAPO arms: most extra rollout rounds per block, after which the "
+        "block keeps the useful groups it has.",
+    )
+    greso_p_explore: float = doc(
+        0.5,
+        "GRESO arms: a task whose last z groups were zero-variance "
+        "is still rolled out with probability p^z.",
+    )
+    greso_history: Path | None = doc(
+        None,
+        "GRESO arms: groups.parquet (or a run directory holding "
+        "one) counted as each task's history before repeat 0.",
+    )
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -293,10 +373,16 @@ class DistConfig:
     Not part of a run's resume key.
     """
 
-    workers: int = doc(1, "Parallel workers: 1 runs in this process; N > 1 runs on Ray (extra "
-                       "`dist`), in $RAY_ADDRESS or a local cluster of N CPUs.")
-    chunk_groups: int | None = doc(None, "Groups a rollout worker takes at a time (default: twice "
-                                   "its groups in flight, concurrency // G).")
+    workers: int = doc(
+        1,
+        "Parallel workers: 1 runs in this process; N > 1 runs on Ray (extra "
+        "`dist`), in $RAY_ADDRESS or a local cluster of N CPUs.",
+    )
+    chunk_groups: int | None = doc(
+        None,
+        "Groups a rollout worker takes at a time (default: twice "
+        "its groups in flight, concurrency // G).",
+    )
 
     def __post_init__(self) -> None:
         if self.workers < 1:

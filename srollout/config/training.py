@@ -62,26 +62,37 @@ def _check_training(cfg: Any) -> None:
 class TrainOffpolicyConfig:
     """`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated (Tier 2)."""
 
-    buffer: Path = doc(Path("."), "A `collect` run directory (un-gated, LM policy: trajectories "
-                       "with token_ids/action_mask).")
+    buffer: Path = doc(
+        Path("."),
+        "A `collect` run directory (un-gated, LM policy: trajectories with token_ids/action_mask).",
+    )
     steps: int = doc(20, "GRPO steps per arm.")
-    groups_per_step: int = doc(4, "Groups sampled from the buffer per step (the same groups in "
-                               "both arms).")
-    turns_per_traj: int = doc(8, "Most action turns sampled per trajectory (an item is one "
-                              "trajectory x one action turn).")
-    max_items: int = doc(128, "Most items per step; turns per trajectory = min(--turns-per-traj, "
-                         "max_items // (groups_per_step*G)), so 256 gives the paper's 8.")
+    groups_per_step: int = doc(
+        4, "Groups sampled from the buffer per step (the same groups in both arms)."
+    )
+    turns_per_traj: int = doc(
+        8, "Most action turns sampled per trajectory (an item is one trajectory x one action turn)."
+    )
+    max_items: int = doc(
+        128,
+        "Most items per step; turns per trajectory = min(--turns-per-traj, "
+        "max_items // (groups_per_step*G)), so 256 gives the paper's 8.",
+    )
     lr: float = doc(5e-5, "AdamW learning rate (paper: 5e-5).")
     lora_r: int = doc(8, "LoRA rank (paper Tier 2: 8).")
     lora_alpha: int = doc(16, "LoRA alpha (paper Tier 2: 16).")
-    lora_targets: tuple[str, ...] = doc(("q_proj", "v_proj"), "LoRA target modules (comma list; "
-                                        "paper Tier 2: q_proj,v_proj).")
-    denominator: str = doc("paper", "Loss denominator: paper (1/N trajectories), token_mean, "
-                           "seq_mean or constant.")
-    denominator_constant: float | None = doc(None, "The constant of --denominator constant (Dr. "
-                                             "GRPO style).")
-    clip_eps: float | None = doc(None, "PPO ratio clipping epsilon in (0, 1) (off by default, as "
-                                 "in the paper).")
+    lora_targets: tuple[str, ...] = doc(
+        ("q_proj", "v_proj"), "LoRA target modules (comma list; paper Tier 2: q_proj,v_proj)."
+    )
+    denominator: str = doc(
+        "paper", "Loss denominator: paper (1/N trajectories), token_mean, seq_mean or constant."
+    )
+    denominator_constant: float | None = doc(
+        None, "The constant of --denominator constant (Dr. GRPO style)."
+    )
+    clip_eps: float | None = doc(
+        None, "PPO ratio clipping epsilon in (0, 1) (off by default, as in the paper)."
+    )
     kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (0 = off, as in the paper).")
     gate: Path | None = doc(None, "gate.json from `srollout sweep` (else --K/--d-L/--rule).")
     K: int = doc(PAPER_K, "Gate step K.")
@@ -89,12 +100,15 @@ class TrainOffpolicyConfig:
     rule: str = doc("r1", "Gate rule: r1 or r3.")
     t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
     seed: int = doc(42, "Seed of the group/turn sampling and of the LoRA init (paper Tier 2: 42).")
-    model: Path | None = doc(None, "Model directory the buffer was collected with (default: the "
-                             "one in its manifest).")
-    micro_batch: int = doc(8, "Trajectories per forward/backward chunk (gradients accumulate; the "
-                           "step is the same).")
-    out: Path | None = doc(None, "Run directory to write (default runs/train-offpolicy-<UTC "
-                           "timestamp>).")
+    model: Path | None = doc(
+        None, "Model directory the buffer was collected with (default: the one in its manifest)."
+    )
+    micro_batch: int = doc(
+        8, "Trajectories per forward/backward chunk (gradients accumulate; the step is the same)."
+    )
+    out: Path | None = doc(
+        None, "Run directory to write (default runs/train-offpolicy-<UTC timestamp>)."
+    )
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
     def __post_init__(self) -> None:
@@ -113,16 +127,49 @@ class TrainOffpolicyConfig:
 # Presets of `train-onpolicy` (values a run takes unless an option is given explicitly).
 ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
     # The paper's Tier 3: 60 iterations x 10 prompts, G=8, T_max=30, eval every 10 on 50 tasks.
-    "paper": dict(iterations=60, prompts_per_iter=10, G=8, T_max=30, eval_every=10, n_eval=50,
-                  train_tasks=1000, K=PAPER_K, lr=5e-5, max_new_tokens=64, denominator="paper"),
+    "paper": dict(
+        iterations=60,
+        prompts_per_iter=10,
+        G=8,
+        T_max=30,
+        eval_every=10,
+        n_eval=50,
+        train_tasks=1000,
+        K=PAPER_K,
+        lr=5e-5,
+        max_new_tokens=64,
+        denominator="paper",
+    ),
     # Fits 2 CPU cores with the embedded default policy (both arms of one seed in <= 45 min)
     # and learns; how it was chosen (seq_mean against the paper's denominator, 2026-11-24):
     # docs/training.md. Held-out = `eval`, the paper's valid_seen protocol.
-    "default": dict(iterations=40, prompts_per_iter=8, G=8, T_max=20, eval_every=10, n_eval=100,
-                    train_tasks=200, K=PAPER_K, lr=2e-4, max_new_tokens=48, denominator="seq_mean"),
+    "default": dict(
+        iterations=40,
+        prompts_per_iter=8,
+        G=8,
+        T_max=20,
+        eval_every=10,
+        n_eval=100,
+        train_tasks=200,
+        K=PAPER_K,
+        lr=2e-4,
+        max_new_tokens=48,
+        denominator="seq_mean",
+    ),
     # Seconds, for tests and a first look (any model; T_max and K small).
-    "tiny": dict(iterations=3, prompts_per_iter=2, G=4, T_max=4, eval_every=2, n_eval=3,
-                 train_tasks=6, K=2, lr=1e-3, max_new_tokens=16, eval_set="heldout"),
+    "tiny": dict(
+        iterations=3,
+        prompts_per_iter=2,
+        G=4,
+        T_max=4,
+        eval_every=2,
+        n_eval=3,
+        train_tasks=6,
+        K=2,
+        lr=1e-3,
+        max_new_tokens=16,
+        eval_set="heldout",
+    ),
 }
 
 
@@ -130,24 +177,34 @@ ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
 class TrainOnpolicyConfig:
     """`srollout train-onpolicy`: GRPO per seed, baseline vs gated, held-out eval (Tier 3)."""
 
-    seeds: tuple[int, ...] = doc((7, 13, 23, 42), "Seeds (comma list); each runs both arms, one "
-                                 "seed after another.")
-    preset: str = doc("default", "Values of the options not given: default (2 CPU cores, default "
-                      "policy), tiny (seconds) or paper (Tier 3).")
+    seeds: tuple[int, ...] = doc(
+        (7, 13, 23, 42), "Seeds (comma list); each runs both arms, one seed after another."
+    )
+    preset: str = doc(
+        "default",
+        "Values of the options not given: default (2 CPU cores, default "
+        "policy), tiny (seconds) or paper (Tier 3).",
+    )
     iterations: int = doc(40, "On-policy iterations per arm.")
-    prompts_per_iter: int = doc(8, "Prompts (groups) sampled per iteration (the same in both "
-                                "arms).")
+    prompts_per_iter: int = doc(
+        8, "Prompts (groups) sampled per iteration (the same in both arms)."
+    )
     G: int = doc(PAPER_G, "Trajectories per group.")
     T_max: int = doc(20, "Step limit per trajectory (training and evaluation).")
-    temperature: float = doc(PAPER_TEMPERATURE, "Rollout sampling temperature (evaluation is "
-                             "greedy).")
-    eval_every: int = doc(10, "Greedy held-out evaluation every E iterations (and at iteration 0 "
-                          "and the last).")
+    temperature: float = doc(
+        PAPER_TEMPERATURE, "Rollout sampling temperature (evaluation is greedy)."
+    )
+    eval_every: int = doc(
+        10, "Greedy held-out evaluation every E iterations (and at iteration 0 and the last)."
+    )
     n_eval: int = doc(100, "Held-out tasks evaluated (the first n of the held-out set).")
     train_tasks: int = doc(200, "Size of the training task pool prompts are sampled from.")
     train_set: str = doc("train", "Task set of the training prompts.")
-    eval_set: str = doc("eval", "Task set of the held-out evaluation: eval (new tasks in the "
-                        "training scenes, the paper's valid_seen) or heldout (unseen scenes).")
+    eval_set: str = doc(
+        "eval",
+        "Task set of the held-out evaluation: eval (new tasks in the "
+        "training scenes, the paper's valid_seen) or heldout (unseen scenes).",
+    )
     lr: float = doc(2e-4, "AdamW learning rate (paper: 5e-5).")
     lora_r: int = doc(16, "LoRA rank (paper Tier 3: 16).")
     lora_alpha: int = doc(32, "LoRA alpha (paper Tier 3: 32).")
@@ -155,8 +212,11 @@ class TrainOnpolicyConfig:
         ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         "LoRA target modules (comma list).",
     )
-    denominator: str = doc("seq_mean", "Loss denominator: paper (1/N trajectories), token_mean, "
-                           "seq_mean (each trajectory's mean token log-prob) or constant.")
+    denominator: str = doc(
+        "seq_mean",
+        "Loss denominator: paper (1/N trajectories), token_mean, "
+        "seq_mean (each trajectory's mean token log-prob) or constant.",
+    )
     denominator_constant: float | None = doc(None, "The constant of --denominator constant.")
     clip_eps: float | None = doc(None, "PPO ratio clipping epsilon in (0, 1) (off by default).")
     kl_coef: float = doc(0.0, "k3 KL coefficient to the base model (off by default).")
@@ -165,25 +225,42 @@ class TrainOnpolicyConfig:
     d_L: float = doc(PAPER_D_L, "Gate threshold d_L.")
     rule: str = doc("r1", "Gate rule: r1 or r3.")
     t_high: float | None = doc(None, "Termination-fraction threshold of rule r3.")
-    model: Path | None = doc(None, "Local Hugging Face model directory, or default (the embedded "
-                             "default policy).")
-    backend: str = doc("transformers", "Rollout backend: transformers (the trained module), vllm "
-                       "(in process) or vllm-server (--base-url; a `srollout serve --lora` "
-                       "server).")
+    model: Path | None = doc(
+        None, "Local Hugging Face model directory, or default (the embedded default policy)."
+    )
+    backend: str = doc(
+        "transformers",
+        "Rollout backend: transformers (the trained module), vllm "
+        "(in process) or vllm-server (--base-url; a `srollout serve --lora` "
+        "server).",
+    )
     base_url: str | None = doc(None, "URL of the vLLM server for --backend vllm-server.")
     max_new_tokens: int = doc(48, "Cap on the tokens of one response.")
     concurrency: int = doc(64, "Most trajectories in flight at once in the rollout engine.")
     micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
-    arms: tuple[str, ...] = doc(TRAIN_ARMS, "Arms to run (comma list of baseline, gated, dapo, "
-                                "greso, gated+dapo, gated+greso; docs/training.md).")
-    dapo_max_rounds: int = doc(3, "DAPO arms: most extra sampling rounds per iteration, after "
-                               "which it trains on the useful groups it has.")
-    greso_p_explore: float = doc(0.5, "GRESO arms: a prompt whose last z groups were zero-variance "
-                                 "is still rolled out with probability p^z.")
-    interleave: bool = doc(True, "Run a seed's arms iteration by iteration, alternating which goes "
-                           "first, so both see the same machine load.")
-    out: Path | None = doc(None, "Run directory to write (default runs/train-onpolicy-<UTC "
-                           "timestamp>).")
+    arms: tuple[str, ...] = doc(
+        TRAIN_ARMS,
+        "Arms to run (comma list of baseline, gated, dapo, "
+        "greso, gated+dapo, gated+greso; docs/training.md).",
+    )
+    dapo_max_rounds: int = doc(
+        3,
+        "DAPO arms: most extra sampling rounds per iteration, after "
+        "which it trains on the useful groups it has.",
+    )
+    greso_p_explore: float = doc(
+        0.5,
+        "GRESO arms: a prompt whose last z groups were zero-variance "
+        "is still rolled out with probability p^z.",
+    )
+    interleave: bool = doc(
+        True,
+        "Run a seed's arms iteration by iteration, alternating which goes "
+        "first, so both see the same machine load.",
+    )
+    out: Path | None = doc(
+        None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>)."
+    )
     overwrite: bool = doc(False, "Replace --out if it already exists.")
     resume: bool = doc(False, "Continue the run in --out from its last per-iteration checkpoints.")
 
@@ -191,8 +268,14 @@ class TrainOnpolicyConfig:
         if not self.seeds:
             raise SrolloutError("--seeds: give at least one seed")
         _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
-        sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks",
-                 "max_new_tokens")
+        sizes = (
+            "iterations",
+            "prompts_per_iter",
+            "eval_every",
+            "n_eval",
+            "train_tasks",
+            "max_new_tokens",
+        )
         for name in sizes:
             if getattr(self, name) < 1:
                 raise SrolloutError(

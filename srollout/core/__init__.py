@@ -9,7 +9,8 @@ gate.json).
 - :mod:`srollout.core.sweep` — TP/FP, precision/recall, safe/raw/measured savings over a grid
   of gates, random-cut and oracle references, the operating point under a precision floor;
 - :mod:`srollout.core.stats` — Spearman, AUROC, seeded (paired) bootstrap, exact McNemar.
-- :mod:`srollout.core.arms` — the arm type (gate / DAPO / GRESO switches), DAPO refill, GRESO skipping;
+- :mod:`srollout.core.arms` — the arm type (gate / DAPO / GRESO switches), DAPO refill, GRESO
+  skipping;
 - :mod:`srollout.core.ab_scoring` — scoring of a matched-seed A/B: wall-clock attribution, cuts
   judged by the baseline arm, the seed-match proof, savings with their CIs.
 

@@ -81,8 +81,7 @@ class AdaptiveGate:
         check_steps = tuple(_as_step(k, "check K") for k in self.check_K)
         if not check_steps or list(check_steps) != sorted(set(check_steps)):
             raise SrolloutError(
-                "adaptive gate: check K must be distinct ascending steps, "
-                f"got {list(self.check_K)}"
+                f"adaptive gate: check K must be distinct ascending steps, got {list(self.check_K)}"
             )
         if len(self.thresholds) != len(check_steps):
             raise SrolloutError(
@@ -109,7 +108,9 @@ class AdaptiveGate:
 
     def threshold_at(self, K: int) -> float | None:
         if K not in self.check_K:
-            raise SrolloutError(f"adaptive gate checks at K = {', '.join(map(str, self.check_K))}, not {K}")
+            raise SrolloutError(
+                f"adaptive gate checks at K = {', '.join(map(str, self.check_K))}, not {K}"
+            )
         return self.thresholds[self.check_K.index(K)]
 
     def decide_at(self, K: int, signals: GroupSignals) -> bool:
@@ -122,7 +123,10 @@ class AdaptiveGate:
         return self.decide_at(self.K, signals)
 
     def should_cut_at(
-        self, K: int, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+        self,
+        K: int,
+        actions: Sequence[Sequence[str]],
+        observations: Sequence[Sequence[str]] | None = None,
     ) -> bool:
         """Decide from the raw group at check step K (G action lists; see ``compute_signals``)."""
         from srollout.core.signals import compute_signals
@@ -162,12 +166,19 @@ class AdaptiveGate:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> AdaptiveGate:
         body = _check_header(d, "adaptive", source)
-        _check_keys(body, required=("check_K", "thresholds", "model"), optional=("meta",), source=source)
+        _check_keys(
+            body, required=("check_K", "thresholds", "model"), optional=("meta",), source=source
+        )
         model = LogisticModel.from_dict(body["model"], source)
         if not isinstance(body["check_K"], list) or not isinstance(body["thresholds"], list):
             raise SrolloutError(f"{source}: check_K and thresholds must be lists")
         try:
-            return cls(model, tuple(body["check_K"]), tuple(body["thresholds"]), dict(body.get("meta") or {}))
+            return cls(
+                model,
+                tuple(body["check_K"]),
+                tuple(body["thresholds"]),
+                dict(body.get("meta") or {}),
+            )
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
 
@@ -178,7 +189,9 @@ class AdaptiveGate:
     def load(cls, path: str | Path) -> AdaptiveGate:
         gate = load_gate(path)
         if not isinstance(gate, cls):
-            raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected an adaptive gate")
+            raise SrolloutError(
+                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected an adaptive gate"
+            )
         return gate
 
 
@@ -201,7 +214,10 @@ def decide_at(gate: Gate, K: int, signals: GroupSignals) -> bool:
 
 
 def choose_step_thresholds(
-    proba_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, check_K: Sequence[int], precision_floor: float
+    proba_by_K: Mapping[int, ArrayLike],
+    zero_var: ArrayLike,
+    check_K: Sequence[int],
+    precision_floor: float,
 ) -> tuple[ThresholdChoice, ...]:
     """Per-step thresholds in step order: at K_j, :func:`choose_threshold` on the groups not cut
     at an earlier step (their scores at K_j). proba_by_K[K]: [N] scores at K."""
@@ -247,21 +263,34 @@ def fit_adaptive_gate(
     choices = choose_step_thresholds(proba, zv, Ks, precision_floor)
     model = LogisticModel.fit(rows.X, rows.y, l2)
     meta = {
-        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "n_folds": int(len(heldout.folds)),
-        "seed": int(seed), "precision_floor": float(precision_floor), "T_max": int(T_max),
-        "heldout_cuts_per_K": [c.n_cut for c in choices], "heldout_tp_per_K": [c.tp for c in choices],
+        "n_groups": int(zv.size),
+        "n_zero_var": int(zv.sum()),
+        "n_folds": int(len(heldout.folds)),
+        "seed": int(seed),
+        "precision_floor": float(precision_floor),
+        "T_max": int(T_max),
+        "heldout_cuts_per_K": [c.n_cut for c in choices],
+        "heldout_tp_per_K": [c.tp for c in choices],
     }
     return AdaptiveFit(AdaptiveGate(model, Ks, tuple(c.threshold for c in choices), meta), proba)
 
 
 def adaptive_selector(
-    signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, check_K: Sequence[int],
-    precision_floor: float, T_max: int, n_folds: int = DEFAULT_FOLDS, l2: float = DEFAULT_L2, seed: int = 0,
+    signals_by_K: Mapping[int, ArrayLike],
+    zero_var: ArrayLike,
+    check_K: Sequence[int],
+    precision_floor: float,
+    T_max: int,
+    n_folds: int = DEFAULT_FOLDS,
+    l2: float = DEFAULT_L2,
+    seed: int = 0,
 ) -> Selector:
     """The adaptive gate's selection procedure as a Selector for nested_heldout_cuts."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        gate = fit_adaptive_gate(signals_by_K, zero_var, check_K, precision_floor, T_max, n_folds, l2, seed, groups=train).gate
+        gate = fit_adaptive_gate(
+            signals_by_K, zero_var, check_K, precision_floor, T_max, n_folds, l2, seed, groups=train
+        ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return gate.decide_matrix({K: np.asarray(signals_by_K[K])[test] for K in gate.check_K})
@@ -301,7 +330,9 @@ def evaluate_variable_cuts(
     safe = float(saved[tp_mask].sum() / N)
     raw = float(saved.sum() / N)
     if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError("measured savings need both remaining_steps and total_steps (or neither)")
+        raise SrolloutError(
+            "measured savings need both remaining_steps and total_steps (or neither)"
+        )
     if remaining_steps is None:
         measured = math.nan
     else:

@@ -1,4 +1,5 @@
-"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping, composable.
+"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping,
+composable.
 
 Three filters act at three stages of a GRPO iteration (paper §"Composition with DAPO and GRESO"):
 
@@ -50,7 +51,8 @@ class ArmSpec:
     gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
     attached by :meth:`with_gate` (None until then, and always None on an arm without the gate).
     The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
-    loop needs besides its arm (seed, tasks, environments) is ``srollout.training.onpolicy.ArmContext``.
+    loop needs besides its arm (seed, tasks, environments) is
+    ``srollout.training.onpolicy.ArmContext``.
     """
 
     name: str
@@ -67,12 +69,14 @@ class ArmSpec:
 
 
 _ARMS: dict[str, ArmSpec] = {
-    name: ArmSpec(name, gate="gated" in name, dapo="dapo" in name, greso="greso" in name) for name in ARM_NAMES
+    name: ArmSpec(name, gate="gated" in name, dapo="dapo" in name, greso="greso" in name)
+    for name in ARM_NAMES
 }
 
 
 def parse_arm(name: str) -> ArmSpec:
-    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown -> SrolloutError."""
+    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown ->
+    SrolloutError."""
     key = str(name).strip().lower()
     if key not in _ARMS:
         raise SrolloutError(f"unknown arm {name!r}: expected one of {', '.join(ARM_NAMES)}")
@@ -83,9 +87,15 @@ def parse_arms(text: str | Iterable[str]) -> tuple[ArmSpec, ...]:
     """``"baseline,gated+dapo"`` (or a sequence of names) -> the ArmSpecs in order.
 
     Empty items, unknown names and repeated arms raise one SrolloutError."""
-    names = [p.strip() for p in text.split(",")] if isinstance(text, str) else [str(p).strip() for p in text]
+    names = (
+        [p.strip() for p in text.split(",")]
+        if isinstance(text, str)
+        else [str(p).strip() for p in text]
+    )
     if not names or any(not n for n in names):
-        raise SrolloutError(f"arms: expected names separated by commas ({', '.join(ARM_NAMES)}), got {text!r}")
+        raise SrolloutError(
+            f"arms: expected names separated by commas ({', '.join(ARM_NAMES)}), got {text!r}"
+        )
     arms = tuple(parse_arm(n) for n in names)
     seen = [a.name for a in arms]
     if len(set(seen)) != len(seen):
@@ -195,11 +205,20 @@ def dapo_fill(
         kept += good[:need]
     hit_cap = len(kept) < target_groups and not exhausted
     if hit_cap:
-        log.warning("DAPO: %d of %d useful groups after %d extra round(s) (the cap); training on what was gathered",
-                    len(kept), target_groups, max_rounds)
+        log.warning(
+            "DAPO: %d of %d useful groups after %d extra "
+            "round(s) (the cap); training on what was gathered",
+            len(kept),
+            target_groups,
+            max_rounds,
+        )
     elif exhausted and len(kept) < target_groups:
-        log.warning("DAPO: %d of %d useful groups; no more prompts to sample; training on what was gathered",
-                    len(kept), target_groups)
+        log.warning(
+            "DAPO: %d of %d useful groups; no more prompts to sample; "
+            "training on what was gathered",
+            len(kept),
+            target_groups,
+        )
     return DapoResult(tuple(kept), tuple(generated), tuple(rounds), hit_cap, exhausted)
 
 
@@ -236,7 +255,9 @@ class GresoSkipper:
 
     def __init__(self, p_explore: float, seed: int, history: Iterable[GresoOutcome] = ()) -> None:
         if not 0.0 <= p_explore <= 1.0:
-            raise SrolloutError(f"GRESO exploration probability must lie in [0, 1], got {p_explore}")
+            raise SrolloutError(
+                f"GRESO exploration probability must lie in [0, 1], got {p_explore}"
+            )
         self.p_explore = float(p_explore)
         self.seed = int(seed)
         self._history: dict[str, list[GresoOutcome]] = {}
@@ -244,15 +265,20 @@ class GresoSkipper:
             self.record(*outcome)
 
     def record(self, prompt_id: str, iteration: int, zero_var: bool) -> None:
-        """Note that a group of ``prompt_id`` ran at ``iteration`` and whether it was zero-variance."""
-        self._history.setdefault(str(prompt_id), []).append(GresoOutcome(str(prompt_id), int(iteration), bool(zero_var)))
+        """Note that a group of ``prompt_id`` ran at ``iteration`` and whether it was
+        zero-variance."""
+        self._history.setdefault(str(prompt_id), []).append(
+            GresoOutcome(str(prompt_id), int(iteration), bool(zero_var))
+        )
 
     def streak(self, prompt_id: str, before: int | None = None) -> int:
         """z: the most recent consecutive zero-variance groups of ``prompt_id`` (only outcomes of
         iterations < ``before`` when given)."""
         z = 0
         # by iteration, so a history restored in any order gives the same streak
-        for o in sorted(self._history.get(str(prompt_id), []), key=lambda o: o.iteration, reverse=True):
+        for o in sorted(
+            self._history.get(str(prompt_id), []), key=lambda o: o.iteration, reverse=True
+        ):
             if before is not None and o.iteration >= before:
                 continue
             if not o.zero_var:
@@ -261,8 +287,11 @@ class GresoSkipper:
         return z
 
     def draw(self, prompt_id: str, iteration: int) -> float:
-        """u(prompt_id, iteration) in [0, 1): the first 8 bytes of blake2b(seed|prompt_id|iteration) / 2^64."""
-        digest = hashlib.blake2b(f"{self.seed}|{prompt_id}|{int(iteration)}".encode(), digest_size=8).digest()
+        """u(prompt_id, iteration) in [0, 1): the first 8 bytes of
+        blake2b(seed|prompt_id|iteration) / 2^64."""
+        digest = hashlib.blake2b(
+            f"{self.seed}|{prompt_id}|{int(iteration)}".encode(), digest_size=8
+        ).digest()
         return int.from_bytes(digest, "big") / 2.0**64
 
     def skip_probability(self, prompt_id: str, iteration: int) -> float:
@@ -285,7 +314,9 @@ class GresoSkipper:
             self._history[key] = [o for o in outcomes if o.iteration <= last_iteration]
 
 
-def greso_filter(skipper: GresoSkipper, prompt_ids: Sequence[str], iteration: int) -> tuple[list[int], list[int]]:
+def greso_filter(
+    skipper: GresoSkipper, prompt_ids: Sequence[str], iteration: int
+) -> tuple[list[int], list[int]]:
     """Split positions of ``prompt_ids`` into (kept, skipped) at ``iteration``, order kept."""
     kept, skipped = [], []
     for i, pid in enumerate(prompt_ids):
@@ -299,5 +330,9 @@ def arm_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     wall = float(sum(float(r["iter_s"]) for r in rows))
     tokens = int(sum(int(r["n_gen_tokens"]) for r in rows))
     useful = int(sum(int(r["n_useful"]) for r in rows))
-    return {"wall_s": wall, "gen_tokens": tokens, "useful": useful,
-            "useful_per_s": useful / wall if wall > 0 else float("nan")}
+    return {
+        "wall_s": wall,
+        "gen_tokens": tokens,
+        "useful": useful,
+        "useful_per_s": useful / wall if wall > 0 else float("nan"),
+    }

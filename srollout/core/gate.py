@@ -113,7 +113,8 @@ class GateRule:
         return self.decide_values(signals.prefix_edit_distance_mean, signals.termination_fraction)
 
     def decide_values(self, d_K: float, tau_K: float | None = None) -> bool:
-        """The decision from the two numbers the rules read (τ_K needed by r3 only). nan d_K: no cut."""
+        """The decision from the two numbers the rules read (τ_K needed by r3 only). nan d_K: no
+        cut."""
         if d_K < self.d_L:
             return True
         if self.rule == "r3":
@@ -135,7 +136,8 @@ class GateRule:
     def should_cut(
         self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
     ) -> bool:
-        """Decide from the raw group: G action lists (see ``compute_signals``), only the first K used.
+        """Decide from the raw group: G action lists (see ``compute_signals``), only the first K
+        used.
 
         Computes only what the rule reads (d_K, and τ_K for r3); ``observations`` are validated
         when given, for gates that will read them.
@@ -317,7 +319,9 @@ def resolve_gate(
         gate = load_gate(path)
         k = getattr(gate, "K", None)
         if k is None:
-            raise SrolloutError(f"--gate {path}: the gate has no step K (write one with `srollout sweep`)")
+            raise SrolloutError(
+                f"--gate {path}: the gate has no step K (write one with `srollout sweep`)"
+            )
         K = int(k)
     else:
         defaults = GateRule()
@@ -348,7 +352,8 @@ def _check_header(d: Mapping[str, Any], kind: str, source: str) -> dict[str, Any
         or not 1 <= version <= GATE_FILE_VERSION
     ):
         raise SrolloutError(
-            f"{source}: gate file version {version!r} is not supported (this srollout reads <= {GATE_FILE_VERSION})"
+            f"{source}: gate file version {version!r} is not supported (this srollout reads <= "
+            f"{GATE_FILE_VERSION})"
         )
     return {k: v for k, v in d.items() if k not in ("kind", "version")}
 

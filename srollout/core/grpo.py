@@ -60,7 +60,8 @@ def is_zero_variance(rewards: ArrayLike, atol: float = 1e-12) -> bool:
 
 
 def group_label(rewards: ArrayLike, success_threshold: float = 0.5) -> str:
-    """ "mixed" iff the group has reward variance; else "all_succeed" iff mean >= threshold, else "all_fail".
+    """ "mixed" iff the group has reward variance; else "all_succeed" iff mean >= threshold, else
+    "all_fail".
 
     Labels use the full (un-gated) outcome of the group.
     """
@@ -79,12 +80,16 @@ class GroupOutcomes(NamedTuple):
     label: np.ndarray
 
 
-def group_outcomes(rewards: ArrayLike, atol: float = 1e-12, success_threshold: float = 0.5) -> GroupOutcomes:
+def group_outcomes(
+    rewards: ArrayLike, atol: float = 1e-12, success_threshold: float = 0.5
+) -> GroupOutcomes:
     """:func:`reward_variance`, :func:`is_zero_variance` and :func:`group_label` of each row of
     rewards [M, G] at once (row-wise the same arithmetic, so the same floats)."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2 or r.shape[1] == 0:
-        raise SrolloutError(f"rewards must be an [M, G] array of G final rewards per group, got shape {r.shape}")
+        raise SrolloutError(
+            f"rewards must be an [M, G] array of G final rewards per group, got shape {r.shape}"
+        )
     if not np.all(np.isfinite(r)):
         raise SrolloutError("rewards must be finite numbers (found nan or inf)")
     mean = r.mean(axis=1)

@@ -94,7 +94,9 @@ def fit_logistic(
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise SrolloutError(f"fit_logistic: X must be [n, d] and y [n], got {X.shape} and {y.shape}")
+        raise SrolloutError(
+            f"fit_logistic: X must be [n, d] and y [n], got {X.shape} and {y.shape}"
+        )
     if not np.all(np.isfinite(X)):
         raise SrolloutError("fit_logistic: features must be finite (standardise and impute first)")
     if l2 < 0 or not math.isfinite(l2):
@@ -164,7 +166,8 @@ class LogisticModel:
             raise SrolloutError("learned gate: std must be > 0")
         if tuple(self.feature_names) != FEATURE_NAMES:
             raise SrolloutError(
-                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got {list(self.feature_names)}"
+                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got "
+                f"{list(self.feature_names)}"
             )
         object.__setattr__(self, "feature_names", tuple(self.feature_names))
         object.__setattr__(self, "intercept", float(self.intercept))
@@ -206,11 +209,19 @@ class LogisticModel:
     def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> LogisticModel:
         if not isinstance(d, Mapping):
             raise SrolloutError(f"{source}: 'model' must be an object")
-        _check_keys(d, required=("features", "mean", "std", "coef", "intercept"), optional=("l2",), source=source)
+        _check_keys(
+            d,
+            required=("features", "mean", "std", "coef", "intercept"),
+            optional=("l2",),
+            source=source,
+        )
         try:
             return cls(
-                mean=tuple(d["mean"]), std=tuple(d["std"]), coef=tuple(d["coef"]),
-                intercept=d["intercept"], l2=float(d.get("l2", DEFAULT_L2)),
+                mean=tuple(d["mean"]),
+                std=tuple(d["std"]),
+                coef=tuple(d["coef"]),
+                intercept=d["intercept"],
+                l2=float(d.get("l2", DEFAULT_L2)),
                 feature_names=tuple(d["features"]),
             )
         except (TypeError, ValueError) as err:
@@ -254,7 +265,9 @@ def assign_folds(zero_var: ArrayLike, n_folds: int = DEFAULT_FOLDS, seed: int = 
 def fold_records(folds: ArrayLike) -> tuple[FoldRecord, ...]:
     """One FoldRecord per fold value of ``folds`` [N]."""
     f = np.asarray(folds)
-    return tuple(FoldRecord(int(v), np.flatnonzero(f != v), np.flatnonzero(f == v)) for v in np.unique(f))
+    return tuple(
+        FoldRecord(int(v), np.flatnonzero(f != v), np.flatnonzero(f == v)) for v in np.unique(f)
+    )
 
 
 class ThresholdChoice(NamedTuple):
@@ -298,7 +311,9 @@ def choose_threshold(
     idx = np.flatnonzero(valid)
     # lexicographic: value, precision, threshold (all larger is better)
     best = idx[np.lexsort((s_sorted[idx], precision[idx], np.round(value[idx], 12)))[-1]]
-    return ThresholdChoice(float(s_sorted[best]), int(cut[best]), int(tp[best]), float(precision[best]))
+    return ThresholdChoice(
+        float(s_sorted[best]), int(cut[best]), int(tp[best]), float(precision[best])
+    )
 
 
 class RowTable(NamedTuple):
@@ -317,21 +332,27 @@ class RowTable(NamedTuple):
         return RowTable(self.X[keep], self.y[keep], self.group[keep], self.K[keep])
 
 
-def row_table(signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, Ks: Sequence[int]) -> RowTable:
+def row_table(
+    signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, Ks: Sequence[int]
+) -> RowTable:
     """Pool the N groups' signals at each K of ``Ks``: signals_by_K[K] is [N, 7] (groups order)."""
     zv = np.asarray(zero_var, dtype=bool)
     parts = []
     for K in Ks:
         if K not in signals_by_K:
-            raise SrolloutError(f"no signals at K={K} (have K = {', '.join(map(str, sorted(signals_by_K)))})")
+            raise SrolloutError(
+                f"no signals at K={K} (have K = {', '.join(map(str, sorted(signals_by_K)))})"
+            )
         X = feature_matrix(signals_by_K[K], K)
         if X.shape[0] != zv.size:
             raise SrolloutError(f"signals at K={K} have {X.shape[0]} groups, expected {zv.size}")
         parts.append(X)
     N = zv.size
     return RowTable(
-        np.concatenate(parts), np.tile(zv, len(Ks)).astype(np.float64),
-        np.tile(np.arange(N), len(Ks)), np.repeat(np.asarray(Ks, dtype=np.int64), N),
+        np.concatenate(parts),
+        np.tile(zv, len(Ks)).astype(np.float64),
+        np.tile(np.arange(N), len(Ks)),
+        np.repeat(np.asarray(Ks, dtype=np.int64), N),
     )
 
 
@@ -377,7 +398,9 @@ class LearnedGate:
         if self.threshold is not None:
             t = float(self.threshold)
             if not 0.0 <= t <= 1.0:
-                raise SrolloutError(f"learned gate threshold must be in [0, 1], got {self.threshold}")
+                raise SrolloutError(
+                    f"learned gate threshold must be in [0, 1], got {self.threshold}"
+                )
             object.__setattr__(self, "threshold", t)
 
     def proba(self, signals: GroupSignals) -> float:
@@ -420,7 +443,9 @@ class LearnedGate:
         model = LogisticModel.from_dict(body["model"], source)
         t = body["threshold"]
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-            raise SrolloutError(f"{source}: threshold must be a number in [0, 1] or null, got {t!r}")
+            raise SrolloutError(
+                f"{source}: threshold must be a number in [0, 1] or null, got {t!r}"
+            )
         try:
             return cls(model=model, K=body["K"], threshold=t, meta=dict(body.get("meta") or {}))
         except SrolloutError as err:
@@ -433,7 +458,9 @@ class LearnedGate:
     def load(cls, path: str | Path) -> LearnedGate:
         gate = load_gate(path)
         if not isinstance(gate, cls):
-            raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a learned gate")
+            raise SrolloutError(
+                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a learned gate"
+            )
         return gate
 
 
@@ -517,25 +544,47 @@ def fit_learned_gate(
     _, K, choice = best
     model = LogisticModel.fit(rows.X, rows.y, l2)
     meta = {
-        "n_groups": int(zv.size), "n_zero_var": int(zv.sum()), "train_K": list(Ks),
-        "n_folds": int(len(heldout.folds)), "seed": int(seed),
+        "n_groups": int(zv.size),
+        "n_zero_var": int(zv.sum()),
+        "train_K": list(Ks),
+        "n_folds": int(len(heldout.folds)),
+        "seed": int(seed),
         "precision_floor": float(precision_floor),
-        "T_max": int(T_max), "heldout_n_cut": choice.n_cut, "heldout_tp": choice.tp,
+        "T_max": int(T_max),
+        "heldout_n_cut": choice.n_cut,
+        "heldout_tp": choice.tp,
         "heldout_precision": None if math.isnan(choice.precision) else choice.precision,
     }
     return LearnedFit(LearnedGate(model, K, choice.threshold, meta), heldout.proba, heldout.folds)
 
 
 def learned_selector(
-    signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, gate_Ks: Sequence[int],
-    train_Ks: Sequence[int], T_max: int, precision_floor: float, n_folds: int = DEFAULT_FOLDS,
-    l2: float = DEFAULT_L2, seed: int = 0,
+    signals_by_K: Mapping[int, ArrayLike],
+    zero_var: ArrayLike,
+    gate_Ks: Sequence[int],
+    train_Ks: Sequence[int],
+    T_max: int,
+    precision_floor: float,
+    n_folds: int = DEFAULT_FOLDS,
+    l2: float = DEFAULT_L2,
+    seed: int = 0,
 ) -> Selector:
-    """The learned gate's selection procedure as a :data:`Selector` for :func:`nested_heldout_cuts`."""
+    """The learned gate's selection procedure as a :data:`Selector` for
+    :func:`nested_heldout_cuts`."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        gate = fit_learned_gate(signals_by_K, zero_var, gate_Ks, train_Ks, T_max, precision_floor,
-                                n_folds, l2, seed, groups=train).gate
+        gate = fit_learned_gate(
+            signals_by_K,
+            zero_var,
+            gate_Ks,
+            train_Ks,
+            T_max,
+            precision_floor,
+            n_folds,
+            l2,
+            seed,
+            groups=train,
+        ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             c = gate.decide_matrix(np.asarray(signals_by_K[gate.K])[test])

@@ -113,7 +113,9 @@ class RankStats(NamedTuple):
     auroc: float
 
 
-def rank_stats(score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_ranks: ArrayLike | None = None) -> RankStats:
+def rank_stats(
+    score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_ranks: ArrayLike | None = None
+) -> RankStats:
     """:func:`spearman` (score, target) and :func:`auroc` (score, positive) from one ranking of
     the score: ρ is Pearson's r of the average-tie ranks, AUROC the positives' rank sum (U).
 
@@ -128,7 +130,9 @@ def rank_stats(score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_
     y = np.asarray(target, dtype=np.float64).ravel()
     pos = np.asarray(positive).ravel().astype(bool)
     if not x.size == y.size == pos.size:
-        raise SrolloutError(f"score, target and positive have different lengths ({x.size}, {y.size}, {pos.size})")
+        raise SrolloutError(
+            f"score, target and positive have different lengths ({x.size}, {y.size}, {pos.size})"
+        )
     ok = np.isfinite(x)
     if not ok.all():
         x, y, pos, target_ranks = x[ok], y[ok], pos[ok], None
@@ -138,7 +142,11 @@ def rank_stats(score: ArrayLike, target: ArrayLike, positive: ArrayLike, target_
     rx = rankdata(x)
     n_pos = int(pos.sum())
     n_neg = n - n_pos
-    auc = (float(rx[pos].sum()) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg) if n_pos and n_neg else math.nan
+    auc = (
+        (float(rx[pos].sum()) - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+        if n_pos and n_neg
+        else math.nan
+    )
     if n < 3 or x.min() == x.max() or y.min() == y.max():
         return RankStats(n, math.nan, math.nan, auc)
     ry = rankdata(y) if target_ranks is None else np.asarray(target_ranks, dtype=np.float64)
@@ -175,9 +183,7 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> float:
     s = np.asarray(scores, dtype=np.float64).ravel()
     label = np.asarray(labels).ravel()
     if s.size != label.size:
-        raise SrolloutError(
-            f"scores and labels have different lengths ({s.size} vs {label.size})"
-        )
+        raise SrolloutError(f"scores and labels have different lengths ({s.size} vs {label.size})")
     keep = ~np.isnan(s)
     s, pos = s[keep], label[keep].astype(bool)
     n_pos = int(pos.sum())
@@ -253,7 +259,8 @@ def _bootstrap_stats(
             vals = np.asarray(statistic(x[idx]), dtype=np.float64)
             if vals.shape != (b,):
                 raise SrolloutError(
-                    f"a batched statistic must return one value per resample, shape {(b,)}, got {vals.shape}"
+                    "a batched statistic must return one value "
+                    f"per resample, shape {(b,)}, got {vals.shape}"
                 )
             return vals
         return np.array([statistic(x[r]) for r in idx], dtype=np.float64)
@@ -270,8 +277,13 @@ def _bootstrap_stats(
         # scipy's own interval, unused here, warns about them
         warnings.simplefilter("ignore")
         res = bootstrap(
-            (np.arange(n),), on_rows, n_resamples=n_resamples, batch=max(1, _CHUNK_CELLS // n),
-            vectorized=True, method="percentile", rng=np.random.Generator(np.random.PCG64(seed)),
+            (np.arange(n),),
+            on_rows,
+            n_resamples=n_resamples,
+            batch=max(1, _CHUNK_CELLS // n),
+            vectorized=True,
+            method="percentile",
+            rng=np.random.Generator(np.random.PCG64(seed)),
         )
     return np.asarray(res.bootstrap_distribution, dtype=np.float64)
 
@@ -446,7 +458,9 @@ def paired_bootstrap(
     return PairedBootstrap(diff, low, high, p, int(xa.shape[0]))
 
 
-def _paired_costs(a: ArrayLike, b: ArrayLike, what: str, empty: str) -> tuple[np.ndarray, np.ndarray]:
+def _paired_costs(
+    a: ArrayLike, b: ArrayLike, what: str, empty: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Two equally long, non-empty float64 vectors of paired costs (``what`` and ``empty`` word
     the errors)."""
     x = np.asarray(a, dtype=np.float64).ravel()
@@ -471,7 +485,9 @@ def relative_saving_ci(
     seeds. This is the paper's "resample the task-level differences and recompute the
     percentage saving" (App. "Bootstrap confidence intervals"), as a fraction.
     """
-    base, gate = _paired_costs(baseline, gated, "samples", "relative_saving_ci needs at least one paired task")
+    base, gate = _paired_costs(
+        baseline, gated, "samples", "relative_saving_ci needs at least one paired task"
+    )
     if base.sum() <= 0:
         raise SrolloutError("the baseline costs sum to 0; no saving share is defined")
     _check_level(level, n_resamples)
@@ -517,7 +533,9 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     t_1 (97.5 %) = 12.706, half-width 0.7483, R = 0.85 -> ratio [0.4022, 1.7964], saving
     15 % [-79.6 %, 59.8 %].
     """
-    base, mine = _paired_costs(baseline, arm, "runs", "run_pair_saving_ci needs at least one pair of timed runs")
+    base, mine = _paired_costs(
+        baseline, arm, "runs", "run_pair_saving_ci needs at least one pair of timed runs"
+    )
     if np.any(base <= 0) or np.any(mine <= 0):
         raise SrolloutError("timed runs must have positive wall-clock")
     if not 0 < level < 1:
@@ -530,7 +548,9 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
 
     logs = np.log(mine / base)
     half = float(student_t.ppf(0.5 + level / 2, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
-    return RunPairCI(1.0 - ratio, 1.0 - ratio * math.exp(half), 1.0 - ratio * math.exp(-half), n, float(level))
+    return RunPairCI(
+        1.0 - ratio, 1.0 - ratio * math.exp(half), 1.0 - ratio * math.exp(-half), n, float(level)
+    )
 
 
 def mcnemar(a_success: ArrayLike, b_success: ArrayLike) -> McNemarResult:

@@ -101,7 +101,9 @@ def advantage_sq_norms(advantages: Sequence[ArrayLike]) -> np.ndarray:
     return np.array([float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages])
 
 
-def _sq_norms(advantages: Sequence[ArrayLike] | None, adv_sq: ArrayLike | None, n: int) -> np.ndarray | None:
+def _sq_norms(
+    advantages: Sequence[ArrayLike] | None, adv_sq: ArrayLike | None, n: int
+) -> np.ndarray | None:
     """[N] squared advantage norms from either argument (None when neither is given)."""
     if advantages is not None and adv_sq is not None:
         raise SrolloutError("give advantages or adv_sq, not both")
@@ -130,7 +132,8 @@ def evaluate_grid(
     in steps; remaining_steps[N] = real env steps the group's G trajectories took after step K,
     total_steps[N] = real env steps of the whole group (give both or neither); advantages: N
     arrays [G_g] of the groups' GRPO advantages (for adv_l2_kept; nan without), or instead
-    adv_sq[N] = their squared norms ‖A_g‖² (:func:`advantage_sq_norms`, computed once for many calls).
+    adv_sq[N] = their squared norms ‖A_g‖² (:func:`advantage_sq_norms`, computed once for many
+    calls).
     """
     _check_steps(K, T_max)
     zv = _bool_vector(zero_var, "zero_var")
@@ -262,8 +265,8 @@ def random_cut_expectation(
     F = Σ s_g), is not linear: its mean is the second-order (delta-method) expansion
     sqrt(μ/F)·(1 − Var S / (8 μ²)), μ = E[S] = (N−m)/N·F, Var S = (N−m)·σ_s²·m/(N−1), σ_s² the
     population variance of s_g (exact, a mean over the N choices, when one group is cut or one
-    is kept; checked against a large simulation in the tests). O(N) whatever m; :func:`random_cut_baseline` is the
-    simulation it replaces. tp and fp are floats.
+    is kept; checked against a large simulation in the tests). O(N) whatever m;
+    :func:`random_cut_baseline` is the simulation it replaces. tp and fp are floats.
     """
     zv = _bool_vector(zero_var, "zero_var")
     N = zv.size
@@ -276,7 +279,9 @@ def random_cut_expectation(
     precision = n_zv / N if m > 0 else math.nan
     recall = m / N if n_zv else math.nan
     if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError("measured savings need both remaining_steps and total_steps (or neither)")
+        raise SrolloutError(
+            "measured savings need both remaining_steps and total_steps (or neither)"
+        )
     measured = math.nan
     if remaining_steps is not None:
         rem = _float_vector(remaining_steps, "remaining_steps", N)
@@ -383,7 +388,8 @@ def choose_operating_point(rows: Any, precision_floor: float = 0.80) -> int | No
 
 
 def useful_groups_lost(precision: float, n_cut: int, n_nonzero_var: int) -> float:
-    """Worst-case share of useful (non-zero-variance) groups a gate cuts: (1−p)·|cut| / |nonzero-var|.
+    """Worst-case share of useful (non-zero-variance) groups a gate cuts: (1−p)·|cut| /
+    |nonzero-var|.
 
     Paper App. "Setting the precision floor": p = 0.81, 21 cuts, 61 mixed groups → ≈ 6.5 %.
     """
@@ -393,7 +399,8 @@ def useful_groups_lost(precision: float, n_cut: int, n_nonzero_var: int) -> floa
 
 
 def precision_floor_for(eta: float, n_nonzero_var: int, n_cut: int) -> float:
-    """The precision floor that bounds the worst-case useful-group loss by eta: 1 − η·|nonzero-var|/|cut|.
+    """The precision floor that bounds the worst-case useful-group loss by eta: 1 −
+    η·|nonzero-var|/|cut|.
 
     Paper: η = 0.10, 61 non-zero-variance groups, 21 cuts → ≈ 0.71 (so 0.80 is conservative).
     """

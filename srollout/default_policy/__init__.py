@@ -33,14 +33,18 @@ __all__ = ["REBUILD_SHIPPED", "SHIPPED_DIR", "default_policy", "replace_shipped"
 
 def replace_shipped(built: Path) -> Path:
     """Copy a finished build over the shipped model: into a temp dir beside it, then two renames,
-    so the package never holds half a model. Needs a writable package (a clone, ``pip install -e``)."""
+    so the package never holds half a model. Needs a writable package (a clone, ``pip install
+    -e``)."""
     from srollout.default_policy.build import is_built
 
     target, parent = shipped.SHIPPED_DIR, shipped.SHIPPED_DIR.parent
     if not is_built(built):
         raise SrolloutError(f"{built}: not a finished build")
     if not os.access(parent, os.W_OK):
-        raise SrolloutError(f"{parent}: not writable (an installed wheel); rebuild into the cache and pass --model PATH")
+        raise SrolloutError(
+            f"{parent}: not writable (an installed wheel); "
+            "rebuild into the cache and pass --model PATH"
+        )
     tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=parent))
     old = parent / f".model.old-{os.getpid()}"
     try:

@@ -50,9 +50,12 @@ from srollout.policy.chat import (
 BUILD_VERSION = "v5"
 # The default policy's own system prompt (BuildConfig.prompt = "short"): the model learns the task
 # from its demonstrations, so the prompt only has to say what to answer.
-DEFAULT_POLICY_PROMPT = "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>"
+DEFAULT_POLICY_PROMPT = (
+    "You are an agent in a household (ALFWorld). Reply with one action: Action: <action>"
+)
 QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 
@@ -80,8 +83,12 @@ class BuildResult(NamedTuple):
 # Build options added after v5, with the value that builds exactly what v5 built (checked:
 # the same demonstrations episode for episode). At that value they stay out of the hash, so a
 # v5 model already in a cache stays the default policy; set otherwise they name a new model.
-_NEUTRAL_SINCE_V5 = {"take": "planned", "user_template": "Observation: {observation}", "correction_rounds": 0,
-                     "correction_relabel": False}
+_NEUTRAL_SINCE_V5 = {
+    "take": "planned",
+    "user_template": "Observation: {observation}",
+    "correction_rounds": 0,
+    "correction_relabel": False,
+}
 
 
 def config_hash(cfg: BuildConfig) -> str:
@@ -89,7 +96,11 @@ def config_hash(cfg: BuildConfig) -> str:
     since v5 only where they change the build; ``thoughts="none"`` was v5's ``False``)."""
     fields = dataclasses.asdict(cfg)
     if fields["correction_rounds"] == 0:  # the rounds' settings matter only with rounds
-        fields = {k: v for k, v in fields.items() if not k.startswith("correction_") or k == "correction_rounds"}
+        fields = {
+            k: v
+            for k, v in fields.items()
+            if not k.startswith("correction_") or k == "correction_rounds"
+        }
     for k, neutral in _NEUTRAL_SINCE_V5.items():
         if k in fields and fields[k] == neutral:
             del fields[k]
@@ -129,7 +140,13 @@ def default_policy_dir(cfg: BuildConfig | None = None) -> Path:
 
 def is_built(path: Path) -> bool:
     """A finished build has all its files (the rename makes that atomic)."""
-    need = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "build.json")
+    need = (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "build.json",
+    )
     return all((path / n).is_file() for n in need)
 
 
@@ -151,13 +168,23 @@ def build_machine() -> dict[str, Any]:
     except OSError:
         pass
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
-    return {"cpu": cpu, "isa": isa, "cores": os.cpu_count(), "native_bf16": native_bf16(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    return {
+        "cpu": cpu,
+        "isa": isa,
+        "cores": os.cpu_count(),
+        "native_bf16": native_bf16(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
 
 
 # --- step 1: demonstrations -------------------------------------------------------------------
-def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] | None = None,
-                        games_progress: Callable[[int, int], None] | None = None) -> list[Demo]:
+def make_demonstrations(
+    cfg: BuildConfig,
+    progress: Callable[[int, int], None] | None = None,
+    games_progress: Callable[[int, int], None] | None = None,
+) -> list[Demo]:
     """Noisy-expert demonstrations of ``cfg.n_demo_tasks`` tasks of the train set, in ReAct.
 
     progress / games_progress: ``(done, total)`` callbacks for the episodes and for the games a
@@ -173,8 +200,12 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
     from srollout.envs.tasks import load_task_set
 
     # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
-    tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks,
-                          progress=games_progress if games_progress is not None else False)
+    tasks = load_task_set(
+        cfg.task_set,
+        cfg.difficulty,
+        n=cfg.n_demo_tasks,
+        progress=games_progress if games_progress is not None else False,
+    )
     episodes = generate_demonstrations(
         tasks,
         episodes_per_task=cfg.demos_per_task,
@@ -185,14 +216,24 @@ def make_demonstrations(cfg: BuildConfig, progress: Callable[[int, int], None] |
         explore=cfg.explore,
         take=cfg.take,
         thoughts="react" if cfg.thoughts == "none" else cfg.thoughts,
-        workers=cfg.threads,  # the engine is single-threaded: one process per core the build may use
+        # the engine is single-threaded: one process per core the build may use
+        workers=cfg.threads,
     )
     texts = {t.task_id: t.task_text for t in tasks}
     # only won episodes: a demonstration that wanders for T_max steps teaches wandering; each user
     # turn is rendered in the policy's template from the turn's own observation
     return [
-        Demo(system=ep.system, turns=[Turn(user_turn(t.observation, texts[ep.task_id], cfg.user_template, t.admissible),
-                                           demo_response(t.assistant, cfg.thoughts), not t.is_noise) for t in ep.turns])
+        Demo(
+            system=ep.system,
+            turns=[
+                Turn(
+                    user_turn(t.observation, texts[ep.task_id], cfg.user_template, t.admissible),
+                    demo_response(t.assistant, cfg.thoughts),
+                    not t.is_noise,
+                )
+                for t in ep.turns
+            ],
+        )
         for ep in episodes
         if ep.success and ep.turns
     ]
@@ -239,7 +280,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, template: str = "chat
 
 def demo_texts(demos: Sequence[Demo], template: str = "chatml") -> Iterable[str]:
     """Every string the tokenizer should know: system prompts once, user turns, responses
-    (ChatML: with the role headers as the template renders them, so BPE merges "user", "assistant")."""
+    (ChatML: with the role headers as the template renders them, so BPE merges "user",
+    "assistant")."""
     seen_systems: set[str] = set()
     head = ("user\n", "assistant\n") if template == "chatml" else ("", "")
     for d in demos:
@@ -386,7 +428,11 @@ def sft(
                 if obs_w <= 0:
                     obs = torch.zeros(n, dtype=torch.bool)
                 else:
-                    obs = ~torch.tensor(ex.action_mask) if ex.obs_mask is None else torch.tensor(ex.obs_mask, dtype=torch.bool)
+                    obs = (
+                        ~torch.tensor(ex.action_mask)
+                        if ex.obs_mask is None
+                        else torch.tensor(ex.obs_mask, dtype=torch.bool)
+                    )
                 lab[r, :n] = torch.where(lm | obs, ids[r, :n], torch.full_like(ids[r, :n], -100))
                 is_obs[r, :n] = obs
             # label of position j is token j+1; the prefix's last position predicts ids[:, 0]
@@ -402,14 +448,20 @@ def sft(
                         pre = model.model(input_ids=prefix, use_cache=True).past_key_values
                     cache = DynamicCache(
                         ddp_cache_data=[
-                            (layer.keys.expand(rows, -1, -1, -1).contiguous(),
-                             layer.values.expand(rows, -1, -1, -1).contiguous())
+                            (
+                                layer.keys.expand(rows, -1, -1, -1).contiguous(),
+                                layer.values.expand(rows, -1, -1, -1).contiguous(),
+                            )
                             for layer in pre.layers
                         ]
                     )
                 pos = torch.arange(n_pre, n_pre + length).unsqueeze(0).expand(rows, -1)
                 hidden = model.model(
-                    input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache, use_cache=cache is not None
+                    input_ids=ids,
+                    attention_mask=att,
+                    position_ids=pos,
+                    past_key_values=cache,
+                    use_cache=cache is not None,
                 ).last_hidden_state
                 keep = target != -100
                 logits = model.lm_head(hidden[keep])  # only where there is a loss: [n_loss, V]
@@ -460,7 +512,9 @@ def build_from_demos(
     final_loss = sft(model, examples, cfg, tokenizer.pad_token_id, on_step)
     rounds = []
     for r in range(cfg.correction_rounds):
-        final_loss, stats = _dagger_round(model, tokenizer, examples, demos[0].system, cfg, r, phase)
+        final_loss, stats = _dagger_round(
+            model, tokenizer, examples, demos[0].system, cfg, r, phase
+        )
         rounds.append(stats._asdict())
     n_params = sum(p.numel() for p in model.parameters())
     seconds = time.perf_counter() - t0
@@ -481,7 +535,9 @@ def build_from_demos(
         **(extra_info or {}),
     }
     _save_atomic(model, tokenizer, out, info)
-    return BuildResult(out, n_params, len(demos), info["n_tokens"], info["n_loss_tokens"], final_loss, seconds)
+    return BuildResult(
+        out, n_params, len(demos), info["n_tokens"], info["n_loss_tokens"], final_loss, seconds
+    )
 
 
 def check_build_config(cfg: BuildConfig) -> None:
@@ -490,24 +546,46 @@ def check_build_config(cfg: BuildConfig) -> None:
     from srollout.envs.prompts import check_user_template
     from srollout.policy.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
 
-    for field, allowed in (("prompt", ("short", "react")), ("template", CHAT_TEMPLATES), ("explore", EXPLORE_ORDERS),
-                           ("take", TAKE_RULES), ("thoughts", ("none", *THOUGHT_STYLES)), ("difficulty", tuple(DIFFICULTIES))):
+    for field, allowed in (
+        ("prompt", ("short", "react")),
+        ("template", CHAT_TEMPLATES),
+        ("explore", EXPLORE_ORDERS),
+        ("take", TAKE_RULES),
+        ("thoughts", ("none", *THOUGHT_STYLES)),
+        ("difficulty", tuple(DIFFICULTIES)),
+    ):
         if getattr(cfg, field) not in allowed:
-            raise SrolloutError(f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got {getattr(cfg, field)!r}")
+            raise SrolloutError(
+                f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got "
+                f"{getattr(cfg, field)!r}"
+            )
     check_user_template(cfg.user_template, "BuildConfig")
     if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:
-        raise SrolloutError("BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]")
+        raise SrolloutError(
+            "BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]"
+        )
 
 
-def demo_examples(tokenizer: Any, demos: Sequence[tuple[str, list[Turn]]], max_context: int) -> list[TokenizedChat]:
-    """Conversations ((system, turns), e.g. :class:`Demo`) as SFT examples, each cut to ``max_context``."""
+def demo_examples(
+    tokenizer: Any, demos: Sequence[tuple[str, list[Turn]]], max_context: int
+) -> list[TokenizedChat]:
+    """Conversations ((system, turns), e.g. :class:`Demo`) as SFT examples, each cut to
+    ``max_context``."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    return [_truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context) for system, turns in demos]
+    return [
+        _truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context)
+        for system, turns in demos
+    ]
 
 
-def round_finetuning(tokenizer: Any, examples: Sequence[TokenizedChat], won: Sequence[tuple[str, list[Any]]],
-                     branches: Sequence[tuple[str, list[Any]]], cfg: BuildConfig,
-                     round_idx: int) -> tuple[list[TokenizedChat], BuildConfig]:
+def round_finetuning(
+    tokenizer: Any,
+    examples: Sequence[TokenizedChat],
+    won: Sequence[tuple[str, list[Any]]],
+    branches: Sequence[tuple[str, list[Any]]],
+    cfg: BuildConfig,
+    round_idx: int,
+) -> tuple[list[TokenizedChat], BuildConfig]:
     """What round ``round_idx`` fine-tunes on (:func:`round_examples` plus a seeded sample of
     ``cfg.correction_replay`` of the original ``examples``) and the config it fine-tunes with."""
     import random
@@ -518,8 +596,12 @@ def round_finetuning(tokenizer: Any, examples: Sequence[TokenizedChat], won: Seq
     return round_examples(tokenizer, won, branches, cfg.max_context) + replay, tune
 
 
-def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branches: Sequence[tuple[str, list[Any]]],
-                   max_context: int) -> list[TokenizedChat]:
+def round_examples(
+    tokenizer: Any,
+    won: Sequence[tuple[str, list[Any]]],
+    branches: Sequence[tuple[str, list[Any]]],
+    max_context: int,
+) -> list[TokenizedChat]:
     """A DAgger round's fine-tuning examples: the won conversations (cut to ``max_context``),
     then the relabelled branches, which teach their last turn only (no observation loss; a
     branch past ``max_context`` is dropped, not cut, which would lose the label)."""
@@ -532,8 +614,15 @@ def round_examples(tokenizer: Any, won: Sequence[tuple[str, list[Any]]], branche
     return out
 
 
-def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat], system: str, cfg: BuildConfig,
-                  round_idx: int, phase: Callable[[str], Callable[[int, int], None]] | None) -> tuple[float, Any]:
+def _dagger_round(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[TokenizedChat],
+    system: str,
+    cfg: BuildConfig,
+    round_idx: int,
+    phase: Callable[[str], Callable[[int, int], None]] | None,
+) -> tuple[float, Any]:
     """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label,
     fine-tune on the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the
     original ``examples``.
@@ -542,16 +631,35 @@ def _dagger_round(model: Any, tokenizer: Any, examples: Sequence[TokenizedChat],
     from srollout.envs.tasks import load_task_set
 
     name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
-    tasks = round_tasks(load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False), cfg, round_idx)
-    won, branches, stats = play_round(model, tokenizer, tasks, system, cfg, round_idx,
-                                      phase(f"{name}: rollouts") if phase else None)
+    tasks = round_tasks(
+        load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False),
+        cfg,
+        round_idx,
+    )
+    won, branches, stats = play_round(
+        model,
+        tokenizer,
+        tasks,
+        system,
+        cfg,
+        round_idx,
+        phase(f"{name}: rollouts") if phase else None,
+    )
     data, tune = round_finetuning(tokenizer, examples, won, branches, cfg, round_idx)
     report = phase(f"{name}: fine-tuning") if phase else None
-    loss = sft(model, data, tune, tokenizer.pad_token_id, (lambda s, t, _: report(s, t)) if report else None)
+    loss = sft(
+        model,
+        data,
+        tune,
+        tokenizer.pad_token_id,
+        (lambda s, t, _: report(s, t)) if report else None,
+    )
     return loss, stats
 
 
-def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False) -> BuildResult:
+def build_default_policy(
+    cfg: BuildConfig | None = None, *, out: Path | None = None, quiet: bool = False
+) -> BuildResult:
     """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save), each phase
     with the stages' progress bar (:class:`srollout.progress.PhaseBars`); returns where it
     was written and what it cost."""
@@ -565,11 +673,20 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
     t0 = time.perf_counter()
     console = make_console()
     if not quiet:
-        why = "" if cfg.bf16 == asked.bf16 else " (this CPU has no native bf16, where bf16 autocast is far slower)"
-        console.print(f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}", highlight=False)
+        why = (
+            ""
+            if cfg.bf16 == asked.bf16
+            else " (this CPU has no native bf16, where bf16 autocast is far slower)"
+        )
+        console.print(
+            f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}",
+            highlight=False,
+        )
     units = {"generating games": "games", "demonstrations": "episodes", "SFT": "steps"}
     with PhaseBars(console, enabled=not quiet, unit=units) as bars:
-        demos = make_demonstrations(cfg, bars.phase("demonstrations"), bars.phase("generating games"))
+        demos = make_demonstrations(
+            cfg, bars.phase("demonstrations"), bars.phase("generating games")
+        )
         demo_s = time.perf_counter() - t0
         sft_bar = bars.phase("SFT")
 
@@ -579,7 +696,10 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
         res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s}, bars.phase)
     total = time.perf_counter() - t0
     record = json.loads((out / "build.json").read_text())
-    record["wall_clock_seconds"] = {"demonstrations (games included)": round(demo_s), "total": round(total)}
+    record["wall_clock_seconds"] = {
+        "demonstrations (games included)": round(demo_s),
+        "total": round(total),
+    }
     tmp = out / ".build.json.tmp"
     tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
     os.replace(tmp, out / "build.json")
@@ -589,7 +709,9 @@ def build_default_policy(cfg: BuildConfig | None = None, *, out: Path | None = N
 def _cut(ex: TokenizedChat, start: int, stop: int | None) -> TokenizedChat:
     """``ex[start:stop]``, every mask alike."""
     obs = None if ex.obs_mask is None else ex.obs_mask[start:stop]
-    return TokenizedChat(ex.token_ids[start:stop], ex.action_mask[start:stop], ex.loss_mask[start:stop], obs)
+    return TokenizedChat(
+        ex.token_ids[start:stop], ex.action_mask[start:stop], ex.loss_mask[start:stop], obs
+    )
 
 
 def _truncate(ex: TokenizedChat, max_len: int) -> TokenizedChat:
@@ -619,8 +741,13 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
         tokenizer.save_pretrained(tmp)
         _portable_tokenizer_config(tmp, tokenizer.chat_template)
         template = info["config"]["user_template"]
-        if info.get("system_prompt") or template != USER_TEMPLATE:  # the ReAct prompt is the default
-            spec = {"system_prompt": info.get("system_prompt") or system_prompt(), "user_template": template}
+        if (
+            info.get("system_prompt") or template != USER_TEMPLATE
+        ):  # the ReAct prompt is the default
+            spec = {
+                "system_prompt": info.get("system_prompt") or system_prompt(),
+                "user_template": template,
+            }
             (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         if out.exists():
@@ -636,9 +763,24 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
 
 # --- a tiny model for tests and examples (no environment needed) ------------------------------
 TINY_CONFIG = BuildConfig(
-    prompt="react", template="chatml", seed=0, vocab_size=300, d_model=64, n_layers=1, d_ff=128, head_dim=32, gqa_groups=1,
-    max_context=2048, epochs=12, lr=1e-2, batch_tokens=4096, bf16=False, threads=1, obs_loss_weight=0.0,
-    correction_rounds=0, user_template="Observation: {observation}",
+    prompt="react",
+    template="chatml",
+    seed=0,
+    vocab_size=300,
+    d_model=64,
+    n_layers=1,
+    d_ff=128,
+    head_dim=32,
+    gqa_groups=1,
+    max_context=2048,
+    epochs=12,
+    lr=1e-2,
+    batch_tokens=4096,
+    bf16=False,
+    threads=1,
+    obs_loss_weight=0.0,
+    correction_rounds=0,
+    user_template="Observation: {observation}",
 )
 
 
@@ -664,7 +806,13 @@ def synthetic_demos(n: int, seed: int = 0) -> list[Demo]:
             else:
                 act, trained = f"go to {seen if step == 0 else dest}", True
                 nxt = f"You arrive at {seen}. On it, you see a {thing}."
-            turns.append(Turn(user=obs, assistant=f"Thought: I look for {thing}.\nAction: {act}", trained=trained))
+            turns.append(
+                Turn(
+                    user=obs,
+                    assistant=f"Thought: I look for {thing}.\nAction: {act}",
+                    trained=trained,
+                )
+            )
             obs = nxt
         demos.append(Demo(system=system, turns=turns))
     return demos

@@ -88,10 +88,15 @@ class _Mix:
         self.past_context = False
 
 
-def relabel_branches(turns: Sequence[Turn], off_label: Sequence[tuple[int, str]]) -> list[list[Turn]]:
+def relabel_branches(
+    turns: Sequence[Turn], off_label: Sequence[tuple[int, str]]
+) -> list[list[Turn]]:
     """Step 3 of the module docstring: for each (turn index j, label text), the conversation
     ``turns[:j]`` with no turn trained, then turn j's user turn answered by the label (trained)."""
-    return [[t._replace(trained=False) for t in turns[:j]] + [Turn(turns[j].user, label, True)] for j, label in off_label]
+    return [
+        [t._replace(trained=False) for t in turns[:j]] + [Turn(turns[j].user, label, True)]
+        for j, label in off_label
+    ]
 
 
 class MixturePolicy:
@@ -147,7 +152,9 @@ class MixturePolicy:
             traj = self._trajs[requests[i].key]
             if not on_label:
                 traj.off_label.append((len(traj.turns), label_text))
-            traj.turns.append(Turn(requests[i].user, label_text if on_label else resp.text, on_label))
+            traj.turns.append(
+                Turn(requests[i].user, label_text if on_label else resp.text, on_label)
+            )
             self.model_steps += 1
             self.model_off_label += not on_label
             out[i] = resp
@@ -190,12 +197,25 @@ def play_round(
     from srollout.rollout.react import ReactPrompter
 
     t0 = time.perf_counter()
-    lm = TransformersPolicy("in-memory", model=model, tokenizer=tokenizer,
-                            temperature=cfg.correction_temperature, max_new_tokens=48, max_batch_rows=128)
-    mix = MixturePolicy(lm, ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take), cfg.correction_beta, cfg.thoughts)
+    lm = TransformersPolicy(
+        "in-memory",
+        model=model,
+        tokenizer=tokenizer,
+        temperature=cfg.correction_temperature,
+        max_new_tokens=48,
+        max_batch_rows=128,
+    )
+    mix = MixturePolicy(
+        lm,
+        ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take),
+        cfg.correction_beta,
+        cfg.thoughts,
+    )
     G = cfg.correction_G
     specs = [GroupSpec(round_idx * len(tasks) + i, task) for i, task in enumerate(tasks)]
-    settings = RolloutSettings(G=G, T_max=_T_MAX, seed=cfg.seed, concurrency=max(G, G * len(tasks)), signal_K=())
+    settings = RolloutSettings(
+        G=G, T_max=_T_MAX, seed=cfg.seed, concurrency=max(G, G * len(tasks)), signal_K=()
+    )
     won: list[tuple[int, int, list[Turn]]] = []
     branches: list[tuple[int, int, list[Turn]]] = []
     done = past = 0
@@ -210,15 +230,32 @@ def play_round(
             if rec.success:
                 won.append((group.spec.index, rec.traj_idx, traj.turns))
             if cfg.correction_relabel:
-                branches.extend((group.spec.index, rec.traj_idx, b) for b in relabel_branches(traj.turns, traj.off_label))
+                branches.extend(
+                    (group.spec.index, rec.traj_idx, b)
+                    for b in relabel_branches(traj.turns, traj.off_label)
+                )
         done += G
         if progress is not None:
             progress(done, len(specs) * G)
 
-    run_groups(specs, mix, lambda: AlfworldEnv(expert_plan=True), ReactPrompter(system, cfg.user_template),
-               settings, on_group=on_group)
-    stats = RoundStats(len(specs) * G, len(won), mix.model_steps, mix.model_off_label, mix.expert_steps,
-                       time.perf_counter() - t0, past, len(branches))
+    run_groups(
+        specs,
+        mix,
+        lambda: AlfworldEnv(expert_plan=True),
+        ReactPrompter(system, cfg.user_template),
+        settings,
+        on_group=on_group,
+    )
+    stats = RoundStats(
+        len(specs) * G,
+        len(won),
+        mix.model_steps,
+        mix.model_off_label,
+        mix.expert_steps,
+        time.perf_counter() - t0,
+        past,
+        len(branches),
+    )
 
     # groups finish in scheduling order; the round's conversations are returned in task order
     def ordered(convs: list[tuple[int, int, list[Turn]]]) -> list[tuple[str, list[Turn]]]:

@@ -104,7 +104,9 @@ def generate_demonstrations(
     inv = invalid_fraction if invalid_fraction is not None else invalid_frac
     if n_episodes is None:
         n_episodes = len(tasks) * (episodes_per_task if episodes_per_task is not None else 1)
-    job = _DemoJob(rates, inv, seed, max_steps, {"explore": explore, "take": take, "thoughts": thoughts})
+    job = _DemoJob(
+        rates, inv, seed, max_steps, {"explore": explore, "take": take, "thoughts": thoughts}
+    )
     job.policies()  # a bad explore / take / thoughts fails here, before any worker starts
     callback = progress if callable(progress) else None
     with Progress(disable=progress is not True) as bar:
@@ -116,9 +118,14 @@ def generate_demonstrations(
                 callback(done, n_episodes)
 
         # episode i: its task, and the noise rate of its repetition r = i // len(tasks)
-        items = [(i, tasks[i % len(tasks)], rates[(i // len(tasks)) % len(rates)]) for i in range(n_episodes)]
-        size = max(1, min(_CHUNK, -(-n_episodes // (4 * max(1, workers)))))  # >= 4 chunks per worker
-        chunks = [items[a:a + size] for a in range(0, n_episodes, size)]
+        items = [
+            (i, tasks[i % len(tasks)], rates[(i // len(tasks)) % len(rates)])
+            for i in range(n_episodes)
+        ]
+        size = max(
+            1, min(_CHUNK, -(-n_episodes // (4 * max(1, workers))))
+        )  # >= 4 chunks per worker
+        chunks = [items[a : a + size] for a in range(0, n_episodes, size)]
         if workers <= 1 or len(chunks) <= 1:
             return job.play(items, advance)
         import multiprocessing
@@ -126,7 +133,9 @@ def generate_demonstrations(
 
         done, results = 0, {}
         # spawn, not fork: the caller may hold torch threads or open engine state
-        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            min(workers, len(chunks)), mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
             futures = {pool.submit(job.play, chunk): chunk[0][0] for chunk in chunks}
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
@@ -149,12 +158,20 @@ class _DemoJob:
     style: dict
 
     def policies(self) -> dict[float, ExpertPolicy]:
-        return {r: (NoisyExpertPolicy(r, self.invalid_frac, **self.style) if r > 0 else ExpertPolicy(**self.style))
-                for r in set(self.rates)}
+        return {
+            r: (
+                NoisyExpertPolicy(r, self.invalid_frac, **self.style)
+                if r > 0
+                else ExpertPolicy(**self.style)
+            )
+            for r in set(self.rates)
+        }
 
-    def play(self, items: Sequence[tuple[int, Task, float]],
-             advance: Callable[[int], None] | None = None) -> list[Episode]:
-        """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after each."""
+    def play(
+        self, items: Sequence[tuple[int, Task, float]], advance: Callable[[int], None] | None = None
+    ) -> list[Episode]:
+        """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after
+        each."""
         from srollout.envs.alfworld_env import AlfworldEnv
         from srollout.envs.prompts import parse_response, system_prompt, user_turn
 
@@ -171,19 +188,45 @@ class _DemoJob:
                 turns: list[Turn] = []
                 success = False
                 for step in range(1, self.max_steps + 1):
-                    req = ActRequest(key=key, step=step, seed=tseed, system=system,
-                                     user=user_turn(obs), admissible=info.admissible,
-                                     expert_plan=info.expert_plan, observation=obs)
+                    req = ActRequest(
+                        key=key,
+                        step=step,
+                        seed=tseed,
+                        system=system,
+                        user=user_turn(obs),
+                        admissible=info.admissible,
+                        expert_plan=info.expert_plan,
+                        observation=obs,
+                    )
                     text = policy.act([req])[0].text
                     res = env.step(parse_response(text).action)
-                    turns.append(Turn(req.user, text, policy.was_noise(key), res.valid, tuple(info.admissible), obs))
+                    turns.append(
+                        Turn(
+                            req.user,
+                            text,
+                            policy.was_noise(key),
+                            res.valid,
+                            tuple(info.admissible),
+                            obs,
+                        )
+                    )
                     obs, info = res.observation, res
                     if res.done:
                         success = True
                         break
                 policy.finish(key)
-                episodes.append(Episode(task.task_id, task.task_type, system, tuple(turns),
-                                        success, len(turns), tseed, rate))
+                episodes.append(
+                    Episode(
+                        task.task_id,
+                        task.task_type,
+                        system,
+                        tuple(turns),
+                        success,
+                        len(turns),
+                        tseed,
+                        rate,
+                    )
+                )
                 if advance is not None:
                     advance(len(episodes))
         finally:

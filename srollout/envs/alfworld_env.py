@@ -114,7 +114,9 @@ _GAME_CACHE_SIZE = 128
 
 
 # The grammar's goal rule; games differ from the wheel's grammar only there.
-_TASK_RULE = re.compile(r'("task":\s*\[\s*\{\s*"rhs":\s*")(Your task is to: .*?)("\s*\}\s*\])', re.S)
+_TASK_RULE = re.compile(
+    r'("task":\s*\[\s*\{\s*"rhs":\s*")(Your task is to: .*?)("\s*\}\s*\])', re.S
+)
 
 
 def _parse_logic(domain: str, grammar: str) -> Any:
@@ -138,8 +140,9 @@ def _logic_for(domain: str, grammar: str) -> Any:
     m = _TASK_RULE.search(grammar)
     if m is None:
         return _parse_logic(domain, grammar)
-    base = _parse_logic(domain, grammar[: m.start(2)] + "Your task is to: UNKNOWN GOAL." +
-                        grammar[m.end(2):])
+    base = _parse_logic(
+        domain, grammar[: m.start(2)] + "Your task is to: UNKNOWN GOAL." + grammar[m.end(2) :]
+    )
     from textworld.envs.pddl import textgen
 
     rhs = json.loads('"' + m.group(2) + '"')
@@ -182,16 +185,21 @@ def _cached_grammar_class() -> type:
         return rules_cache[expr]
 
     def ctx(context: dict) -> dict:
-        return {"state": context["state"], "facts": context["facts"],
-                "variables": dict(context["variables"]), "mapping": dict(context["mapping"]),
-                "entity_infos": context["entity_infos"]}
+        return {
+            "state": context["state"],
+            "facts": context["facts"],
+            "variables": dict(context["variables"]),
+            "mapping": dict(context["mapping"]),
+            "entity_infos": context["entity_infos"],
+        }
 
     def query(expr: str, context: dict) -> list[dict]:
         out = []
         for mapping in context["state"].all_assignments(rule(expr), context["mapping"]):
             c = ctx(context)
-            c["variables"].update({ph.name: c["entity_infos"][var.name]
-                                   for ph, var in mapping.items()})
+            c["variables"].update(
+                {ph.name: c["entity_infos"][var.name] for ph, var in mapping.items()}
+            )
             c["mapping"].update(mapping)
             out.append(c)
         return out
@@ -203,8 +211,9 @@ def _cached_grammar_class() -> type:
                 raise textgen.CSGUnknownSymbolError(start)
             state, mapping = start.context["state"], start.context["mapping"]
             for r in rules:
-                if not r.condition or any(True for _ in state.all_assignments(rule(r.condition),
-                                                                              mapping)):
+                if not r.condition or any(
+                    True for _ in state.all_assignments(rule(r.condition), mapping)
+                ):
                     break
             symbols = deepcopy(r.rhs)
             for symbol in symbols:
@@ -215,8 +224,9 @@ def _cached_grammar_class() -> type:
             if isinstance(symbol, textgen.NonterminalSymbol):
                 return self.replace(symbol)
             if isinstance(symbol, textgen.ConditionalSymbol):
-                contexts = query(symbol.given, symbol.context) if symbol.given else [
-                    ctx(symbol.context)]
+                contexts = (
+                    query(symbol.given, symbol.context) if symbol.given else [ctx(symbol.context)]
+                )
                 out = []
                 for c in contexts:
                     e = deepcopy(symbol.expression)
@@ -265,18 +275,25 @@ def _translate(domain: str, problem: str, logic: Any) -> _Translation:
         if isinstance(atom, fd.translate.pddl.conditions.Atom):
             if atom.predicate == "=":
                 continue
-            facts.append(tw_logic.Proposition(
-                atom.predicate, [tw_logic.Variable(a, name2type[a]) for a in atom.args]))
+            facts.append(
+                tw_logic.Proposition(
+                    atom.predicate, [tw_logic.Variable(a, name2type[a]) for a in atom.args]
+                )
+            )
         elif isinstance(atom, fd.translate.pddl.f_expression.Assign):
             if atom.fluent.symbol == "total-cost":
                 continue
             name = f"{atom.expression.value}"
             if str.isdigit(name):
                 continue
-            facts.append(tw_logic.Proposition(
-                name, [tw_logic.Variable(a, name2type[a]) for a in atom.fluent.args]))
-    return _Translation(task, sas.encode("utf-8"), sas_replan.encode("utf-8"), name2type,
-                        tuple(facts))
+            facts.append(
+                tw_logic.Proposition(
+                    name, [tw_logic.Variable(a, name2type[a]) for a in atom.fluent.args]
+                )
+            )
+    return _Translation(
+        task, sas.encode("utf-8"), sas_replan.encode("utf-8"), name2type, tuple(facts)
+    )
 
 
 def shared_game(game: dict) -> SharedGame:
@@ -375,8 +392,13 @@ def _shared_pddl_env_class() -> type:
             self.state = eng.textworld.core.GameState()
             self._last_action = None
             self._moves = 0
-            context = {"state": self._pddl_state, "facts": list(self._pddl_state.facts),
-                       "variables": {}, "mapping": {}, "entity_infos": self._entity_infos}
+            context = {
+                "state": self._pddl_state,
+                "facts": list(self._pddl_state.facts),
+                "variables": {},
+                "mapping": {},
+                "entity_infos": self._entity_infos,
+            }
             self.state.feedback = self._logic.grammar.derive("#intro#", context)
             self.state.raw = self.state.feedback
             self._gather_infos()
@@ -408,7 +430,9 @@ def game_dict(task: Task) -> dict:
     except (OSError, ValueError) as e:
         raise SrolloutError(f"cannot read game file {task.source}: {e}") from e
     if "UNKNOWN GOAL" in data.get("grammar", ""):
-        data = dict(data, grammar=data["grammar"].replace("UNKNOWN GOAL", task.task_text.rstrip(".")))
+        data = dict(
+            data, grammar=data["grammar"].replace("UNKNOWN GOAL", task.task_text.rstrip("."))
+        )
     return data
 
 
@@ -416,7 +440,7 @@ def strip_welcome(text: str) -> str:
     """Drop the engine's ``-= Welcome to TextWorld, ALFRED! =-`` banner from o_1."""
     text = text.strip()
     if text.startswith(_WELCOME):
-        text = text[len(_WELCOME):].strip()
+        text = text[len(_WELCOME) :].strip()
     return text
 
 
@@ -447,9 +471,12 @@ class AlfworldEnv:
     def _ensure_env(self) -> Any:
         if self._env is None:
             eng = _engine()
-            infos = eng.textworld.EnvInfos(won=True, admissible_commands=True,
-                                           policy_commands=self.expert_plan_enabled,
-                                           extras=["gamefile"])
+            infos = eng.textworld.EnvInfos(
+                won=True,
+                admissible_commands=True,
+                policy_commands=self.expert_plan_enabled,
+                extras=["gamefile"],
+            )
             self._lib = _acquire_lib()
             base = _shared_pddl_env_class()(infos, self._lib)
             self._env = eng.AlfredInfos(eng.AlfredDemangler(base))
@@ -489,8 +516,14 @@ class AlfworldEnv:
     def _result(self, state: Any, obs: str, *, reward: float, valid: bool) -> StepResult:
         self._admissible = tuple(state["admissible_commands"] or ())
         self._plan = tuple(state["policy_commands"] or ()) if self.expert_plan_enabled else ()
-        return StepResult(observation=obs, reward=reward, done=bool(state["won"]), valid=valid,
-                          admissible=self._admissible, expert_plan=self._plan)
+        return StepResult(
+            observation=obs,
+            reward=reward,
+            done=bool(state["won"]),
+            valid=valid,
+            admissible=self._admissible,
+            expert_plan=self._plan,
+        )
 
     @property
     def admissible(self) -> tuple[str, ...]:
@@ -516,8 +549,9 @@ class AlfworldEnv:
         self.close()
 
 
-def make_group(task: Task, G: int, seed: int = 0, *, expert_plan: bool = True
-               ) -> tuple[list[AlfworldEnv], list[tuple[str, StepResult]]]:
+def make_group(
+    task: Task, G: int, seed: int = 0, *, expert_plan: bool = True
+) -> tuple[list[AlfworldEnv], list[tuple[str, StepResult]]]:
     """G environments reset on ``task`` (one parse, G planner states). Returns (envs, resets)."""
     envs = [AlfworldEnv(expert_plan=expert_plan) for _ in range(G)]
     resets = [env.reset(task, seed + i) for i, env in enumerate(envs)]

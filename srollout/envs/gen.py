@@ -156,7 +156,8 @@ def prepare_alfworld_import() -> None:
 
         home_default = Path("~/.cache/alfworld").expanduser()
         os.environ["ALFWORLD_DATA"] = str(
-            home_default if home_default.is_dir() else srollout_home() / "alfworld-data")
+            home_default if home_default.is_dir() else srollout_home() / "alfworld-data"
+        )
 
 
 @functools.lru_cache(maxsize=1)
@@ -230,7 +231,13 @@ def receptacle_type(rid: str) -> str:
 
 def mangle(name: str) -> str:
     """ALFWorld's PDDL-safe id (``planned_game_state.fix_pddl_str_chars``)."""
-    for a, b in (("-", "_minus_"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_"), (",", "_comma_")):
+    for a, b in (
+        ("-", "_minus_"),
+        ("|", "_bar_"),
+        ("+", "_plus_"),
+        (".", "_dot_"),
+        (",", "_comma_"),
+    ):
         name = name.replace(a, b)
     return name
 
@@ -255,8 +262,15 @@ def _pickupable_types(layout: Layout) -> list[str]:
 # --- generation -------------------------------------------------------------------------------
 
 
-def generate_game(task_type: str, seed: int, difficulty: Difficulty, *, unseen: bool = False,
-                  floorplans: tuple[int, ...] | None = None, max_tries: int = 200) -> GameSpec:
+def generate_game(
+    task_type: str,
+    seed: int,
+    difficulty: Difficulty,
+    *,
+    unseen: bool = False,
+    floorplans: tuple[int, ...] | None = None,
+    max_tries: int = 200,
+) -> GameSpec:
     """One game of ``task_type`` from ``seed`` (same inputs -> same game, on every machine).
 
     unseen: draw the room from ALFRED's test scenes (held-out set) instead of its train scenes.
@@ -265,7 +279,9 @@ def generate_game(task_type: str, seed: int, difficulty: Difficulty, *, unseen: 
     layouts and the six task types).
     """
     if task_type not in TASK_TYPES:
-        raise SrolloutError(f"unknown task type {task_type!r}; choose one of {', '.join(TASK_TYPES)}")
+        raise SrolloutError(
+            f"unknown task type {task_type!r}; choose one of {', '.join(TASK_TYPES)}"
+        )
     # random.Random(str) hashes the string with SHA-512: stable across runs and machines.
     rng = random.Random(f"srollout-game:{task_type}:{seed}:{difficulty.tag}:{int(unseen)}")
     plans = unseen_floorplans(task_type) if unseen else seen_floorplans(task_type)
@@ -280,8 +296,9 @@ def generate_game(task_type: str, seed: int, difficulty: Difficulty, *, unseen: 
     raise SrolloutError(f"could not generate a {task_type} game from seed {seed}")
 
 
-def _try_generate(task_type: str, floorplan: int, rng: random.Random,
-                  difficulty: Difficulty) -> GameSpec | None:
+def _try_generate(
+    task_type: str, floorplan: int, rng: random.Random, difficulty: Difficulty
+) -> GameSpec | None:
     """One draw; None when the room cannot host the drawn task (the caller redraws)."""
     c = _constants()
     layout = load_layout(floorplan)
@@ -343,8 +360,11 @@ def _try_generate(task_type: str, floorplan: int, rng: random.Random,
     start_spots = spots(obj, avoid)
     if not start_spots:
         # add one receptacle from the layout that can host it (the room grows by one)
-        extra = [r for r in others[max(0, n_room - len(required)):]
-                 if receptacle_type(r) in set(_placeable(obj)) - avoid]
+        extra = [
+            r
+            for r in others[max(0, n_room - len(required)) :]
+            if receptacle_type(r) in set(_placeable(obj)) - avoid
+        ]
         if not extra:
             return None
         room.append(rng.choice(extra))
@@ -374,14 +394,22 @@ def _try_generate(task_type: str, floorplan: int, rng: random.Random,
             place(t, rng.choice(where))
 
     templates = _goals()[task_type]["templates"]
-    text = rng.choice(templates).format(obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower(),
-                                        mrecep="")
+    text = rng.choice(templates).format(
+        obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower(), mrecep=""
+    )
     problem = _write_problem(task_type, layout, sorted(room), placements, obj, recep, toggle)
     return GameSpec(task_type, text, floorplan, obj, recep, toggle, problem)
 
 
-def _write_problem(task_type: str, layout: Layout, room: list[str],
-                   placements: list[tuple[str, str]], obj: str, recep: str, toggle: str) -> str:
+def _write_problem(
+    task_type: str,
+    layout: Layout,
+    room: list[str],
+    placements: list[tuple[str, str]],
+    obj: str,
+    recep: str,
+    toggle: str,
+) -> str:
     """The PDDL problem text (ids mangled as ALFWorld does; ``#`` in goals becomes ``-``)."""
     c = _constants()
     # One location per receptacle: ALFRED poses can coincide (two cabinets seen from one
@@ -404,8 +432,12 @@ def _write_problem(task_type: str, layout: Layout, room: list[str],
     rtypes = [t for t in rtypes if t not in otypes]
     locations = sorted({loc(r) for r in room}) + [_START]
     objs = [o for o, _ in placements]
-    lines = ["(define (problem plan_srollout)", "    (:domain alfred)", "    (:objects",
-             "        agent1 - agent"]
+    lines = [
+        "(define (problem plan_srollout)",
+        "    (:domain alfred)",
+        "    (:objects",
+        "        agent1 - agent",
+    ]
     lines += [f"        {o} - object" for o in objs]
     lines += [f"        {r} - receptacle" for r in room]
     lines += [f"        {t}Type - otype" for t in otypes]
@@ -458,4 +490,4 @@ def _mangle_token(tok: str) -> str:
         return tok
     # a token may carry parentheses, e.g. "loc|1|2|0|30)"
     core = tok.rstrip(")")
-    return mangle(core) + tok[len(core):]
+    return mangle(core) + tok[len(core) :]

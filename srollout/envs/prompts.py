@@ -100,7 +100,9 @@ def model_prompt(model_dir: str | Path | None) -> ModelPrompt:
                 prompt = spec.get("system_prompt")
                 template = spec.get("user_template", USER_TEMPLATE)
             except (ValueError, AttributeError) as e:
-                raise SrolloutError(f"{f}: not a JSON object with a `system_prompt` string ({e})") from e
+                raise SrolloutError(
+                    f"{f}: not a JSON object with a `system_prompt` string ({e})"
+                ) from e
             if not isinstance(prompt, str) or not prompt.strip():
                 raise SrolloutError(f"{f}: `system_prompt` must be a non-empty string")
             check_user_template(template, str(f))
@@ -124,23 +126,32 @@ def check_user_template(template: object, where: str) -> None:
             fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
         except ValueError as e:
             raise SrolloutError(f"{where}: `user_template` is not a valid template ({e})") from e
-    if not isinstance(template, str) or "observation" not in fields or not fields <= {"observation", "task", "actions"}:
-        raise SrolloutError(f"{where}: `user_template` must be a string with {{observation}} and optionally {{task}} "
-                            f"and {{actions}}, got {template!r}")
+    if (
+        not isinstance(template, str)
+        or "observation" not in fields
+        or not fields <= {"observation", "task", "actions"}
+    ):
+        raise SrolloutError(
+            f"{where}: `user_template` must be a string with {{observation}} and optionally "
+            f"{{task}} and {{actions}}, got {template!r}"
+        )
 
 
-def user_turn(observation: str, task: str = "", template: str = USER_TEMPLATE,
-              admissible: Sequence[str] = ()) -> str:
+def user_turn(
+    observation: str, task: str = "", template: str = USER_TEMPLATE, admissible: Sequence[str] = ()
+) -> str:
     """One user message: the observation o_t, in ``template`` (``task``: the goal sentence;
     ``admissible``: the state's admissible actions, listed without ALFWorld's ``help``)."""
     actions = ", ".join(a for a in admissible if a != "help") if "{actions}" in template else ""
-    return template.format(observation=observation.strip(), task=task.strip().rstrip("."), actions=actions)
+    return template.format(
+        observation=observation.strip(), task=task.strip().rstrip("."), actions=actions
+    )
 
 
 def observation_of(user_text: str) -> str:
     """Inverse of :func:`user_turn` with the default template."""
     text = user_text.strip()
-    return text[len("Observation:"):].strip() if text.startswith("Observation:") else text
+    return text[len("Observation:") :].strip() if text.startswith("Observation:") else text
 
 
 def format_response(thought: str, action: str) -> str:
@@ -158,10 +169,26 @@ class ParsedResponse(NamedTuple):
 
 
 _ACTION_RE = re.compile(r"action\s*[:：]\s*(.*)", re.IGNORECASE)
-_THOUGHT_RE = re.compile(r"thought\s*[:：]\s*(.*?)(?=\n\s*action\s*[:：]|action\s*[:：]|$)",
-                         re.IGNORECASE | re.DOTALL)
-_VERBS = ("go to", "open", "close", "take", "move", "put", "heat", "cool", "clean", "use",
-          "examine", "look", "inventory", "slice", "toggle")
+_THOUGHT_RE = re.compile(
+    r"thought\s*[:：]\s*(.*?)(?=\n\s*action\s*[:：]|action\s*[:：]|$)", re.IGNORECASE | re.DOTALL
+)
+_VERBS = (
+    "go to",
+    "open",
+    "close",
+    "take",
+    "move",
+    "put",
+    "heat",
+    "cool",
+    "clean",
+    "use",
+    "examine",
+    "look",
+    "inventory",
+    "slice",
+    "toggle",
+)
 
 
 def parse_response(text: str) -> ParsedResponse:
@@ -181,7 +208,7 @@ def parse_response(text: str) -> ParsedResponse:
     if am:
         first = am.group(1).strip().split("\n")[0]
         if not first:  # "Action:\ngo to x"
-            rest = raw[am.end():].strip().split("\n")
+            rest = raw[am.end() :].strip().split("\n")
             first = rest[0] if rest else ""
         action = first
     else:

@@ -86,7 +86,9 @@ def schedule(name: str, n: int) -> list[tuple[str, int]]:
 
 
 def _text_hash(spec: GameSpec) -> int:
-    return int(hashlib.sha1((spec.task_text + "\n" + spec.pddl_problem).encode()).hexdigest()[:12], 16)
+    return int(
+        hashlib.sha1((spec.task_text + "\n" + spec.pddl_problem).encode()).hexdigest()[:12], 16
+    )
 
 
 def _belongs(name: str, spec: GameSpec) -> bool:
@@ -123,8 +125,17 @@ def _read_cache(path: Path) -> list[GameRecord]:
     with open(path) as f:
         for line in f:
             d = json.loads(line)
-            out.append(GameRecord(d["k"], d["task_type"], d["task_text"], d["floorplan"],
-                                  d["seed"], d["pddl_problem"], tuple(d["walkthrough"])))
+            out.append(
+                GameRecord(
+                    d["k"],
+                    d["task_type"],
+                    d["task_text"],
+                    d["floorplan"],
+                    d["seed"],
+                    d["pddl_problem"],
+                    tuple(d["walkthrough"]),
+                )
+            )
     return out
 
 
@@ -133,10 +144,20 @@ def _write_cache(path: Path, records: list[GameRecord]) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     with open(tmp, "w") as f:
         for r in records:
-            f.write(json.dumps({"k": r.k, "task_type": r.task_type, "task_text": r.task_text,
-                                "floorplan": r.floorplan, "seed": r.seed,
-                                "pddl_problem": r.pddl_problem,
-                                "walkthrough": list(r.walkthrough)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "k": r.k,
+                        "task_type": r.task_type,
+                        "task_text": r.task_text,
+                        "floorplan": r.floorplan,
+                        "seed": r.seed,
+                        "pddl_problem": r.pddl_problem,
+                        "walkthrough": list(r.walkthrough),
+                    }
+                )
+                + "\n"
+            )
     os.replace(tmp, path)
 
 
@@ -162,14 +183,33 @@ def solve_check(spec: GameSpec, env=None) -> tuple[str, ...] | None:
             env.close()
 
 
-def _task_from(task_type: str, task_text: str, problem: str, walkthrough: tuple[str, ...],
-               task_id: str, source: str, **meta) -> Task:
-    return Task(task_id=task_id, task_type=task_type, task_text=task_text + ".", source=source,
-                meta={"pddl_problem": problem, "walkthrough": tuple(walkthrough), **meta})
+def _task_from(
+    task_type: str,
+    task_text: str,
+    problem: str,
+    walkthrough: tuple[str, ...],
+    task_id: str,
+    source: str,
+    **meta,
+) -> Task:
+    return Task(
+        task_id=task_id,
+        task_type=task_type,
+        task_text=task_text + ".",
+        source=source,
+        meta={"pddl_problem": problem, "walkthrough": tuple(walkthrough), **meta},
+    )
 
 
-def _generate_one(name: str, task_type: str, k: int, difficulty: Difficulty, seen: set[int],
-                  env, set_seed: int = 0) -> GameRecord:
+def _generate_one(
+    name: str,
+    task_type: str,
+    k: int,
+    difficulty: Difficulty,
+    seen: set[int],
+    env,
+    set_seed: int = 0,
+) -> GameRecord:
     """Task k of a type in a set: the first candidate that is the set's, new, and solvable."""
     spec_set = TASK_SETS[name]
     prefix = f"{name}:{task_type}:{k}" if set_seed == 0 else f"{name}:{set_seed}:{task_type}:{k}"
@@ -183,8 +223,9 @@ def _generate_one(name: str, task_type: str, k: int, difficulty: Difficulty, see
         if walkthrough is None:
             continue
         seen.add(h)
-        return GameRecord(k, task_type, spec.task_text, spec.floorplan, seed, spec.pddl_problem,
-                          walkthrough)
+        return GameRecord(
+            k, task_type, spec.task_text, spec.floorplan, seed, spec.pddl_problem, walkthrough
+        )
     raise SrolloutError(f"could not generate {name} task {task_type} #{k}")
 
 
@@ -192,9 +233,13 @@ def _set_dir(name: str, difficulty: Difficulty, set_seed: int) -> Path:
     return games_dir(difficulty) / (name if set_seed == 0 else f"{name}-s{set_seed}")
 
 
-def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
-                     progress: bool | Callable[[int, int], None] = True,
-                     set_seed: int = 0) -> dict[str, list[GameRecord]]:
+def ensure_generated(
+    name: str,
+    difficulty: Difficulty,
+    counts: dict[str, int],
+    progress: bool | Callable[[int, int], None] = True,
+    set_seed: int = 0,
+) -> dict[str, list[GameRecord]]:
     """Generate (once) and return the first ``counts[t]`` games of each type of a set.
 
     progress: True shows the stages' progress bar (:class:`srollout.progress.StageBar`;
@@ -213,21 +258,34 @@ def ensure_generated(name: str, difficulty: Difficulty, counts: dict[str, int],
         env = AlfworldEnv()
         report = progress if callable(progress) else None
         try:
-            with StageBar(make_console(), f"generating {name} games ({difficulty.tag})", missing,
-                          enabled=progress is True, unit="games") as bar:
+            with StageBar(
+                make_console(),
+                f"generating {name} games ({difficulty.tag})",
+                missing,
+                enabled=progress is True,
+                unit="games",
+            ) as bar:
                 done = 0
                 if report is not None:
                     report(0, missing)
                 for t, c in counts.items():
                     if len(have[t]) >= c:
                         continue
-                    seen = {_text_hash(GameSpec(r.task_type, r.task_text, r.floorplan, "", "",
-                                                "", r.pddl_problem)) for r in have[t]}
+                    seen = {
+                        _text_hash(
+                            GameSpec(
+                                r.task_type, r.task_text, r.floorplan, "", "", "", r.pddl_problem
+                            )
+                        )
+                        for r in have[t]
+                    }
                     for k in range(len(have[t]), c):
-                        have[t].append(_generate_one(name, t, k, difficulty, seen, env,
-                                                     set_seed))
+                        have[t].append(_generate_one(name, t, k, difficulty, seen, env, set_seed))
                         done += 1
-                        bar.update(completed=done, info=f"{done / (time.perf_counter() - bar.t0):.1f} games/s")
+                        bar.update(
+                            completed=done,
+                            info=f"{done / (time.perf_counter() - bar.t0):.1f} games/s",
+                        )
                         if report is not None:
                             report(done, missing)
                         if (k + 1) % 50 == 0:  # an interrupted run keeps what it made
@@ -243,8 +301,14 @@ def rooms_note(name: str, difficulty: str) -> str:
     return "" if name in OFFICIAL_SPLITS else f" ({difficulty} rooms)"
 
 
-def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | None = None,
-                  *, seed: int = 0, progress: bool | Callable[[int, int], None] = True) -> list[Task]:
+def load_task_set(
+    name: str,
+    difficulty: str | Difficulty = "small",
+    n: int | None = None,
+    *,
+    seed: int = 0,
+    progress: bool | Callable[[int, int], None] = True,
+) -> list[Task]:
     """The tasks of a named set, generating (once, cached) what is missing.
 
     name: ``train`` (default size 1000), ``eval`` (100), ``heldout`` (100, unseen scenes), or an
@@ -260,7 +324,9 @@ def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | No
     if name in OFFICIAL_SPLITS:
         return load_official(name, n)
     if name not in TASK_SETS:
-        raise SrolloutError(f"unknown task set {name!r}; choose one of {', '.join(task_set_names())}")
+        raise SrolloutError(
+            f"unknown task set {name!r}; choose one of {', '.join(task_set_names())}"
+        )
     if n is not None and n < 1:
         raise SrolloutError(f"number of tasks must be >= 1, got {n}")
     diff = resolve_difficulty(difficulty)
@@ -272,9 +338,19 @@ def load_task_set(name: str, difficulty: str | Difficulty = "small", n: int | No
     tasks = []
     for t, k in order:
         r = records[t][k]
-        tasks.append(_task_from(t, r.task_text, r.pddl_problem, r.walkthrough,
-                                f"{name}/{t}/{k:04d}", str(root / f"{t}.jsonl"),
-                                floorplan=r.floorplan, difficulty=diff.tag, k=k))
+        tasks.append(
+            _task_from(
+                t,
+                r.task_text,
+                r.pddl_problem,
+                r.walkthrough,
+                f"{name}/{t}/{k:04d}",
+                str(root / f"{t}.jsonl"),
+                floorplan=r.floorplan,
+                difficulty=diff.tag,
+                k=k,
+            )
+        )
     return tasks
 
 
@@ -290,8 +366,10 @@ def write_game_file(task: Task, path: str | Path) -> Path:
 
 # --- official data ----------------------------------------------------------------------------
 
-_HOW_TO_GET = ("get them with `pip install alfworld==0.4.2 && alfworld-download` (needs internet) "
-               "and `export ALFWORLD_DATA=<that folder>` (default ~/.cache/alfworld)")
+_HOW_TO_GET = (
+    "get them with `pip install alfworld==0.4.2 && alfworld-download` (needs internet) "
+    "and `export ALFWORLD_DATA=<that folder>` (default ~/.cache/alfworld)"
+)
 
 
 def official_data_dir() -> Path:
@@ -307,7 +385,9 @@ def load_official(name: str, n: int | None = None) -> list[Task]:
     """Official games of a split (as ALFWorld's AlfredTWEnv selects them: solvable, no
     movable-receptacle or sliced tasks), sorted by path; the first n if given."""
     if name not in OFFICIAL_SPLITS:
-        raise SrolloutError(f"unknown official split {name!r}; choose one of {', '.join(OFFICIAL_SPLITS)}")
+        raise SrolloutError(
+            f"unknown official split {name!r}; choose one of {', '.join(OFFICIAL_SPLITS)}"
+        )
     split_dir = official_data_dir() / OFFICIAL_SPLITS[name]
     if not split_dir.is_dir():
         raise SrolloutError(f"no official split {name} under {split_dir}; {_HOW_TO_GET}")
@@ -323,9 +403,15 @@ def load_official(name: str, n: int | None = None) -> list[Task]:
         data = json.loads(game_file.read_text())
         if not data.get("solvable", False):
             continue
-        tasks.append(Task(task_id=f"{name}/{rel}", task_type=traj["task_type"],
-                          task_text=_official_task_text(data, traj, str(rel)),
-                          source=str(game_file), meta={"official": True}))
+        tasks.append(
+            Task(
+                task_id=f"{name}/{rel}",
+                task_type=traj["task_type"],
+                task_text=_official_task_text(data, traj, str(rel)),
+                source=str(game_file),
+                meta={"official": True},
+            )
+        )
         if n is not None and len(tasks) >= n:
             break
     if not tasks:
@@ -341,10 +427,17 @@ def _official_task_text(game: dict, traj: dict, rel: str) -> str:
     m = _TASK_RULE.search(game.get("grammar", ""))
     if m and "UNKNOWN GOAL" not in m.group(2):
         text = json.loads('"' + m.group(2) + '"')
-        return text[len("Your task is to: "):].strip()
+        return text[len("Your task is to: ") :].strip()
     from srollout.envs.gen import _goals
 
     p = traj["pddl_params"]
     template = random.Random(rel).choice(_goals()[traj["task_type"]]["templates"])
-    return template.format(obj=p["object_target"].lower(), recep=p["parent_target"].lower(),
-                           toggle=p["toggle_target"].lower(), mrecep=p["mrecep_target"].lower()) + "."
+    return (
+        template.format(
+            obj=p["object_target"].lower(),
+            recep=p["parent_target"].lower(),
+            toggle=p["toggle_target"].lower(),
+            mrecep=p["mrecep_target"].lower(),
+        )
+        + "."
+    )

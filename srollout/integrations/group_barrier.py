@@ -130,19 +130,23 @@ class GroupMember:
         """Actions reported so far."""
         return len(self._session.actions)
 
-    async def step(self, action: str, observation: str | None = None, *, ended: bool = False
-                   ) -> GateDecision:
+    async def step(
+        self, action: str, observation: str | None = None, *, ended: bool = False
+    ) -> GateDecision:
         """Report step t = n_steps + 1: the (normalised) action taken, the observation it was
         chosen on (o_t; None if the caller has none, then the signals go without observations)
         and whether the episode is over after it. Waits for the group's decision when t is a
         check step and the session goes on; otherwise returns at once (``cut=False``)."""
         session, group = self._session, self._group
         if session.ended or session.gone:
-            raise SrolloutError(f"session {self.index} of group {group.uid!r} reported a step "
-                                "after it ended")
+            raise SrolloutError(
+                f"session {self.index} of group {group.uid!r} reported a step after it ended"
+            )
         if group.fate is not None and group.fate.cut:
-            raise SrolloutError(f"session {self.index} of group {group.uid!r} reported a step "
-                                f"after the group was cut at step {group.fate.K}; stop the session")
+            raise SrolloutError(
+                f"session {self.index} of group {group.uid!r} reported a step "
+                f"after the group was cut at step {group.fate.K}; stop the session"
+            )
         session.actions.append(action)
         session.observations.append(observation)
         session.ended = bool(ended)
@@ -191,12 +195,17 @@ class GroupBarrier:
     def __init__(self, gate: Gate, G: int, timeout_s: float = 600.0) -> None:
         if isinstance(G, bool) or not isinstance(G, int) or G < 2:
             raise SrolloutError(f"a group needs G >= 2 sessions for the gate, got G={G!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not timeout_s > 0:
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not timeout_s > 0
+        ):
             raise SrolloutError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
         if not hasattr(gate, "decide") or not hasattr(gate, "K"):
-            raise SrolloutError(f"gate must be a srollout gate (GateRule, a loaded gate.json), "
-                                f"got {type(gate).__name__}")
+            raise SrolloutError(
+                f"gate must be a srollout gate (GateRule, a loaded gate.json), "
+                f"got {type(gate).__name__}"
+            )
         self.gate, self.G, self.timeout_s = gate, G, float(timeout_s)
         self.check_K: tuple[int, ...] = tuple(sorted(int(k) for k in check_steps(gate)))
         self._groups: dict[Hashable, _Group] = {}
@@ -217,13 +226,17 @@ class GroupBarrier:
         if index is None:
             free = [i for i in range(self.G) if i not in group.sessions]
             if not free:
-                raise SrolloutError(f"group {uid!r} already has its G={self.G} sessions; the "
-                                    f"barrier was built for groups of G={self.G}")
+                raise SrolloutError(
+                    f"group {uid!r} already has its G={self.G} sessions; the "
+                    f"barrier was built for groups of G={self.G}"
+                )
             index = free[0]
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self.G:
-            raise SrolloutError(f"session index {index!r} of group {uid!r} is outside "
-                                f"0..{self.G - 1}: the barrier was built for groups of G={self.G} "
-                                "sessions")
+            raise SrolloutError(
+                f"session index {index!r} of group {uid!r} is outside "
+                f"0..{self.G - 1}: the barrier was built for groups of G={self.G} "
+                "sessions"
+            )
         if index in group.sessions:
             raise SrolloutError(f"group {uid!r} already has a session {index}")
         group.sessions[index] = _Session()
@@ -316,14 +329,24 @@ class GroupBarrier:
             group.timer = loop.call_at(self._deadline(group, loop), self._check_timeout, group)
             return
         k = self.check_K[group.next_check] if group.next_check < len(self.check_K) else None
-        missing = [i for i in range(self.G)
-                   if i not in group.sessions
-                   or not (group.sessions[i].ended or len(group.sessions[i].actions) >= (k or 0))]
-        logger.warning("srollout gate: group %r kept without a decision at step %s: no report for "
-                       "%.0f s, sessions %s had not arrived (%d of G=%d joined)", group.uid, k,
-                       self.timeout_s, missing, len(group.sessions), self.G)
+        missing = [
+            i
+            for i in range(self.G)
+            if i not in group.sessions
+            or not (group.sessions[i].ended or len(group.sessions[i].actions) >= (k or 0))
+        ]
+        logger.warning(
+            "srollout gate: group %r kept without a decision at step %s: no report for "
+            "%.0f s, sessions %s had not arrived (%d of G=%d joined)",
+            group.uid,
+            k,
+            self.timeout_s,
+            missing,
+            len(group.sessions),
+            self.G,
+        )
         decision = GateDecision(cut=False, K=k, how=TIMEOUT, n_sessions=len(group.sessions))
-        for later in self.check_K[group.next_check:]:
+        for later in self.check_K[group.next_check :]:
             group.decided[later] = decision
         group.next_check = len(self.check_K)
         self._settle(group, None, decision)

@@ -57,12 +57,14 @@ def check_trl_version(version: str | None = None) -> str:
         try:
             import trl
         except ImportError as e:
-            raise SrolloutError(f"TRL is not installed: pip install '{TRL_PIN}' (or the `trl` extra of srollout)") from e
+            raise SrolloutError(
+                f"TRL is not installed: pip install '{TRL_PIN}' (or the `trl` extra of srollout)"
+            ) from e
         version = trl.__version__
     if ".".join(version.split(".")[:2]) not in TRL_SUPPORTED:
         raise SrolloutError(
-            f"srollout.integrations.trl was built for trl {', '.join(TRL_SUPPORTED)} (its rollout_func contract), "
-            f"found trl {version}: pip install '{TRL_PIN}'"
+            f"srollout.integrations.trl was built for trl {', '.join(TRL_SUPPORTED)} (its "
+            f"rollout_func contract), found trl {version}: pip install '{TRL_PIN}'"
         )
     return version
 
@@ -73,7 +75,9 @@ class _CutRowFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not ("All reward functions returned None" in msg and "'srollout_reward': None" in msg)
+        return not (
+            "All reward functions returned None" in msg and "'srollout_reward': None" in msg
+        )
 
 
 def _quiet_cut_rows() -> None:
@@ -83,7 +87,8 @@ def _quiet_cut_rows() -> None:
 
 
 def task_prompt(task: Task) -> str:
-    """The dataset prompt of ``task``: its id in a tag the rollout function reads back, then the goal."""
+    """The dataset prompt of ``task``: its id in a tag the rollout function reads back, then the
+    goal."""
     return f"[srollout task {task.task_id}] {task.task_text}"
 
 
@@ -144,15 +149,24 @@ class GatedRollout:
         _quiet_cut_rows()
         self._by_id = {t.task_id: t for t in self.tasks}
         if len(self._by_id) != len(self.tasks):
-            raise SrolloutError("task ids must be unique: the rollout function finds a task by its id")
+            raise SrolloutError(
+                "task ids must be unique: the rollout function finds a task by its id"
+            )
         gate_G = getattr(self.gate, "G", None)
         if gate_G is not None and int(gate_G) != self.G:
             raise SrolloutError(f"the gate was fitted for G={gate_G}, the rollout has G={self.G}")
         self.settings(1)  # validates G, T_max and the gate's K now, not at the first training step
 
     @classmethod
-    def alfworld(cls, task_set: str = "train", *, n_tasks: int | None = None, difficulty: str = "small",
-                 model_dir: str | None = None, **kwargs: Any) -> GatedRollout:
+    def alfworld(
+        cls,
+        task_set: str = "train",
+        *,
+        n_tasks: int | None = None,
+        difficulty: str = "small",
+        model_dir: str | None = None,
+        **kwargs: Any,
+    ) -> GatedRollout:
         """ALFWorld's real engine on srollout's task set ``task_set`` (first ``n_tasks``), with the
         ReAct prompt of the model in ``model_dir`` (default: the shipped default policy's)."""
         from functools import partial
@@ -166,14 +180,21 @@ class GatedRollout:
         if not tasks:
             raise SrolloutError(f"task set {task_set!r} is empty")
         prompter = ReactPrompter.for_model(resolve_model(model_dir or "default"))
-        return cls(tasks=tasks, env_factory=partial(AlfworldEnv, expert_plan=False), prompter=prompter, **kwargs)
+        return cls(
+            tasks=tasks,
+            env_factory=partial(AlfworldEnv, expert_plan=False),
+            prompter=prompter,
+            **kwargs,
+        )
 
     # --- what TRL is given ---------------------------------------------------------------------
     def dataset(self, repeats: int = 1) -> Any:
         """A ``datasets.Dataset`` with one ``prompt`` per task (``repeats`` times over)."""
         from datasets import Dataset
 
-        return Dataset.from_list([{"prompt": task_prompt(t)} for _ in range(repeats) for t in self.tasks])
+        return Dataset.from_list(
+            [{"prompt": task_prompt(t)} for _ in range(repeats) for t in self.tasks]
+        )
 
     def task_of(self, prompt: Any) -> Task:
         """The task a dataset prompt names (a string, or a chat whose first message holds it)."""
@@ -182,41 +203,55 @@ class GatedRollout:
             text = prompt[0].get("content", "")
         tag = _TASK_TAG.match(text) if isinstance(text, str) else None
         if tag is None:
-            raise SrolloutError(f"prompt {str(prompt)[:80]!r} does not name a srollout task; build the training "
-                                "dataset with GatedRollout.dataset() so each prompt starts with '[srollout task ID]'")
+            raise SrolloutError(
+                f"prompt {str(prompt)[:80]!r} does not name a srollout task; "
+                "build the training dataset with GatedRollout.dataset() so "
+                "each prompt starts with '[srollout task ID]'"
+            )
         task = self._by_id.get(tag.group("task_id"))
         if task is None:
-            raise SrolloutError(f"prompt names task {tag.group('task_id')!r}, which is not in this "
-                                "rollout's task set "
-                                f"({len(self._by_id)} tasks): give GatedRollout the tasks the dataset was made from")
+            raise SrolloutError(
+                f"prompt names task {tag.group('task_id')!r}, which is not in this "
+                "rollout's task set "
+                f"({len(self._by_id)} tasks): give GatedRollout the tasks the dataset was made from"
+            )
         return task
 
     def settings(self, n_groups: int) -> RolloutSettings:
         return RolloutSettings(
-            G=self.G, T_max=self.T_max, seed=self.seed,
-            concurrency=max(self.concurrency or 0, self.G * n_groups, self.G), signal_K=(),
-            gate=self.gate, gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
+            G=self.G,
+            T_max=self.T_max,
+            seed=self.seed,
+            concurrency=max(self.concurrency or 0, self.G * n_groups, self.G),
+            signal_K=(),
+            gate=self.gate,
+            gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
             arm="gated" if self.gate is not None else "baseline",
         )
 
     def groups_of(self, prompts: Sequence[Any], G: int) -> list[Task]:
         """The task of each block of G prompts, checking TRL's block layout."""
         if G != self.G:
-            raise SrolloutError(f"the trainer's num_generations is {G} but the rollout was built with G={self.G}: "
-                                "set GRPOConfig(num_generations=...) and the rollout's G to the same value")
+            raise SrolloutError(
+                f"the trainer's num_generations is {G} but the rollout was built with G={self.G}: "
+                "set GRPOConfig(num_generations=...) and the rollout's G to the same value"
+            )
         if len(prompts) % G:
             raise SrolloutError(f"{len(prompts)} prompts is not a whole number of groups of G={G}")
         tasks = []
         for g in range(len(prompts) // G):
-            block = prompts[g * G:(g + 1) * G]
+            block = prompts[g * G : (g + 1) * G]
             if any(p != block[0] for p in block):
-                raise SrolloutError(f"prompts {g * G}..{(g + 1) * G - 1} are not one prompt repeated G={G} times: "
-                                    "TRL's sampler no longer lays groups out in blocks (check the TRL version)")
+                raise SrolloutError(
+                    f"prompts {g * G}..{(g + 1) * G - 1} are not one prompt repeated G={G} times: "
+                    "TRL's sampler no longer lays groups out in blocks (check the TRL version)"
+                )
             tasks.append(self.task_of(block[0]))
         return tasks
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live model."""
+        """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live
+        model."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         G = trainer.num_generations if model.training else trainer.num_generations_eval
         tasks = self.groups_of(prompts, G)
@@ -237,22 +272,35 @@ class GatedRollout:
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.react import ReactPrompter
 
-        policy = TransformersPolicy(getattr(model.config, "_name_or_path", "trl-model") or "trl-model",
-                                    model=model, tokenizer=tokenizer, temperature=self.temperature,
-                                    max_new_tokens=self.max_new_tokens, device=str(next(model.parameters()).device))
+        policy = TransformersPolicy(
+            getattr(model.config, "_name_or_path", "trl-model") or "trl-model",
+            model=model,
+            tokenizer=tokenizer,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            device=str(next(model.parameters()).device),
+        )
         specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
         self._next_group += len(tasks)
         records: dict[int, GroupRecord] = {}
         was_training = model.training
         model.eval()
         try:
-            run_groups(specs, policy, self.env_factory, self.prompter or ReactPrompter(), self.settings(len(specs)),
-                       on_group=lambda r: records.__setitem__(r.spec.index, r))
+            run_groups(
+                specs,
+                policy,
+                self.env_factory,
+                self.prompter or ReactPrompter(),
+                self.settings(len(specs)),
+                on_group=lambda r: records.__setitem__(r.spec.index, r),
+            )
         finally:
             model.train(was_training)
         return [records[s.index] for s in specs]
 
-    def to_trl(self, records: Sequence[GroupRecord], tokenizer: Any) -> tuple[dict[str, Any], RolloutCounts]:
+    def to_trl(
+        self, records: Sequence[GroupRecord], tokenizer: Any
+    ) -> tuple[dict[str, Any], RolloutCounts]:
         """TRL's rollout dict for ``records`` (G rows per group, in order) and what they cost."""
         from srollout.policy.chat import end_of_turn_ids
 
@@ -269,7 +317,10 @@ class GatedRollout:
                 counts.env_steps += len(traj.steps)
                 counts.gen_tokens += traj.n_gen_tokens
                 if traj.tokens is None:
-                    raise SrolloutError("the policy returned no tokens for a trajectory (a non-LLM policy cannot train)")
+                    raise SrolloutError(
+                        "the policy returned no tokens for a "
+                        "trajectory (a non-LLM policy cannot train)"
+                    )
                 ids, mask = traj.tokens.token_ids, traj.tokens.action_mask
                 first = mask.index(True) if True in mask else len(ids)
                 prompt_ids.append(list(ids[:first]))
@@ -284,16 +335,29 @@ class GatedRollout:
                     completion_ids.append(list(ids[first:]))
                     env_mask.append([int(m) for m in mask[first:]])
                     rewards.append(float(traj.reward))
-        out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-               "env_mask": env_mask, "srollout_reward": rewards}
+        out = {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "env_mask": env_mask,
+            "srollout_reward": rewards,
+        }
         return out, counts
 
-    def reward(self, prompts: list[Any], completions: list[Any], srollout_reward: list[float | None] | None = None,
-               **kwargs: Any) -> list[float | None]:
-        """TRL reward function: the episode's environment reward (1 when won), None for a row of a cut
-        group (TRL gives it advantage 0)."""
+    def reward(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        srollout_reward: list[float | None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        """TRL reward function: the episode's environment reward (1 when won), None for a row of
+        a cut group (TRL gives it advantage 0)."""
         if srollout_reward is None:
-            raise SrolloutError("GatedRollout.reward needs the rollout's rewards: pass rollout_func=the same GatedRollout")
+            raise SrolloutError(
+                "GatedRollout.reward needs the rollout's "
+                "rewards: pass rollout_func=the same GatedRollout"
+            )
         return list(srollout_reward)
 
     @staticmethod
@@ -307,4 +371,3 @@ class GatedRollout:
             "rollout/env_steps": float(counts.env_steps),
             "rollout/gen_tokens": float(counts.gen_tokens),
         }
-

@@ -54,8 +54,10 @@ from srollout.errors import SrolloutError
 from srollout.integrations.group_barrier import GateDecision, GroupBarrier
 
 VERL_VERSION = "0.9.1"  # the release this adapter was written against and tested with
-_INSTALL = (f"pip install verl=={VERL_VERSION} (in an environment of its own: verl {VERL_VERSION} "
-            "requires transformers<5.11, srollout's own backends >=5.19)")
+_INSTALL = (
+    f"pip install verl=={VERL_VERSION} (in an environment of its own: verl {VERL_VERSION} "
+    "requires transformers<5.11, srollout's own backends >=5.19)"
+)
 
 try:
     from verl.experimental.agent_loop.agent_loop import (
@@ -68,8 +70,10 @@ except ImportError as err:  # pragma: no cover - exercised where verl is absent
     missing = getattr(err, "name", None) or str(err)
     if missing and str(missing).split(".")[0] == "verl":
         raise SrolloutError(f"srollout.integrations.verl needs verl: {_INSTALL}") from None
-    raise SrolloutError(f"verl is installed but cannot be imported ({err}); "
-                        f"install what it names, or reinstall with {_INSTALL}") from None
+    raise SrolloutError(
+        f"verl is installed but cannot be imported ({err}); "
+        f"install what it names, or reinstall with {_INSTALL}"
+    ) from None
 
 GATED, UNGATED = "srollout_gated", "srollout_ungated"
 TASK_KEY = "srollout_task"  # extra_info key of a row's task (JSON)
@@ -104,13 +108,16 @@ class VerlGateSettings:
         section over the defaults; unknown keys are a SrolloutError naming the known ones."""
         section = trainer_config.get("srollout", None) if hasattr(trainer_config, "get") else None
         merged: dict[str, Any] = {}
-        for source, where in ((section or {}, "srollout: section of the trainer config"),
-                              (overrides, "agent-loop config entry")):
+        for source, where in (
+            (section or {}, "srollout: section of the trainer config"),
+            (overrides, "agent-loop config entry"),
+        ):
             for key, value in dict(source).items():
                 if key not in cls.__dataclass_fields__:
                     known = ", ".join(cls.__dataclass_fields__)
-                    raise SrolloutError(f"unknown srollout setting {key!r} in the {where} "
-                                        f"(known: {known})")
+                    raise SrolloutError(
+                        f"unknown srollout setting {key!r} in the {where} (known: {known})"
+                    )
                 merged[key] = _plain(value)
         return cls(**merged)
 
@@ -160,8 +167,15 @@ def barrier_for(gate: Gate, G: int, timeout_s: float) -> GroupBarrier:
 def task_to_json(task: Task) -> str:
     """A task as the JSON a dataset row carries (generated games carry their PDDL problem)."""
     meta = {k: list(v) if isinstance(v, tuple) else v for k, v in (task.meta or {}).items()}
-    return json.dumps({"task_id": task.task_id, "task_type": task.task_type,
-                       "task_text": task.task_text, "source": task.source, "meta": meta})
+    return json.dumps(
+        {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "task_text": task.task_text,
+            "source": task.source,
+            "meta": meta,
+        }
+    )
 
 
 def task_from_row(row: Mapping[str, Any]) -> Task:
@@ -169,22 +183,32 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
     extra = row.get("extra_info") or {}
     text = extra.get(TASK_KEY) if isinstance(extra, Mapping) else None
     if not text:
-        raise SrolloutError(f"the dataset row has no extra_info.{TASK_KEY}: build the dataset "
-                            "with srollout.integrations.verl.write_verl_dataset")
+        raise SrolloutError(
+            f"the dataset row has no extra_info.{TASK_KEY}: build the dataset "
+            "with srollout.integrations.verl.write_verl_dataset"
+        )
     try:
         fields = json.loads(text)
         meta = dict(fields.get("meta") or {})
         if "walkthrough" in meta:
             meta["walkthrough"] = tuple(meta["walkthrough"])
-        return Task(task_id=fields["task_id"], task_type=fields["task_type"],
-                    task_text=fields["task_text"], source=fields["source"], meta=meta)
+        return Task(
+            task_id=fields["task_id"],
+            task_type=fields["task_type"],
+            task_text=fields["task_text"],
+            source=fields["source"],
+            meta=meta,
+        )
     except (ValueError, KeyError, TypeError) as err:
-        raise SrolloutError(f"extra_info.{TASK_KEY} is not a srollout task ({err!r}); rebuild "
-                            "the dataset with write_verl_dataset") from None
+        raise SrolloutError(
+            f"extra_info.{TASK_KEY} is not a srollout task ({err!r}); rebuild "
+            "the dataset with write_verl_dataset"
+        ) from None
 
 
-def write_verl_dataset(tasks: Sequence[Task], path: str | Path, agent_name: str = GATED,
-                       *, overwrite: bool = False) -> Path:
+def write_verl_dataset(
+    tasks: Sequence[Task], path: str | Path, agent_name: str = GATED, *, overwrite: bool = False
+) -> Path:
     """A Parquet dataset for verl's RLHFDataset: one row per task (verl repeats it n times).
 
     Columns: data_source ``srollout/alfworld``, prompt (the task sentence as one user message;
@@ -203,18 +227,22 @@ def write_verl_dataset(tasks: Sequence[Task], path: str | Path, agent_name: str 
     path = Path(path)
     if path.exists() and not overwrite:
         raise SrolloutError(f"{path} exists; pass overwrite=True or choose another path")
-    rows = [{
-        "data_source": "srollout/alfworld",
-        "prompt": [{"role": "user", "content": task.task_text}],
-        "agent_name": agent_name,
-        "reward_model": {"style": "env", "ground_truth": ""},
-        "extra_info": {"index": i, "task_id": task.task_id, TASK_KEY: task_to_json(task)},
-    } for i, task in enumerate(tasks)]
+    rows = [
+        {
+            "data_source": "srollout/alfworld",
+            "prompt": [{"role": "user", "content": task.task_text}],
+            "agent_name": agent_name,
+            "reward_model": {"style": "env", "ground_truth": ""},
+            "extra_info": {"index": i, "task_id": task.task_id, TASK_KEY: task_to_json(task)},
+        }
+        for i, task in enumerate(tasks)
+    ]
     return schemas.write(pl.DataFrame(rows), path)
 
 
-def write_agent_loop_config(path: str | Path, settings: VerlGateSettings | None = None,
-                            *, overwrite: bool = False) -> Path:
+def write_agent_loop_config(
+    path: str | Path, settings: VerlGateSettings | None = None, *, overwrite: bool = False
+) -> Path:
     """The file for ``actor_rollout_ref.rollout.agent.agent_loop_config_path``: both loops, the
     gated one with ``settings`` (its keys become the loop's constructor arguments)."""
     from srollout.atomic import atomic_write_text
@@ -223,9 +251,14 @@ def write_agent_loop_config(path: str | Path, settings: VerlGateSettings | None 
     if path.exists() and not overwrite:
         raise SrolloutError(f"{path} exists; pass overwrite=True or choose another path")
     body = {k: v for k, v in asdict(settings or VerlGateSettings()).items() if v is not None}
-    entries = [{"name": GATED, "_target_": f"{__name__}.SrolloutAgentLoop", **body},
-               {"name": UNGATED, "_target_": f"{__name__}.SrolloutUngatedAgentLoop",
-                **{k: v for k, v in body.items() if k in ("T_max", "model_dir")}}]
+    entries = [
+        {"name": GATED, "_target_": f"{__name__}.SrolloutAgentLoop", **body},
+        {
+            "name": UNGATED,
+            "_target_": f"{__name__}.SrolloutUngatedAgentLoop",
+            **{k: v for k, v in body.items() if k in ("T_max", "model_dir")},
+        },
+    ]
     # JSON is YAML: OmegaConf.load reads it as it is.
     return atomic_write_text(json.dumps(entries, indent=2) + "\n", path)
 
@@ -239,12 +272,14 @@ class SrolloutAgentLoop(AgentLoopBase):
 
     gated = True
 
-    def __init__(self, *args: Any, name: str | None = None, tools: Any = None,
-                 **settings: Any) -> None:
+    def __init__(
+        self, *args: Any, name: str | None = None, tools: Any = None, **settings: Any
+    ) -> None:
         # verl passes the agent-loop config entry's keys (name included) and a tools wrapper.
         super().__init__(*args, **_verl_kwargs(settings))
-        self.continuous_token_builder = _matching_builder(self.tokenizer,
-                                                          self.continuous_token_builder)
+        self.continuous_token_builder = _matching_builder(
+            self.tokenizer, self.continuous_token_builder
+        )
         self.settings = VerlGateSettings.resolve(_own_settings(settings), self.config)
         from srollout.rollout.react import ReactPrompter
 
@@ -258,11 +293,15 @@ class SrolloutAgentLoop(AgentLoopBase):
             n = self.rollout_config.get("n", None)
             G = self.settings.G if self.settings.G is not None else n
             if G is None:
-                raise SrolloutError("set the group size: actor_rollout_ref.rollout.n (or G in the "
-                                    "srollout settings)")
+                raise SrolloutError(
+                    "set the group size: actor_rollout_ref.rollout.n (or G in the "
+                    "srollout settings)"
+                )
             if n is not None and int(n) != int(G):
-                raise SrolloutError(f"the gate was set for groups of G={G} but "
-                                    f"actor_rollout_ref.rollout.n={n}: set rollout.n={G}")
+                raise SrolloutError(
+                    f"the gate was set for groups of G={G} but "
+                    f"actor_rollout_ref.rollout.n={n}: set rollout.n={G}"
+                )
             gate = resolve_gate(self.settings.gate)
             self.barrier = barrier_for(gate, int(G), self.settings.timeout_s)
 
@@ -274,8 +313,10 @@ class SrolloutAgentLoop(AgentLoopBase):
         if self.barrier is not None:
             uid = kwargs.get("uid")
             if uid is None:
-                raise SrolloutError("verl passed no uid to the agent loop: run verl's v1 trainer "
-                                    "(trainer.use_v1=true, its default)")
+                raise SrolloutError(
+                    "verl passed no uid to the agent loop: run verl's v1 trainer "
+                    "(trainer.use_v1=true, its default)"
+                )
             session = kwargs.get("session_id")
             member = self.barrier.join(str(uid), None if session is None else int(session))
         env = AlfworldEnv(expert_plan=False)
@@ -286,15 +327,17 @@ class SrolloutAgentLoop(AgentLoopBase):
             if member is not None:
                 member.end()
 
-    async def _play(self, env: Any, task: Task, member: Any, sampling_params: dict[str, Any]
-                    ) -> AgentLoopOutput:
+    async def _play(
+        self, env: Any, task: Task, member: Any, sampling_params: dict[str, Any]
+    ) -> AgentLoopOutput:
         t0 = time.perf_counter()
         observation, info = env.reset(task, 0)
         env_s = time.perf_counter() - t0
         gen_s = 0.0
-        messages = [{"role": "system", "content": self.prompter.system(task)},
-                    {"role": "user",
-                     "content": self.prompter.user(observation, 1, task, info.admissible)}]
+        messages = [
+            {"role": "system", "content": self.prompter.system(task)},
+            {"role": "user", "content": self.prompter.user(observation, 1, task, info.admissible)},
+        ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         response_mask: list[int] = []
         logprobs: list[float] | None = None
@@ -303,14 +346,19 @@ class SrolloutAgentLoop(AgentLoopBase):
         decision = GateDecision(cut=False)
         for t in range(1, self.settings.T_max + 1):
             g0 = time.perf_counter()
-            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids,
-                                                     sampling_params=sampling_params)
+            out = await self.server_manager.generate(
+                request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
             gen_s += time.perf_counter() - g0
             if out.log_probs and logprobs is None:
                 logprobs = [0.0] * len(response_mask)  # observation tokens carry 0.0, as verl's
             merged, response_mask, new_logprobs = await self.ct_merge_assistant_token(
-                prompt_ids, out.token_ids, response_mask, logprobs,
-                assistant_logprobs=out.log_probs or None)
+                prompt_ids,
+                out.token_ids,
+                response_mask,
+                logprobs,
+                assistant_logprobs=out.log_probs or None,
+            )
             prompt_ids = merged.token_ids
             if new_logprobs is not None:
                 logprobs = new_logprobs
@@ -330,10 +378,17 @@ class SrolloutAgentLoop(AgentLoopBase):
                 # generated tokens), the next user turn is the delta to merge
                 messages.append({"role": "assistant", "content": text})
                 previous = list(messages)
-                messages.append({"role": "user", "content": self.prompter.user(
-                    result.observation, t + 1, task, result.admissible)})
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": self.prompter.user(
+                            result.observation, t + 1, task, result.admissible
+                        ),
+                    }
+                )
                 merged, mask, new_logprobs = await self.ct_merge_context_msg(
-                    previous, messages, prompt_ids, response_mask, logprobs)
+                    previous, messages, prompt_ids, response_mask, logprobs
+                )
                 if len(mask) >= self.response_length:
                     # as verl's tool loop: the budget is spent, the observation is not added
                     ended, ended_by = True, "max_tokens"
@@ -354,11 +409,12 @@ class SrolloutAgentLoop(AgentLoopBase):
         cut = decision.cut
         reward_score = CUT_REWARD if cut else reward
         n_resp = len(response_mask)
-        response_ids = prompt_ids[len(prompt_ids) - n_resp:]
+        response_ids = prompt_ids[len(prompt_ids) - n_resp :]
         prompt_only = prompt_ids[: len(prompt_ids) - n_resp]
         max_len = self.response_length  # verl's fixed response width
         extra = {
-            "turn_scores": [], "tool_rewards": [],  # verl's own loops always carry these keys
+            "turn_scores": [],
+            "tool_rewards": [],  # verl's own loops always carry these keys
             "srollout_cut": bool(cut),
             "srollout_cut_step": int(decision.K) if cut else -1,
             "srollout_steps": steps,
@@ -401,8 +457,10 @@ def _matching_builder(tokenizer: Any, builder: Any) -> Any:
     """
     from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder
 
-    key = (str(getattr(tokenizer, "name_or_path", "")),
-           str(getattr(tokenizer, "chat_template", "")))
+    key = (
+        str(getattr(tokenizer, "name_or_path", "")),
+        str(getattr(tokenizer, "chat_template", "")),
+    )
     cls = _BUILDERS.get(key)
     if cls is None:
         cls = type(builder)
@@ -423,8 +481,9 @@ def _renders_like_template(tokenizer: Any, builder: Any) -> bool:
         first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u1"}]
         with_answer = first + [{"role": "assistant", "content": "a1"}]
         full = with_answer + [{"role": "user", "content": "u2"}]
-        expected = tokenizer.apply_chat_template(full, tokenize=True, add_generation_prompt=True,
-                                                 return_dict=False)
+        expected = tokenizer.apply_chat_template(
+            full, tokenize=True, add_generation_prompt=True, return_dict=False
+        )
         eot = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         ids = builder.build_initial_tokens(first)
         answer = tokenizer.encode("a1", add_special_tokens=False) + eot
@@ -435,8 +494,15 @@ def _renders_like_template(tokenizer: Any, builder: Any) -> bool:
         return True
 
 
-_VERL_INIT_KEYS = ("trainer_config", "server_manager", "tokenizer", "processor", "dataset_cls",
-                   "data_config", "hf_model_type")
+_VERL_INIT_KEYS = (
+    "trainer_config",
+    "server_manager",
+    "tokenizer",
+    "processor",
+    "dataset_cls",
+    "data_config",
+    "hf_model_type",
+)
 
 
 def _verl_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,15 +41,24 @@ def resolve_model(model: str | Path | None) -> Path:
 
     path = Path(model).expanduser()
     if not path.is_dir():
-        raise SrolloutError(f"--model {model}: no such directory (a local Hugging Face model directory or `default`)")
+        raise SrolloutError(
+            f"--model {model}: no such directory (a local "
+            "Hugging Face model directory or `default`)"
+        )
     if not (path / "config.json").is_file():
         raise SrolloutError(f"--model {model}: not a Hugging Face model directory (no config.json)")
     check_model_dir(path)
     return path
 
 
-def preflight(kind: str, model: str | Path | None, backend: str, *, adapter: str | Path | None = None,
-              base_url: str | None = None) -> None:
+def preflight(
+    kind: str,
+    model: str | Path | None,
+    backend: str,
+    *,
+    adapter: str | Path | None = None,
+    base_url: str | None = None,
+) -> None:
     """The checks a stage runs before it writes anything: the model's and the adapter's files,
     vLLM installed and importable (``vllm``), the server answering (``vllm-server``). Each
     failure is one line (:class:`SrolloutError`); nothing is loaded."""
@@ -114,8 +123,15 @@ def make_policy(
 
         if base_url is None:
             raise SrolloutError("--backend vllm-server needs --base-url")
-        return VLLMServerPolicy(base_url, resolve_model(model), adapter, temperature=temperature, top_p=top_p,
-                                max_new_tokens=max_new_tokens, **backend_kwargs)
+        return VLLMServerPolicy(
+            base_url,
+            resolve_model(model),
+            adapter,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            **backend_kwargs,
+        )
     if backend == "vllm":
         from srollout.policy.vllm_backend import VLLMPolicy, require_vllm
 
@@ -126,7 +142,12 @@ def make_policy(
 
             check_adapter(Path(adapter), path)
         return VLLMPolicy(
-            path, adapter, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, **backend_kwargs
+            path,
+            adapter,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            **backend_kwargs,
         )
     from srollout.policy.transformers_backend import TransformersPolicy
 

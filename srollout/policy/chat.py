@@ -103,7 +103,9 @@ def first_turn_text(tokenizer: Any, system: str, user: str) -> str:
             f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has no chat "
             "template; use a chat/instruct model or add `chat_template` to tokenizer_config.json"
         )
-    return _render(tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": user}], True)
+    return _render(
+        tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": user}], True
+    )
 
 
 def next_turn_text(

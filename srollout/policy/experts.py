@@ -79,7 +79,7 @@ def plan_thought(plan: Sequence[str]) -> str:
             return f"I go to {place} to take the {nxt[5:].split(' from ')[0]}."
         for verb in ("heat", "cool", "clean"):
             if nxt.startswith(verb + " "):
-                obj = nxt[len(verb) + 1:].split(" with ")[0]
+                obj = nxt[len(verb) + 1 :].split(" with ")[0]
                 return f"Now I {verb} the {obj} with {place}."
         if nxt.startswith("move "):
             return f"Now I put the {nxt[5:].split(' to ')[0]} in {place}."
@@ -93,7 +93,7 @@ def plan_thought(plan: Sequence[str]) -> str:
         return f"I see the {obj}. I take it."
     for verb in ("heat", "cool", "clean"):
         if a.startswith(verb + " "):
-            obj, app = a[len(verb) + 1:].split(" with ")
+            obj, app = a[len(verb) + 1 :].split(" with ")
             return f"I {verb} the {obj} with the {app}."
     if a.startswith("move "):
         obj, place = a[5:].split(" to ")
@@ -125,8 +125,14 @@ class ExpertPolicy:
 
     name = "expert"
 
-    def __init__(self, *, seed: int = 0, explore: str = "random", take: str = "planned",
-                 thoughts: str = "react") -> None:
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        explore: str = "random",
+        take: str = "planned",
+        thoughts: str = "react",
+    ) -> None:
         """seed: mixed into every trajectory's ActRequest.seed (0 = the request seed alone).
         explore: ``random`` (the next receptacle to check is drawn from those not checked yet)
         or ``listed`` (the first not checked yet, in the order the room description lists
@@ -134,8 +140,11 @@ class ExpertPolicy:
         take: ``planned`` or ``greedy`` (see the module docstring).
         thoughts: ``react`` (templated sentences) or ``scratchpad`` (``Find <kind>. Unchecked:
         <receptacles>.``)."""
-        for what, value, allowed in (("explore", explore, EXPLORE_ORDERS), ("take", take, TAKE_RULES),
-                                     ("thoughts", thoughts, THOUGHT_STYLES)):
+        for what, value, allowed in (
+            ("explore", explore, EXPLORE_ORDERS),
+            ("take", take, TAKE_RULES),
+            ("thoughts", thoughts, THOUGHT_STYLES),
+        ):
             if value not in allowed:
                 raise SrolloutError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
         self.seed = seed
@@ -171,8 +180,11 @@ class ExpertPolicy:
         if st is None or req.step == 1:
             st = _TrajState(rng=random.Random(f"srollout-expert:{self.seed}:{req.seed}"))
             recs = {a[6:] for a in req.admissible if a.startswith("go to ")}
-            listed = [n for n in _NAME.findall(_observation(req).split("Your task is to:")[0])
-                      if n in recs]
+            listed = [
+                n
+                for n in _NAME.findall(_observation(req).split("Your task is to:")[0])
+                if n in recs
+            ]
             st.order = list(dict.fromkeys(listed)) + sorted(recs - set(listed))
             self._state[req.key] = st
         return st
@@ -206,7 +218,11 @@ class ExpertPolicy:
     def _looking_for(self, st: _TrajState, plan: Sequence[str]) -> list[str]:
         """Kinds the agent still has to find: of the objects the plan takes or uses, those not
         in its hands and not seen yet."""
-        return list(dict.fromkeys(_kind(n) for n in _plan_needs(plan) if n != st.holding and n not in st.seen))
+        return list(
+            dict.fromkeys(
+                _kind(n) for n in _plan_needs(plan) if n != st.holding and n not in st.seen
+            )
+        )
 
     def _scratchpad(self, st: _TrajState, plan: Sequence[str]) -> str:
         kinds = self._looking_for(st, plan)
@@ -234,8 +250,10 @@ class ExpertPolicy:
         plan = req.expert_plan
         if not plan:
             if not req.admissible:
-                raise SrolloutError("ExpertPolicy needs admissible actions and expert plans "
-                                    "(create the env with expert_plan=True)")
+                raise SrolloutError(
+                    "ExpertPolicy needs admissible actions and expert plans "
+                    "(create the env with expert_plan=True)"
+                )
             a = st.rng.choice([x for x in req.admissible if x != "help"])
             return f"I try to {a}.", a
         todo = self._todo(st)
@@ -250,12 +268,26 @@ class ExpertPolicy:
             return (self._scratchpad(st, plan) if pad else plan_thought([take])), take
         if explore:
             left = f"Not checked: {', '.join(todo)}."
-            closed = f"The {st.at} is closed." in obs if self.take == "planned" else st.at not in st.visited
+            closed = (
+                f"The {st.at} is closed." in obs
+                if self.take == "planned"
+                else st.at not in st.visited
+            )
             if st.at and closed and f"open {st.at}" in req.admissible:
-                return (self._scratchpad(st, plan) if pad else f"The {st.at} is closed. I open it. {left}"), f"open {st.at}"
-            kinds = " and ".join(dict.fromkeys(_kind(n) for n in _plan_needs(plan) if n not in st.seen))
+                return (
+                    self._scratchpad(st, plan)
+                    if pad
+                    else f"The {st.at} is closed. I open it. {left}"
+                ), f"open {st.at}"
+            kinds = " and ".join(
+                dict.fromkeys(_kind(n) for n in _plan_needs(plan) if n not in st.seen)
+            )
             nxt = todo[0] if self.explore == "listed" else st.rng.choice(todo)
-            return (self._scratchpad(st, plan) if pad else f"I need to find the {kinds}. {left} I will check {nxt}."), f"go to {nxt}"
+            return (
+                self._scratchpad(st, plan)
+                if pad
+                else f"I need to find the {kinds}. {left} I will check {nxt}."
+            ), f"go to {nxt}"
         return (self._scratchpad(st, plan) if pad else plan_thought(plan)), plan[0]
 
     def _choose(self, st: _TrajState, req: ActRequest, obs: str) -> tuple[str, str, bool]:
@@ -278,9 +310,17 @@ class NoisyExpertPolicy(ExpertPolicy):
     """ExpertPolicy that plays a noise action with probability ``eps``; a fraction
     ``invalid_frac`` of noise actions are invalid (answered "Nothing happens.")."""
 
-    def __init__(self, eps: float = 0.3, invalid_frac: float = 0.3, *, seed: int = 0,
-                 noise: float | None = None, explore: str = "random", take: str = "planned",
-                 thoughts: str = "react") -> None:
+    def __init__(
+        self,
+        eps: float = 0.3,
+        invalid_frac: float = 0.3,
+        *,
+        seed: int = 0,
+        noise: float | None = None,
+        explore: str = "random",
+        take: str = "planned",
+        thoughts: str = "react",
+    ) -> None:
         """eps: noise rate ε (``noise`` is an alias); invalid_frac: share of noise actions that
         are invalid; seed: mixed into every trajectory's seed; explore / take / thoughts: as
         ExpertPolicy. A noise turn keeps the expert's own thought (scratchpad) or says
@@ -288,7 +328,9 @@ class NoisyExpertPolicy(ExpertPolicy):
         super().__init__(seed=seed, explore=explore, take=take, thoughts=thoughts)
         eps = noise if noise is not None else eps
         if not 0.0 <= eps <= 1.0 or not 0.0 <= invalid_frac <= 1.0:
-            raise SrolloutError(f"eps and invalid_frac must be in [0, 1], got {eps}, {invalid_frac}")
+            raise SrolloutError(
+                f"eps and invalid_frac must be in [0, 1], got {eps}, {invalid_frac}"
+            )
         self.eps = eps
         self.invalid_frac = invalid_frac
         self.name = f"noisy-expert(eps={eps:g})"
@@ -320,7 +362,9 @@ class NoisyExpertPolicy(ExpertPolicy):
         out = []
         if st.at:
             out.append(f"go to {st.at}")
-            kinds = [_kind(n) for n in _plan_needs(plan)] or [_kind(n) for n in sorted(st.seen - set(recs))]
+            kinds = [_kind(n) for n in _plan_needs(plan)] or [
+                _kind(n) for n in sorted(st.seen - set(recs))
+            ]
             if kinds:
                 out.append(f"take {st.rng.choice(kinds)} {st.rng.randint(1, 3)} from {st.at}")
         if recs:
@@ -343,5 +387,9 @@ class NoisyExpertPolicy(ExpertPolicy):
             pool = [a for a in req.admissible if a not in ("help", "look", "inventory")]
             if pool:
                 a = st.rng.choice(pool)
-                return (self._scratchpad(st, req.expert_plan) if pad else f"Maybe I should {a}."), a, True
+                return (
+                    (self._scratchpad(st, req.expert_plan) if pad else f"Maybe I should {a}."),
+                    a,
+                    True,
+                )
         return super()._choose(st, req, obs)

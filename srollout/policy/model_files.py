@@ -13,8 +13,12 @@ from pathlib import Path
 
 from srollout.errors import SrolloutError
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 # what transformers builds a tokenizer from (fast tokenizer, sentencepiece, BPE or WordPiece files)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
 
@@ -36,7 +40,11 @@ def safetensors_shapes(path: Path) -> dict[str, list[int]]:
     with Path(path).open("rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
-    return {k: list(v["shape"]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    return {
+        k: list(v["shape"])
+        for k, v in header.items()
+        if k != "__metadata__" and isinstance(v, dict)
+    }
 
 
 def check_safetensors(path: Path, hint: str = "") -> None:
@@ -47,22 +55,32 @@ def check_safetensors(path: Path, hint: str = "") -> None:
         with path.open("rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise SrolloutError(f"{path}: truncated ({size} bytes, no safetensors header){hint}")
+                raise SrolloutError(
+                    f"{path}: truncated ({size} bytes, no safetensors header){hint}"
+                )
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
-                raise SrolloutError(f"{path}: truncated (header of {n} bytes, file of {size}){hint}")
+                raise SrolloutError(
+                    f"{path}: truncated (header of {n} bytes, file of {size}){hint}"
+                )
             header = json.loads(f.read(n))
     except FileNotFoundError:
         raise SrolloutError(f"{path}: missing{hint}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SrolloutError(f"{path}: not a safetensors file ({err}){hint}") from None
-    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    ends = [
+        v["data_offsets"][1]
+        for k, v in header.items()
+        if k != "__metadata__" and isinstance(v, dict)
+    ]
     if not ends:
         raise SrolloutError(f"{path}: holds no tensors{hint}")
     want = 8 + n + max(ends)
     if size != want:
-        raise SrolloutError(f"{path}: {'truncated' if size < want else 'has trailing bytes'} "
-                            f"({size} bytes, the header says {want}){hint}")
+        raise SrolloutError(
+            f"{path}: {'truncated' if size < want else 'has trailing bytes'} "
+            f"({size} bytes, the header says {want}){hint}"
+        )
 
 
 def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool = True) -> None:
@@ -78,11 +96,15 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
         raise SrolloutError(f"{path}: no such model directory{hint}")
     config = _read_json(path / "config.json", hint)
     if "model_type" not in config:
-        raise SrolloutError(f"{path / 'config.json'}: no model_type, not a transformers model config{hint}")
+        raise SrolloutError(
+            f"{path / 'config.json'}: no model_type, not a transformers model config{hint}"
+        )
     known = _known_model_types()
     if known is not None and config["model_type"] not in known:
-        raise SrolloutError(f"{path / 'config.json'}: model_type {config['model_type']!r} is not one this transformers "
-                            f"knows (a newer release, or a config of something else){hint}")
+        raise SrolloutError(
+            f"{path / 'config.json'}: model_type {config['model_type']!r} is not one this "
+            f"transformers knows (a newer release, or a config of something else){hint}"
+        )
     present = [n for n in WEIGHT_FILES if (path / n).is_file()]
     if not present:
         raise SrolloutError(f"{path / WEIGHT_FILES[0]}: missing (no weights in {path}){hint}")
@@ -98,7 +120,9 @@ def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool =
                 raise SrolloutError(f"{path / shard}: missing (named in {present[0]}){hint}")
     if tokenizer:
         if not any((path / n).is_file() for n in TOKENIZER_FILES):
-            raise SrolloutError(f"{path}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, …){hint}")
+            raise SrolloutError(
+                f"{path}: no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, …){hint}"
+            )
         for name in ("tokenizer.json", "tokenizer_config.json"):
             if (path / name).is_file():
                 _read_json(path / name, hint)
@@ -123,8 +147,11 @@ def _check_embedding(path: Path, config: dict, hint: str) -> None:
     shapes = safetensors_shapes(path / "model.safetensors")
     embed = next((k for k in shapes if k.endswith("embed_tokens.weight")), None)
     if embed is not None and shapes[embed] != [vocab, hidden]:
-        raise SrolloutError(f"{path / 'config.json'}: says vocab_size {vocab} and hidden_size {hidden}, but the weights' "
-                            f"{embed} is {shapes[embed]}; config.json and model.safetensors are of different models{hint}")
+        raise SrolloutError(
+            f"{path / 'config.json'}: says vocab_size {vocab} and hidden_size {hidden}, but the "
+            f"weights' {embed} is {shapes[embed]}; config.json and model.safetensors are of "
+            f"different models{hint}"
+        )
 
 
 def model_provenance(path: Path, shipped: Path) -> dict:
@@ -162,7 +189,9 @@ def check_adapter(adapter: Path, model: Path) -> None:
         raise SrolloutError(f"--adapter {adapter}: no such directory")
     cfg = _read_json(adapter / "adapter_config.json", " (not a peft adapter directory)")
     if not any((adapter / n).is_file() for n in ("adapter_model.safetensors", "adapter_model.bin")):
-        raise SrolloutError(f"{adapter / 'adapter_model.safetensors'}: missing (no adapter weights)")
+        raise SrolloutError(
+            f"{adapter / 'adapter_model.safetensors'}: missing (no adapter weights)"
+        )
     if (adapter / "adapter_model.safetensors").is_file():
         check_safetensors(adapter / "adapter_model.safetensors")
         if (model / "model.safetensors").is_file():
@@ -173,8 +202,10 @@ def check_adapter(adapter: Path, model: Path) -> None:
         ours = _read_json(model / "config.json", "")
         differ = [k for k in _ARCH_KEYS if theirs.get(k) != ours.get(k)]
         if differ:
-            raise SrolloutError(f"--adapter {adapter}: trained on {base}, whose {', '.join(differ)} differ from "
-                                f"{model}'s; pass that model as --model")
+            raise SrolloutError(
+                f"--adapter {adapter}: trained on {base}, whose {', '.join(differ)} differ from "
+                f"{model}'s; pass that model as --model"
+            )
 
 
 def _check_adapter_shapes(adapter: Path, model: Path) -> None:
@@ -190,7 +221,16 @@ def _check_adapter_shapes(adapter: Path, model: Path) -> None:
                 continue
             module = key[: -len(part)].removeprefix("base_model.model.")
             names = module.split(".")
-            target = next((base[w] for i in range(len(names)) if (w := ".".join(names[i:]) + ".weight") in base), None)
+            target = next(
+                (
+                    base[w]
+                    for i in range(len(names))
+                    if (w := ".".join(names[i:]) + ".weight") in base
+                ),
+                None,
+            )
             if target is not None and len(target) == 2 and shape[dim] not in target:
-                raise SrolloutError(f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is {target}; "
-                                    "it was trained on another base model (pass that model as --model)")
+                raise SrolloutError(
+                    f"--adapter {adapter}: {key} is {shape} but {model}'s {module}.weight is "
+                    f"{target}; it was trained on another base model (pass that model as --model)"
+                )

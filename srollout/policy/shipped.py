@@ -25,5 +25,6 @@ def default_policy() -> Path:
     check_model_dir(SHIPPED_DIR, rebuild=REBUILD_SHIPPED)
     if not (SHIPPED_DIR / "build.json").is_file():
         raise SrolloutError(
-            f"{SHIPPED_DIR / 'build.json'}: missing; rebuild it with `{REBUILD_SHIPPED}`")
+            f"{SHIPPED_DIR / 'build.json'}: missing; rebuild it with `{REBUILD_SHIPPED}`"
+        )
     return SHIPPED_DIR

@@ -133,7 +133,9 @@ class TransformersPolicy:
         )
         self.eot_ids = end_of_turn_ids(tokenizer, getattr(model, "generation_config", None))
         self._eot_set = frozenset(self.eot_ids)
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eot_ids[0]
+        self._pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eot_ids[0]
+        )
         cfg = model.config
         self.max_context = int(getattr(cfg, "max_position_embeddings", 1 << 30))
         self._states: dict[TrajKey, _TrajState] = {}
@@ -164,18 +166,26 @@ class TransformersPolicy:
         """
         if self.bucket_ratio <= 0.0:
             idx = list(range(len(requests)))
-            return [idx[i : i + self.max_batch_rows] for i in range(0, len(idx), self.max_batch_rows)]
+            return [
+                idx[i : i + self.max_batch_rows] for i in range(0, len(idx), self.max_batch_rows)
+            ]
 
         def context(i: int) -> int:
             state = self._states[requests[i].key]
-            cached = state.cache[0][0].shape[2] if (self.kv_reuse and state.cache is not None) else 0
+            cached = (
+                state.cache[0][0].shape[2] if (self.kv_reuse and state.cache is not None) else 0
+            )
             return cached + len(feeds[i])
 
         lengths = {i: context(i) for i in range(len(requests))}
         buckets: list[list[int]] = []
         for i in sorted(lengths, key=lambda j: (-lengths[j], j)):
             head = buckets[-1][0] if buckets else None
-            if head is None or len(buckets[-1]) >= self.max_batch_rows or lengths[i] < self.bucket_ratio * lengths[head]:
+            if (
+                head is None
+                or len(buckets[-1]) >= self.max_batch_rows
+                or lengths[i] < self.bucket_ratio * lengths[head]
+            ):
                 buckets.append([i])
             else:
                 buckets[-1].append(i)
@@ -186,7 +196,9 @@ class TransformersPolicy:
         state = self._states.pop(key, None)
         if state is None:
             return None
-        return TrajectoryTokens(token_ids=list(state.token_ids), action_mask=list(state.action_mask))
+        return TrajectoryTokens(
+            token_ids=list(state.token_ids), action_mask=list(state.action_mask)
+        )
 
     # --- beyond the protocol ---------------------------------------------------------------
     def force(self, request: ActRequest, text: str) -> None:
@@ -209,7 +221,9 @@ class TransformersPolicy:
         base model from ``model_path`` with that adapter. Live trajectories must be finished
         first, since their caches were computed with the old weights."""
         if self._states:
-            raise SrolloutError("cannot change the adapter while trajectories are live; finish them first")
+            raise SrolloutError(
+                "cannot change the adapter while trajectories are live; finish them first"
+            )
         self.model, _ = load_model(self.model_path, adapter_path, device=str(self.device))
         self._prefixes.clear()  # computed with the old weights
         self.name = f"transformers:{self.model_path.name}+{Path(adapter_path).name}"
@@ -236,7 +250,8 @@ class TransformersPolicy:
         return self._within_context(n_held + n_turn)
 
     def _within_context(self, n_tokens: int) -> bool:
-        """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the context."""
+        """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the
+        context."""
         return n_tokens + self.max_new_tokens <= self.max_context
 
     # --- internals -------------------------------------------------------------------------
@@ -248,7 +263,12 @@ class TransformersPolicy:
             text = first_turn_text(self.tokenizer, req.system, req.user)
         else:
             text = next_turn_text(
-                self.tokenizer, state.system, state.last_user, state.last_text, req.user, state.last_end
+                self.tokenizer,
+                state.system,
+                state.last_user,
+                state.last_text,
+                req.user,
+                state.last_end,
             )
         return encode_text(self.tokenizer, text)
 
@@ -271,9 +291,10 @@ class TransformersPolicy:
             # checked before any forward: past the context the model would fail inside torch
             # (or silently extrapolate its positions)
             raise SrolloutError(
-                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its {len(state.token_ids)} "
-                f"tokens + max_new_tokens {self.max_new_tokens} exceed the model's context of {self.max_context} "
-                "tokens; lower --T-max (or max_new_tokens), or use a model with a longer context"
+                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its "
+                f"{len(state.token_ids)} tokens + max_new_tokens {self.max_new_tokens} exceed the "
+                f"model's context of {self.max_context} tokens; lower --T-max (or max_new_tokens), "
+                "or use a model with a longer context"
             )
         if not self.kv_reuse:
             return list(state.token_ids)
@@ -319,7 +340,9 @@ class TransformersPolicy:
                     past_key_values=DynamicCache(),
                     use_cache=True,
                 )
-            kv = [(layer.keys.clone(), layer.values.clone()) for layer in out.past_key_values.layers]
+            kv = [
+                (layer.keys.clone(), layer.values.clone()) for layer in out.past_key_values.layers
+            ]
         else:
             ids = []
         self._prefixes[system] = (ids, kv)
@@ -339,7 +362,9 @@ class TransformersPolicy:
         states = [self._states[k] for k in keys]
         n_rows = len(keys)
         dev = self.device
-        past_len = [s.cache[0][0].shape[2] if (self.kv_reuse and s.cache is not None) else 0 for s in states]
+        past_len = [
+            s.cache[0][0].shape[2] if (self.kv_reuse and s.cache is not None) else 0 for s in states
+        ]
         p_max, n_max = max(past_len), max(len(f) for f in feeds)
         width = p_max + n_max + self.max_new_tokens  # every column the call can fill
 
@@ -387,12 +412,25 @@ class TransformersPolicy:
                 for s in reversed(ended):
                     i = slot_row[s]
                     if self.kv_reuse:
-                        self._store_row(states[i], cache, s, p_max, n_max, past_len[i], len(feeds[i]), len(generated[i]))
+                        self._store_row(
+                            states[i],
+                            cache,
+                            s,
+                            p_max,
+                            n_max,
+                            past_len[i],
+                            len(feeds[i]),
+                            len(generated[i]),
+                        )
                     n_live -= 1
                     if s != n_live:
                         self._move_slot(cache, n_live, s, filled)
                         mask_dev[s] = mask_dev[n_live]
-                        new_tok[s], next_pos[s], last[s] = new_tok[n_live], next_pos[n_live], last[n_live]
+                        new_tok[s], next_pos[s], last[s] = (
+                            new_tok[n_live],
+                            next_pos[n_live],
+                            last[n_live],
+                        )
                         slot_row[s] = slot_row[n_live]
                 if n_live == 0:
                     break
@@ -400,20 +438,29 @@ class TransformersPolicy:
                     layer.keep_rows(n_live)
                 mask_dev[:n_live, filled] = 1
                 filled += 1
-                step_ids, step_pos = new_tok[:n_live].to(dev), next_pos[:n_live].unsqueeze(1).to(dev)
+                step_ids, step_pos = (
+                    new_tok[:n_live].to(dev),
+                    next_pos[:n_live].unsqueeze(1).to(dev),
+                )
                 next_pos = next_pos + 1  # not in place: on CPU step_pos is a view of next_pos
 
         responses = []
         for i, state in enumerate(states):
             gen = generated[i]
             content = gen[:-1] if gen[-1] in self._eot_set else gen
-            self._record_response(state, gen, self.tokenizer.decode(content, skip_special_tokens=True), unfed=gen[-1:])
+            self._record_response(
+                state, gen, self.tokenizer.decode(content, skip_special_tokens=True), unfed=gen[-1:]
+            )
             responses.append(
-                ActResponse(text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen))
+                ActResponse(
+                    text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen)
+                )
             )
         return responses
 
-    def _record_response(self, state: _TrajState, tokens: list[int], text: str, unfed: list[int]) -> None:
+    def _record_response(
+        self, state: _TrajState, tokens: list[int], text: str, unfed: list[int]
+    ) -> None:
         """Append a response's ``tokens`` (generated, or forced) to the trajectory as action
         tokens; ``text``: its content for the next turn's template; ``unfed``: the recorded tokens
         the model has not seen yet (fed with the next turn when the KV cache is kept)."""
@@ -421,7 +468,9 @@ class TransformersPolicy:
         state.action_mask += [True] * len(tokens)
         state.last_text = text
         ended_eot = tokens[-1] in self._eot_set
-        state.last_end = self.tokenizer.decode(tokens[-1:], skip_special_tokens=False) if ended_eot else None
+        state.last_end = (
+            self.tokenizer.decode(tokens[-1:], skip_special_tokens=False) if ended_eot else None
+        )
         state.pending = list(unfed) if self.kv_reuse else []
 
     def _kv_shape(self) -> tuple[int, int, int]:
@@ -431,7 +480,9 @@ class TransformersPolicy:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads, head_dim
 
-    def _buffer_cache(self, states: list[_TrajState], past_len: list[int], p_max: int, width: int) -> Any:
+    def _buffer_cache(
+        self, states: list[_TrajState], past_len: list[int], p_max: int, width: int
+    ) -> Any:
         """A cache whose layers are preallocated [B, h, width, d] buffers, each row's past
         left-padded into columns [p_max - P_i, p_max). Appending writes in place: no per-token
         re-concatenation of the whole cache."""
@@ -454,7 +505,15 @@ class TransformersPolicy:
         return cache
 
     def _store_row(
-        self, state: _TrajState, cache: Any, slot: int, p_max: int, n_max: int, past: int, n_fed: int, n_gen: int
+        self,
+        state: _TrajState,
+        cache: Any,
+        slot: int,
+        p_max: int,
+        n_max: int,
+        past: int,
+        n_fed: int,
+        n_gen: int,
     ) -> None:
         """Keep for the row in ``slot`` only its real positions: past (P), fed tokens (N), and
         the generated tokens that were fed back (all but the last, which stays pending)."""
@@ -465,7 +524,10 @@ class TransformersPolicy:
         idx += list(range(start, start + n_gen - 1))
         index = torch.tensor(idx, device=self.device)
         state.cache = [
-            (layer.buf_k[slot : slot + 1].index_select(2, index), layer.buf_v[slot : slot + 1].index_select(2, index))
+            (
+                layer.buf_k[slot : slot + 1].index_select(2, index),
+                layer.buf_v[slot : slot + 1].index_select(2, index),
+            )
             for layer in cache.layers
         ]
 
@@ -508,7 +570,9 @@ def _buffer_layer_class() -> type:
             self.rows = rows
             self._views()
 
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        def update(
+            self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any
+        ) -> tuple[Any, Any]:
             end = self.n + key_states.shape[2]
             if end > self.buf_k.shape[2]:
                 raise RuntimeError("KV buffer overflow (backend bug: width too small)")
@@ -546,8 +610,18 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError, ImportError) as err:
-        raise SrolloutError(f"{path}: transformers cannot load this model: {_first_line(err)}") from None
+    except (
+        OSError,
+        ValueError,
+        RuntimeError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        ImportError,
+    ) as err:
+        raise SrolloutError(
+            f"{path}: transformers cannot load this model: {_first_line(err)}"
+        ) from None
     if adapter_path is not None:
         apath = Path(adapter_path)
         if not (apath / "adapter_config.json").is_file():
@@ -557,7 +631,9 @@ def load_model(
         try:
             model = PeftModel.from_pretrained(model, apath)
         except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:
-            raise SrolloutError(f"--adapter {apath}: peft cannot load it on {path}: {_first_line(err)}") from None
+            raise SrolloutError(
+                f"--adapter {apath}: peft cannot load it on {path}: {_first_line(err)}"
+            ) from None
     model.to(device)
     model.eval()
     return model, tokenizer

@@ -33,18 +33,24 @@ def require_vllm() -> Any:
     import os
 
     if importlib.util.find_spec("vllm") is None:
-        raise NotAvailableError(f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}")
+        raise NotAvailableError(
+            f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
+        )
     for key, value in CPU_ENV.items():
         os.environ.setdefault(key, value)
     try:
         import vllm
         from vllm.platforms import current_platform
     except Exception as err:  # a broken install (e.g. CUDA torchvision beside the CPU torch)
-        raise NotAvailableError(f"vLLM is installed but does not import ({err.__class__.__name__}: "
-                                f"{str(err).splitlines()[0] if str(err) else ''}); reinstall with {INSTALL_HINT}") from None
+        raise NotAvailableError(
+            f"vLLM is installed but does not import ({err.__class__.__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); reinstall with {INSTALL_HINT}"
+        ) from None
     if not (current_platform.is_cpu() or current_platform.is_cuda_alike()):
-        raise NotAvailableError(f"vLLM found no device it can run on (platform {current_platform.device_name!r}); "
-                                "use --backend transformers")
+        raise NotAvailableError(
+            f"vLLM found no device it can run on (platform {current_platform.device_name!r}); "
+            "use --backend transformers"
+        )
     return vllm
 
 
@@ -67,8 +73,15 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def engine_kwargs(model_path: Path, *, lora: bool, max_lora_rank: int, max_model_len: int | None,
-                  gpu_memory_utilization: float, enforce_eager: bool) -> dict[str, Any]:
+def engine_kwargs(
+    model_path: Path,
+    *,
+    lora: bool,
+    max_lora_rank: int,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    enforce_eager: bool,
+) -> dict[str, Any]:
     """``vllm.LLM`` arguments (the server takes the same ones as flags, see :func:`serve_args`).
 
     On a CPU: float32 (bf16 falls back to slow kernels without native bf16), eager mode, and no
@@ -85,8 +98,12 @@ def engine_kwargs(model_path: Path, *, lora: bool, max_lora_rank: int, max_model
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
     if on_cpu():
-        kwargs.update(dtype="float32", enforce_eager=True, enable_chunked_prefill=False,
-                      max_num_batched_tokens=max(32768, max_model_len or 0))
+        kwargs.update(
+            dtype="float32",
+            enforce_eager=True,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(32768, max_model_len or 0),
+        )
     else:
         kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager)
     return kwargs
@@ -116,7 +133,9 @@ class TokenConversations:
             self._states[r.key] = st
             text = first_turn_text(self.tokenizer, r.system, r.user)
         else:
-            text = next_turn_text(self.tokenizer, st["system"], st["user"], st["text"], r.user, st["end"])
+            text = next_turn_text(
+                self.tokenizer, st["system"], st["user"], st["text"], r.user, st["end"]
+            )
         new = encode_text(self.tokenizer, text)
         st["ids"] += new
         st["mask"] += [False] * len(new)
@@ -124,7 +143,8 @@ class TokenConversations:
         return list(st["ids"]), len(new)
 
     def record(self, r: ActRequest, gen: list[int], n_fed: int) -> ActResponse:
-        """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s trajectory."""
+        """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s
+        trajectory."""
         st = self._states[r.key]
         st["ids"] += gen
         st["mask"] += [True] * len(gen)
@@ -177,8 +197,14 @@ class VLLMPolicy:
         self.max_new_tokens = int(max_new_tokens)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.lora = bool(lora or adapter_path is not None)
-        kwargs = engine_kwargs(self.model_path, lora=self.lora, max_lora_rank=max_lora_rank, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager)
+        kwargs = engine_kwargs(
+            self.model_path,
+            lora=self.lora,
+            max_lora_rank=max_lora_rank,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+        )
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as err:  # vLLM's own message, on one line
@@ -198,7 +224,9 @@ class VLLMPolicy:
 
         path = Path(adapter_path)
         if not self.lora:
-            raise SrolloutError("this vLLM engine was started without LoRA; make it with lora=True to load adapters")
+            raise SrolloutError(
+                "this vLLM engine was started without LoRA; make it with lora=True to load adapters"
+            )
         check_adapter(path, self.model_path)
         self._lora_id += 1
         self._lora = LoRARequest(f"adapter-{self._lora_id}", self._lora_id, str(path))
@@ -214,31 +242,60 @@ class VLLMPolicy:
             ids, n_new = self.conversations.prompt(r)
             fed.append(n_new)
             prompts.append({"prompt_token_ids": ids})
-            params.append(SamplingParams(
-                temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens,
-                seed=step_seed(r.seed, r.step), stop_token_ids=list(self.conversations.eot_ids),
-                detokenize=False,  # decoded here from the token ids, once
-            ))
+            params.append(
+                SamplingParams(
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    max_tokens=self.max_new_tokens,
+                    seed=step_seed(r.seed, r.step),
+                    stop_token_ids=list(self.conversations.eot_ids),
+                    detokenize=False,  # decoded here from the token ids, once
+                )
+            )
         outs = self.llm.generate(prompts, params, lora_request=self._lora, use_tqdm=False)
-        return [self.conversations.record(r, list(out.outputs[0].token_ids), n)
-                for r, out, n in zip(requests, outs, fed, strict=True)]
+        return [
+            self.conversations.record(r, list(out.outputs[0].token_ids), n)
+            for r, out, n in zip(requests, outs, fed, strict=True)
+        ]
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""
         return self.conversations.finish(key)
 
 
-def serve_command(model_path: Path, *, host: str, port: int, lora: bool, max_lora_rank: int = 16,
-                  max_model_len: int | None = None, extra: list[str] | tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
+def serve_command(
+    model_path: Path,
+    *,
+    host: str,
+    port: int,
+    lora: bool,
+    max_lora_rank: int = 16,
+    max_model_len: int | None = None,
+    extra: list[str] | tuple[str, ...] = (),
+) -> tuple[list[str], dict[str, str]]:
     """The command and environment of a vLLM OpenAI-compatible server for ``model_path`` with the
     engine settings of the in-process backend (:func:`engine_kwargs`): the argv to exec and the
     variables to add (runtime LoRA loading; the CPU KV cache). ``extra``: more server flags."""
     import sys
 
     require_vllm()
-    kwargs = engine_kwargs(model_path, lora=lora, max_lora_rank=max_lora_rank, max_model_len=max_model_len,
-                           gpu_memory_utilization=0.9, enforce_eager=False)
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", host, "--port", str(port)]
+    kwargs = engine_kwargs(
+        model_path,
+        lora=lora,
+        max_lora_rank=max_lora_rank,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=0.9,
+        enforce_eager=False,
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
         if value is True:

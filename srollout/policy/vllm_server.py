@@ -36,7 +36,8 @@ PROBE_TIMEOUT_S = 5.0
 
 
 class ServerClient:
-    """A small JSON client for one vLLM server (stdlib only; one keep-alive connection per thread)."""
+    """A small JSON client for one vLLM server (stdlib only; one keep-alive connection per
+    thread)."""
 
     def __init__(self, base_url: str, timeout: float = TIMEOUT_S) -> None:
         url = base_url.rstrip("/")
@@ -52,12 +53,18 @@ class ServerClient:
     def _conn(self, timeout: float) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.timeout != timeout:
-            cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+            cls = (
+                http.client.HTTPSConnection
+                if self._scheme == "https"
+                else http.client.HTTPConnection
+            )
             conn = cls(self._host, self._port, timeout=timeout)
             self._local.conn = conn
         return conn
 
-    def call(self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None) -> Any:
+    def call(
+        self, method: str, path: str, body: dict | None = None, *, timeout: float | None = None
+    ) -> Any:
         """``method path`` with a JSON body; the parsed JSON answer (a one-line error otherwise)."""
         t = self.timeout if timeout is None else timeout
         data = None if body is None else json.dumps(body).encode()
@@ -73,15 +80,20 @@ class ServerClient:
                 conn.close()
                 self._local.conn = None
                 if attempt == 1 or isinstance(err, (ConnectionRefusedError, TimeoutError)):
-                    raise SrolloutError(f"--base-url {self.base_url}: no vLLM server answers ({err.__class__.__name__}: "
-                                        f"{err}); start one with `srollout serve`") from None
+                    raise SrolloutError(
+                        f"--base-url {self.base_url}: no vLLM server answers "
+                        f"({err.__class__.__name__}: {err}); start one with `srollout serve`"
+                    ) from None
         if resp.status >= 400:
             try:
                 msg = json.loads(raw).get("error", {})
                 msg = msg.get("message", msg) if isinstance(msg, dict) else msg
             except (ValueError, AttributeError):
                 msg = raw[:200].decode(errors="replace")
-            raise SrolloutError(f"vLLM server {self.base_url}{path}: HTTP {resp.status}: {str(msg).splitlines()[0] if msg else ''}")
+            raise SrolloutError(
+                f"vLLM server {self.base_url}{path}: HTTP {resp.status}: "
+                f"{str(msg).splitlines()[0] if msg else ''}"
+            )
         try:
             return json.loads(raw) if raw else None
         except ValueError:
@@ -101,8 +113,17 @@ class VLLMServerPolicy:
     a probe text on both sides); adapter_path: a peft LoRA adapter to load into the server.
     """
 
-    def __init__(self, base_url: str, model_path: str | Path, adapter_path: str | Path | None = None, *,
-                 temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 64, max_workers: int = 64) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model_path: str | Path,
+        adapter_path: str | Path | None = None,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        max_workers: int = 64,
+    ) -> None:
         from transformers import AutoTokenizer
 
         from srollout.policy.model_files import check_model_dir
@@ -117,7 +138,11 @@ class VLLMServerPolicy:
         self.served = models[0]["id"]
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._check_same_tokenizer()
-        self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
+        self.temperature, self.top_p, self.max_new_tokens = (
+            float(temperature),
+            float(top_p),
+            int(max_new_tokens),
+        )
         self.conversations = TokenConversations(self.tokenizer)
         self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="vllm-client")
         self._target = self.served
@@ -131,13 +156,20 @@ class VLLMServerPolicy:
         from srollout.policy.chat import encode_text
 
         probe = "Observation: You arrive at cabinet 1. On the cabinet 1, you see a mug 2."
-        theirs = self.client.call("POST", "/tokenize", {"model": self.served, "prompt": probe, "add_special_tokens": False})
+        theirs = self.client.call(
+            "POST",
+            "/tokenize",
+            {"model": self.served, "prompt": probe, "add_special_tokens": False},
+        )
         if theirs.get("tokens") != encode_text(self.tokenizer, probe):
-            raise SrolloutError(f"the server at {self.client.base_url} serves {self.served!r}, whose tokenizer differs "
-                                f"from {self.model_path}'s; pass the served model's directory as --model")
+            raise SrolloutError(
+                f"the server at {self.client.base_url} serves {self.served!r}, whose tokenizer "
+                f"differs from {self.model_path}'s; pass the served model's directory as --model"
+            )
 
     def load_adapter(self, adapter_path: str | Path) -> None:
-        """Load a LoRA adapter into the server under a fresh name and use it from the next ``act``."""
+        """Load a LoRA adapter into the server under a fresh name and use it from the next
+        ``act``."""
         from srollout.policy.model_files import check_adapter
 
         path = Path(adapter_path).resolve()
@@ -145,7 +177,9 @@ class VLLMServerPolicy:
         self._lora_id += 1
         # unique per client: one server may serve many rollout workers and runs
         name = f"srollout-{self._session}-{self._lora_id}-{path.name}"
-        self.client.call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.client.call(
+            "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}
+        )
         old, self._target = self._target, name
         if old != self.served:  # the adapter it replaces is not used again: free its slot
             self.client.call("POST", "/v1/unload_lora_adapter", {"lora_name": old})
@@ -153,14 +187,23 @@ class VLLMServerPolicy:
 
     def _complete(self, ids: list[int], seed: int) -> list[int]:
         body = {
-            "model": self._target, "prompt": ids, "max_tokens": self.max_new_tokens, "temperature": self.temperature,
-            "top_p": self.top_p, "seed": seed, "stop_token_ids": list(self.conversations.eot_ids),
-            "return_token_ids": True, "skip_special_tokens": True,
+            "model": self._target,
+            "prompt": ids,
+            "max_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": seed,
+            "stop_token_ids": list(self.conversations.eot_ids),
+            "return_token_ids": True,
+            "skip_special_tokens": True,
         }
         out = self.client.call("POST", "/v1/completions", body)
         choice = out["choices"][0]
         if choice.get("token_ids") is None:
-            raise SrolloutError(f"the server at {self.client.base_url} returned no token ids (vLLM >= 0.10.2 needed)")
+            raise SrolloutError(
+                f"the server at {self.client.base_url} "
+                "returned no token ids (vLLM >= 0.10.2 needed)"
+            )
         return list(choice["token_ids"])
 
     def act(self, requests: list[ActRequest]) -> list[ActResponse]:
@@ -168,8 +211,14 @@ class VLLMServerPolicy:
         from srollout.policy.vllm_backend import step_seed
 
         prompts = [self.conversations.prompt(r) for r in requests]
-        futures = [self.pool.submit(self._complete, ids, step_seed(r.seed, r.step)) for r, (ids, _) in zip(requests, prompts, strict=True)]
-        return [self.conversations.record(r, f.result(), n) for r, (_, n), f in zip(requests, prompts, futures, strict=True)]
+        futures = [
+            self.pool.submit(self._complete, ids, step_seed(r.seed, r.step))
+            for r, (ids, _) in zip(requests, prompts, strict=True)
+        ]
+        return [
+            self.conversations.record(r, f.result(), n)
+            for r, (_, n), f in zip(requests, prompts, futures, strict=True)
+        ]
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""

@@ -17,7 +17,14 @@ import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
 
-ARM_COLORS = {"baseline": "#7f7f7f", "gated": "#1f77b4", "dapo": "#ff7f0e", "greso": "#2ca02c", "gated+dapo": "#d62728", "gated+greso": "#9467bd"}
+ARM_COLORS = {
+    "baseline": "#7f7f7f",
+    "gated": "#1f77b4",
+    "dapo": "#ff7f0e",
+    "greso": "#2ca02c",
+    "gated+dapo": "#d62728",
+    "gated+greso": "#9467bd",
+}
 
 
 def _pct(x: float) -> str:
@@ -36,29 +43,94 @@ def savings_frame(c: Any, blocks: pl.DataFrame | None = None) -> pl.DataFrame:
     rows = []
     for key, s in c.savings.items():
         digits = 2 if key == "wall_s" else 0  # seconds; counts of tokens and steps
-        rows.append((s.metric, _num(s.baseline, digits), _num(s.arm, digits), _pct(s.saving), f"[{_pct(s.low)}, {_pct(s.high)}] ({s.ci_over})"))
+        rows.append(
+            (
+                s.metric,
+                _num(s.baseline, digits),
+                _num(s.arm, digits),
+                _pct(s.saving),
+                f"[{_pct(s.low)}, {_pct(s.high)}] ({s.ci_over})",
+            )
+        )
         if key == "wall_s":
-            rows.append(("mean per-task wall-clock (s)", _num(c.savings["wall_s"].baseline / c.n_tasks, 2), _num(c.savings["wall_s"].arm / c.n_tasks, 2),
-                         f"{c.task_diff.diff:+.2f} s", ""))
+            rows.append(
+                (
+                    "mean per-task wall-clock (s)",
+                    _num(c.savings["wall_s"].baseline / c.n_tasks, 2),
+                    _num(c.savings["wall_s"].arm / c.n_tasks, 2),
+                    f"{c.task_diff.diff:+.2f} s",
+                    "",
+                )
+            )
     if blocks is not None:
         per_block = block_savings_frame(blocks, c.arm)
-        rows.append(("wall-clock saving per timed block", "", "", f"{_pct(float(per_block['saving'].min()))} … {_pct(float(per_block['saving'].max()))}", f"{per_block.height} block(s)"))
+        rows.append(
+            (
+                "wall-clock saving per timed block",
+                "",
+                "",
+                f"{_pct(float(per_block['saving'].min()))} … "
+                f"{_pct(float(per_block['saving'].max()))}",
+                f"{per_block.height} block(s)",
+            )
+        )
     est, low, high = c.ratio
-    rows.append(("wall-clock saving ÷ token saving", "", "", _num(est, 2), f"[{_num(low, 2)}, {_num(high, 2)}] (target ≥ 0.9)"))
+    rows.append(
+        (
+            "wall-clock saving ÷ token saving",
+            "",
+            "",
+            _num(est, 2),
+            f"[{_num(low, 2)}, {_num(high, 2)}] (target ≥ 0.9)",
+        )
+    )
     k = c.confusion
     rows.append(("groups cut (TP / FP by baseline)", "0", f"{k.cut} ({k.tp} / {k.fp})", "", ""))
-    rows.append(("precision / recall (baseline-judged)", "", "", f"{_num(k.precision, 2)} / {_num(k.recall, 2)}", ""))
-    rows.append(("paper step-based safe / raw saving", "", "", f"{_pct(k.safe)} / {_pct(k.raw)}", ""))
-    rows.append(("seed match up to K", "", f"{c.match.n_match}/{c.match.n_traj}", _pct(c.match.share), ""))
-    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "baseline": pl.Utf8, c.arm: pl.Utf8, "saving": pl.Utf8, "95% CI (over)": pl.Utf8}, orient="row")
+    rows.append(
+        (
+            "precision / recall (baseline-judged)",
+            "",
+            "",
+            f"{_num(k.precision, 2)} / {_num(k.recall, 2)}",
+            "",
+        )
+    )
+    rows.append(
+        ("paper step-based safe / raw saving", "", "", f"{_pct(k.safe)} / {_pct(k.raw)}", "")
+    )
+    rows.append(
+        ("seed match up to K", "", f"{c.match.n_match}/{c.match.n_traj}", _pct(c.match.share), "")
+    )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "metric": pl.Utf8,
+            "baseline": pl.Utf8,
+            c.arm: pl.Utf8,
+            "saving": pl.Utf8,
+            "95% CI (over)": pl.Utf8,
+        },
+        orient="row",
+    )
 
 
 def block_savings_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
     """Per (repeat, block): the baseline's and ``arm``'s measured wall-clock of the same groups and
     the share saved. The task bootstrap does not see drift that hits a whole timed run; the
     spread of these per-block savings does."""
-    base = blocks.filter(pl.col("arm") == "baseline").select("repeat", "block", pl.col("wall_s").alias("baseline_s"), pl.col("order").alias("baseline_order"))
-    mine = blocks.filter(pl.col("arm") == arm).select("repeat", "block", pl.col("wall_s").alias(f"{arm}_s"), pl.col("order").alias(f"{arm}_order"), "n_cut")
+    base = blocks.filter(pl.col("arm") == "baseline").select(
+        "repeat",
+        "block",
+        pl.col("wall_s").alias("baseline_s"),
+        pl.col("order").alias("baseline_order"),
+    )
+    mine = blocks.filter(pl.col("arm") == arm).select(
+        "repeat",
+        "block",
+        pl.col("wall_s").alias(f"{arm}_s"),
+        pl.col("order").alias(f"{arm}_order"),
+        "n_cut",
+    )
     both = base.join(mine, on=["repeat", "block"]).sort("repeat", "block")
     return both.with_columns((1.0 - pl.col(f"{arm}_s") / pl.col("baseline_s")).alias("saving"))
 
@@ -67,19 +139,26 @@ def drift_text(c: Any, per_block: pl.DataFrame) -> str:
     """What the per-block savings say about run-to-run noise, in words."""
     lo, hi = float(per_block["saving"].min()), float(per_block["saving"].max())
     w = c.savings["wall_s"]
-    text = (f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. A slow-down hits every task of one "
-            "timed run alike (other jobs on the machine), so the wall-clock interval treats the timed-run pairs, not the "
-            f"tasks, as the samples: [{_pct(w.low)}, {_pct(w.high)}] over {w.ci_over} (a Student t interval on the "
-            "log ratio of each pair). More pairs (`--blocks`, `--repeats`) narrow it.")
+    text = (
+        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. A slow-down hits "
+        "every task of one timed run alike (other jobs on the machine), so the wall-clock "
+        f"interval treats the timed-run pairs, not the tasks, as the samples: [{_pct(w.low)}, "
+        f"{_pct(w.high)}] over {w.ci_over} (a Student t interval on the log ratio of each pair). "
+        "More pairs (`--blocks`, `--repeats`) narrow it."
+    )
     if same_work(c):
-        text += (f"\n\n**The gate cut no group**: both arms did identical work ({_num(c.savings['n_gen_tokens'].baseline, 0)} "
-                 "generated tokens, the same environment steps), so this run is an A/A test — its wall-clock difference is "
-                 "the measurement noise of this machine, not an effect of the gate.")
+        text += (
+            "\n\n**The gate cut no group**: both arms did identical work "
+            f"({_num(c.savings['n_gen_tokens'].baseline, 0)} generated tokens, the same "
+            "environment steps), so this run is an A/A test — its wall-clock difference is the "
+            "measurement noise of this machine, not an effect of the gate."
+        )
     return text
 
 
 def same_work(c: Any) -> bool:
-    """The arm cut nothing and took the baseline's environment steps (no GRESO skip either): an A/A test."""
+    """The arm cut nothing and took the baseline's environment steps (no GRESO skip either): an
+    A/A test."""
     return c.confusion.cut == 0 and c.savings["n_steps"].arm == c.savings["n_steps"].baseline
 
 
@@ -93,7 +172,10 @@ def confusion_frame(c: Any) -> pl.DataFrame:
         ("FP (cut, baseline has variance)", str(k.fp)),
         ("precision TP / cut", _num(k.precision, 3)),
         ("recall TP / zero-variance", _num(k.recall, 3)),
-        ("precision by the arm's own truncated rewards (wrong; for contrast)", _num(k.own_precision, 3)),
+        (
+            "precision by the arm's own truncated rewards (wrong; for contrast)",
+            _num(k.own_precision, 3),
+        ),
         ("paper safe saving TP·(T−K)/(N·T)", _pct(k.safe)),
         ("paper raw saving cut·(T−K)/(N·T)", _pct(k.raw)),
         ("measured env-step saving", _pct(c.savings["n_steps"].saving)),
@@ -102,10 +184,29 @@ def confusion_frame(c: Any) -> pl.DataFrame:
 
 
 def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
-    """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds included)."""
-    extra = [c for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers") if c in blocks.columns]
+    """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds
+    included)."""
+    extra = [
+        c
+        for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers")
+        if c in blocks.columns
+    ]
     return blocks.select(
-        "order", "arm", "repeat", "block", pl.col("groups"), "wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "ticks", "mean_batch", "n_gen_tokens", "n_cut", *extra
+        "order",
+        "arm",
+        "repeat",
+        "block",
+        pl.col("groups"),
+        "wall_s",
+        "gen_s",
+        "env_s",
+        "reset_s",
+        "overhead_s",
+        "ticks",
+        "mean_batch",
+        "n_gen_tokens",
+        "n_cut",
+        *extra,
     )
 
 
@@ -114,66 +215,124 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for r in arms.iter_rows(named=True):
         base = r["arm"] == "baseline"
-        rows.append((
-            r["arm"], _num(r["wall_s"], 2), f"{r['gen_tokens']:,}", str(r["groups"]), str(r["useful_groups"]), _num(r["useful_per_s"], 3),
-            "" if base else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / {_num(r['wall_vs_baseline'], 2)}×",
-            f"{r['cuts']} ({r['cut_tp']} / {r['cut_fp']})" if r["gate"] else "—",
-            f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
-            f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
-            "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
-        ))
-    names = ["arm", "wall-clock (s)", "gen. tokens", "groups", "useful", "useful/s", "vs baseline: useful/s, wall",
-             "cuts (TP/FP)", "skips (TP/FP)", "DAPO extra rounds/groups, caps", "seed match"]
+        rows.append(
+            (
+                r["arm"],
+                _num(r["wall_s"], 2),
+                f"{r['gen_tokens']:,}",
+                str(r["groups"]),
+                str(r["useful_groups"]),
+                _num(r["useful_per_s"], 3),
+                ""
+                if base
+                else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / "
+                f"{_num(r['wall_vs_baseline'], 2)}×",
+                f"{r['cuts']} ({r['cut_tp']} / {r['cut_fp']})" if r["gate"] else "—",
+                f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
+                f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
+                "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
+            )
+        )
+    names = [
+        "arm",
+        "wall-clock (s)",
+        "gen. tokens",
+        "groups",
+        "useful",
+        "useful/s",
+        "vs baseline: useful/s, wall",
+        "cuts (TP/FP)",
+        "skips (TP/FP)",
+        "DAPO extra rounds/groups, caps",
+        "seed match",
+    ]
     return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
 
 
 def arms_text(config: Any, arms: pl.DataFrame) -> str:
     """What the per-arm table counts, and what each arm did, in words."""
     R = config.repeats
-    text = (f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut and have reward "
-            "variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = useful groups ÷ the arm's measured "
-            "wall-clock (its timed runs, DAPO's extra rounds included). Cuts and GRESO skips are judged by the baseline arm's "
-            "group of the same task and seeds (TP: it had zero variance).")
+    text = (
+        f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut "
+        "and have reward variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = "
+        "useful groups ÷ the arm's measured wall-clock (its timed runs, DAPO's extra rounds "
+        "included). Cuts and GRESO skips are judged by the baseline arm's group of the same task "
+        "and seeds (TP: it had zero variance)."
+    )
     by = {r["arm"]: r for r in arms.iter_rows(named=True)}
     for name, r in by.items():
         if r["dapo"]:
-            text += (f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not useful are dropped and the next "
-                     f"tasks of `{config.tasks}` are rolled out (group indices after the A/B's, same seed scheme) until the block "
-                     f"has as many useful groups as tasks, at most {config.dapo_max_rounds} extra round(s): {r['extra_rounds']} "
-                     f"extra round(s), {r['extra_groups']} extra group(s).")
+            text += (
+                f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not "
+                f"useful are dropped and the next tasks of `{config.tasks}` are rolled out (group "
+                "indices after the A/B's, same seed scheme) until the block has as many useful "
+                f"groups as tasks, at most {config.dapo_max_rounds} extra round(s): "
+                f"{r['extra_rounds']} extra round(s), {r['extra_groups']} extra group(s)."
+            )
             if r["cap_hits"]:
-                text += (f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds {config.dapo_max_rounds}`) still short "
-                         "of useful groups; they keep what they gathered (not an error).")
+                text += (
+                    f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds "
+                    f"{config.dapo_max_rounds}`) still short of useful groups; they keep what they "
+                    "gathered (not an error)."
+                )
         if r["greso"]:
-            source = f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
-            text += (f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task whose last z groups "
-                     f"({source}this arm's groups of earlier repeats) were zero-variance or cut is skipped unless a seeded draw "
-                     f"keeps it (probability p^z): {r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline).")
+            source = (
+                f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
+            )
+            text += (
+                f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task "
+                f"whose last z groups ({source}this arm's groups of earlier repeats) were "
+                "zero-variance or cut is skipped unless a seeded draw keeps it (probability p^z): "
+                f"{r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
+            )
             if not config.greso_history:
-                text += (" Without `--greso-history` it has no history in repeat 0 and skips nothing there. Repeats replay the same "
-                         "seeds, so a history from an earlier repeat foretells the outcome (an optimistic GRESO); a history from "
-                         "another run (`srollout collect --seed 1`) is the realistic one.")
+                text += (
+                    " Without `--greso-history` it has no history in repeat 0 and skips nothing "
+                    "there. Repeats replay the same seeds, so a history from an earlier repeat "
+                    "foretells the outcome (an optimistic GRESO); a history from another run "
+                    "(`srollout collect --seed 1`) is the realistic one."
+                )
     return text
 
 
 def dapo_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
     """Per timed run of a DAPO arm: groups rolled, useful ones, extra rounds and groups, cap hit."""
-    return blocks.filter(pl.col("arm") == arm).sort("order").select(
-        "order", "repeat", "block", "groups", "n_useful", "extra_rounds", "n_extra", "hit_cap", "wall_s", "n_gen_tokens")
+    return (
+        blocks.filter(pl.col("arm") == arm)
+        .sort("order")
+        .select(
+            "order",
+            "repeat",
+            "block",
+            "groups",
+            "n_useful",
+            "extra_rounds",
+            "n_extra",
+            "hit_cap",
+            "wall_s",
+            "n_gen_tokens",
+        )
+    )
 
 
 def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Path:
     """Per-task wall-clock (attributed, mean over repeats) by arm; tasks in baseline-time order,
     cut tasks of the gated arm hatched."""
     plt = pyplot()
-    means = table.group_by("group_index", "arm").agg(pl.col("wall_s").mean(), pl.col("cut").any()).sort("group_index")
+    means = (
+        table.group_by("group_index", "arm")
+        .agg(pl.col("wall_s").mean(), pl.col("cut").any())
+        .sort("group_index")
+    )
     base = means.filter(pl.col("arm") == arms[0]).sort("wall_s", descending=True)
     order = base["group_index"].to_list()
     n = len(order)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * n * len(arms) + 2), 3.8))
     width = 0.8 / len(arms)
     for j, arm in enumerate(arms):
-        rows = {r["group_index"]: r for r in means.filter(pl.col("arm") == arm).iter_rows(named=True)}
+        rows = {
+            r["group_index"]: r for r in means.filter(pl.col("arm") == arm).iter_rows(named=True)
+        }
         xs = np.arange(n) + (j - (len(arms) - 1) / 2) * width
         ys = [rows[i]["wall_s"] for i in order]
         bars = ax.bar(xs, ys, width=width, color=ARM_COLORS.get(arm, f"C{j}"), label=arm)
@@ -184,7 +343,9 @@ def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Pa
     from matplotlib.patches import Patch
 
     handles, _ = ax.get_legend_handles_labels()
-    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="cut by the gate"))
+    handles.append(
+        Patch(facecolor="white", edgecolor="black", hatch="///", label="cut by the gate")
+    )
     ax.set_xticks(range(n), [f"g{i}" for i in order], rotation=90, fontsize=6)
     ax.set_xlabel("task (group index), by baseline time")
     ax.set_ylabel("wall-clock per task (s, attributed)")
@@ -199,7 +360,11 @@ def decomposition_figure(comparisons: Sequence[Any], path: Path) -> Path:
     generated-token and env-step savings."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(3.0 + 2.4 * len(comparisons), 3.8))
-    parts = (("generation", "#1f77b4"), ("environment (steps + resets)", "#2ca02c"), ("overhead", "#ff7f0e"))
+    parts = (
+        ("generation", "#1f77b4"),
+        ("environment (steps + resets)", "#2ca02c"),
+        ("overhead", "#ff7f0e"),
+    )
     keys = ("generation", "environment", "overhead")
     ticks, labels = [], []
     for i, c in enumerate(comparisons):
@@ -209,7 +374,14 @@ def decomposition_figure(comparisons: Sequence[Any], path: Path) -> Path:
         x = i * 3.5
         for key, (name, color) in zip(keys, parts, strict=True):
             v = 100 * d[key] / total
-            ax.bar(x, v, bottom=pos if v >= 0 else neg, color=color, label=name if i == 0 else None, width=0.8)
+            ax.bar(
+                x,
+                v,
+                bottom=pos if v >= 0 else neg,
+                color=color,
+                label=name if i == 0 else None,
+                width=0.8,
+            )
             pos, neg = (pos + v, neg) if v >= 0 else (pos, neg + v)
         ax.bar(x + 1, 100 * c.savings["n_gen_tokens"].saving, color="#9467bd", width=0.8)
         ax.bar(x + 2, 100 * c.savings["n_steps"].saving, color="#8c564b", width=0.8)
@@ -228,15 +400,29 @@ def _mismatch_text(c: Any) -> str:
     m = c.match
     if m.n_traj == 0:
         return "No gated trajectories to compare."
-    what = "actions, raw responses and generated token ids" if m.tokens_checked else "actions and raw responses (this policy records no token ids)"
-    text = (f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to their baseline twin "
-            f"(same group, traj_idx and repeat) in {what} up to step K (the group's cut step, or the gate's K; up to their end if they ended earlier).")
+    what = (
+        "actions, raw responses and generated token ids"
+        if m.tokens_checked
+        else "actions and raw responses (this policy records no token ids)"
+    )
+    text = (
+        f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to "
+        f"their baseline twin (same group, traj_idx and repeat) in {what} up to step K (the "
+        "group's cut step, or the gate's K; up to their end if they ended earlier)."
+    )
     if m.mismatches:
-        rows = ", ".join(f"{x.group_id}/{x.traj_idx} (repeat {x.repeat}, step {x.step if x.step is not None else 'tokens only'})" for x in m.mismatches[:10])
-        text += (f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by construction, so a difference "
-                 "comes from the backend: sampling that depends on the batch a row shares (padding, batched kernels), "
-                 "or non-deterministic GPU kernels. Savings on such groups are still real; their TP/FP are judged on "
-                 "a baseline twin that is not the exact counterfactual.")
+        rows = ", ".join(
+            f"{x.group_id}/{x.traj_idx} (repeat {x.repeat}, step "
+            f"{x.step if x.step is not None else 'tokens only'})"
+            for x in m.mismatches[:10]
+        )
+        text += (
+            f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by "
+            "construction, so a difference comes from the backend: sampling that depends on the "
+            "batch a row shares (padding, batched kernels), or non-deterministic GPU kernels. "
+            "Savings on such groups are still real; their TP/FP are judged on a baseline twin "
+            "that is not the exact counterfactual."
+        )
     return text
 
 
@@ -247,28 +433,51 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
     runs = blocks.sort("order")["arm"].to_list()
     order = " ".join(a[0].upper() for a in runs) if n_arms == 2 else ", ".join(runs)
     workers = int(blocks["workers"].max()) if "workers" in blocks.columns else 1
-    ray = (f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call starts its workers, which "
-           "build their policy replica and warm up before the clock; a run's time counts from when all are up, and its "
-           "per-task charges are worker-seconds (workers × wall-clock)." if workers > 1 else "")
+    ray = (
+        f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call "
+        "starts its workers, which build their policy replica and warm up before the clock; a "
+        "run's time counts from when all are up, and its per-task charges are worker-seconds "
+        "(workers × wall-clock)."
+        if workers > 1
+        else ""
+    )
+    warmup = (
+        "A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran "
+        "before any clock. "
+        if config.warmup
+        else "No warm-up (--no-warmup). "
+    )
     return (
-        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of `{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, T_max={config.T_max}, temperature "
-        f"{config.temperature}, seed {config.seed}) through the same batched engine at concurrency {config.concurrency} "
-        f"trajectories; per-trajectory seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
-        f"{'A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran before any clock. ' if config.warmup else 'No warm-up (--no-warmup). '}"
-        f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
-        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' generation time (each "
-        "batched call's time split over its rows by generated tokens), its own env-step and reset time, and a share of "
-        "the run's remaining overhead proportional to its env steps; the charges of a run sum to its measured wall-clock. "
-        "Savings are 1 − Σ arm / Σ baseline over tasks (each task's mean over repeats). Token and step counts are fixed by "
-        f"the seeds: their CI is a percentile bootstrap over tasks ({config.n_boot} resamples, both arms of a task resampled "
-        "together). Wall-clock also carries run-to-run drift: its CI is a Student t interval over the timed-run pairs "
-        "(baseline and arm on the same block and repeat), on the log ratio of each pair. Cuts are judged by the baseline arm's "
-        "outcome of the same task, seeds and repeat (TP = the baseline group has zero reward variance)."
+        f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of "
+        f"`{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, "
+        f"T_max={config.T_max}, temperature {config.temperature}, seed {config.seed}) through the "
+        f"same batched engine at concurrency {config.concurrency} trajectories; per-trajectory "
+        f"seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
+        f"{warmup}{config.repeats} "
+        f"repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
+        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' "
+        "generation time (each batched call's time split over its rows by generated tokens), its "
+        "own env-step and reset time, and a share of the run's remaining overhead proportional to "
+        "its env steps; the charges of a run sum to its measured wall-clock. Savings are 1 − Σ "
+        "arm / Σ baseline over tasks (each task's mean over repeats). Token and step counts are "
+        f"fixed by the seeds: their CI is a percentile bootstrap over tasks ({config.n_boot} "
+        "resamples, both arms of a task resampled together). Wall-clock also carries run-to-run "
+        "drift: its CI is a Student t interval over the timed-run pairs (baseline and arm on the "
+        "same block and repeat), on the log ratio of each pair. Cuts are judged by the baseline "
+        "arm's outcome of the same task, seeds and repeat (TP = the baseline group has zero "
+        "reward variance)."
     )
 
 
-def write_ab_outputs(run_dir: Path, config: Any, table: pl.DataFrame, blocks: pl.DataFrame, comparisons: Sequence[Any], tables: dict,
-                     arms: pl.DataFrame | None = None) -> dict[str, Path]:
+def write_ab_outputs(
+    run_dir: Path,
+    config: Any,
+    table: pl.DataFrame,
+    blocks: pl.DataFrame,
+    comparisons: Sequence[Any],
+    tables: dict,
+    arms: pl.DataFrame | None = None,
+) -> dict[str, Path]:
     """ab.parquet, blocks.parquet, arms.parquet (when ``arms`` is given), the figures and report.md;
     returns name -> path."""
     from srollout.report.markdown import Section, figure, write_report
@@ -277,40 +486,102 @@ def write_ab_outputs(run_dir: Path, config: Any, table: pl.DataFrame, blocks: pl
     from srollout.schemas import write as write_parquet
 
     run_dir = Path(run_dir)
-    paths = {"ab": write_parquet(table, run_dir / "ab.parquet", AB), "blocks": write_parquet(blocks_frame(blocks), run_dir / "blocks.parquet")}
+    paths = {
+        "ab": write_parquet(table, run_dir / "ab.parquet", AB),
+        "blocks": write_parquet(blocks_frame(blocks), run_dir / "blocks.parquet"),
+    }
     if arms is not None:
         paths["arms"] = write_parquet(arms, run_dir / "arms.parquet", AB_ARMS)
     names = list(dict.fromkeys(blocks.sort("order")["arm"].to_list()))
     names = ["baseline", *[a for a in names if a != "baseline"]]
     if config.figures:
-        paths["task_time"] = task_time_figure(table.filter(pl.col("dapo_round") == 0) if "dapo_round" in table.columns else table,
-                                              run_dir / "figures" / "ab_task_time.png", names)
+        paths["task_time"] = task_time_figure(
+            table.filter(pl.col("dapo_round") == 0) if "dapo_round" in table.columns else table,
+            run_dir / "figures" / "ab_task_time.png",
+            names,
+        )
         if comparisons:
-            paths["decomposition"] = decomposition_figure(comparisons, run_dir / "figures" / "ab_saving_decomposition.png")
+            paths["decomposition"] = decomposition_figure(
+                comparisons, run_dir / "figures" / "ab_saving_decomposition.png"
+            )
     sections = []
     if arms is not None:
-        sections.append(Section("Arms", to_markdown(arms_view(arms)) + "\n" + arms_text(config, arms)))
+        sections.append(
+            Section("Arms", to_markdown(arms_view(arms)) + "\n" + arms_text(config, arms))
+        )
         for r in arms.filter(pl.col("dapo")).iter_rows(named=True):
-            sections.append(Section(f"DAPO rounds ({r['arm']})", to_markdown(dapo_frame(blocks, r["arm"]), digits={"wall_s": 2})))
+            sections.append(
+                Section(
+                    f"DAPO rounds ({r['arm']})",
+                    to_markdown(dapo_frame(blocks, r["arm"]), digits={"wall_s": 2}),
+                )
+            )
     for c in comparisons:
-        sections.append(Section(f"{c.arm} vs baseline", f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks))))
-        sections.append(Section(f"Cuts of the {c.arm} arm judged by the baseline arm", to_markdown(confusion_frame(c))))
+        sections.append(
+            Section(
+                f"{c.arm} vs baseline",
+                f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks)),
+            )
+        )
+        sections.append(
+            Section(
+                f"Cuts of the {c.arm} arm judged by the baseline arm",
+                to_markdown(confusion_frame(c)),
+            )
+        )
         sections.append(Section(f"Seed match ({c.arm})", _mismatch_text(c)))
         per_block = block_savings_frame(blocks, c.arm)
-        sections.append(Section(f"Run-to-run noise ({c.arm})", to_markdown(per_block, digits={"baseline_s": 2, f"{c.arm}_s": 2, "saving": 3}) + "\n" + drift_text(c, per_block)))
+        sections.append(
+            Section(
+                f"Run-to-run noise ({c.arm})",
+                to_markdown(per_block, digits={"baseline_s": 2, f"{c.arm}_s": 2, "saving": 3})
+                + "\n"
+                + drift_text(c, per_block),
+            )
+        )
         d = c.decomposition
         total = d["baseline_wall"] or math.nan
-        body = (f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved {d['generation']:.1f} s of generation "
-                f"({_pct(d['generation'] / total)}), {d['environment']:.1f} s of environment steps and resets "
-                f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead ({_pct(d['overhead'] / total)}).")
+        body = (
+            f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved "
+            f"{d['generation']:.1f} s of generation ({_pct(d['generation'] / total)}), "
+            f"{d['environment']:.1f} s of environment steps and resets "
+            f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead "
+            f"({_pct(d['overhead'] / total)})."
+        )
         if "decomposition" in paths:
             body += "\n\n" + figure(paths["decomposition"], run_dir, "Wall-clock saving by source")
         sections.append(Section(f"Where the saving comes from ({c.arm})", body))
     if "task_time" in paths:
-        sections.append(Section("Per-task time", figure(paths["task_time"], run_dir, "Per-task wall-clock by arm (attributed, mean over repeats)")))
-    sections.append(Section("Timed runs (schedule order)", to_markdown(blocks_frame(blocks), digits={"wall_s": 2, "gen_s": 2, "env_s": 2, "reset_s": 2, "overhead_s": 2, "mean_batch": 1})))
+        sections.append(
+            Section(
+                "Per-task time",
+                figure(
+                    paths["task_time"],
+                    run_dir,
+                    "Per-task wall-clock by arm (attributed, mean over repeats)",
+                ),
+            )
+        )
+    sections.append(
+        Section(
+            "Timed runs (schedule order)",
+            to_markdown(
+                blocks_frame(blocks),
+                digits={
+                    "wall_s": 2,
+                    "gen_s": 2,
+                    "env_s": 2,
+                    "reset_s": 2,
+                    "overhead_s": 2,
+                    "mean_batch": 1,
+                },
+            ),
+        )
+    )
     sections.append(Section("Method", method_text(config, blocks)))
     files = [p for p in paths.values()] + [p for t in tables.values() for p in t.values()]
-    sections.append(Section("Files", "\n".join(f"- `{Path(p).relative_to(run_dir)}`" for p in files)))
+    sections.append(
+        Section("Files", "\n".join(f"- `{Path(p).relative_to(run_dir)}`" for p in files))
+    )
     paths["report"] = write_report(run_dir, "srollout ab-rollout", sections)
     return paths

@@ -66,10 +66,19 @@ def correlation_heatmap(corr: pl.DataFrame, path: str | Path, title: str = "") -
         for row in corr.iter_rows(named=True):
             if row["metric"] in metrics:
                 value = row[column]
-                grid[metrics.index(row["metric"]), Ks.index(row["K"])] = np.nan if value is None else value
+                grid[metrics.index(row["metric"]), Ks.index(row["K"])] = (
+                    np.nan if value is None else value
+                )
         image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
         for (i, j), value in np.ndenumerate(grid):
-            ax.text(j, i, "—" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
+            ax.text(
+                j,
+                i,
+                "—" if np.isnan(value) else f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+            )
         ax.set_xticks(range(len(Ks)), [f"K={k}" for k in Ks])
         ax.set_yticks(range(len(metrics)), metrics if ax is axes[0] else [""] * len(metrics))
         ax.set_title(label, fontsize=9)
@@ -104,7 +113,9 @@ def histogram_by_label(
         label=[f"{lab} (n={int(np.sum(labels == lab))})" for lab in present],
     )
     if threshold is not None:
-        ax.axvline(threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}")
+        ax.axvline(
+            threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}"
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("groups")
     ax.legend(fontsize=8)
@@ -135,7 +146,9 @@ def scatter_by_label(
         if mask.any():
             ax.scatter(x[mask], y[mask], s=14, alpha=0.7, color=LABEL_COLORS[lab], label=lab)
     if threshold is not None:
-        ax.axvline(threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}")
+        ax.axvline(
+            threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}"
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
@@ -145,7 +158,12 @@ def scatter_by_label(
     return save_figure(fig, path, tight=False)
 
 
-def curves_over_K(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]], path: str | Path, ylabel: str, title: str = "") -> Path:
+def curves_over_K(
+    curves: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+    path: str | Path,
+    ylabel: str,
+    title: str = "",
+) -> Path:
     """One line per named curve (e.g. "G=16", "G=8 sub-samples") of a value against K."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
@@ -176,21 +194,61 @@ def pareto(
     groups = sweep.group_by(["rule", "K"], maintain_order=True)
     for (rule, K), part in groups:
         prec = part["precision"].to_numpy()
-        ax.plot(prec, 100 * part["safe_savings"].to_numpy(), marker="o", linestyle="-" if rule == "r1" else ":",
-                markersize=4, label=f"{rule}, K={K}: safe savings")
+        ax.plot(
+            prec,
+            100 * part["safe_savings"].to_numpy(),
+            marker="o",
+            linestyle="-" if rule == "r1" else ":",
+            markersize=4,
+            label=f"{rule}, K={K}: safe savings",
+        )
         if "random_precision" in part.columns:
-            ax.scatter(part["random_precision"].to_numpy(), 100 * part["random_safe_savings"].to_numpy(),
-                       marker="x", s=16, color="gray")
+            ax.scatter(
+                part["random_precision"].to_numpy(),
+                100 * part["random_safe_savings"].to_numpy(),
+                marker="x",
+                s=16,
+                color="gray",
+            )
         if "oracle_safe_savings" in part.columns:
-            ax.scatter([1.0], [100 * part["oracle_safe_savings"][0]], marker="*", s=120, color="gold",
-                       edgecolor="black", zorder=5)
+            ax.scatter(
+                [1.0],
+                [100 * part["oracle_safe_savings"][0]],
+                marker="*",
+                s=120,
+                color="gold",
+                edgecolor="black",
+                zorder=5,
+            )
     ax.scatter([], [], marker="x", color="gray", label="random cut, same #cuts (mean)")
-    ax.scatter([], [], marker="*", s=120, color="gold", edgecolor="black", label="oracle (all zero-variance cut)")
-    ax.axvline(precision_floor, color="red", linestyle="--", linewidth=1.0, label=f"precision floor {precision_floor:g}")
+    ax.scatter(
+        [],
+        [],
+        marker="*",
+        s=120,
+        color="gold",
+        edgecolor="black",
+        label="oracle (all zero-variance cut)",
+    )
+    ax.axvline(
+        precision_floor,
+        color="red",
+        linestyle="--",
+        linewidth=1.0,
+        label=f"precision floor {precision_floor:g}",
+    )
     if chosen is not None:
         row = sweep.row(chosen, named=True)
-        ax.scatter([row["precision"]], [100 * row["safe_savings"]], s=220, facecolors="none", edgecolors="black",
-                   linewidths=1.8, label=f"chosen: {row['rule']} K={row['K']} d_L={row['d_L']:g}", zorder=6)
+        ax.scatter(
+            [row["precision"]],
+            [100 * row["safe_savings"]],
+            s=220,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.8,
+            label=f"chosen: {row['rule']} K={row['K']} d_L={row['d_L']:g}",
+            zorder=6,
+        )
     ax.set_xlabel("precision = TP / cut")
     ax.set_ylabel("safe savings (% of N·T_max steps)")
     ax.set_xlim(-0.02, 1.05)

@@ -12,7 +12,8 @@ from srollout.schemas import write_text
 
 
 class Section(NamedTuple):
-    """One ``##`` section of a report: a title and its markdown body (tables, text, figure links)."""
+    """One ``##`` section of a report: a title and its markdown body (tables, text, figure
+    links)."""
 
     title: str
     body: str
@@ -35,6 +36,8 @@ def render_report(title: str, sections: Sequence[Section], preamble: str = "") -
     return "\n".join(parts)
 
 
-def write_report(run_dir: str | Path, title: str, sections: Sequence[Section], preamble: str = "") -> Path:
+def write_report(
+    run_dir: str | Path, title: str, sections: Sequence[Section], preamble: str = ""
+) -> Path:
     """Write ``run_dir/report.md`` atomically and return its path."""
     return write_text(render_report(title, sections, preamble), Path(run_dir) / "report.md")

@@ -22,8 +22,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-ARM_COLORS = {"baseline": "#1f77b4", "gated": "#ff7f0e", "dapo": "#2ca02c", "greso": "#9467bd",
-              "gated+dapo": "#d62728", "gated+greso": "#8c564b"}
+ARM_COLORS = {
+    "baseline": "#1f77b4",
+    "gated": "#ff7f0e",
+    "dapo": "#2ca02c",
+    "greso": "#9467bd",
+    "gated+dapo": "#d62728",
+    "gated+greso": "#8c564b",
+}
 
 
 def _arms_in(frame: pl.DataFrame) -> list[str]:
@@ -94,12 +100,16 @@ def _success_at(evals: pl.DataFrame, iteration: int) -> float:
     return _mean(evals.filter(pl.col("iteration") == iteration)["success"].cast(pl.Float64))
 
 
-def paired_test(evals: pl.DataFrame, a: tuple[str, int], b: tuple[str, int], what: str, seed: int = 0) -> PairedTest | None:
+def paired_test(
+    evals: pl.DataFrame, a: tuple[str, int], b: tuple[str, int], what: str, seed: int = 0
+) -> PairedTest | None:
     """Compare (arm, iteration) ``a`` with ``b`` over the (seed, task) pairs both have."""
     from srollout.core.stats import mcnemar, paired_bootstrap
 
     def pick(arm: str, it: int) -> pl.DataFrame:
-        return evals.filter((pl.col("arm") == arm) & (pl.col("iteration") == it)).select("seed", "task_id", "success")
+        return evals.filter((pl.col("arm") == arm) & (pl.col("iteration") == it)).select(
+            "seed", "task_id", "success"
+        )
 
     joined = pick(*a).join(pick(*b), on=["seed", "task_id"], suffix="_b").sort("seed", "task_id")
     if joined.height == 0:
@@ -108,8 +118,19 @@ def paired_test(evals: pl.DataFrame, a: tuple[str, int], b: tuple[str, int], wha
     xb = joined["success_b"].to_numpy().astype(bool)
     boot = paired_bootstrap(xa.astype(float), xb.astype(float), seed=seed)
     mc = mcnemar(xa, xb)
-    return PairedTest(what, joined.height, float(xa.mean()), float(xb.mean()), float(boot.diff), float(boot.low),
-                      float(boot.high), float(boot.p_value), int(mc.b01), int(mc.b10), float(mc.p_value))
+    return PairedTest(
+        what,
+        joined.height,
+        float(xa.mean()),
+        float(xb.mean()),
+        float(boot.diff),
+        float(boot.low),
+        float(boot.high),
+        float(boot.p_value),
+        int(mc.b01),
+        int(mc.b10),
+        float(mc.p_value),
+    )
 
 
 def mean_std(values: Any) -> tuple[float, float]:
@@ -122,19 +143,56 @@ def mean_std(values: Any) -> tuple[float, float]:
 
 def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
     """The paper's Table "Tier 3": quantity, baseline, gated, delta — mean ± std over seeds."""
+
     def ms(col: str, scale: float = 1.0, digits: int = 3) -> str:
-        m, s = mean_std(seeds[col].to_list()) if col in seeds.columns else (float("nan"), float("nan"))
+        m, s = (
+            mean_std(seeds[col].to_list()) if col in seeds.columns else (float("nan"), float("nan"))
+        )
         return "—" if m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
 
     rows = [
-        ("training wall-clock (s)", ms("wall_s_baseline", digits=1), ms("wall_s_gated", digits=1), f"saving {ms('wall_saving', 100, 1)} %"),
-        ("groups cut by the gate", ms("cuts_baseline", digits=1), ms("cuts_gated", digits=1), f"of {ms('groups_gated', digits=0)} groups"),
-        ("gradient L2 norm", ms("grad_l2_baseline", digits=4), ms("grad_l2_gated", digits=4), f"x {ms('grad_l2_ratio')}"),
-        ("zero-advantage fraction", ms("zero_adv_baseline"), ms("zero_adv_gated"), f"dilution prediction x {ms('dilution_prediction')}"),
-        ("held-out success, iteration 0", ms("eval0_baseline", 100, 1), ms("eval0_gated", 100, 1), "same policy"),
-        ("held-out success, last eval", ms("eval_last_baseline", 100, 1), ms("eval_last_gated", 100, 1), f"{ms('eval_last_delta', 100, 1)} pp"),
+        (
+            "training wall-clock (s)",
+            ms("wall_s_baseline", digits=1),
+            ms("wall_s_gated", digits=1),
+            f"saving {ms('wall_saving', 100, 1)} %",
+        ),
+        (
+            "groups cut by the gate",
+            ms("cuts_baseline", digits=1),
+            ms("cuts_gated", digits=1),
+            f"of {ms('groups_gated', digits=0)} groups",
+        ),
+        (
+            "gradient L2 norm",
+            ms("grad_l2_baseline", digits=4),
+            ms("grad_l2_gated", digits=4),
+            f"x {ms('grad_l2_ratio')}",
+        ),
+        (
+            "zero-advantage fraction",
+            ms("zero_adv_baseline"),
+            ms("zero_adv_gated"),
+            f"dilution prediction x {ms('dilution_prediction')}",
+        ),
+        (
+            "held-out success, iteration 0",
+            ms("eval0_baseline", 100, 1),
+            ms("eval0_gated", 100, 1),
+            "same policy",
+        ),
+        (
+            "held-out success, last eval",
+            ms("eval_last_baseline", 100, 1),
+            ms("eval_last_gated", 100, 1),
+            f"{ms('eval_last_delta', 100, 1)} pp",
+        ),
     ]
-    return pl.DataFrame(rows, schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8},
+        orient="row",
+    )
 
 
 def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str, float]:
@@ -145,22 +203,43 @@ def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str,
         return float(m[col].cast(pl.Float64).sum()) if col in m.columns and m.height else 0.0
 
     # arm_summary (core, shared with ab-rollout) reads the per-iteration rows under these keys
-    per_iteration = m.select(pl.col("time/iter_s").alias("iter_s"),
-                             pl.col("rollout/gen_tokens").alias("n_gen_tokens"),
-                             pl.col("gate/useful").alias("n_useful"))
+    per_iteration = m.select(
+        pl.col("time/iter_s").alias("iter_s"),
+        pl.col("rollout/gen_tokens").alias("n_gen_tokens"),
+        pl.col("gate/useful").alias("n_useful"),
+    )
     base = arm_summary(per_iteration.to_dicts())
     return {
-        "wall_s": base["wall_s"], "gen_tokens": float(base["gen_tokens"]),
-        "useful_groups": float(base["useful"]), "useful_per_s": base["useful_per_s"],
-        "groups": total("rollout/groups"), "cuts": total("gate/cuts"),
-        "skipped": total("gate/skipped"), "extra_rounds": total("gate/dapo_rounds") - m.height,
+        "wall_s": base["wall_s"],
+        "gen_tokens": float(base["gen_tokens"]),
+        "useful_groups": float(base["useful"]),
+        "useful_per_s": base["useful_per_s"],
+        "groups": total("rollout/groups"),
+        "cuts": total("gate/cuts"),
+        "skipped": total("gate/skipped"),
+        "extra_rounds": total("gate/dapo_rounds") - m.height,
         "cap_hits": total("gate/dapo_hit_cap"),
-        "eval0": _success_at(e, 0), "eval_last": _success_at(e, last_eval),
+        "eval0": _success_at(e, 0),
+        "eval_last": _success_at(e, last_eval),
     }
 
 
-ARM_QUANTITIES = ("wall_s", "gen_tokens", "useful_groups", "useful_per_s", "groups", "cuts", "skipped",
-                  "extra_rounds", "cap_hits", "eval0", "eval_last", "wall_saving", "token_saving", "eval_delta")
+ARM_QUANTITIES = (
+    "wall_s",
+    "gen_tokens",
+    "useful_groups",
+    "useful_per_s",
+    "groups",
+    "cuts",
+    "skipped",
+    "extra_rounds",
+    "cap_hits",
+    "eval0",
+    "eval_last",
+    "wall_saving",
+    "token_saving",
+    "eval_delta",
+)
 
 
 def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) -> pl.DataFrame:
@@ -176,19 +255,29 @@ def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) ->
     likewise for gen_tokens, eval_delta = eval_last - eval_last(baseline) (NaN without a baseline).
     ``order``: the arms' order (default: ARM_COLORS order)."""
     last_eval = int(evals["iteration"].max()) if evals.height else 0
-    arms = [a for a in (order or _arms_in(metrics)) if a in set(metrics["arm"].to_list())] if metrics.height else []
+    arms = (
+        [a for a in (order or _arms_in(metrics)) if a in set(metrics["arm"].to_list())]
+        if metrics.height
+        else []
+    )
     per: dict[tuple[str, int], dict[str, float]] = {}
     for seed in sorted(set(metrics["seed"].to_list())) if metrics.height else []:
         for arm in arms:
             m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-            e = evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm)) if evals.height else evals
+            e = (
+                evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
+                if evals.height
+                else evals
+            )
             if m.height:
                 per[(arm, seed)] = _arm_seed_row(m, e, last_eval)
     for (_arm, seed), row in per.items():
         b = per.get(("baseline", seed))
         nan = float("nan")
         row["wall_saving"] = 1 - row["wall_s"] / b["wall_s"] if b and b["wall_s"] > 0 else nan
-        row["token_saving"] = 1 - row["gen_tokens"] / b["gen_tokens"] if b and b["gen_tokens"] > 0 else nan
+        row["token_saving"] = (
+            1 - row["gen_tokens"] / b["gen_tokens"] if b and b["gen_tokens"] > 0 else nan
+        )
         row["eval_delta"] = row["eval_last"] - b["eval_last"] if b else nan
     rows = []
     for arm in arms:
@@ -197,23 +286,33 @@ def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) ->
         for q in ARM_QUANTITIES:
             out[q], out[f"{q}_std"] = mean_std([r[q] for r in seeds])
         rows.append(out)
-    schema = {"arm": pl.Utf8, "n_seeds": pl.Int64, **{c: pl.Float64 for q in ARM_QUANTITIES for c in (q, f"{q}_std")}}
+    schema = {
+        "arm": pl.Utf8,
+        "n_seeds": pl.Int64,
+        **{c: pl.Float64 for q in ARM_QUANTITIES for c in (q, f"{q}_std")},
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
 def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
     """The per-arm table as text cells 'mean ± std' for report.md and the console."""
+
     def ms(row: dict[str, Any], q: str, scale: float = 1.0, digits: int = 1) -> str:
         m, s = row[q], row[f"{q}_std"]
         return "—" if m is None or m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
 
     rows = [
         {
-            "arm": r["arm"], "wall-clock (s)": ms(r, "wall_s"), "saving vs baseline (%)": ms(r, "wall_saving", 100),
-            "generated tokens": ms(r, "gen_tokens", digits=0), "useful groups": ms(r, "useful_groups"),
-            "useful groups / s": ms(r, "useful_per_s", digits=3), "cut / skipped": f"{r['cuts']:.1f} / {r['skipped']:.1f}",
+            "arm": r["arm"],
+            "wall-clock (s)": ms(r, "wall_s"),
+            "saving vs baseline (%)": ms(r, "wall_saving", 100),
+            "generated tokens": ms(r, "gen_tokens", digits=0),
+            "useful groups": ms(r, "useful_groups"),
+            "useful groups / s": ms(r, "useful_per_s", digits=3),
+            "cut / skipped": f"{r['cuts']:.1f} / {r['skipped']:.1f}",
             "DAPO extra rounds (cap hits)": f"{r['extra_rounds']:.1f} ({r['cap_hits']:.1f})",
-            "held-out success, last (%)": ms(r, "eval_last", 100), "vs baseline (pp)": ms(r, "eval_delta", 100),
+            "held-out success, last (%)": ms(r, "eval_last", 100),
+            "vs baseline (pp)": ms(r, "eval_delta", 100),
         }
         for r in arms.iter_rows(named=True)
     ]
@@ -222,7 +321,11 @@ def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
 
 def tests_frame(tests: list[PairedTest | None]) -> pl.DataFrame:
     rows = [t._asdict() for t in tests if t is not None]
-    return pl.DataFrame(rows) if rows else pl.DataFrame({"what": [], "n": []}, schema={"what": pl.Utf8, "n": pl.Int64})
+    return (
+        pl.DataFrame(rows)
+        if rows
+        else pl.DataFrame({"what": [], "n": []}, schema={"what": pl.Utf8, "n": pl.Int64})
+    )
 
 
 def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int = 1) -> None:
@@ -231,8 +334,14 @@ def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int =
     if d.height == 0:
         return
     if rolling > 1:
-        d = d.sort("seed", x).with_columns(pl.col(y).rolling_mean(rolling, min_samples=1).over("seed"))
-    agg = d.group_by(x).agg(pl.col(y).mean().alias("m"), pl.col(y).std(ddof=1).fill_null(0.0).alias("s")).sort(x)
+        d = d.sort("seed", x).with_columns(
+            pl.col(y).rolling_mean(rolling, min_samples=1).over("seed")
+        )
+    agg = (
+        d.group_by(x)
+        .agg(pl.col(y).mean().alias("m"), pl.col(y).std(ddof=1).fill_null(0.0).alias("s"))
+        .sort(x)
+    )
     xs, m, s = agg[x].to_numpy(), agg["m"].to_numpy(), agg["s"].fill_nan(0.0).to_numpy()
     ax.plot(xs, m, marker="o", ms=3, color=ARM_COLORS[arm], label=arm)
     ax.fill_between(xs, m - s, m + s, color=ARM_COLORS[arm], alpha=0.2)
@@ -246,7 +355,9 @@ def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> P
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     stepped = metrics.filter(pl.col("train/stepped"))
-    ev = evals.group_by("arm", "seed", "iteration").agg(pl.col("success").cast(pl.Float64).mean().alias("success"))
+    ev = evals.group_by("arm", "seed", "iteration").agg(
+        pl.col("success").cast(pl.Float64).mean().alias("success")
+    )
     panels = [
         (axes[0][0], ev, "success", "held-out success (greedy)", 1),
         (axes[0][1], metrics, "time/cum_s", "cumulative training wall-clock (s)", 1),
@@ -285,13 +396,38 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
         _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
         _band(axes[1][0], m.filter(pl.col("train/stepped")), "iteration", "train/grad_l2", arm)
         _band(axes[1][1], m, "iteration", "train/zero_adv_frac", arm)
-    base = m.filter(pl.col("arm") == "baseline").group_by("iteration").agg(pl.col("zv_rate").mean()).sort("iteration")
-    cut = m.filter(pl.col("arm") == "gated").group_by("iteration").agg(pl.col("cut_rate").mean()).sort("iteration")
+    base = (
+        m.filter(pl.col("arm") == "baseline")
+        .group_by("iteration")
+        .agg(pl.col("zv_rate").mean())
+        .sort("iteration")
+    )
+    cut = (
+        m.filter(pl.col("arm") == "gated")
+        .group_by("iteration")
+        .agg(pl.col("cut_rate").mean())
+        .sort("iteration")
+    )
     ax = axes[0][1]
-    ax.plot(base["iteration"].to_list(), base["zv_rate"].to_list(), color=ARM_COLORS["baseline"], label="baseline zero-variance rate")
-    ax.plot(cut["iteration"].to_list(), cut["cut_rate"].to_list(), color=ARM_COLORS["gated"], label="gated cut rate")
+    ax.plot(
+        base["iteration"].to_list(),
+        base["zv_rate"].to_list(),
+        color=ARM_COLORS["baseline"],
+        label="baseline zero-variance rate",
+    )
+    ax.plot(
+        cut["iteration"].to_list(),
+        cut["cut_rate"].to_list(),
+        color=ARM_COLORS["gated"],
+        label="gated cut rate",
+    )
     ax.legend()
-    labels = ["zero-variance rate (gated: uncut groups)", "cut rate vs baseline zero-variance rate", "gradient L2 norm", "zero-advantage fraction of the batch"]
+    labels = [
+        "zero-variance rate (gated: uncut groups)",
+        "cut rate vs baseline zero-variance rate",
+        "gradient L2 norm",
+        "zero-advantage fraction of the batch",
+    ]
     for a, label in zip(axes.flat, labels, strict=True):
         a.set_xlabel("iteration")
         a.set_ylabel(label, fontsize=8)

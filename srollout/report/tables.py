@@ -26,7 +26,9 @@ def format_value(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _cells(df: pl.DataFrame, columns: Sequence[str] | None, digits: int | dict[str, int]) -> tuple[list[str], list[list[str]]]:
+def _cells(
+    df: pl.DataFrame, columns: Sequence[str] | None, digits: int | dict[str, int]
+) -> tuple[list[str], list[list[str]]]:
     columns = list(columns) if columns is not None else list(df.columns)
     per_col = digits if isinstance(digits, dict) else {}
     default = digits if isinstance(digits, int) else 3
@@ -43,7 +45,8 @@ def to_markdown(
     digits: int | dict[str, int] = 3,
     bold_rows: Sequence[int] = (),
 ) -> str:
-    """``df`` as a GitHub-flavoured markdown table (pipes in cells escaped); rows in ``bold_rows`` in bold."""
+    """``df`` as a GitHub-flavoured markdown table (pipes in cells escaped); rows in
+    ``bold_rows`` in bold."""
     header, rows = _cells(df, columns, digits)
     bold = set(bold_rows)
 
@@ -71,11 +74,23 @@ def to_rich(
     from rich.table import Table
 
     header, rows = _cells(df, columns, digits)
-    table = Table(title=title, caption=caption, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    table = Table(
+        title=title,
+        caption=caption,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        show_edge=False,
+    )
     numeric = {c for c in header if df.schema[c].is_numeric()}
     names = headers or {}
     for c in header:
-        table.add_column(names.get(c, c), justify="right" if c in numeric else "left", overflow="fold", no_wrap=c in numeric)
+        table.add_column(
+            names.get(c, c),
+            justify="right" if c in numeric else "left",
+            overflow="fold",
+            no_wrap=c in numeric,
+        )
     marked = set(highlight_rows)
     for i, cells in enumerate(rows):
         table.add_row(*cells, style="bold green" if i in marked else None)

@@ -623,8 +623,13 @@ def run_groups(
             if on_tick is not None:
                 on_tick(
                     TickStats(
-                        tick, result.rows, result.gen_tokens, result.gen_s, result.env_s,
-                        len(pool.in_flight), pool.totals.done,
+                        tick,
+                        result.rows,
+                        result.gen_tokens,
+                        result.gen_s,
+                        result.env_s,
+                        len(pool.in_flight),
+                        pool.totals.done,
                     )
                 )
     finally:

@@ -74,6 +74,10 @@ def merge_parts(run_dir: Path, group_ids: list[str]) -> dict[str, Path]:
     written = {}
     for name in TABLES:
         frames = [pl.read_parquet(root / gid / f"{name}.parquet") for gid in group_ids]
-        df = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=TABLE_SCHEMAS[name])
+        df = (
+            pl.concat(frames, how="vertical")
+            if frames
+            else pl.DataFrame(schema=TABLE_SCHEMAS[name])
+        )
         written[name] = write_parquet(df, Path(run_dir) / f"{name}.parquet", ARTIFACTS[name])
     return written

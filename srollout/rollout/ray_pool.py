@@ -206,15 +206,27 @@ class RolloutWorker:
         t0 = time.perf_counter()
         self.policy = self.recipe.make_policy()
         build_s = time.perf_counter() - t0
-        return WorkerInfo(socket.gethostname(), os.getpid(), str(getattr(self.policy, "name", type(self.policy).__name__)), build_s)
+        return WorkerInfo(
+            socket.gethostname(),
+            os.getpid(),
+            str(getattr(self.policy, "name", type(self.policy).__name__)),
+            build_s,
+        )
 
     def run(self, specs: Sequence[GroupSpec]) -> ChunkResult:
-        """Roll out ``specs`` through the engine; return every group (index order) and the totals."""
+        """Roll out ``specs`` through the engine; return every group (index order) and the
+        totals."""
         if self.policy is None:
             raise RuntimeError("RolloutWorker.run before start()")
         records: list[GroupRecord] = []
-        summary = run_groups(list(specs), self.policy, self._lend_env, self.recipe.prompter, self.recipe.settings,
-                             on_group=records.append)
+        summary = run_groups(
+            list(specs),
+            self.policy,
+            self._lend_env,
+            self.recipe.prompter,
+            self.recipe.settings,
+            on_group=records.append,
+        )
         records.sort(key=lambda r: r.spec.index)
         return ChunkResult(records, summary)
 
@@ -244,7 +256,8 @@ def chunk_size(settings: RolloutSettings, n_groups: int, workers: int) -> int:
 
 
 def chunked(specs: Sequence[GroupSpec], size: int) -> list[list[GroupSpec]]:
-    """``specs`` in group-index order, cut into consecutive chunks of ``size`` (the last shorter)."""
+    """``specs`` in group-index order, cut into consecutive chunks of ``size`` (the last
+    shorter)."""
     if size < 1:
         raise SrolloutError(f"chunk_groups must be >= 1, got {size}")
     ordered = sorted(specs, key=lambda s: s.index)
@@ -271,7 +284,11 @@ def run_groups_distributed(
     import ray
 
     t0 = time.perf_counter()
-    size = chunk_groups if chunk_groups is not None else chunk_size(recipe.settings, len(specs), workers)
+    size = (
+        chunk_groups
+        if chunk_groups is not None
+        else chunk_size(recipe.settings, len(specs), workers)
+    )
     chunks = chunked(specs, size)
     n_slots = min(workers, len(chunks))
     if n_slots == 0:
@@ -311,15 +328,18 @@ def run_groups_distributed(
                     deaths[i] += 1
                     if deaths[i] >= MAX_WORKER_DEATHS:
                         raise SrolloutError(
-                            f"groups {chunks[i][0].group_id}..{chunks[i][-1].group_id} killed {deaths[i]} workers in a row "
-                            f"(last: {type(err).__name__}); stopping (the groups already written are kept)"
+                            f"groups {chunks[i][0].group_id}..{chunks[i][-1].group_id} killed "
+                            f"{deaths[i]} workers in a row (last: {type(err).__name__}); stopping "
+                            "(the groups already written are kept)"
                         ) from err
                     queue.appendleft(i)  # rerun first, on the replacement
                 else:
                     start_deaths[slot] += 1
                     if start_deaths[slot] >= MAX_WORKER_DEATHS:
-                        raise SrolloutError(f"Ray worker {slot} died {start_deaths[slot]} times while starting "
-                                            f"(last: {type(err).__name__})") from err
+                        raise SrolloutError(
+                            f"Ray worker {slot} died {start_deaths[slot]} times while starting "
+                            f"(last: {type(err).__name__})"
+                        ) from err
                 _kill(ray, actors[slot])
                 replaced += 1
                 launch(slot)
@@ -350,17 +370,32 @@ def run_groups_distributed(
             if on_tick is not None:
                 s = value.summary
                 in_flight = sum(len(chunks[j]) for k, _, j in pending.values() if k == "run")
-                on_tick(TickStats(returned, s.rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done))
+                on_tick(
+                    TickStats(returned, s.rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done)
+                )
     finally:
         for actor in actors.values():
             _kill(ray, actor)
     wall = time.perf_counter() - t0
-    return DistResult(RolloutSummary.total(summaries, wall, n_slots), n_slots, replaced, len(chunks), build_s, start_s)
+    return DistResult(
+        RolloutSummary.total(summaries, wall, n_slots),
+        n_slots,
+        replaced,
+        len(chunks),
+        build_s,
+        start_s,
+    )
 
 
 def worker_death_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """The Ray errors that mean "the worker is gone" (not an error of the code it ran)."""
-    names = ("RayActorError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError")
+    names = (
+        "RayActorError",
+        "ActorUnavailableError",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "ObjectLostError",
+    )
     return tuple(getattr(ray.exceptions, n) for n in names if hasattr(ray.exceptions, n))
 
 

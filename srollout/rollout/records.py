@@ -4,8 +4,9 @@ signals), with the required columns of :mod:`srollout.schemas` plus these extra 
 - steps: ``arm``.
 - trajectories: ``env_seed``, ``n_prompt_tokens``, ``n_valid``, ``gen_s``/``env_s``/``reset_s``
   (seconds), ``initial_observation`` (o_1, which steps.observation does not hold: the observation
-  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and ``action_mask`` (list columns: the whole multi-turn sequence and
-  which tokens the policy generated; empty for the non-LLM policies), ``arm``.
+  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and
+  ``action_mask`` (list columns: the whole multi-turn sequence and which tokens the policy
+  generated; empty for the non-LLM policies), ``arm``.
 - groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
   saw; null when no gate ran), ``n_stopped`` (trajectories the gate ended), ``n_steps`` (env
   steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,
@@ -99,7 +100,9 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 }
 
 # Columns that hold measured time: they differ between two runs of the same seed.
-TIMING_COLUMNS: frozenset[str] = frozenset({"gen_s", "env_s", "reset_s", "wall_s", "started_tick", "finished_tick"})
+TIMING_COLUMNS: frozenset[str] = frozenset(
+    {"gen_s", "env_s", "reset_s", "wall_s", "started_tick", "finished_tick"}
+)
 
 
 class GroupTables(NamedTuple):
@@ -129,7 +132,16 @@ def group_tables(record: GroupRecord) -> GroupTables:
     traj_rows = []
     for t in record.trajs:
         for row in t.steps:
-            step_rows.append({"group_id": gid, "traj_idx": t.traj_idx, "task_id": task_id, "task_type": task_type, **row, "arm": record.arm})
+            step_rows.append(
+                {
+                    "group_id": gid,
+                    "traj_idx": t.traj_idx,
+                    "task_id": task_id,
+                    "task_type": task_type,
+                    **row,
+                    "arm": record.arm,
+                }
+            )
         traj_rows.append(
             {
                 "group_id": gid,
@@ -150,11 +162,15 @@ def group_tables(record: GroupRecord) -> GroupTables:
                 "reset_s": t.reset_s,
                 "initial_observation": t.observations[0] if t.observations else None,
                 "token_ids": list(t.tokens.token_ids) if t.tokens is not None else [],
-                "action_mask": [bool(m) for m in t.tokens.action_mask] if t.tokens is not None else [],
+                "action_mask": [bool(m) for m in t.tokens.action_mask]
+                if t.tokens is not None
+                else [],
                 "arm": record.arm,
             }
         )
-    gate_d_K = record.gate_signals.prefix_edit_distance_mean if record.gate_signals is not None else None
+    gate_d_K = (
+        record.gate_signals.prefix_edit_distance_mean if record.gate_signals is not None else None
+    )
     group_row = {
         "group_id": gid,
         "group_index": spec.index,
@@ -197,9 +213,12 @@ def group_tables(record: GroupRecord) -> GroupTables:
         for k, sig in sorted(record.signals.items())
     ]
     return GroupTables(
-        steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA) if step_rows else pl.DataFrame(schema=STEP_SCHEMA),
+        steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA)
+        if step_rows
+        else pl.DataFrame(schema=STEP_SCHEMA),
         trajectories=pl.DataFrame(traj_rows, schema=TRAJ_SCHEMA),
         groups=pl.DataFrame([group_row], schema=GROUP_SCHEMA),
-        signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA) if signal_rows else pl.DataFrame(schema=SIGNAL_SCHEMA),
+        signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA)
+        if signal_rows
+        else pl.DataFrame(schema=SIGNAL_SCHEMA),
     )
-

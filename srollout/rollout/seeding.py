@@ -24,7 +24,9 @@ class TrajSeeds(NamedTuple):
 def _derive(run_seed: int, group_index: int, traj_idx: int, stream: str) -> int:
     # A hash, not arithmetic: (seed, group, traj) triples never collide by accident
     # (seed=1, group=0 and seed=0, group=1 differ) and streams are independent.
-    digest = hashlib.blake2b(f"srollout/{stream}/{run_seed}/{group_index}/{traj_idx}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(
+        f"srollout/{stream}/{run_seed}/{group_index}/{traj_idx}".encode(), digest_size=8
+    ).digest()
     return int.from_bytes(digest, "little") % (1 << _SEED_BITS)
 
 

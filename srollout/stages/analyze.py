@@ -49,7 +49,8 @@ CORRELATION_G8_FILE = "correlation_g8.parquet"
 # false positives listed in the console and in report.md (false_positives.parquet holds them all)
 FP_SHOWN_CONSOLE = 20
 FP_SHOWN_REPORT = 100
-# points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the caption)
+# points drawn in the d_K-vs-σ_r² scatter: past this many groups a seeded sample (said in the
+# caption)
 SCATTER_POINTS = 20_000
 # signals-table rows from which analyze shows a bar over its statistics (~2 s at 400,000 rows)
 STATISTICS_BAR_FROM = 400_000
@@ -86,7 +87,16 @@ def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
         for metric in SIGNAL_NAMES:
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
             r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
-            rows.append({"K": K, "metric": metric, "n": r.n, "spearman_rho": r.rho, "p_value": r.p_value, "auroc": r.auroc})
+            rows.append(
+                {
+                    "K": K,
+                    "metric": metric,
+                    "n": r.n,
+                    "spearman_rho": r.rho,
+                    "p_value": r.p_value,
+                    "auroc": r.auroc,
+                }
+            )
     return pl.DataFrame(rows, schema=schemas.CORRELATION.columns)
 
 
@@ -94,20 +104,29 @@ def per_task_type_table(signals: pl.DataFrame) -> pl.DataFrame:
     """The correlation table of each task type: task_type, n_zv (zero-variance groups) + the
     columns of :func:`correlation_table`."""
     parts = []
-    for (task_type,), part in sorted(signals.partition_by("task_type", as_dict=True, maintain_order=True).items()):
+    for (task_type,), part in sorted(
+        signals.partition_by("task_type", as_dict=True, maintain_order=True).items()
+    ):
         n_zv = int(part.filter(pl.col("K") == part["K"][0])["zero_var"].sum())
-        parts.append(correlation_table(part).select(pl.lit(task_type).alias("task_type"), pl.lit(n_zv, pl.Int64).alias("n_zv"), pl.all()))
+        parts.append(
+            correlation_table(part).select(
+                pl.lit(task_type).alias("task_type"), pl.lit(n_zv, pl.Int64).alias("n_zv"), pl.all()
+            )
+        )
     return pl.concat(parts)
 
 
 def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
     """Paper Table "per-task-type": per type n, n_zv, the AUROC of d_K at the gate's K, and the
-    best raw AUROC over (metric, K) with the winning pair. NaN cells (one class empty) are skipped."""
+    best raw AUROC over (metric, K) with the winning pair. NaN cells (one class empty) are
+    skipped."""
     rows = []
     for task_type in per_type["task_type"].unique(maintain_order=True).to_list():
         part = per_type.filter(pl.col("task_type") == task_type)
         gate = part.filter((pl.col("K") == gate_K) & (pl.col("metric") == D_K))
-        finite = part.filter(pl.col("auroc").is_not_nan()).sort(["auroc", "K"], descending=[True, False])
+        finite = part.filter(pl.col("auroc").is_not_nan()).sort(
+            ["auroc", "K"], descending=[True, False]
+        )
         best = finite.row(0, named=True) if finite.height else None
         rows.append(
             {
@@ -120,8 +139,18 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
                 "best_auroc": float(best["auroc"]) if best else float("nan"),
             }
         )
-    return pl.DataFrame(rows, schema={"task_type": pl.Utf8, "n": pl.Int64, "n_zv": pl.Int64, "d_K_auroc": pl.Float64,
-                                      "best_metric": pl.Utf8, "best_K": pl.Int64, "best_auroc": pl.Float64})
+    return pl.DataFrame(
+        rows,
+        schema={
+            "task_type": pl.Utf8,
+            "n": pl.Int64,
+            "n_zv": pl.Int64,
+            "d_K_auroc": pl.Float64,
+            "best_metric": pl.Utf8,
+            "best_K": pl.Int64,
+            "best_auroc": pl.Float64,
+        },
+    )
 
 
 def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
@@ -130,20 +159,35 @@ def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
     for i, metric in enumerate(SIGNAL_NAMES):
         x = pl.col(metric).cast(pl.Float64)
         x = x.filter(x.is_not_nan().fill_null(False))
-        aggs += [x.len().cast(pl.Int64).alias(f"n{i}"), x.median().alias(f"median{i}"),
-                 x.quantile(0.25, "linear").alias(f"q25{i}"), x.quantile(0.75, "linear").alias(f"q75{i}")]
+        aggs += [
+            x.len().cast(pl.Int64).alias(f"n{i}"),
+            x.median().alias(f"median{i}"),
+            x.quantile(0.25, "linear").alias(f"q25{i}"),
+            x.quantile(0.75, "linear").alias(f"q75{i}"),
+        ]
     # one pass over the groups, all signals at once (no long table of K × 7 × N rows)
     cells = signals.group_by(["K", "label"]).agg(aggs)
-    table = pl.concat([
-        cells.select("K", pl.lit(metric).alias("metric"), "label", *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")))
-        for i, metric in enumerate(SIGNAL_NAMES)
-    ]).filter(pl.col("n") > 0)
+    table = pl.concat(
+        [
+            cells.select(
+                "K",
+                pl.lit(metric).alias("metric"),
+                "label",
+                *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")),
+            )
+            for i, metric in enumerate(SIGNAL_NAMES)
+        ]
+    ).filter(pl.col("n") > 0)
     order = {m: i for i, m in enumerate(SIGNAL_NAMES)}
     label_order = {lab: i for i, lab in enumerate(LABELS)}
-    return table.with_columns(
-        _m=pl.col("metric").replace_strict(order, return_dtype=pl.Int64),
-        _l=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64),
-    ).sort(["K", "_m", "_l"]).drop(["_m", "_l"])
+    return (
+        table.with_columns(
+            _m=pl.col("metric").replace_strict(order, return_dtype=pl.Int64),
+            _l=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64),
+        )
+        .sort(["K", "_m", "_l"])
+        .drop(["_m", "_l"])
+    )
 
 
 def modal_prefix(actions: Sequence[Sequence[str]], K: int) -> tuple[str, int]:
@@ -153,7 +197,9 @@ def modal_prefix(actions: Sequence[Sequence[str]], K: int) -> tuple[str, int]:
     for a in actions:
         key = tuple(a[:K])
         counts[key] = counts.get(key, 0) + 1
-    prefix = max(counts, key=lambda k: counts[k])  # max keeps the first maximal key: insertion order
+    prefix = max(
+        counts, key=lambda k: counts[k]
+    )  # max keeps the first maximal key: insertion order
     return " → ".join(prefix), counts[prefix]
 
 
@@ -168,8 +214,19 @@ def false_positive_table(buffer: Buffer, gate_K: int, d_L: float) -> pl.DataFram
     """Groups the default gate R1 (cut iff d_K < d_L at K = gate_K) cuts although their rewards
     vary — with the group's most common first-K actions when the buffer has steps."""
     at = buffer.signals.filter(pl.col("K") == gate_K)
-    fp = at.filter(pl.Series(default_gate_cuts(at, gate_K, d_L)) & ~pl.col("zero_var")).sort("group_id")
-    table = fp.select(["group_id", "task_type", "label", "reward_var", pl.col(D_K).alias("d_K"), pl.col(TAU_K).alias("tau_K")])
+    fp = at.filter(pl.Series(default_gate_cuts(at, gate_K, d_L)) & ~pl.col("zero_var")).sort(
+        "group_id"
+    )
+    table = fp.select(
+        [
+            "group_id",
+            "task_type",
+            "label",
+            "reward_var",
+            pl.col(D_K).alias("d_K"),
+            pl.col(TAU_K).alias("tau_K"),
+        ]
+    )
     if buffer.trajectories is None or fp.height == 0:
         return table
     acts = (
@@ -183,7 +240,9 @@ def false_positive_table(buffer: Buffer, gate_K: int, d_L: float) -> pl.DataFram
         {
             "group_id": acts["group_id"],
             "first_actions": [p for p, _ in shared],
-            "n_sharing": [f"{c}/{g}" for (_, c), g in zip(shared, acts["G"].to_list(), strict=True)],
+            "n_sharing": [
+                f"{c}/{g}" for (_, c), g in zip(shared, acts["G"].to_list(), strict=True)
+            ],
         }
     )
     return table.join(prefixes, on="group_id", how="left", maintain_order="left")
@@ -194,7 +253,9 @@ def wide_correlation(corr: pl.DataFrame) -> pl.DataFrame:
     out = pl.DataFrame({"metric": [m for m in SIGNAL_NAMES if m in set(corr["metric"].to_list())]})
     for K in sorted(corr["K"].unique().to_list()):
         part = corr.filter(pl.col("K") == K).select(
-            "metric", pl.col("spearman_rho").alias(f"rho K={K}"), pl.col("auroc").alias(f"AUROC K={K}")
+            "metric",
+            pl.col("spearman_rho").alias(f"rho K={K}"),
+            pl.col("auroc").alias(f"AUROC K={K}"),
         )
         out = out.join(part, on="metric", how="left", maintain_order="left")
     return out
@@ -204,22 +265,34 @@ def _label_counts(groups: pl.DataFrame) -> str:
     counts = {lab: int((groups["label"] == lab).sum()) for lab in LABELS}
     n = groups.height
     zv = counts["all_fail"] + counts["all_succeed"]
-    return ", ".join(f"{counts[lab]} {lab}" for lab in LABELS) + f" ({zv}/{n} = {zv / n:.0%} zero-variance)"
+    return (
+        ", ".join(f"{counts[lab]} {lab}" for lab in LABELS)
+        + f" ({zv}/{n} = {zv / n:.0%} zero-variance)"
+    )
 
 
 def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
     part = strat.filter(pl.col("K") == K)
     cells = part.with_columns(
-        cell=pl.format("{} [{}, {}]", pl.col("median").round(3), pl.col("q25").round(3), pl.col("q75").round(3))
+        cell=pl.format(
+            "{} [{}, {}]", pl.col("median").round(3), pl.col("q25").round(3), pl.col("q75").round(3)
+        )
     )
     wide = cells.pivot(on="metric", index="label", values="cell")
     n = part.group_by("label").agg(pl.col("n").max())
     label_order = {lab: i for i, lab in enumerate(LABELS)}
-    wide = n.join(wide, on="label").with_columns(_o=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64)).sort("_o").drop("_o")
+    wide = (
+        n.join(wide, on="label")
+        .with_columns(_o=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64))
+        .sort("_o")
+        .drop("_o")
+    )
     return wide.select(["label", "n", *[m for m in SIGNAL_NAMES if m in wide.columns]])
 
 
-def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: bool = True) -> AnalyzeResult:
+def run_analyze(
+    config: AnalyzeConfig, console: Any | None = None, progress: bool = True
+) -> AnalyzeResult:
     """Run the analyze stage; returns the tables and the run directory it wrote. progress: show
     bars for the long parts (the signals computed from steps, the statistics)."""
     from srollout.console import make_console
@@ -227,7 +300,11 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
 
     console = console or make_console()
     t0 = time.perf_counter()
-    with PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "statistics": "parts"}) as bars:
+    with PhaseBars(
+        console,
+        enabled=progress,
+        unit={"read steps": "parts", "signals": "groups", "statistics": "parts"},
+    ) as bars:
         buffer = load_buffer(config.input, config.K, default_K=PAPER_K_VALUES, progress=bars.phase)
         t_load = time.perf_counter() - t0
 
@@ -250,7 +327,11 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
 
         corr_sub, groups_sub = None, None
         G_values = buffer.groups["G"].drop_nulls()
-        can_subsample = buffer.trajectories is not None and G_values.len() > 0 and int(G_values.min()) > SUBSAMPLE_G
+        can_subsample = (
+            buffer.trajectories is not None
+            and G_values.len() > 0
+            and int(G_values.min()) > SUBSAMPLE_G
+        )
         show(4, 5, f"G={SUBSAMPLE_G} sub-samples" if can_subsample else "")
         if can_subsample:
             sub = subsample_trajectories(buffer.trajectories, SUBSAMPLE_G, config.seed)
@@ -266,7 +347,9 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
     manifest.data["timings_s"].update(load=round(t_load, 3), compute=round(t_compute, 3))
     outputs: list[Path] = []
     if buffer.computed:
-        outputs.append(schemas.write(buffer.signals, run_dir / schemas.SIGNALS.filename, schemas.SIGNALS))
+        outputs.append(
+            schemas.write(buffer.signals, run_dir / schemas.SIGNALS.filename, schemas.SIGNALS)
+        )
     outputs.append(schemas.write(corr, run_dir / schemas.CORRELATION.filename, schemas.CORRELATION))
     outputs.append(schemas.write(per_type, run_dir / PER_TASK_TYPE_FILE))
     outputs.append(schemas.write(strat, run_dir / STRATIFICATION_FILE))
@@ -280,31 +363,71 @@ def run_analyze(config: AnalyzeConfig, console: Any | None = None, progress: boo
         from srollout.report import figures as figs
 
         at = buffer.signals.filter(pl.col("K") == fig_K)
-        figures["heatmap"] = figs.correlation_heatmap(corr, run_dir / "heatmap.png", f"N={buffer.n_groups} groups")
+        figures["heatmap"] = figs.correlation_heatmap(
+            corr, run_dir / "heatmap.png", f"N={buffer.n_groups} groups"
+        )
         threshold = config.d_L if gate_available else None
-        figures["hist"] = figs.histogram_by_label(at[D_K].to_numpy(), at["label"].to_list(), run_dir / "d_K_by_label.png",
-                                                  f"d_K at K={fig_K}", threshold, f"d_{fig_K} by group label")
+        figures["hist"] = figs.histogram_by_label(
+            at[D_K].to_numpy(),
+            at["label"].to_list(),
+            run_dir / "d_K_by_label.png",
+            f"d_K at K={fig_K}",
+            threshold,
+            f"d_{fig_K} by group label",
+        )
         # a million dots draw for tens of seconds and show no more than a seeded sample does
-        shown = at.sample(SCATTER_POINTS, seed=config.seed).sort("group_id") if at.height > SCATTER_POINTS else at
-        sampled = f" ({SCATTER_POINTS:,} of {at.height:,} groups, seeded sample)" if shown.height < at.height else ""
-        figures["scatter"] = figs.scatter_by_label(shown[D_K].to_numpy(), shown["reward_var"].to_numpy(), shown["label"].to_list(),
-                                                   run_dir / "d_K_vs_reward_var.png", f"d_K at K={fig_K}",
-                                                   "reward variance σ_r²", threshold, f"d_{fig_K} against σ_r²{sampled}" if sampled else "")
+        shown = (
+            at.sample(SCATTER_POINTS, seed=config.seed).sort("group_id")
+            if at.height > SCATTER_POINTS
+            else at
+        )
+        sampled = (
+            f" ({SCATTER_POINTS:,} of {at.height:,} groups, seeded sample)"
+            if shown.height < at.height
+            else ""
+        )
+        figures["scatter"] = figs.scatter_by_label(
+            shown[D_K].to_numpy(),
+            shown["reward_var"].to_numpy(),
+            shown["label"].to_list(),
+            run_dir / "d_K_vs_reward_var.png",
+            f"d_K at K={fig_K}",
+            "reward variance σ_r²",
+            threshold,
+            f"d_{fig_K} against σ_r²{sampled}" if sampled else "",
+        )
         if corr_sub is not None:
             G = int(G_values.min())
             curves = {
                 f"G={G}": _rho_curve(corr),
                 f"G={SUBSAMPLE_G} sub-samples": _rho_curve(corr_sub),
             }
-            figures["g8"] = figs.curves_over_K(curves, run_dir / "rho_vs_K_by_G.png", "Spearman ρ of d_K vs σ_r²")
+            figures["g8"] = figs.curves_over_K(
+                curves, run_dir / "rho_vs_K_by_G.png", "Spearman ρ of d_K vs σ_r²"
+            )
         outputs.extend(figures.values())
 
     sections = _report_sections(
-        config, buffer, corr, summary, strat, false_pos, fig_K, corr_sub, groups_sub, figures,
+        config,
+        buffer,
+        corr,
+        summary,
+        strat,
+        false_pos,
+        fig_K,
+        corr_sub,
+        groups_sub,
+        figures,
         run_dir,
     )
     outputs.append(write_report(run_dir, "srollout analyze", sections, _preamble(config, buffer)))
-    manifest.complete(outputs, input=str(config.input), n_groups=buffer.n_groups, K=list(buffer.Ks), input_kind=buffer.kind)
+    manifest.complete(
+        outputs,
+        input=str(config.input),
+        n_groups=buffer.n_groups,
+        K=list(buffer.Ks),
+        input_kind=buffer.kind,
+    )
     outputs.append(manifest.path)
 
     _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs)
@@ -321,9 +444,11 @@ def _rho_curve(corr: pl.DataFrame) -> tuple[list[int], list[float]]:
 def _preamble(config: AnalyzeConfig, buffer: Buffer) -> str:
     G = buffer.groups["G"].drop_nulls().unique().sort().to_list()
     lines = [
-        f"- input: `{config.input}` ({buffer.kind}{', signals computed here' if buffer.computed else ''})",
+        f"- input: `{config.input}` "
+        f"({buffer.kind}{', signals computed here' if buffer.computed else ''})",
         f"- groups: N = {buffer.n_groups}; {_label_counts(buffer.groups)}",
-        f"- group size G: {', '.join(map(str, G)) if G else 'not in the input'}; K = {', '.join(map(str, buffer.Ks))}",
+        f"- group size G: {', '.join(map(str, G)) if G else 'not in the input'}; K = "
+        f"{', '.join(map(str, buffer.Ks))}",
     ]
     return "\n".join(lines)
 
@@ -334,13 +459,23 @@ def _report_sections(
     sections = [
         Section(
             "Correlation with reward variance",
-            "Spearman ρ of each signal against the group's reward variance σ_r², and AUROC of the signal "
-            "as a score for the label *non-zero variance* (positive class: mixed groups). A higher divergence "
-            "predicts non-zero variance, so ρ > 0 and AUROC > 0.5 mean the signal works — except "
-            "termination_fraction τ_K, whose relation to the label is U-shaped; its AUROC is reported raw "
-            "(not flipped). Full table with p-values and n: `correlation.parquet`.\n\n"
+            "Spearman ρ of each signal against the group's reward variance σ_r², and AUROC of the "
+            "signal as a score for the label *non-zero variance* (positive class: mixed groups). A "
+            "higher divergence predicts non-zero variance, so ρ > 0 and AUROC > 0.5 mean the "
+            "signal works — except termination_fraction τ_K, whose relation to the label is "
+            "U-shaped; its AUROC is reported raw (not flipped). Full table with p-values and n: "
+            "`correlation.parquet`.\n\n"
             + to_markdown(wide_correlation(corr))
-            + ("\n" + figure(figures["heatmap"], run_dir, "Spearman ρ (left) and AUROC (right) per (signal, K)") if "heatmap" in figures else ""),
+            + (
+                "\n"
+                + figure(
+                    figures["heatmap"],
+                    run_dir,
+                    "Spearman ρ (left) and AUROC (right) per (signal, K)",
+                )
+                if "heatmap" in figures
+                else ""
+            ),
         )
     ]
     median = summary.select(pl.col("d_K_auroc").median(), pl.col("best_auroc").median()).row(0)
@@ -348,15 +483,17 @@ def _report_sections(
         Section(
             f"Per task type (d_K AUROC at K={config.gate_K}; best raw AUROC over (metric, K))",
             to_markdown(summary)
-            + f"\nMedian over task types: d_K AUROC {_fmt(median[0])}, best AUROC {_fmt(median[1])}. "
-            "Cells with n_zv ≤ 2 rest on one or two positives; read them as 'the gate did not fail', not 'perfect'. "
-            "All (task type, K, metric) cells: `per_task_type.parquet`.\n",
+            + f"\nMedian over task types: d_K AUROC {_fmt(median[0])}, best AUROC "
+            f"{_fmt(median[1])}. Cells with n_zv ≤ 2 rest on one or two positives; read them as "
+            "'the gate did not fail', not 'perfect'. All (task type, K, metric) cells: "
+            "`per_task_type.parquet`.\n",
         )
     )
     sections.append(
         Section(
             f"Signals by group label at K={fig_K} (median [q25, q75])",
-            to_markdown(_stratification_wide(strat, fig_K)) + "\nEvery K: `stratification.parquet`.\n",
+            to_markdown(_stratification_wide(strat, fig_K))
+            + "\nEvery K: `stratification.parquet`.\n",
         )
     )
     if false_pos is not None:
@@ -364,8 +501,8 @@ def _report_sections(
         cut = at.filter(pl.Series(default_gate_cuts(at, config.gate_K, config.d_L)))
         tp = int(cut["zero_var"].sum())
         body = (
-            f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} groups cut, "
-            f"{tp} true positives (zero variance), {false_pos.height} false positives "
+            f"Gate R1 at K={config.gate_K}, d_L={config.d_L:g} (cut iff d_K < d_L): {cut.height} "
+            f"groups cut, {tp} true positives (zero variance), {false_pos.height} false positives "
             "(rewards vary).\n\n"
         )
         if false_pos.height > FP_SHOWN_REPORT:
@@ -377,12 +514,27 @@ def _report_sections(
             body += to_markdown(false_pos) if false_pos.height else "No false positives.\n"
         sections.append(Section("False positives of the default gate", body))
     else:
-        sections.append(Section("False positives of the default gate",
-                                f"Not computed: K={config.gate_K} is not among the analysed K ({', '.join(map(str, buffer.Ks))}).\n"))
+        sections.append(
+            Section(
+                "False positives of the default gate",
+                f"Not computed: K={config.gate_K} is not among the analysed K "
+                f"({', '.join(map(str, buffer.Ks))}).\n",
+            )
+        )
     figure_md = "".join(
         figure(figures[key], run_dir, caption)
-        for key, caption in (("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"), ("scatter", f"d_K at K={fig_K} against reward variance"
-                     + (f" ({SCATTER_POINTS:,}-group seeded sample)" if buffer.n_groups > SCATTER_POINTS else "")))
+        for key, caption in (
+            ("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"),
+            (
+                "scatter",
+                f"d_K at K={fig_K} against reward variance"
+                + (
+                    f" ({SCATTER_POINTS:,}-group seeded sample)"
+                    if buffer.n_groups > SCATTER_POINTS
+                    else ""
+                ),
+            ),
+        )
         if key in figures
     )
     if figure_md:
@@ -391,19 +543,30 @@ def _report_sections(
         G = int(buffer.groups["G"].min())
         both = wide_correlation(corr).filter(pl.col("metric") == D_K)
         sub_rows = wide_correlation(corr_sub).filter(pl.col("metric") == D_K)
-        rows = pl.concat([
-            both.with_columns(pl.lit(f"G={G}").alias("groups")),
-            sub_rows.with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups")),
-        ])
-        body = (
-            f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its trajectories "
-            f"(seed {config.seed}); labels and σ_r² recomputed from the subset. Labels: G={G}: {_label_counts(buffer.groups)}; "
-            f"G={SUBSAMPLE_G}: {_label_counts(groups_sub)}.\n\n"
-            + to_markdown(rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]]))
-            + "\nAll signals: `correlation_g8.parquet`.\n\n"
-            + (figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes") if "g8" in figures else "")
+        rows = pl.concat(
+            [
+                both.with_columns(pl.lit(f"G={G}").alias("groups")),
+                sub_rows.with_columns(pl.lit(f"G={SUBSAMPLE_G} sub-samples").alias("groups")),
+            ]
         )
-        sections.append(Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body))
+        body = (
+            f"Each G={G} group re-scored on one seeded random subset of {SUBSAMPLE_G} of its "
+            f"trajectories (seed {config.seed}); labels and σ_r² recomputed from the subset. "
+            f"Labels: G={G}: {_label_counts(buffer.groups)}; G={SUBSAMPLE_G}: "
+            f"{_label_counts(groups_sub)}.\n\n"
+            + to_markdown(
+                rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]])
+            )
+            + "\nAll signals: `correlation_g8.parquet`.\n\n"
+            + (
+                figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes")
+                if "g8" in figures
+                else ""
+            )
+        )
+        sections.append(
+            Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body)
+        )
     return sections
 
 
@@ -413,7 +576,11 @@ def _fmt(value: float | None) -> str:
 
 def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs) -> None:
     console.print(f"[bold]analyze[/]: {buffer.n_groups} groups; {_label_counts(buffer.groups)}")
-    console.print(to_rich(wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"))
+    console.print(
+        to_rich(
+            wide_correlation(corr), title="Spearman ρ vs σ_r² and AUROC for non-zero variance (raw)"
+        )
+    )
     console.print(to_rich(summary, title=f"Per task type (d_K AUROC at K={config.gate_K})"))
     if false_pos is not None:
         more = (
@@ -427,4 +594,6 @@ def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir,
         console.print(to_rich(shown, title=title))
     if corr_sub is not None:
         console.print(to_rich(wide_correlation(corr_sub), title=f"G={SUBSAMPLE_G} sub-samples"))
-    console.print(f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})")
+    console.print(
+        f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})"
+    )

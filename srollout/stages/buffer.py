@@ -5,9 +5,9 @@ The input is a run directory, a ``steps.parquet`` or a ``signals.parquet`` made 
 - from **steps** (a file, or a run directory holding one) the trajectories are rebuilt (actions in
   step order; a trajectory with fewer than K steps has ended) and the seven signals are computed
   here at the requested K with :func:`srollout.core.signals.compute_signals`; each trajectory's
-  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's reward variance σ_r² is the population
-  variance of those G final rewards, and the real step counts give the measured remaining steps
-  after K;
+  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's
+  reward variance σ_r² is the population variance of those G final rewards, and the real step counts
+  give the measured remaining steps after K;
 - from **signals** the table is used as it is (then the K values present are the ones
   available), with ``reward_var`` and ``label`` taken from it; a run directory that also holds
   ``trajectories.parquet`` adds per-trajectory rewards and step counts.
@@ -82,10 +82,15 @@ class Buffer:
         """One row per group (groups order) with its signals at K, plus remaining_steps =
         Σ_i max(n_i − K, 0), the real environment steps its trajectories took after step K
         (null without step counts), and total_steps."""
-        sig = self.signals.filter(pl.col("K") == K).drop(["task_type", "reward_var", "label", "zero_var"])
+        sig = self.signals.filter(pl.col("K") == K).drop(
+            ["task_type", "reward_var", "label", "zero_var"]
+        )
         remaining = pl.col("n_steps").list.eval((pl.element() - K).clip(lower_bound=0)).list.sum()
         return self.groups.join(sig, on="group_id", how="left", maintain_order="left").with_columns(
-            remaining_steps=pl.when(pl.col("n_steps").is_null()).then(None).otherwise(remaining).cast(pl.Int64)
+            remaining_steps=pl.when(pl.col("n_steps").is_null())
+            .then(None)
+            .otherwise(remaining)
+            .cast(pl.Int64)
         )
 
     def advantages(self) -> list[np.ndarray] | None:
@@ -95,7 +100,9 @@ class Buffer:
             return None
         from srollout.core.grpo import group_advantages
 
-        return [group_advantages(np.asarray(r, dtype=float)) for r in self.groups["rewards"].to_list()]
+        return [
+            group_advantages(np.asarray(r, dtype=float)) for r in self.groups["rewards"].to_list()
+        ]
 
     def advantage_sq_norms(self, eps: float = 1e-6) -> np.ndarray | None:
         """‖A_g‖² of every group's GRPO advantages (groups order), or None without per-trajectory
@@ -114,8 +121,12 @@ class Buffer:
             return np.where(std > 0, ss / (std + eps) ** 2, 0.0)
 
 
-def load_buffer(path: str | Path, K: Sequence[int] | None, default_K: Sequence[int],
-                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
+def load_buffer(
+    path: str | Path,
+    K: Sequence[int] | None,
+    default_K: Sequence[int],
+    progress: Callable[..., Callable[..., None]] | None = None,
+) -> Buffer:
     """Read and check the input of `analyze`/`sweep`; compute the signals at K from steps.
 
     progress: ``PhaseBars.phase``: from a large steps table, phase "read steps" reports
@@ -155,15 +166,18 @@ def _refuse_gated_groups(groups_file: Path) -> None:
     cut = groups.filter(pl.col("cut").fill_null(False))
     if cut.height:
         raise SrolloutError(
-            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. {cut['group_id'][0]}); their labels "
-            "come from truncated rewards — analyze/sweep need un-gated rollouts (the baseline arm)"
+            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. "
+            f"{cut['group_id'][0]}); their labels come from truncated rewards "
+            "— analyze/sweep need un-gated rollouts (the baseline arm)"
         )
 
 
 def _check_no_nulls(df: pl.DataFrame, columns: Sequence[str], source: Path) -> None:
     for col in columns:
         if df[col].null_count():
-            raise SchemaError(f"{source}: column '{col}' has {df[col].null_count()} missing value(s)")
+            raise SchemaError(
+                f"{source}: column '{col}' has {df[col].null_count()} missing value(s)"
+            )
 
 
 # --- from steps -------------------------------------------------------------------------------
@@ -194,28 +208,49 @@ def trajectories_from_steps(
     if "arm" in names:
         arms = lazy.select(pl.col("arm").unique().sort()).collect()["arm"]
         if arms.len() > 1:
-            raise SrolloutError(f"{source}: holds several arms ({', '.join(map(str, arms.to_list()))}); analyze/sweep need one un-gated arm's rows")
+            raise SrolloutError(
+                f"{source}: holds several arms ({', '.join(map(str, arms.to_list()))}); "
+                "analyze/sweep need one un-gated arm's rows"
+            )
     keys = ["group_id", "traj_idx", "step"]
     dup = lazy.select(keys).filter(pl.struct(keys).is_duplicated()).head(1).collect()
     if dup.height:
         row = dup.row(0, named=True)
-        raise SchemaError(f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} step {row['step']}")
+        raise SchemaError(
+            f"{source}: duplicate row for group {row['group_id']} trajectory {row['traj_idx']} "
+            f"step {row['step']}"
+        )
     action = pl.col("action")
     if keep_actions_to is not None:
         action = pl.when(pl.col("step") <= keep_actions_to).then(action)
     observation = pl.col("observation").fill_null("")
     if observations_at is not None:
         # o_t is the observation recorded at step t − 1 (module docstring)
-        observation = pl.when(pl.col("step").is_in([t - 1 for t in observations_at])).then(observation).otherwise(pl.lit(""))
+        observation = (
+            pl.when(pl.col("step").is_in([t - 1 for t in observations_at]))
+            .then(observation)
+            .otherwise(pl.lit(""))
+        )
     by_step = pl.col("step")
     trajs = (
-        lazy.select("group_id", "traj_idx", "step", "task_type", "reward", action.alias("action"), observation.alias("observation"))
+        lazy.select(
+            "group_id",
+            "traj_idx",
+            "step",
+            "task_type",
+            "reward",
+            action.alias("action"),
+            observation.alias("observation"),
+        )
         .group_by(["group_id", "traj_idx"])
         .agg(
             task_type=pl.col("task_type").sort_by(by_step).first(),
             actions=pl.col("action").sort_by(by_step),
             # o_t = the answer to a_{t-1}; o_1 is the initial observation (see module docstring)
-            observations=pl.col("observation").sort_by(by_step).shift(1).fill_null(INITIAL_OBSERVATION),
+            observations=pl.col("observation")
+            .sort_by(by_step)
+            .shift(1)
+            .fill_null(INITIAL_OBSERVATION),
             # the trajectory's reward is the sum of its step rewards (as the rollout engine
             # records it); in ALFWorld only the winning last step pays, so it is the final reward
             reward=pl.col("reward").sort_by(by_step).sum(),
@@ -230,19 +265,23 @@ def trajectories_from_steps(
     if gaps.height:
         row = gaps.row(0, named=True)
         raise SchemaError(
-            f"{source}: group {row['group_id']} trajectory {row['traj_idx']} has steps "
-            f"{row['first_step']}..{row['last_step']} in {row['n_steps']} rows; expected 1..n without gaps"
+            f"{source}: group {row['group_id']} trajectory {row['traj_idx']} "
+            f"has steps {row['first_step']}..{row['last_step']} in "
+            f"{row['n_steps']} rows; expected 1..n without gaps"
         )
     return trajs.drop(["first_step", "last_step"])
 
 
 def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
-    """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step counts."""
+    """One row per group (sorted by group_id): G, final rewards, σ_r², label, zero_var, step
+    counts."""
     groups = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
         .agg(
-            task_type=pl.col("task_type").first() if "task_type" in trajs.columns else pl.lit(None, pl.Utf8),
+            task_type=pl.col("task_type").first()
+            if "task_type" in trajs.columns
+            else pl.lit(None, pl.Utf8),
             G=pl.len().cast(pl.Int64),
             rewards=pl.col("reward"),
             n_steps=pl.col("n_steps"),
@@ -252,14 +291,29 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
     small = groups.filter(pl.col("G") < 2)
     if small.height:
         row = small.row(0, named=True)
-        raise SrolloutError(f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to have a reward variance")
+        raise SrolloutError(
+            f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to "
+            "have a reward variance"
+        )
     reward_var, label, zero_var = _group_outcomes(groups["rewards"], groups["G"].to_numpy())
     return groups.with_columns(
         reward_var=pl.Series(reward_var, dtype=pl.Float64),
         label=pl.Series(label, dtype=pl.Utf8),
         zero_var=pl.Series(zero_var, dtype=pl.Boolean),
         total_steps=pl.col("n_steps").list.sum().cast(pl.Int64),
-    ).select(["group_id", "task_type", "G", "reward_var", "label", "zero_var", "rewards", "n_steps", "total_steps"])
+    ).select(
+        [
+            "group_id",
+            "task_type",
+            "G",
+            "reward_var",
+            "label",
+            "zero_var",
+            "rewards",
+            "n_steps",
+            "total_steps",
+        ]
+    )
 
 
 def _group_outcomes(rewards: pl.Series, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -285,8 +339,12 @@ SIGNALS_CHUNK = 2_000
 PARALLEL_FROM = 40_000
 
 
-def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Sequence[int],
-                              progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
+def signals_from_trajectories(
+    trajs: pl.DataFrame,
+    groups: pl.DataFrame,
+    Ks: Sequence[int],
+    progress: Callable[[int, int], None] | None = None,
+) -> pl.DataFrame:
     """The signals table (``schemas.SIGNALS`` + zero_var) of every group at every K in ``Ks``.
 
     Groups go in chunks of SIGNALS_CHUNK to one worker process per core when there are at least
@@ -325,7 +383,9 @@ def signals_from_trajectories(trajs: pl.DataFrame, groups: pl.DataFrame, Ks: Seq
         # spawn, not fork: a forked copy of a process running Polars' thread pool can deadlock
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = iter(chunks)
-            in_flight = [pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 2 * workers)]
+            in_flight = [
+                pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 2 * workers)
+            ]
             done_groups = 0
             while in_flight:
                 first = in_flight.pop(0)
@@ -368,23 +428,38 @@ def _signals_chunk(part: pl.DataFrame, Ks: tuple[int, ...]) -> np.ndarray:
     for acts, obs in zip(actions, observations, strict=True):
         for K in Ks:
             s = compute_signals(acts, K, obs)
-            out[row] = (s.prefix_edit_distance_mean, s.action_bigram_jaccard_mean, s.unique_prefix_ratio,
-                        s.unique_action_ratio, s.action_entropy, s.obs_unique_ratio, s.termination_fraction)
+            out[row] = (
+                s.prefix_edit_distance_mean,
+                s.action_bigram_jaccard_mean,
+                s.unique_prefix_ratio,
+                s.unique_action_ratio,
+                s.action_entropy,
+                s.obs_unique_ratio,
+                s.termination_fraction,
+            )
             row += 1
     return out
 
 
-def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int, source: Path) -> tuple[int, ...]:
+def _wanted_K(
+    K: Sequence[int] | None, default_K: Sequence[int], max_steps: int, source: Path
+) -> tuple[int, ...]:
     if K is None:
         # defaults beyond the longest trajectory are dropped, not an error: the user asked for none
         wanted = tuple(sorted(k for k in default_K if k <= max_steps))
         if not wanted:
-            raise SrolloutError(f"{source}: the longest trajectory has {max_steps} steps, fewer than every default K ({', '.join(map(str, default_K))}); pass --K")
+            raise SrolloutError(
+                f"{source}: the longest trajectory has {max_steps} steps, fewer than every default "
+                f"K ({', '.join(map(str, default_K))}); pass --K"
+            )
         return wanted
     wanted = tuple(sorted(K))
     outside = [k for k in wanted if k > max_steps]
     if outside:
-        raise SrolloutError(f"--K {outside[0]} is outside the data: the longest trajectory in {source} has {max_steps} steps")
+        raise SrolloutError(
+            f"--K {outside[0]} is outside the data: the longest trajectory in {source} has "
+            f"{max_steps} steps"
+        )
     return wanted
 
 
@@ -392,25 +467,45 @@ def _wanted_K(K: Sequence[int] | None, default_K: Sequence[int], max_steps: int,
 READ_BAR_FROM = 1_000_000
 
 
-def _from_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None, default_K: Sequence[int],
-                progress: Callable[..., Callable[..., None]] | None = None) -> Buffer:
+def _from_steps(
+    source: Path,
+    steps_file: Path,
+    trajectories_file: Path | None,
+    K: Sequence[int] | None,
+    default_K: Sequence[int],
+    progress: Callable[..., Callable[..., None]] | None = None,
+) -> Buffer:
     with schemas.reading(steps_file):
         return _read_steps(source, steps_file, trajectories_file, K, default_K, progress)
 
 
-def _read_steps(source: Path, steps_file: Path, trajectories_file: Path | None, K: Sequence[int] | None,
-                default_K: Sequence[int], progress: Callable[..., Callable[..., None]] | None) -> Buffer:
+def _read_steps(
+    source: Path,
+    steps_file: Path,
+    trajectories_file: Path | None,
+    K: Sequence[int] | None,
+    default_K: Sequence[int],
+    progress: Callable[..., Callable[..., None]] | None,
+) -> Buffer:
     # lazily, and only the columns (and the steps) the signals at K need: a buffer of 100,000
     # groups is ~12 million rows, whose texts would not fit in memory whole
     steps = schemas.scan(steps_file, schemas.STEPS)
     names = steps.collect_schema().names()
-    wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + (["arm"] if "arm" in names else [])
+    wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + (
+        ["arm"] if "arm" in names else []
+    )
     steps = schemas.check_rules_lazy(steps.select(wanted), schemas.STEPS, steps_file)
     if trajectories_file is not None:
         _refuse_gated_trajectories(trajectories_file)
-    longest, n_rows = steps.select(pl.col("step").max(), pl.len()).collect().row(0)  # longest = the longest trajectory once steps are 1..n
+    longest, n_rows = (
+        steps.select(pl.col("step").max(), pl.len()).collect().row(0)
+    )  # longest = the longest trajectory once steps are 1..n
     Ks = _wanted_K(K, default_K, int(longest), steps_file)
-    read = progress("read steps", info=True) if progress is not None and n_rows >= READ_BAR_FROM else None
+    read = (
+        progress("read steps", info=True)
+        if progress is not None and n_rows >= READ_BAR_FROM
+        else None
+    )
     if read is not None:
         read(0, 2, f"{n_rows:,} rows: trajectories")
     trajs = trajectories_from_steps(steps, steps_file, keep_actions_to=max(Ks), observations_at=Ks)
@@ -419,7 +514,9 @@ def _read_steps(source: Path, steps_file: Path, trajectories_file: Path | None, 
     groups = groups_from_trajectories(trajs, steps_file)
     if read is not None:
         read(2, 2, "")
-    signals = signals_from_trajectories(trajs, groups, Ks, progress("signals") if progress is not None else None)
+    signals = signals_from_trajectories(
+        trajs, groups, Ks, progress("signals") if progress is not None else None
+    )
     return Buffer(source, "steps", groups, signals, trajs, True, Ks)
 
 
@@ -428,8 +525,8 @@ def _refuse_gated_trajectories(trajectories_file: Path) -> pl.DataFrame:
     gated = trajs.filter(pl.col("ended_by") == "gate")
     if gated.height:
         raise SrolloutError(
-            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are truncated — "
-            "analyze/sweep need un-gated rollouts (the baseline arm)"
+            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are "
+            "truncated — analyze/sweep need un-gated rollouts (the baseline arm)"
         )
     return trajs
 
@@ -440,54 +537,83 @@ def _refuse_gated_trajectories(trajectories_file: Path) -> pl.DataFrame:
 def read_signals(signals_file: Path) -> pl.DataFrame:
     """A validated signals table made by anyone, plus zero_var (σ_r² <= ZERO_VAR_ATOL)."""
     df = schemas.read(signals_file, schemas.SIGNALS)
-    _check_no_nulls(df, ("group_id", "task_type", "K", "prefix_edit_distance_mean", "reward_var", "label"), signals_file)
+    _check_no_nulls(
+        df,
+        ("group_id", "task_type", "K", "prefix_edit_distance_mean", "reward_var", "label"),
+        signals_file,
+    )
     dup = df.select(["group_id", "K"]).is_duplicated()
     if dup.any():
         row = df.filter(dup).row(0, named=True)
         raise SchemaError(f"{signals_file}: two rows for group {row['group_id']} at K={row['K']}")
     bad_label = df.filter(~pl.col("label").is_in(list(LABELS)))
     if bad_label.height:
-        raise SchemaError(f"{signals_file}: column 'label' has {bad_label['label'][0]!r}; expected one of {', '.join(LABELS)}")
+        raise SchemaError(
+            f"{signals_file}: column 'label' has {bad_label['label'][0]!r}; expected one of "
+            f"{', '.join(LABELS)}"
+        )
     if (df["reward_var"] < 0).any() or df["reward_var"].is_nan().any():
         raise SchemaError(f"{signals_file}: column 'reward_var' must be a variance >= 0")
     if (df["K"] < 1).any():
         raise SchemaError(f"{signals_file}: column 'K' must be >= 1")
     if "G" in df.columns and (df["G"] < 2).any():
         gid = df.filter(pl.col("G") < 2)["group_id"][0]
-        raise SrolloutError(f"{signals_file}: group {gid} has G < 2; a group needs G >= 2 to have a reward variance")
+        raise SrolloutError(
+            f"{signals_file}: group {gid} has G < 2; a group needs G >= 2 to have a reward variance"
+        )
     df = df.with_columns(zero_var=pl.col("reward_var") <= ZERO_VAR_ATOL)
     clash = df.filter(pl.col("zero_var") == (pl.col("label") == "mixed"))
     if clash.height:
         row = clash.row(0, named=True)
         raise SchemaError(
-            f"{signals_file}: group {row['group_id']} has label {row['label']!r} but reward_var {row['reward_var']:g}; "
-            "'mixed' must have reward_var > 0, the others 0"
+            f"{signals_file}: group {row['group_id']} has label {row['label']!r} but reward_var "
+            f"{row['reward_var']:g}; 'mixed' must have reward_var > 0, the others 0"
         )
-    varying = df.group_by("group_id").agg(pl.col("reward_var").n_unique().alias("n")).filter(pl.col("n") > 1)
+    varying = (
+        df.group_by("group_id")
+        .agg(pl.col("reward_var").n_unique().alias("n"))
+        .filter(pl.col("n") > 1)
+    )
     if varying.height:
-        raise SchemaError(f"{signals_file}: group {varying['group_id'][0]} has different reward_var at different K")
+        raise SchemaError(
+            f"{signals_file}: group {varying['group_id'][0]} "
+            "has different reward_var at different K"
+        )
     return df
 
 
-def _from_signals(source: Path, signals_file: Path, trajectories_file: Path | None, K: Sequence[int] | None) -> Buffer:
+def _from_signals(
+    source: Path, signals_file: Path, trajectories_file: Path | None, K: Sequence[int] | None
+) -> Buffer:
     signals = read_signals(signals_file)
     present = tuple(sorted(signals["K"].unique().to_list()))
     if K is not None:
         missing = [k for k in K if k not in present]
         if missing:
-            raise SrolloutError(f"--K {missing[0]} is outside the data: {signals_file} has K = {', '.join(map(str, present))}")
+            raise SrolloutError(
+                f"--K {missing[0]} is outside the data: {signals_file} has K = "
+                f"{', '.join(map(str, present))}"
+            )
         Ks = tuple(sorted(K))
     else:
         Ks = present
     signals = signals.filter(pl.col("K").is_in(list(Ks))).sort(["group_id", "K"])
     groups = (
         signals.group_by("group_id")
-        .agg(pl.col("task_type").first(), pl.col("reward_var").first(), pl.col("label").first(), pl.col("zero_var").first())
+        .agg(
+            pl.col("task_type").first(),
+            pl.col("reward_var").first(),
+            pl.col("label").first(),
+            pl.col("zero_var").first(),
+        )
         .sort("group_id")
     )
     incomplete = signals.group_by("group_id").len().filter(pl.col("len") != len(Ks))
     if incomplete.height:
-        raise SrolloutError(f"{signals_file}: group {incomplete['group_id'][0]} lacks a row at some K of {', '.join(map(str, Ks))}")
+        raise SrolloutError(
+            f"{signals_file}: group {incomplete['group_id'][0]} lacks a row at some K of "
+            f"{', '.join(map(str, Ks))}"
+        )
     if trajectories_file is not None:
         groups = _attach_trajectories(groups, trajectories_file)
     else:
@@ -497,7 +623,19 @@ def _from_signals(source: Path, signals_file: Path, trajectories_file: Path | No
             n_steps=pl.lit(None, pl.List(pl.Int64)),
             total_steps=pl.lit(None, pl.Int64),
         )
-    groups = groups.select(["group_id", "task_type", "G", "reward_var", "label", "zero_var", "rewards", "n_steps", "total_steps"])
+    groups = groups.select(
+        [
+            "group_id",
+            "task_type",
+            "G",
+            "reward_var",
+            "label",
+            "zero_var",
+            "rewards",
+            "n_steps",
+            "total_steps",
+        ]
+    )
     return Buffer(source, "signals", groups, signals, None, False, Ks)
 
 
@@ -505,14 +643,27 @@ def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.Da
     """Per-trajectory rewards and real step counts from trajectories.parquet, joined by group."""
     trajs = _refuse_gated_trajectories(trajectories_file)
     _check_no_nulls(trajs, ("group_id", "traj_idx", "reward", "n_steps"), trajectories_file)
-    from_trajs = groups_from_trajectories(trajs.select(["group_id", "traj_idx", "reward", "n_steps"]), trajectories_file)
+    from_trajs = groups_from_trajectories(
+        trajs.select(["group_id", "traj_idx", "reward", "n_steps"]), trajectories_file
+    )
     missing = groups.join(from_trajs, on="group_id", how="anti")
     if missing.height:
-        raise SrolloutError(f"{trajectories_file}: no trajectories for group {missing['group_id'][0]} of signals.parquet")
-    joined = groups.join(from_trajs.select(["group_id", "G", "rewards", "n_steps", "total_steps", "zero_var"]), on="group_id", how="left", suffix="_traj")
+        raise SrolloutError(
+            f"{trajectories_file}: no trajectories for group "
+            f"{missing['group_id'][0]} of signals.parquet"
+        )
+    joined = groups.join(
+        from_trajs.select(["group_id", "G", "rewards", "n_steps", "total_steps", "zero_var"]),
+        on="group_id",
+        how="left",
+        suffix="_traj",
+    )
     clash = joined.filter(pl.col("zero_var") != pl.col("zero_var_traj"))
     if clash.height:
-        raise SrolloutError(f"{trajectories_file}: group {clash['group_id'][0]}: rewards disagree with reward_var of signals.parquet")
+        raise SrolloutError(
+            f"{trajectories_file}: group {clash['group_id'][0]}: rewards disagree with reward_var "
+            "of signals.parquet"
+        )
     return joined.drop("zero_var_traj")
 
 
@@ -523,8 +674,13 @@ def subsample_trajectories(trajs: pl.DataFrame, size: int, seed: int) -> pl.Data
     counts = trajs.group_by("group_id").agg(pl.col("traj_idx").sort()).sort("group_id")
     keep_gid, keep_idx = [], []
     for gid, idx in zip(counts["group_id"].to_list(), counts["traj_idx"].to_list(), strict=True):
-        chosen = idx if len(idx) <= size else sorted(rng.choice(idx, size=size, replace=False).tolist())
+        chosen = (
+            idx if len(idx) <= size else sorted(rng.choice(idx, size=size, replace=False).tolist())
+        )
         keep_gid += [gid] * len(chosen)
         keep_idx += chosen
-    keep = pl.DataFrame({"group_id": keep_gid, "traj_idx": keep_idx}, schema={"group_id": pl.Utf8, "traj_idx": pl.Int64})
+    keep = pl.DataFrame(
+        {"group_id": keep_gid, "traj_idx": keep_idx},
+        schema={"group_id": pl.Utf8, "traj_idx": pl.Int64},
+    )
     return trajs.join(keep, on=["group_id", "traj_idx"], how="semi", maintain_order="left")

@@ -82,7 +82,12 @@ class CollectResult(NamedTuple):
     summary: RolloutSummary
 
 
-def run_collect(config: CollectConfig, console: Any = None, progress: bool = True, dist: DistConfig | None = None) -> CollectResult:
+def run_collect(
+    config: CollectConfig,
+    console: Any = None,
+    progress: bool = True,
+    dist: DistConfig | None = None,
+) -> CollectResult:
     """Run ``collect`` as configured; return where the files are and the headline numbers.
 
     dist: ``--workers`` (None or 1 worker: in this process, Ray never imported). The number of
@@ -99,8 +104,16 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
     from srollout.policy import preflight
 
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
-    preflight(config.policy, config.model, config.backend, adapter=config.adapter, base_url=config.base_url)
-    run_dir = prepare_run_dir(config.out, "collect", overwrite=config.overwrite, resume=config.resume)
+    preflight(
+        config.policy,
+        config.model,
+        config.backend,
+        adapter=config.adapter,
+        base_url=config.base_url,
+    )
+    run_dir = prepare_run_dir(
+        config.out, "collect", overwrite=config.overwrite, resume=config.resume
+    )
     if config.resume:
         _check_resumable(run_dir, config)
 
@@ -133,13 +146,19 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     env_factory = build_env_factory(config)
-    manifest.update(policy=getattr(policy, "name", None), gate=describe_gate(gate, gate_K), workers=dist.workers)
+    manifest.update(
+        policy=getattr(policy, "name", None), gate=describe_gate(gate, gate_K), workers=dist.workers
+    )
     if config.policy == "lm":
         from srollout.policy import resolve_model
         from srollout.policy.model_files import model_provenance
         from srollout.policy.shipped import SHIPPED_DIR
 
-        manifest.update(model=model_provenance(resolve_model(config.model if config.model is not None else "default"), SHIPPED_DIR))
+        manifest.update(
+            model=model_provenance(
+                resolve_model(config.model if config.model is not None else "default"), SHIPPED_DIR
+            )
+        )
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
@@ -147,17 +166,29 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
 
     with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
         if distributed:
-            summary = _run_distributed(todo, config, settings, dist, manifest, lambda r: (on_group(r), show.advance(1)), show.tick)
-        else:
-            summary = run_groups(
+            summary = _run_distributed(
                 todo,
-                policy,
-                env_factory,
-                build_prompter(config),
+                config,
                 settings,
-                on_group=lambda r: (on_group(r), show.advance(1)),
-                on_tick=show.tick,
-            ) if todo else _empty_summary()
+                dist,
+                manifest,
+                lambda r: (on_group(r), show.advance(1)),
+                show.tick,
+            )
+        else:
+            summary = (
+                run_groups(
+                    todo,
+                    policy,
+                    env_factory,
+                    build_prompter(config),
+                    settings,
+                    on_group=lambda r: (on_group(r), show.advance(1)),
+                    on_tick=show.tick,
+                )
+                if todo
+                else _empty_summary()
+            )
 
     # 6. merge, summarise, report
     missing = sorted(set(s.group_id for s in specs) - set(finished_groups(run_dir)))
@@ -165,7 +196,9 @@ def run_collect(config: CollectConfig, console: Any = None, progress: bool = Tru
         raise SrolloutError(f"{run_dir}: groups {missing[:3]} have no part after the rollout")
     paths = merge_parts(run_dir, [s.group_id for s in specs])
     stats = summarise(paths, summary, len(done_ids))
-    report = write_collect_report(run_dir, config, stats, summary, paths, workers=dist.workers if distributed else 1)
+    report = write_collect_report(
+        run_dir, config, stats, summary, paths, workers=dist.workers if distributed else 1
+    )
     manifest.data["timings_s"].update(
         rollout=round(summary.wall_s, 3),
         generation=round(summary.gen_s, 3),
@@ -207,7 +240,9 @@ def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> 
         n_gen_tokens=int(trajs["n_gen_tokens"].sum()),
         wall_s=summary.wall_s,
         # a non-LLM policy generates no tokens: its throughput is undefined, not zero
-        gen_tok_per_s=summary.n_gen_tokens / summary.gen_s if summary.n_gen_tokens > 0 and summary.gen_s > 0 else float("nan"),
+        gen_tok_per_s=summary.n_gen_tokens / summary.gen_s
+        if summary.n_gen_tokens > 0 and summary.gen_s > 0
+        else float("nan"),
         resumed_groups=resumed,
     )
 
@@ -216,7 +251,10 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
     """The summary table (metric, value) shown on the console and in report.md."""
     rows = [
         ("groups", str(stats.n_groups)),
-        *((f"label {label}", f"{n} ({n / max(stats.n_groups, 1):.0%})") for label, n in stats.label_counts.items()),
+        *(
+            (f"label {label}", f"{n} ({n / max(stats.n_groups, 1):.0%})")
+            for label, n in stats.label_counts.items()
+        ),
         ("zero-variance rate", f"{stats.zero_var_rate:.1%}"),
         ("success rate (trajectories)", f"{stats.success_rate:.1%}"),
         ("valid-action rate (steps)", f"{stats.valid_rate:.1%}"),
@@ -224,15 +262,26 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
         ("environment steps", str(stats.n_steps)),
         ("generated tokens", str(stats.n_gen_tokens)),
         ("rollout wall-clock (this process)", f"{stats.wall_s:.1f} s"),
-        ("generation throughput", "—" if stats.gen_tok_per_s != stats.gen_tok_per_s else f"{stats.gen_tok_per_s:.0f} tok/s"),
+        (
+            "generation throughput",
+            "—"
+            if stats.gen_tok_per_s != stats.gen_tok_per_s
+            else f"{stats.gen_tok_per_s:.0f} tok/s",
+        ),
     ]
     if stats.resumed_groups:
         rows.append(("groups kept from the interrupted run", str(stats.resumed_groups)))
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
 
 
-def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectStats, summary: RolloutSummary, paths: dict[str, Path],
-                         workers: int = 1) -> Path:
+def write_collect_report(
+    run_dir: Path,
+    config: CollectConfig,
+    stats: CollectStats,
+    summary: RolloutSummary,
+    paths: dict[str, Path],
+    workers: int = 1,
+) -> Path:
     """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files.
 
     workers: Ray rollout workers of this process's rollout (1: in process); with several, the
@@ -254,26 +303,43 @@ def write_collect_report(run_dir: Path, config: CollectConfig, stats: CollectSta
     )
     signals = pl.read_parquet(paths["signals"])
     d_by_label = (
-        signals.group_by("K", "label").agg(pl.col("prefix_edit_distance_mean").mean().alias("mean d_K"), pl.len().alias("groups")).sort("K", "label")
+        signals.group_by("K", "label")
+        .agg(pl.col("prefix_edit_distance_mean").mean().alias("mean d_K"), pl.len().alias("groups"))
+        .sort("K", "label")
         if signals.height
         else None
     )
-    gate = "off (outcomes are complete)" if not config.gate_on else (
-        f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come from their truncated "
-        "rewards (logging only); an A/B (`srollout ab-rollout`) judges them by the baseline arm."
+    gate = (
+        "off (outcomes are complete)"
+        if not config.gate_on
+        else (
+            f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come "
+            "from their truncated rewards (logging only); an A/B (`srollout ab-rollout`) judges "
+            "them by the baseline arm."
+        )
     )
     engine = (
         f"{summary.ticks} batched policy calls, mean batch {summary.mean_batch:.1f} rows "
-        f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps {summary.env_s:.1f} s, "
-        f"env resets {summary.reset_s:.1f} s, other {summary.overhead_s:.1f} s."
+        f"(concurrency {config.concurrency}); generation {summary.gen_s:.1f} s, env steps "
+        f"{summary.env_s:.1f} s, env resets {summary.reset_s:.1f} s, other "
+        f"{summary.overhead_s:.1f} s."
     )
     if workers > 1:
-        engine += (f" Rolled out on {workers} Ray workers (concurrency per worker); these times are worker-seconds "
-                   f"summed over workers, \"other\" includes worker start-up and idle time; wall-clock {summary.wall_s:.1f} s.")
+        engine += (
+            f" Rolled out on {workers} Ray workers (concurrency "
+            "per worker); these times are worker-seconds "
+            'summed over workers, "other" includes worker start-up and idle time; wall-clock '
+            f"{summary.wall_s:.1f} s."
+        )
     sections = [
         Section("Summary", to_markdown(stats_frame(stats))),
-        Section("Settings", f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy `{config.policy}`, G={config.G}, T_max={config.T_max}, "
-                f"temperature {config.temperature}, top-p {config.top_p}, seed {config.seed}; gate {gate}\n\n{engine}"),
+        Section(
+            "Settings",
+            f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy "
+            f"`{config.policy}`, G={config.G}, T_max={config.T_max}, temperature "
+            f"{config.temperature}, top-p {config.top_p}, seed {config.seed}; gate "
+            f"{gate}\n\n{engine}",
+        ),
         Section("By task type", to_markdown(by_type)),
     ]
     if d_by_label is not None:
@@ -301,21 +367,43 @@ def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
     )
 
 
-def _run_distributed(todo: Sequence[Any], config: CollectConfig, settings: RolloutSettings, dist: DistConfig,
-                     manifest: Manifest, on_group: Callable[[GroupRecord], None], on_tick: Callable[[TickStats], None]) -> RolloutSummary:
-    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the restarts."""
+def _run_distributed(
+    todo: Sequence[Any],
+    config: CollectConfig,
+    settings: RolloutSettings,
+    dist: DistConfig,
+    manifest: Manifest,
+    on_group: Callable[[GroupRecord], None],
+    on_tick: Callable[[TickStats], None],
+) -> RolloutSummary:
+    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the
+    restarts."""
     from srollout.rollout.ray_pool import ray_session, run_groups_distributed
 
     started: list[Any] = []
     with ray_session(dist.workers) as where:
         result = run_groups_distributed(
-            todo, worker_recipe(config, settings), dist.workers, on_group=on_group, on_tick=on_tick,
-            chunk_groups=dist.chunk_groups, on_worker=lambda slot, info, actor: started.append(info),
+            todo,
+            worker_recipe(config, settings),
+            dist.workers,
+            on_group=on_group,
+            on_tick=on_tick,
+            chunk_groups=dist.chunk_groups,
+            on_worker=lambda slot, info, actor: started.append(info),
         )
     names = [f"{info.host}:{info.pid}" for info in started]
-    manifest.update(policy=started[0].policy if started else None, dist={"ray": where, "workers": result.workers, "replaced": result.replaced, "chunks": result.chunks,
-                          "worker_processes": names, "policy_build_s": [round(b, 3) for b in result.build_s],
-                          "worker_start_s": round(result.start_s, 3)})
+    manifest.update(
+        policy=started[0].policy if started else None,
+        dist={
+            "ray": where,
+            "workers": result.workers,
+            "replaced": result.replaced,
+            "chunks": result.chunks,
+            "worker_processes": names,
+            "policy_build_s": [round(b, 3) for b in result.build_s],
+            "worker_start_s": round(result.start_s, 3),
+        },
+    )
     return result.summary
 
 

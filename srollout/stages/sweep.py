@@ -37,11 +37,35 @@ SWEEP_BAR_FROM = 500_000
 
 # columns shown in the console and in report.md (sweep.parquet holds them all)
 # short console headers: the whole row must fit an ordinary terminal
-_SHORT = {"n_cut": "cut", "tp": "TP", "fp": "FP", "precision": "prec", "safe_savings": "safe", "raw_savings": "raw",
-          "measured_step_savings": "meas", "adv_l2_kept": "L2", "random_safe_savings": "rnd safe",
-          "random_adv_l2_kept": "rnd L2"}
-_SHOWN = ("rule", "K", "d_L", "t_high", "n_cut", "tp", "fp", "precision", "recall", "safe_savings", "raw_savings",
-          "measured_step_savings", "adv_l2_kept", "random_safe_savings", "random_adv_l2_kept")
+_SHORT = {
+    "n_cut": "cut",
+    "tp": "TP",
+    "fp": "FP",
+    "precision": "prec",
+    "safe_savings": "safe",
+    "raw_savings": "raw",
+    "measured_step_savings": "meas",
+    "adv_l2_kept": "L2",
+    "random_safe_savings": "rnd safe",
+    "random_adv_l2_kept": "rnd L2",
+}
+_SHOWN = (
+    "rule",
+    "K",
+    "d_L",
+    "t_high",
+    "n_cut",
+    "tp",
+    "fp",
+    "precision",
+    "recall",
+    "safe_savings",
+    "raw_savings",
+    "measured_step_savings",
+    "adv_l2_kept",
+    "random_safe_savings",
+    "random_adv_l2_kept",
+)
 
 
 class Interval(NamedTuple):
@@ -73,10 +97,13 @@ class SweepResult(NamedTuple):
     outputs: tuple[Path, ...]
 
 
-def cut_mask(d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, t_high: float | None) -> np.ndarray:
+def cut_mask(
+    d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, t_high: float | None
+) -> np.ndarray:
     """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, given d_K and τ_K of N groups
-    — R1 d_K < d_L; R3 d_K < d_L or τ_K ≥ t_high — via :meth:`srollout.core.gate.GateRule.decide_arrays`,
-    so the sweep scores exactly the decisions the saved gate.json will make."""
+    — R1 d_K < d_L; R3 d_K < d_L or τ_K ≥ t_high — via
+    :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions
+    the saved gate.json will make."""
     from srollout.core.gate import GateRule
 
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
@@ -101,8 +128,12 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
         remaining = at["remaining_steps"].to_numpy() if buffer.has_step_counts else None
         total = at["total_steps"].to_numpy() if buffer.has_step_counts else None
         common = dict(remaining_steps=remaining, total_steps=total, adv_sq=adv_sq)
-        gates = [(rule, d_L, t_high) for rule in rules for d_L in config.d_L_grid
-                 for t_high in ((None,) if rule == "r1" else config.t_high_grid)]
+        gates = [
+            (rule, d_L, t_high)
+            for rule in rules
+            for d_L in config.d_L_grid
+            for t_high in ((None,) if rule == "r1" else config.t_high_grid)
+        ]
         cuts = np.stack([cut_mask(d_K, tau_K, rule, K, d_L, t_high) for rule, d_L, t_high in gates])
         grid = evaluate_grid(cuts, zero_var, K, config.T_max, **common)
         del cuts
@@ -110,68 +141,120 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
         random_by_n: dict[int, Any] = {}
         for m, (rule, d_L, t_high) in enumerate(gates):
             outcome = grid.row(m)
-            if outcome.n_cut not in random_by_n:  # rows with the same number of cuts share a baseline
-                random_by_n[outcome.n_cut] = random_cut_expectation(outcome.n_cut, zero_var, K, config.T_max, **common)
+            if (
+                outcome.n_cut not in random_by_n
+            ):  # rows with the same number of cuts share a baseline
+                random_by_n[outcome.n_cut] = random_cut_expectation(
+                    outcome.n_cut, zero_var, K, config.T_max, **common
+                )
             rnd = random_by_n[outcome.n_cut]
             rows.append(
                 {
-                    "rule": rule, "K": K, "d_L": float(d_L), "t_high": None if t_high is None else float(t_high),
+                    "rule": rule,
+                    "K": K,
+                    "d_L": float(d_L),
+                    "t_high": None if t_high is None else float(t_high),
                     **outcome._asdict(),
-                    **{f"random_{f}": float(getattr(rnd, f)) for f in ("tp", "precision", "safe_savings", "raw_savings", "measured_step_savings", "adv_l2_kept")},
-                    **{f"oracle_{f}": getattr(oracle, f) for f in ("n_cut", "safe_savings", "raw_savings", "measured_step_savings")},
-                    "n_groups": len(zero_var), "n_zero_var": int(zero_var.sum()),
+                    **{
+                        f"random_{f}": float(getattr(rnd, f))
+                        for f in (
+                            "tp",
+                            "precision",
+                            "safe_savings",
+                            "raw_savings",
+                            "measured_step_savings",
+                            "adv_l2_kept",
+                        )
+                    },
+                    **{
+                        f"oracle_{f}": getattr(oracle, f)
+                        for f in ("n_cut", "safe_savings", "raw_savings", "measured_step_savings")
+                    },
+                    "n_groups": len(zero_var),
+                    "n_zero_var": int(zero_var.sum()),
                 }
             )
         if progress is not None:
             progress(k_done + 1, len(config.K))
     df = pl.DataFrame(rows, infer_schema_length=None)
-    return df.with_columns([pl.col(c).cast(pl.Int64) for c in ("n_cut", "tp", "fp", "oracle_n_cut")] + [pl.col("t_high").cast(pl.Float64)])
+    return df.with_columns(
+        [pl.col(c).cast(pl.Int64) for c in ("n_cut", "tp", "fp", "oracle_n_cut")]
+        + [pl.col("t_high").cast(pl.Float64)]
+    )
 
 
 def choose(sweep: pl.DataFrame, precision_floor: float) -> int | None:
     """Index of the row with the largest safe savings among those with precision ≥ the floor
-    (ties: higher precision, then smaller d_L) — :func:`srollout.core.sweep.choose_operating_point`."""
+    (ties: higher precision, then smaller d_L) —
+    :func:`srollout.core.sweep.choose_operating_point`."""
     from srollout.core.sweep import choose_operating_point
 
     return choose_operating_point(sweep.to_dicts(), precision_floor=precision_floor)
 
 
-def bootstrap_operating_point(buffer: Buffer, sweep: pl.DataFrame, index: int, config: SweepConfig) -> OperatingPoint:
+def bootstrap_operating_point(
+    buffer: Buffer, sweep: pl.DataFrame, index: int, config: SweepConfig
+) -> OperatingPoint:
     """Percentile bootstrap over groups (``config.n_boot`` resamples, seeded) of the chosen
     point's safe and raw savings, precision, and measured step savings.
 
     Each of these depends on the groups only through sums (of TP, cut, saved and real steps), so
-    one draw of multinomial counts of the distinct per-group rows (:func:`srollout.core.stats.bootstrap_sums`)
-    is the row bootstrap at a cost that does not grow with N; all four intervals come from the
-    same resamples."""
+    one draw of multinomial counts of the distinct per-group rows
+    (:func:`srollout.core.stats.bootstrap_sums`) is the row bootstrap at a cost that does not
+    grow with N; all four intervals come from the same resamples."""
     from srollout.core.stats import bootstrap_sums, sums_ci
 
     row = sweep.row(index, named=True)
     K = row["K"]
     at = buffer.at_K(K)
-    cut = cut_mask(at[D_K].to_numpy(), at[TAU_K].to_numpy(), row["rule"], K, row["d_L"], row["t_high"])
+    cut = cut_mask(
+        at[D_K].to_numpy(), at[TAU_K].to_numpy(), row["rule"], K, row["d_L"], row["t_high"]
+    )
     tp = cut & at["zero_var"].to_numpy()
     per_step = (config.T_max - K) / config.T_max
     columns = [tp, cut]
     if buffer.has_step_counts:
-        columns += [np.where(cut, at["remaining_steps"].to_numpy(), 0), at["total_steps"].to_numpy()]
-    sums = bootstrap_sums(np.column_stack(columns).astype(np.float64), n_resamples=config.n_boot, seed=config.seed)
+        columns += [
+            np.where(cut, at["remaining_steps"].to_numpy(), 0),
+            at["total_steps"].to_numpy(),
+        ]
+    sums = bootstrap_sums(
+        np.column_stack(columns).astype(np.float64), n_resamples=config.n_boot, seed=config.seed
+    )
     # the mean of per-group contributions is the savings formula: Σ_g tp_g·(T_max−K)/T_max / N
     safe = sums_ci(sums, lambda s, n: s[..., 0] * per_step / n)
-    intervals = [_interval("safe_savings", safe), _interval("raw_savings", sums_ci(sums, lambda s, n: s[..., 1] * per_step / n))]
+    intervals = [
+        _interval("safe_savings", safe),
+        _interval("raw_savings", sums_ci(sums, lambda s, n: s[..., 1] * per_step / n)),
+    ]
     if cut.any():
         intervals.append(_interval("precision", sums_ci(sums, lambda s, n: s[..., 0] / s[..., 1])))
     if buffer.has_step_counts:
-        intervals.append(_interval("measured_step_savings", sums_ci(sums, lambda s, n: s[..., 2] / s[..., 3])))
-    return OperatingPoint(index, row["rule"], K, row["d_L"], row["t_high"], tuple(intervals), config.n_boot, safe.level)
+        intervals.append(
+            _interval("measured_step_savings", sums_ci(sums, lambda s, n: s[..., 2] / s[..., 3]))
+        )
+    return OperatingPoint(
+        index,
+        row["rule"],
+        K,
+        row["d_L"],
+        row["t_high"],
+        tuple(intervals),
+        config.n_boot,
+        safe.level,
+    )
 
 
 def _interval(name: str, ci: Any) -> Interval:
     return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
 
 
-def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitConfig | None = None,
-              progress: bool = True) -> SweepResult:
+def run_sweep(
+    config: SweepConfig,
+    console: Any | None = None,
+    gates: GateFitConfig | None = None,
+    progress: bool = True,
+) -> SweepResult:
     """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
 
     gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
@@ -185,21 +268,32 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
     t0 = time.perf_counter()
     from srollout.progress import PhaseBars
 
-    bars = PhaseBars(console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"})
+    bars = PhaseBars(
+        console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"}
+    )
     with bars:
         buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase)
     t_load = time.perf_counter() - t0
     if buffer.has_step_counts:
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > config.T_max:
-            raise SrolloutError(f"{config.input}: trajectories run up to {longest} steps, more than --T-max {config.T_max}; pass --T-max {longest} or more")
+            raise SrolloutError(
+                f"{config.input}: trajectories run up to {longest} steps, more than --T-max "
+                f"{config.T_max}; pass --T-max {longest} or more"
+            )
 
     with bars:
         # a bar over the K values only where one K takes seconds (a million groups)
-        sweep = sweep_table(buffer, config, progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None)
+        sweep = sweep_table(
+            buffer,
+            config,
+            progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None,
+        )
     index = choose(sweep, config.precision_floor)
     chosen = bootstrap_operating_point(buffer, sweep, index, config) if index is not None else None
-    sweep = sweep.with_columns(chosen=pl.int_range(pl.len()) == (index if index is not None else -1))
+    sweep = sweep.with_columns(
+        chosen=pl.int_range(pl.len()) == (index if index is not None else -1)
+    )
     if chosen is not None:
         for iv in chosen.intervals:
             sweep = sweep.with_columns(
@@ -207,7 +301,11 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
                 pl.when(pl.col("chosen")).then(iv.high).otherwise(None).alias(f"{iv.name}_ci_high"),
             )
     schemas.validate(sweep, schemas.SWEEP, "sweep table")
-    gate = GateRule(rule=chosen.rule, K=chosen.K, d_L=chosen.d_L, t_high=chosen.t_high) if chosen is not None else None
+    gate = (
+        GateRule(rule=chosen.rule, K=chosen.K, d_L=chosen.d_L, t_high=chosen.t_high)
+        if chosen is not None
+        else None
+    )
     comparison = None
     if gates is not None and gates.any:
         from srollout.stages.sweep_gates import compare_gates
@@ -230,8 +328,13 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
         outputs.append(run_dir / GATE_FILE)
     from srollout.report import figures as figs
 
-    pareto = figs.pareto(sweep, run_dir / "pareto.png", config.precision_floor, index,
-                         f"N={buffer.n_groups} groups, {int(sweep['n_zero_var'][0])} zero-variance")
+    pareto = figs.pareto(
+        sweep,
+        run_dir / "pareto.png",
+        config.precision_floor,
+        index,
+        f"N={buffer.n_groups} groups, {int(sweep['n_zero_var'][0])} zero-variance",
+    )
     outputs.append(pareto)
     sections = _report_sections(config, buffer, sweep, chosen, pareto, run_dir)
     if comparison is not None:
@@ -239,10 +342,23 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
 
         outputs.extend(sweep_gates.write_gates(run_dir, comparison))
         sections.append(sweep_gates.report_section(comparison, config))
-    outputs.append(write_report(run_dir, "srollout sweep", sections, _preamble(config, buffer, sweep)))
-    manifest.complete(outputs, input=str(config.input), n_groups=buffer.n_groups,
-                      chosen=None if chosen is None else {"rule": chosen.rule, "K": chosen.K, "d_L": chosen.d_L, "t_high": chosen.t_high,
-                                                          **{iv.name: iv._asdict() for iv in chosen.intervals}})
+    outputs.append(
+        write_report(run_dir, "srollout sweep", sections, _preamble(config, buffer, sweep))
+    )
+    manifest.complete(
+        outputs,
+        input=str(config.input),
+        n_groups=buffer.n_groups,
+        chosen=None
+        if chosen is None
+        else {
+            "rule": chosen.rule,
+            "K": chosen.K,
+            "d_L": chosen.d_L,
+            "t_high": chosen.t_high,
+            **{iv.name: iv._asdict() for iv in chosen.intervals},
+        },
+    )
     outputs.append(manifest.path)
     if comparison is not None:
         from srollout.stages.sweep_gates import print_table
@@ -254,54 +370,105 @@ def run_sweep(config: SweepConfig, console: Any | None = None, gates: GateFitCon
 
 def _preamble(config: SweepConfig, buffer: Buffer, sweep: pl.DataFrame) -> str:
     n, zv = buffer.n_groups, int(sweep["n_zero_var"][0])
-    steps = "real step counts present: measured savings are real remaining environment steps" if buffer.has_step_counts else "no step counts in the input: measured savings not available"
-    adv = "rewards present: advantage L² share computed" if buffer.has_rewards else "no per-trajectory rewards: advantage L² share not available"
-    return "\n".join([
-        f"- input: `{config.input}` ({buffer.kind}); N = {n} groups, {zv} zero-variance ({zv / n:.0%})",
-        f"- rule {config.rule}; K = {', '.join(map(str, config.K))}; d_L grid {', '.join(f'{v:g}' for v in config.d_L_grid)}"
-        + (f"; t_high grid {', '.join(f'{v:g}' for v in config.t_high_grid)}" if config.rule != "r1" else ""),
-        f"- T_max = {config.T_max}; precision floor {config.precision_floor:g}; {config.n_boot} bootstrap resamples; "
-        f"random baseline: the expectation over uniformly random cuts (closed form); seed {config.seed}",
-        f"- {steps}; {adv}",
-    ])
+    steps = (
+        "real step counts present: measured savings are real remaining environment steps"
+        if buffer.has_step_counts
+        else "no step counts in the input: measured savings not available"
+    )
+    adv = (
+        "rewards present: advantage L² share computed"
+        if buffer.has_rewards
+        else "no per-trajectory rewards: advantage L² share not available"
+    )
+    return "\n".join(
+        [
+            f"- input: `{config.input}` ({buffer.kind}); N = "
+            f"{n} groups, {zv} zero-variance ({zv / n:.0%})",
+            f"- rule {config.rule}; K = {', '.join(map(str, config.K))}; d_L grid "
+            f"{', '.join(f'{v:g}' for v in config.d_L_grid)}"
+            + (
+                f"; t_high grid {', '.join(f'{v:g}' for v in config.t_high_grid)}"
+                if config.rule != "r1"
+                else ""
+            ),
+            f"- T_max = {config.T_max}; precision floor {config.precision_floor:g}; "
+            f"{config.n_boot} bootstrap resamples; random baseline: the expectation over uniformly "
+            f"random cuts (closed form); seed {config.seed}",
+            f"- {steps}; {adv}",
+        ]
+    )
 
 
 def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Section]:
     shown = [c for c in _SHOWN if c in sweep.columns]
     bold = [chosen.row] if chosen is not None else []
-    sections = [Section(
-        "Sweep",
-        "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; recall = TP/#zero-variance; "
-        "safe = TP·(T_max−K)/(N·T_max); raw = cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the "
-        "cut groups / all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the same number of "
-        "groups (its expectation over all such cuts). The chosen row is in bold. All columns: `sweep.parquet`.\n\n"
-        + to_markdown(sweep, columns=shown, bold_rows=bold),
-    )]
+    sections = [
+        Section(
+            "Sweep",
+            "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; "
+            "recall = TP/#zero-variance; safe = TP·(T_max−K)/(N·T_max); raw = "
+            "cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the cut groups "
+            "/ all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the "
+            "same number of groups (its expectation over all such cuts). The chosen row is in "
+            "bold. All columns: `sweep.parquet`.\n\n"
+            + to_markdown(sweep, columns=shown, bold_rows=bold),
+        )
+    ]
     if chosen is None:
-        sections.append(Section("Operating point",
-                                f"**No operating point clears the precision floor {config.precision_floor:g}.** No gate.json was written; "
-                                "widen the grid, try another K or rule, or collect more groups.\n"))
+        sections.append(
+            Section(
+                "Operating point",
+                "**No operating point clears the precision floor "
+                f"{config.precision_floor:g}.** No gate.json was written; widen "
+                "the grid, try another K or rule, or collect more groups.\n",
+            )
+        )
     else:
         ivs = pl.DataFrame([iv._asdict() for iv in chosen.intervals])
-        rule = f"d_K < {chosen.d_L:g}" + (f" or τ_K ≥ {chosen.t_high:g}" if chosen.rule == "r3" else "")
-        sections.append(Section(
-            "Operating point",
-            f"Chosen: **{chosen.rule.upper()} at K={chosen.K}: cut iff {rule}** — the largest safe savings with precision ≥ "
-            f"{config.precision_floor:g}. Saved to `gate.json` (use it with `--gate gate.json`). "
-            f"{chosen.level:.0%} percentile bootstrap intervals over groups ({chosen.n_resamples} resamples, seed {config.seed}):\n\n"
-            + to_markdown(ivs)
-            + (f"\n{_edge_note(chosen, config)}\n" if _edge_note(chosen, config) else ""),
-        ))
+        rule = f"d_K < {chosen.d_L:g}" + (
+            f" or τ_K ≥ {chosen.t_high:g}" if chosen.rule == "r3" else ""
+        )
+        sections.append(
+            Section(
+                "Operating point",
+                f"Chosen: **{chosen.rule.upper()} at K={chosen.K}: cut iff {rule}** — the largest "
+                f"safe savings with precision ≥ {config.precision_floor:g}. Saved to `gate.json` "
+                f"(use it with `--gate gate.json`). {chosen.level:.0%} percentile bootstrap "
+                f"intervals over groups ({chosen.n_resamples} resamples, seed {config.seed}):\n\n"
+                + to_markdown(ivs)
+                + (f"\n{_edge_note(chosen, config)}\n" if _edge_note(chosen, config) else ""),
+            )
+        )
     first = sweep.row(chosen.row if chosen is not None else 0, named=True)
-    calib = pl.DataFrame({
-        "policy": ["oracle (cut every zero-variance group)", "gate" if chosen is not None else "gate (first row)", "random cut, same #cuts"],
-        "n_cut": [first["oracle_n_cut"], first["n_cut"], first["n_cut"]],
-        "safe_savings": [first["oracle_safe_savings"], first["safe_savings"], first["random_safe_savings"]],
-        "measured_step_savings": [first["oracle_measured_step_savings"], first["measured_step_savings"], first["random_measured_step_savings"]],
-        "adv_l2_kept": [1.0, first["adv_l2_kept"], first["random_adv_l2_kept"]],
-    }, strict=False)
+    calib = pl.DataFrame(
+        {
+            "policy": [
+                "oracle (cut every zero-variance group)",
+                "gate" if chosen is not None else "gate (first row)",
+                "random cut, same #cuts",
+            ],
+            "n_cut": [first["oracle_n_cut"], first["n_cut"], first["n_cut"]],
+            "safe_savings": [
+                first["oracle_safe_savings"],
+                first["safe_savings"],
+                first["random_safe_savings"],
+            ],
+            "measured_step_savings": [
+                first["oracle_measured_step_savings"],
+                first["measured_step_savings"],
+                first["random_measured_step_savings"],
+            ],
+            "adv_l2_kept": [1.0, first["adv_l2_kept"], first["random_adv_l2_kept"]],
+        },
+        strict=False,
+    )
     sections.append(Section(f"Calibration at K={first['K']}", to_markdown(calib)))
-    sections.append(Section("Savings against precision", figure(pareto, run_dir, "Safe savings vs precision per swept threshold")))
+    sections.append(
+        Section(
+            "Savings against precision",
+            figure(pareto, run_dir, "Safe savings vs precision per swept threshold"),
+        )
+    )
     return sections
 
 
@@ -309,26 +476,51 @@ def _edge_note(chosen: OperatingPoint | None, config: SweepConfig) -> str:
     """A hint when the chosen d_L is the grid's largest: a larger d_L might clear the floor too."""
     if chosen is None or len(config.d_L_grid) < 2 or chosen.d_L < max(config.d_L_grid):
         return ""
-    return f"The chosen d_L = {chosen.d_L:g} is the largest of the grid; a wider --d-L-grid may find more savings above the floor."
+    return (
+        f"The chosen d_L = {chosen.d_L:g} is the largest of the grid; a wider --d-L-grid may find "
+        "more savings above the floor."
+    )
 
 
 def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
-    shown = [c for c in _SHOWN if c in sweep.columns and c != "random_adv_l2_kept" and (c != "t_high" or config.rule != "r1")]
-    table = to_rich(sweep, title="Gate sweep (savings as shares; meas = real steps; rnd = random cut, same #cuts)",
-                    columns=shown, digits={"t_high": 2}, headers=_SHORT,
-                    highlight_rows=[chosen.row] if chosen is not None else [])
+    shown = [
+        c
+        for c in _SHOWN
+        if c in sweep.columns
+        and c != "random_adv_l2_kept"
+        and (c != "t_high" or config.rule != "r1")
+    ]
+    table = to_rich(
+        sweep,
+        title="Gate sweep (savings as shares; meas = real steps; rnd = random cut, same #cuts)",
+        columns=shown,
+        digits={"t_high": 2},
+        headers=_SHORT,
+        highlight_rows=[chosen.row] if chosen is not None else [],
+    )
     if chosen is None:
         # the warning row: no row is chosen (the message itself goes in the caption, which may wrap)
         table.add_row("none", *["—"] * (len(shown) - 1), style="bold yellow")
-        table.caption = f"[bold yellow]no operating point with precision ≥ {config.precision_floor:g}: no gate.json written[/]"
+        table.caption = (
+            f"[bold yellow]no operating point with precision ≥ {config.precision_floor:g}: no "
+            "gate.json written[/]"
+        )
     console.print(table)
     if chosen is None:
-        console.print(f"[bold yellow]warning:[/] no operating point clears the precision floor {config.precision_floor:g}; no gate.json written")
+        console.print(
+            "[bold yellow]warning:[/] no operating point clears the precision floor "
+            f"{config.precision_floor:g}; no gate.json written"
+        )
     else:
         safe = chosen.intervals[0]
-        console.print(f"chosen: {chosen.rule} K={chosen.K} d_L={chosen.d_L:g}"
-                      + (f" t_high={chosen.t_high:g}" if chosen.t_high is not None else "")
-                      + f"; safe savings {safe.estimate:.3f} [{safe.low:.3f}, {safe.high:.3f}] -> {run_dir / GATE_FILE}")
+        console.print(
+            f"chosen: {chosen.rule} K={chosen.K} d_L={chosen.d_L:g}"
+            + (f" t_high={chosen.t_high:g}" if chosen.t_high is not None else "")
+            + f"; safe savings {safe.estimate:.3f} [{safe.low:.3f}, {safe.high:.3f}] -> "
+            f"{run_dir / GATE_FILE}"
+        )
         if _edge_note(chosen, config):
             console.print(f"[yellow]note:[/] {_edge_note(chosen, config)}")
-    console.print(f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})")
+    console.print(
+        f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})"
+    )

@@ -38,11 +38,39 @@ ADAPTIVE_FILE = "gate-adaptive.json"
 GATES_TABLE = "gates.parquet"
 
 # shown in report.md and the console, with short console headers
-_SHOWN = ("gate", "selection", "K", "n_cut", "tp", "fp", "precision", "recall", "safe_savings", "raw_savings",
-          "measured_step_savings", "share_of_oracle")
-_SHORT = {"selection": "judged", "n_cut": "cut", "tp": "TP", "fp": "FP", "precision": "prec", "safe_savings": "safe",
-          "raw_savings": "raw", "measured_step_savings": "meas", "share_of_oracle": "of oracle"}
-_CI_FIELDS = ("safe_savings", "raw_savings", "measured_step_savings", "precision", "recall", "share_of_oracle")
+_SHOWN = (
+    "gate",
+    "selection",
+    "K",
+    "n_cut",
+    "tp",
+    "fp",
+    "precision",
+    "recall",
+    "safe_savings",
+    "raw_savings",
+    "measured_step_savings",
+    "share_of_oracle",
+)
+_SHORT = {
+    "selection": "judged",
+    "n_cut": "cut",
+    "tp": "TP",
+    "fp": "FP",
+    "precision": "prec",
+    "safe_savings": "safe",
+    "raw_savings": "raw",
+    "measured_step_savings": "meas",
+    "share_of_oracle": "of oracle",
+}
+_CI_FIELDS = (
+    "safe_savings",
+    "raw_savings",
+    "measured_step_savings",
+    "precision",
+    "recall",
+    "share_of_oracle",
+)
 
 
 class GroupData(NamedTuple):
@@ -75,16 +103,24 @@ def group_data(buffer: Buffer, Ks: tuple[int, ...]) -> GroupData:
         signals[K] = at.select(list(SIGNAL_FIELDS)).to_numpy().astype(np.float64)
         if buffer.has_step_counts:
             remaining[K] = at["remaining_steps"].to_numpy().astype(np.float64)
-    total = buffer.groups["total_steps"].to_numpy().astype(np.float64) if buffer.has_step_counts else None
-    return GroupData(signals, zero_var, remaining if buffer.has_step_counts else None, total, buffer.advantages())
+    total = (
+        buffer.groups["total_steps"].to_numpy().astype(np.float64)
+        if buffer.has_step_counts
+        else None
+    )
+    return GroupData(
+        signals, zero_var, remaining if buffer.has_step_counts else None, total, buffer.advantages()
+    )
 
 
 # --- selection procedures (Selector: train groups -> decide(test groups) -> (cut, cut_K)) -------
 
 
-def _threshold_selector(data: GroupData, eval_data: GroupData, rule: str, config: SweepConfig) -> Callable:
-    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe savings
-    with precision ≥ floor), apply it to the test groups of ``eval_data``."""
+def _threshold_selector(
+    data: GroupData, eval_data: GroupData, rule: str, config: SweepConfig
+) -> Callable:
+    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe
+    savings with precision ≥ floor), apply it to the test groups of ``eval_data``."""
     from srollout.core.gate import GateRule
     from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
@@ -95,14 +131,22 @@ def _threshold_selector(data: GroupData, eval_data: GroupData, rule: str, config
         for K in config.K:
             s = data.signals_by_K[K][train]
             t_vals = config.t_high_grid if rule == "r3" else None
-            cuts = threshold_cuts(s[:, D], config.d_L_grid, s[:, TAU] if rule == "r3" else None, t_vals)
+            cuts = threshold_cuts(
+                s[:, D], config.d_L_grid, s[:, TAU] if rule == "r3" else None, t_vals
+            )
             grid = evaluate_grid(cuts, data.zero_var[train], K, config.T_max)
             for m in range(cuts.shape[0]):
                 if rule == "r3":
                     d_L, t_high = config.d_L_grid[m // len(t_vals)], t_vals[m % len(t_vals)]
                 else:
                     d_L, t_high = config.d_L_grid[m], None
-                rows.append({"precision": grid.precision[m], "safe_savings": grid.safe_savings[m], "d_L": d_L})
+                rows.append(
+                    {
+                        "precision": grid.precision[m],
+                        "safe_savings": grid.safe_savings[m],
+                        "d_L": d_L,
+                    }
+                )
                 params.append((K, d_L, t_high))
         i = choose_operating_point(rows, config.precision_floor)
 
@@ -122,8 +166,16 @@ def _threshold_selector(data: GroupData, eval_data: GroupData, rule: str, config
 # --- scoring held-out decisions --------------------------------------------------------------
 
 
-def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: np.ndarray, data: GroupData,
-              K_ref: int, config: SweepConfig) -> dict[str, Any]:
+def score_row(
+    gate: str,
+    selection: str,
+    K_label: int,
+    cut: np.ndarray,
+    cut_K: np.ndarray,
+    data: GroupData,
+    K_ref: int,
+    config: SweepConfig,
+) -> dict[str, Any]:
     """One table row: the outcome of the decisions (cut, cut_K) on the groups of ``data``, the
     oracle at K_ref and bootstrap CIs over groups."""
     from srollout.core.adaptive_gate import evaluate_variable_cuts
@@ -147,21 +199,32 @@ def score_row(gate: str, selection: str, K_label: int, cut: np.ndarray, cut_K: n
     oracle_safe = float(zv.sum()) * oracle_gain / N
     gain = np.where(cut, (T - cut_K) / T, 0.0)
     tp = cut & zv
-    row: dict[str, Any] = {"gate": gate, "selection": selection, "K": K_label, **out._asdict(),
-                           "oracle_K": K_ref, "oracle_safe_savings": oracle_safe,
-                           "share_of_oracle": out.safe_savings / oracle_safe if oracle_safe > 0 else math.nan,
-                           "n_groups": N, "n_zero_var": int(zv.sum())}
+    row: dict[str, Any] = {
+        "gate": gate,
+        "selection": selection,
+        "K": K_label,
+        **out._asdict(),
+        "oracle_K": K_ref,
+        "oracle_safe_savings": oracle_safe,
+        "share_of_oracle": out.safe_savings / oracle_safe if oracle_safe > 0 else math.nan,
+        "n_groups": N,
+        "n_zero_var": int(zv.sum()),
+    }
     boot_args = dict(n_resamples=config.n_boot, seed=config.seed)
     samples = {
         "safe_savings": (np.where(tp, gain, 0.0), None),
         "raw_savings": (gain, None),
         "precision": (np.column_stack([tp, cut]).astype(float), ratio_of_sums),
         "recall": (np.column_stack([tp, zv]).astype(float), ratio_of_sums),
-        "share_of_oracle": (np.column_stack([np.where(tp, gain, 0.0), zv * oracle_gain]), ratio_of_sums),
+        "share_of_oracle": (
+            np.column_stack([np.where(tp, gain, 0.0), zv * oracle_gain]),
+            ratio_of_sums,
+        ),
     }
     if remaining is not None:
         samples["measured_step_savings"] = (
-            np.column_stack([remaining * cut, total]), ratio_of_sums
+            np.column_stack([remaining * cut, total]),
+            ratio_of_sums,
         )
     for name in _CI_FIELDS:
         low = high = math.nan
@@ -215,8 +278,9 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     n_zv = int(data.zero_var.sum())
     if min(n_zv, data.zero_var.size - n_zv) < need:
         raise SrolloutError(
-            f"{config.input}: {n_zv} zero-variance and {data.zero_var.size - n_zv} other groups; the learned/adaptive "
-            f"gates need at least {need} of each to be fit and judged on different groups (collect more groups)"
+            f"{config.input}: {n_zv} zero-variance and {data.zero_var.size - n_zv} other groups; "
+            f"the learned/adaptive gates need at least {need} of each to be fit and judged on "
+            "different groups (collect more groups)"
         )
     K_ref = min(config.K)
     folds = assign_folds(data.zero_var, gates.n_folds, config.seed)
@@ -247,24 +311,54 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
 
             gate = GateRule(rule=rule, K=K_in, d_L=point["d_L"], t_high=point["t_high"])
             in_sample_cut = gate.decide_arrays(signals[:, 0], signals[:, 6])
-        rows.append(score_row(rule, "in-sample", K_in, in_sample_cut, np.full(in_sample_cut.size, K_in), data, K_ref, config))
+        rows.append(
+            score_row(
+                rule,
+                "in-sample",
+                K_in,
+                in_sample_cut,
+                np.full(in_sample_cut.size, K_in),
+                data,
+                K_ref,
+                config,
+            )
+        )
         cut, cut_K = heldout(_threshold_selector(data, eval_data, rule, config))
-        rows.append(score_row(rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config))
+        rows.append(
+            score_row(
+                rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config
+            )
+        )
 
     learned = adaptive = None
     common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed)
     if gates.learned:
 
         def fit_learned(groups: np.ndarray | None = None) -> LearnedGate:
-            return fit_learned_gate(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
-                                    config.precision_floor, groups=groups, **common).gate
+            return fit_learned_gate(
+                data.signals_by_K,
+                data.zero_var,
+                config.K,
+                Ks,
+                config.T_max,
+                config.precision_floor,
+                groups=groups,
+                **common,
+            ).gate
 
         def decide_learned(gate: LearnedGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             cut = gate.decide_matrix(eval_data.signals_by_K[gate.K][test])
             return cut, np.full(test.size, gate.K)
 
-        selector = learned_selector(data.signals_by_K, data.zero_var, config.K, Ks, config.T_max,
-                                    config.precision_floor, **common)
+        selector = learned_selector(
+            data.signals_by_K,
+            data.zero_var,
+            config.K,
+            Ks,
+            config.T_max,
+            config.precision_floor,
+            **common,
+        )
         selector = _on_eval(selector, eval_data, gates, decide_learned, fit_learned)
         cut, cut_K = heldout(selector)
         learned = fit_learned()
@@ -273,22 +367,38 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     if gates.adaptive:
 
         def fit_adaptive(groups: np.ndarray | None = None) -> AdaptiveGate:
-            return fit_adaptive_gate(data.signals_by_K, data.zero_var, gates.check_K,
-                                     config.precision_floor, config.T_max, groups=groups,
-                                     **common).gate
+            return fit_adaptive_gate(
+                data.signals_by_K,
+                data.zero_var,
+                gates.check_K,
+                config.precision_floor,
+                config.T_max,
+                groups=groups,
+                **common,
+            ).gate
 
         def decide_adaptive(gate: AdaptiveGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return gate.decide_matrix({K: eval_data.signals_by_K[K][test] for K in gate.check_K})
 
-        selector = adaptive_selector(data.signals_by_K, data.zero_var, gates.check_K,
-                                     config.precision_floor, config.T_max, **common)
+        selector = adaptive_selector(
+            data.signals_by_K,
+            data.zero_var,
+            gates.check_K,
+            config.precision_floor,
+            config.T_max,
+            **common,
+        )
         selector = _on_eval(selector, eval_data, gates, decide_adaptive, fit_adaptive)
         cut, cut_K = heldout(selector)
         adaptive = fit_adaptive()
         first_K = min(gates.check_K)
         rows.append(score_row("adaptive", selection, first_K, cut, cut_K, eval_data, K_ref, config))
     oracle = eval_data.zero_var.copy()
-    rows.append(score_row("oracle", "labels", K_ref, oracle, np.full(oracle.size, K_ref), eval_data, K_ref, config))
+    rows.append(
+        score_row(
+            "oracle", "labels", K_ref, oracle, np.full(oracle.size, K_ref), eval_data, K_ref, config
+        )
+    )
     table = pl.DataFrame(rows, infer_schema_length=None)
     return GateComparison(table, learned, adaptive, protocol)
 
@@ -301,8 +411,13 @@ def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:
     return int(values[np.argmax(counts)])
 
 
-def _on_eval(selector: Callable, eval_data: GroupData, gates: GateFitConfig,
-             decide_eval: Callable, fit: Callable) -> Callable:
+def _on_eval(
+    selector: Callable,
+    eval_data: GroupData,
+    gates: GateFitConfig,
+    decide_eval: Callable,
+    fit: Callable,
+) -> Callable:
     """With --eval-buffer, the selected gate decides the *eval* buffer's groups."""
     if gates.eval_buffer is None:
         return selector
@@ -323,7 +438,10 @@ def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:
     if buffer.has_step_counts:
         longest = int(buffer.groups["n_steps"].list.max().max())
         if longest > T_max:
-            raise SrolloutError(f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass --T-max {longest} or more")
+            raise SrolloutError(
+                f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass "
+                f"--T-max {longest} or more"
+            )
     return buffer
 
 
@@ -344,17 +462,26 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
 
     t = comparison.table
     ci = t.select(
-        "gate", "selection",
-        *[pl.format("[{}, {}]", pl.col(f"{f}_ci_low").round(3), pl.col(f"{f}_ci_high").round(3)).alias(f"{f} CI") for f in _CI_FIELDS],
+        "gate",
+        "selection",
+        *[
+            pl.format(
+                "[{}, {}]", pl.col(f"{f}_ci_low").round(3), pl.col(f"{f}_ci_high").round(3)
+            ).alias(f"{f} CI")
+            for f in _CI_FIELDS
+        ],
     )
     parts = [
-        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions only: each group is decided "
-        "by a gate whose model and thresholds were selected without it. R1/R3 appear twice: `in-sample` (the plain sweep's "
-        "operating point, chosen and scored on the same groups: optimistic) and selected the same held-out way. "
-        f"share_of_oracle = safe savings / the oracle's (cut every zero-variance group at K={min(config.K)}); savings count each "
-        f"group's real cut step (T_max − K_cut); precision floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
+        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions "
+        "only: each group is decided by a gate whose model and thresholds were selected without "
+        "it. R1/R3 appear twice: `in-sample` (the plain sweep's operating point, chosen and "
+        "scored on the same groups: optimistic) and selected the same held-out way. "
+        "share_of_oracle = safe savings / the oracle's (cut every zero-variance group at "
+        f"K={min(config.K)}); savings count each group's real cut step (T_max − K_cut); precision "
+        f"floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
         to_markdown(t, columns=[c for c in _SHOWN if c in t.columns]),
-        f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} resamples, seed {config.seed}):\n",
+        f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} "
+        f"resamples, seed {config.seed}):\n",
         to_markdown(ci),
     ]
     for name, gate in (("learned", comparison.learned), ("adaptive", comparison.adaptive)):
@@ -362,15 +489,30 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
             continue
         from srollout.core.learned_gate import FEATURE_NAMES
 
-        coef = pl.DataFrame({"feature": list(FEATURE_NAMES), "coef (standardised)": list(gate.model.coef),
-                             "mean": list(gate.model.mean), "std": list(gate.model.std)})
+        coef = pl.DataFrame(
+            {
+                "feature": list(FEATURE_NAMES),
+                "coef (standardised)": list(gate.model.coef),
+                "mean": list(gate.model.mean),
+                "std": list(gate.model.std),
+            }
+        )
+
         def fmt(t: float | None) -> str:
             return "never" if t is None else f"P ≥ {t:.4f}"
 
-        where = f"K={gate.K}, cut iff {fmt(gate.threshold)}" if name == "learned" else \
-            "; ".join(f"K={k}: {fmt(t_)}" for k, t_ in zip(gate.check_K, gate.thresholds, strict=True))
-        parts.append(f"\n**{name} gate** (`{LEARNED_FILE if name == 'learned' else ADAPTIVE_FILE}`, fit on every input group; "
-                     f"{where}; intercept {gate.model.intercept:.3f}; positive coefficients push towards cutting):\n")
+        where = (
+            f"K={gate.K}, cut iff {fmt(gate.threshold)}"
+            if name == "learned"
+            else "; ".join(
+                f"K={k}: {fmt(t_)}" for k, t_ in zip(gate.check_K, gate.thresholds, strict=True)
+            )
+        )
+        parts.append(
+            f"\n**{name} gate** (`{LEARNED_FILE if name == 'learned' else ADAPTIVE_FILE}`, fit on "
+            f"every input group; {where}; intercept {gate.model.intercept:.3f}; positive "
+            "coefficients push towards cutting):\n"
+        )
         parts.append(to_markdown(coef))
     return Section("Learned and adaptive gates", "\n".join(parts))
 
@@ -379,5 +521,11 @@ def print_table(console: Any, comparison: GateComparison) -> None:
     from srollout.report.tables import to_rich
 
     t = comparison.table
-    console.print(to_rich(t, title=f"Gates judged on held-out groups ({comparison.protocol})",
-                          columns=[c for c in _SHOWN if c in t.columns], headers=_SHORT))
+    console.print(
+        to_rich(
+            t,
+            title=f"Gates judged on held-out groups ({comparison.protocol})",
+            columns=[c for c in _SHOWN if c in t.columns],
+            headers=_SHORT,
+        )
+    )

@@ -1,4 +1,5 @@
-"""`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2, §5.2).
+"""`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2,
+§5.2).
 
 The story (:func:`run_train_offpolicy`):
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -39,6 +40,9 @@ from srollout.training.metrics import (
     StepTimes,
     TrainMetrics,
 )
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,9 @@ class OffpolicyResult(NamedTuple):
     summary: OffpolicySummary
 
 
-def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progress: bool = True) -> OffpolicyResult:
+def run_train_offpolicy(
+    config: TrainOffpolicyConfig, console: Any = None, progress: bool = True
+) -> OffpolicyResult:
     """Run both arms on the buffer; return the files written and the summary.
 
     The two arms start from the same LoRA init and are stepped side by side."""
@@ -105,7 +111,9 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     from srollout.training.model import gate_description, load_trainable
     from srollout.training.update import grpo_update
 
-    gate, K = resolve_gate(config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high)
+    gate, K = resolve_gate(
+        config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high
+    )
     groups, model_spec = read_buffer(Path(config.buffer), gate, K)
     if config.model is not None:
         model_spec = {"model": str(config.model), "adapter": model_spec["adapter"]}
@@ -114,7 +122,9 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     manifest.update(gate=gate_description(gate, K), buffer_groups=len(groups), model=model_spec)
 
     G_max = max(len(g.rewards) for g in groups.values())
-    k_turns = max(1, min(config.turns_per_traj, config.max_items // (config.groups_per_step * G_max)))
+    k_turns = max(
+        1, min(config.turns_per_traj, config.max_items // (config.groups_per_step * G_max))
+    )
     plan = sample_plan(sorted(groups), config.steps, config.groups_per_step, config.seed)
     lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
     rows: list[dict[str, Any]] = []
@@ -122,7 +132,10 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     arms = ("baseline", "gated")
     # Both arms in memory, stepped side by side (alternating which goes first), so a load change
     # on a shared machine hits both arms alike; each starts from the same LoRA init.
-    models = {arm: load_trainable(model_spec["model"], lora, config.seed, model_spec["adapter"]) for arm in arms}
+    models = {
+        arm: load_trainable(model_spec["model"], lora, config.seed, model_spec["adapter"])
+        for arm in arms
+    }
     optimizers = {arm: make_optimizer(models[arm].model, config.lr) for arm in arms}
     _check_vocabulary(groups, models["baseline"].model, model_spec["model"])
     cum_update_s = dict.fromkeys(arms, 0.0)
@@ -135,25 +148,47 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
                 kept = [g for g in planned if arm == "baseline" or not g.cut]
                 samples = step_samples(kept, config.seed, step, k_turns)
                 stats = grpo_update(
-                    trainable.model, optimizers[arm], samples, denominator=config.denominator,
-                    constant=config.denominator_constant, clip_eps=config.clip_eps,
-                    kl_coef=config.kl_coef, micro_batch=config.micro_batch, pad_id=trainable.pad_id,
+                    trainable.model,
+                    optimizers[arm],
+                    samples,
+                    denominator=config.denominator,
+                    constant=config.denominator_constant,
+                    clip_eps=config.clip_eps,
+                    kl_coef=config.kl_coef,
+                    micro_batch=config.micro_batch,
+                    pad_id=trainable.pad_id,
                 )
-                # rollout cost of this step's groups as the buffer measured it: a cut group only to K
-                rollout_s = sum(g.rollout_s - (g.post_K_s if (arm == "gated" and g.cut) else 0.0)
-                                for g in planned)
+                # rollout cost of this step's groups as the buffer measured it: a cut group only to
+                # K
+                rollout_s = sum(
+                    g.rollout_s - (g.post_K_s if (arm == "gated" and g.cut) else 0.0)
+                    for g in planned
+                )
                 cum_update_s[arm] += stats.update_s
                 cum_rollout_s[arm] += rollout_s
-                rows.append(StepMetrics(
-                    arm=arm, seed=config.seed, step=step,
-                    gate=OffpolicyGate(cuts=sum(g.cut for g in planned) if arm == "gated" else 0,
-                                       kept=len(kept), zero_var_kept=sum(g.zero_var for g in kept)),
-                    train=OffpolicyTrain(**TrainMetrics.fields_of(stats, config.denominator),
-                                         items=sum(s.n_items for s in samples)),
-                    time=StepTimes(rollout_s=rollout_s, update_s=stats.update_s, sync_s=0.0,
-                                   cum_update_s=cum_update_s[arm],
-                                   cum_rollout_s=cum_rollout_s[arm]),
-                ).row())
+                rows.append(
+                    StepMetrics(
+                        arm=arm,
+                        seed=config.seed,
+                        step=step,
+                        gate=OffpolicyGate(
+                            cuts=sum(g.cut for g in planned) if arm == "gated" else 0,
+                            kept=len(kept),
+                            zero_var_kept=sum(g.zero_var for g in kept),
+                        ),
+                        train=OffpolicyTrain(
+                            **TrainMetrics.fields_of(stats, config.denominator),
+                            items=sum(s.n_items for s in samples),
+                        ),
+                        time=StepTimes(
+                            rollout_s=rollout_s,
+                            update_s=stats.update_s,
+                            sync_s=0.0,
+                            cum_update_s=cum_update_s[arm],
+                            cum_rollout_s=cum_rollout_s[arm],
+                        ),
+                    ).row()
+                )
                 bar.advance(f"{arm} step {step}: grad L2 {stats.grad_l2:.4f}")
 
     metrics = pl.DataFrame(rows).sort("arm", "step")
@@ -162,14 +197,18 @@ def run_train_offpolicy(config: TrainOffpolicyConfig, console: Any = None, progr
     figure = trace_figure(metrics, run_dir / "offpolicy_trace.png")
     report = write_report(run_dir, config, summary, gate_description(gate, K), k_turns, figure)
     schemas.write_json(summary._asdict(), run_dir / "summary.json")
-    manifest.complete([metrics_path, figure, report, run_dir / "summary.json"], summary=summary._asdict(), turns_per_traj_used=k_turns)
+    manifest.complete(
+        [metrics_path, figure, report, run_dir / "summary.json"],
+        summary=summary._asdict(),
+        turns_per_traj_used=k_turns,
+    )
     return OffpolicyResult(run_dir, metrics_path, figure, report, summary)
 
 
 # --- the buffer --------------------------------------------------------------------------------
 
 
-def read_buffer(path: Path, gate: Any, K: int) -> tuple[dict[str, BufferGroup], dict[str, Any]]:
+def read_buffer(path: Path, gate: Gate, K: int) -> tuple[dict[str, BufferGroup], dict[str, Any]]:
     """Groups of a collect run (un-gated, with tokens), the gate's decision on each, and the
     model the buffer was collected with ({"model": ..., "adapter": ...})."""
     from srollout.core.signals import GroupSignals
@@ -180,13 +219,21 @@ def read_buffer(path: Path, gate: Any, K: int) -> tuple[dict[str, BufferGroup], 
     steps_file = path / "steps.parquet"
     for f in (traj_file, steps_file):
         if not f.exists():
-            raise SrolloutError(f"BUFFER {path}: no {f.name}; give a `srollout collect` run directory")
+            raise SrolloutError(
+                f"BUFFER {path}: no {f.name}; give a `srollout collect` run directory"
+            )
     trajs = schemas.read(traj_file, schemas.TRAJECTORIES)
     for col in ("token_ids", "action_mask"):
         if col not in trajs.columns:
-            raise SrolloutError(f"{traj_file}: no '{col}' column; training needs the rollout's own tokens (collect with the LM policy)")
+            raise SrolloutError(
+                f"{traj_file}: no '{col}' column; training needs the rollout's own tokens (collect "
+                "with the LM policy)"
+            )
     if not trajs["token_ids"].list.len().gt(0).any():
-        raise SrolloutError(f"{traj_file}: no trajectory has tokens (was it collected with --policy expert?); collect with the LM policy")
+        raise SrolloutError(
+            f"{traj_file}: no trajectory has tokens (was it collected with --policy expert?); "
+            "collect with the LM policy"
+        )
     buf = load_buffer(path, [K], [K])  # refuses gated buffers; computes the signals at K from steps
     at_K = {r["group_id"]: r for r in buf.at_K(K).iter_rows(named=True)}
     steps = schemas.read(steps_file, schemas.STEPS)
@@ -198,16 +245,22 @@ def read_buffer(path: Path, gate: Any, K: int) -> tuple[dict[str, BufferGroup], 
     )
     cost_of = {r["group_id"]: r for r in cost.iter_rows(named=True)}
     groups: dict[str, BufferGroup] = {}
-    for (gid,), part in trajs.sort("group_id", "traj_idx").group_by(["group_id"], maintain_order=True):
+    for (gid,), part in trajs.sort("group_id", "traj_idx").group_by(
+        ["group_id"], maintain_order=True
+    ):
         sig = at_K.get(gid)
         reached = int(part["n_steps"].max()) > K  # the engine shows a group to the gate only then
         cut = False
         d_K = float("nan")
         if sig is not None and sig.get(SIGNAL_NAMES[0]) is not None:
             d_K = float(sig[SIGNAL_NAMES[0]])
-            cut = reached and bool(gate.decide(GroupSignals(**{n: float(sig[n]) for n in SIGNAL_NAMES})))
+            cut = reached and bool(
+                gate.decide(GroupSignals(**{n: float(sig[n]) for n in SIGNAL_NAMES}))
+            )
         rewards = tuple(float(r) for r in part["reward"])
-        c = cost_of.get(gid, {"rollout_s": 0.0, "post_K_s": 0.0, "post_K_steps": 0, "post_K_tokens": 0})
+        c = cost_of.get(
+            gid, {"rollout_s": 0.0, "post_K_s": 0.0, "post_K_steps": 0, "post_K_tokens": 0}
+        )
         groups[gid] = BufferGroup(
             group_id=gid,
             rewards=rewards,
@@ -231,7 +284,10 @@ def _check_vocabulary(groups: dict[str, BufferGroup], model: Any, name: str) -> 
     top = max((max(ids) for g in groups.values() for ids in g.token_ids if ids), default=-1)
     size = model.get_input_embeddings().num_embeddings
     if top >= size:
-        raise SrolloutError(f"the buffer holds token id {top} but model {name} has {size} tokens; pass the --model it was collected with")
+        raise SrolloutError(
+            f"the buffer holds token id {top} but model {name} has {size} tokens; pass the --model "
+            "it was collected with"
+        )
 
 
 def buffer_model(path: Path) -> dict[str, Any]:
@@ -239,7 +295,10 @@ def buffer_model(path: Path) -> dict[str, Any]:
     manifest = path / "manifest.json"
     cfg = json.loads(manifest.read_text()).get("config", {}) if manifest.exists() else {}
     if cfg.get("policy", "lm") != "lm":
-        raise SrolloutError(f"BUFFER {path}: collected with --policy {cfg.get('policy')}; training needs an LM policy's buffer")
+        raise SrolloutError(
+            f"BUFFER {path}: collected with --policy "
+            f"{cfg.get('policy')}; training needs an LM policy's buffer"
+        )
     return {"model": cfg.get("model") or "default", "adapter": cfg.get("adapter")}
 
 
@@ -250,7 +309,9 @@ def sample_plan(group_ids: list[str], steps: int, per_step: int, seed: int) -> l
     """``steps`` lists of ``per_step`` group ids: a seeded permutation of the buffer consumed in
     order (reshuffled when it runs out), so no group repeats while the buffer lasts."""
     if per_step > len(group_ids):
-        raise SrolloutError(f"--groups-per-step {per_step} is more than the buffer's {len(group_ids)} groups")
+        raise SrolloutError(
+            f"--groups-per-step {per_step} is more than the buffer's {len(group_ids)} groups"
+        )
     rng = np.random.default_rng([seed, 0x5EED])
     order: list[str] = []
     plan = []
@@ -290,7 +351,9 @@ def step_samples(groups: list[BufferGroup], seed: int, step: int, k_turns: int) 
             rng = np.random.default_rng([seed, step, gi, i])
             kept = subsample_turns(mask, k_turns, rng)
             t_ids, t_mask = truncate_after_last_action(ids, kept)
-            out.append(Sample(t_ids, t_mask, float(adv[i]), g.group_id, len(action_turn_spans(t_mask))))
+            out.append(
+                Sample(t_ids, t_mask, float(adv[i]), g.group_id, len(action_turn_spans(t_mask)))
+            )
     return out
 
 
@@ -307,7 +370,9 @@ def _frac_saved(base: float, gated: float) -> float:
     return (base - gated) / base if base > 0 else float("nan")
 
 
-def summarise(metrics: pl.DataFrame, groups: dict[str, BufferGroup], plan: list[list[str]]) -> OffpolicySummary:
+def summarise(
+    metrics: pl.DataFrame, groups: dict[str, BufferGroup], plan: list[list[str]]
+) -> OffpolicySummary:
     """Wall-clock savings (training step, rollout from the buffer's measurements, end to end),
     cut counts, items, gradient L2 means and the dilution prediction (1-z_g)/(1-z_b) of §5.4."""
     base = metrics.filter(pl.col("arm") == "baseline")
@@ -335,8 +400,9 @@ def summarise(metrics: pl.DataFrame, groups: dict[str, BufferGroup], plan: list[
         rollout_s_baseline=rollout_base,
         rollout_s_saved=saved,
         rollout_saving=saved / rollout_base if rollout_base > 0 else nan,
-        end_to_end_saving=_frac_saved(update_base + rollout_base,
-                                      update_gated + rollout_base - saved),
+        end_to_end_saving=_frac_saved(
+            update_base + rollout_base, update_gated + rollout_base - saved
+        ),
         grad_l2_baseline=grad_base,
         grad_l2_gated=grad_gated,
         grad_l2_ratio=grad_gated / grad_base if grad_base > 0 else nan,
@@ -365,7 +431,14 @@ def trace_figure(metrics: pl.DataFrame, path: Path) -> Path:
     for ax, (col, label) in zip(axes.flat, panels, strict=True):
         for arm in ("baseline", "gated"):
             d = metrics.filter(pl.col("arm") == arm).sort("step")
-            ax.plot(d["step"].to_list(), d[col].to_list(), marker="o", ms=3, label=arm, color=ARM_COLORS[arm])
+            ax.plot(
+                d["step"].to_list(),
+                d[col].to_list(),
+                marker="o",
+                ms=3,
+                label=arm,
+                color=ARM_COLORS[arm],
+            )
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -377,41 +450,100 @@ def trace_figure(metrics: pl.DataFrame, path: Path) -> Path:
 
 def summary_frame(s: OffpolicySummary) -> pl.DataFrame:
     """The (quantity, baseline, gated, delta) table of the paper's Tier-2 table."""
+
     def pct(x: float) -> str:
         return "—" if x != x else f"{-100 * x:+.1f}%"
 
     rows = [
-        ("training-step wall-clock (s)", f"{s.update_s_baseline:.2f}", f"{s.update_s_gated:.2f}", pct(s.train_saving)),
-        ("rollout wall-clock of the groups (s, buffer)", f"{s.rollout_s_baseline:.2f}", f"{s.rollout_s_baseline - s.rollout_s_saved:.2f}", pct(s.rollout_saving)),
-        ("end to end (rollout + training, s)", f"{s.update_s_baseline + s.rollout_s_baseline:.2f}", f"{s.update_s_gated + s.rollout_s_baseline - s.rollout_s_saved:.2f}", pct(s.end_to_end_saving)),
-        ("train items", str(s.items_baseline), str(s.items_gated), pct(_frac_saved(s.items_baseline, s.items_gated))),
-        (f"groups cut (of {s.groups_seen})", "0", str(s.groups_cut), f"{s.cut_zero_var} of them zero-variance"),
-        ("gradient L2 mean", f"{s.grad_l2_baseline:.4g}", f"{s.grad_l2_gated:.4g}", f"x{s.grad_l2_ratio:.3f}"),
-        ("zero-advantage fraction", f"{s.zero_adv_baseline:.3f}", f"{s.zero_adv_gated:.3f}", f"dilution prediction x{s.dilution_prediction:.3f}"),
+        (
+            "training-step wall-clock (s)",
+            f"{s.update_s_baseline:.2f}",
+            f"{s.update_s_gated:.2f}",
+            pct(s.train_saving),
+        ),
+        (
+            "rollout wall-clock of the groups (s, buffer)",
+            f"{s.rollout_s_baseline:.2f}",
+            f"{s.rollout_s_baseline - s.rollout_s_saved:.2f}",
+            pct(s.rollout_saving),
+        ),
+        (
+            "end to end (rollout + training, s)",
+            f"{s.update_s_baseline + s.rollout_s_baseline:.2f}",
+            f"{s.update_s_gated + s.rollout_s_baseline - s.rollout_s_saved:.2f}",
+            pct(s.end_to_end_saving),
+        ),
+        (
+            "train items",
+            str(s.items_baseline),
+            str(s.items_gated),
+            pct(_frac_saved(s.items_baseline, s.items_gated)),
+        ),
+        (
+            f"groups cut (of {s.groups_seen})",
+            "0",
+            str(s.groups_cut),
+            f"{s.cut_zero_var} of them zero-variance",
+        ),
+        (
+            "gradient L2 mean",
+            f"{s.grad_l2_baseline:.4g}",
+            f"{s.grad_l2_gated:.4g}",
+            f"x{s.grad_l2_ratio:.3f}",
+        ),
+        (
+            "zero-advantage fraction",
+            f"{s.zero_adv_baseline:.3f}",
+            f"{s.zero_adv_gated:.3f}",
+            f"dilution prediction x{s.dilution_prediction:.3f}",
+        ),
     ]
-    return pl.DataFrame(rows, schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8},
+        orient="row",
+    )
 
 
-def write_report(run_dir: Path, config: TrainOffpolicyConfig, s: OffpolicySummary, gate: str, k_turns: int, figure: Path) -> Path:
+def write_report(
+    run_dir: Path,
+    config: TrainOffpolicyConfig,
+    s: OffpolicySummary,
+    gate: str,
+    k_turns: int,
+    figure: Path,
+) -> Path:
     from srollout.report.markdown import Section
     from srollout.report.markdown import figure as fig_md
     from srollout.report.markdown import write_report as write
     from srollout.report.tables import to_markdown
 
     settings = (
-        f"buffer `{config.buffer}`; {config.steps} steps x {config.groups_per_step} groups; {k_turns} sampled action "
-        f"turns per trajectory (--turns-per-traj {config.turns_per_traj}, --max-items {config.max_items}); LoRA r={config.lora_r}, "
-        f"alpha={config.lora_alpha} on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator "
-        f"`{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate}; seed {config.seed}.\n\n"
-        "The gated arm drops the groups the gate cuts at K from the batch entirely; their post-K rollout cost, "
-        "measured in the buffer (generation + environment seconds of the steps after K), is counted as saved. "
-        "Rollout seconds come from the buffer's measurements, training seconds are measured here."
+        f"buffer `{config.buffer}`; {config.steps} steps x {config.groups_per_step} groups; "
+        f"{k_turns} sampled action turns per trajectory (--turns-per-traj {config.turns_per_traj}, "
+        f"--max-items {config.max_items}); LoRA r={config.lora_r}, alpha={config.lora_alpha} on "
+        f"{', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator "
+        f"`{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate}; seed "
+        f"{config.seed}.\n\n"
+        "The gated arm drops the groups the gate cuts at K from the batch entirely; their post-K "
+        "rollout cost, measured in the buffer (generation + environment seconds of the steps after "
+        "K), is counted as saved. Rollout seconds come from the buffer's measurements, training "
+        "seconds are measured here."
     )
     sections = [
         Section("Summary", to_markdown(summary_frame(s))),
         Section("Settings", settings),
-        Section("Per-step trace", fig_md(figure, run_dir, "cumulative training wall-clock, gradient L2, items per step, loss")),
-        Section("Files", "- `metrics.parquet` (one row per arm and step)\n- `summary.json`\n- `offpolicy_trace.png`"),
+        Section(
+            "Per-step trace",
+            fig_md(
+                figure, run_dir, "cumulative training wall-clock, gradient L2, items per step, loss"
+            ),
+        ),
+        Section(
+            "Files",
+            "- `metrics.parquet` (one row per arm and step)\n- `summary.json`\n- "
+            "`offpolicy_trace.png`",
+        ),
     ]
     return write(run_dir, "srollout train-offpolicy", sections)
 

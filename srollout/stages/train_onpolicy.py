@@ -1,4 +1,5 @@
-"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3, §5.3).
+"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3,
+§5.3).
 
 The story (:func:`run_train_onpolicy`):
 
@@ -68,10 +69,19 @@ def run_train_onpolicy(
 
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    run_dir = prepare_run_dir(config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume)
+    run_dir = prepare_run_dir(
+        config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
+    )
     if config.resume:
         _check_resumable(run_dir, config)
-    gate, K = resolve_gate(config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high, T_max=config.T_max)
+    gate, K = resolve_gate(
+        config.gate,
+        K=config.K,
+        d_L=config.d_L,
+        rule=config.rule,
+        t_high=config.t_high,
+        T_max=config.T_max,
+    )
     if env_factory is None:
         from functools import partial
 
@@ -90,21 +100,31 @@ def run_train_onpolicy(
         eval_tasks = list(load_task_set(config.eval_set, n=config.n_eval))
     overlap = {t.task_id for t in train_tasks} & {t.task_id for t in eval_tasks}
     if overlap:
-        raise SrolloutError(f"training and held-out tasks overlap ({sorted(overlap)[:2]}); choose disjoint sets")
+        raise SrolloutError(
+            f"training and held-out tasks overlap ({sorted(overlap)[:2]}); choose disjoint sets"
+        )
     manifest = Manifest(run_dir, "train-onpolicy", config)
-    manifest.update(gate=gate_description(gate, K), n_train_tasks=len(train_tasks), n_eval_tasks=len(eval_tasks))
+    manifest.update(
+        gate=gate_description(gate, K), n_train_tasks=len(train_tasks), n_eval_tasks=len(eval_tasks)
+    )
 
     metrics_rows: list[dict[str, Any]] = []
     eval_rows: list[dict[str, Any]] = []
     initial: list[dict[str, Any]] | None = None
     complete = True
-    bar = _Bar(console, total=len(config.seeds) * len(config.arms) * config.iterations, enabled=progress)
+    bar = _Bar(
+        console, total=len(config.seeds) * len(config.arms) * config.iterations, enabled=progress
+    )
     with bar:
         for seed in config.seeds:
             specs = {
                 arm: ArmContext(
-                    seed=seed, arm=parse_arm(arm).with_gate(gate, K),
-                    train_tasks=train_tasks, eval_tasks=eval_tasks, env_factory=env_factory, prompter=prompter,
+                    seed=seed,
+                    arm=parse_arm(arm).with_gate(gate, K),
+                    train_tasks=train_tasks,
+                    eval_tasks=eval_tasks,
+                    env_factory=env_factory,
+                    prompter=prompter,
                     ckpt_dir=run_dir / "checkpoints" / f"seed{seed}-{arm}",
                 )
                 for arm in config.arms
@@ -114,8 +134,14 @@ def run_train_onpolicy(
             else:
                 results = {}
                 for arm, spec in specs.items():
-                    results[arm] = train_arm(config, spec, resume=config.resume, stop_after=stop_after,
-                                             on_iteration=bar.iteration, initial_evals=initial)
+                    results[arm] = train_arm(
+                        config,
+                        spec,
+                        resume=config.resume,
+                        stop_after=stop_after,
+                        on_iteration=bar.iteration,
+                        initial_evals=initial,
+                    )
                     initial = initial or results[arm].evals
                     if results[arm].stopped:
                         break
@@ -147,13 +173,43 @@ def run_train_onpolicy(
     aggregate = aggregate_frame(seeds_table)
     last = int(evals["iteration"].max())
     others = [a for a in config.arms if a not in ("baseline", "gated")]
-    tests = tests_frame([
-        paired_test(evals, ("baseline", last), ("gated", last), f"held-out success at iteration {last}: gated - baseline"),
-        paired_test(evals, ("baseline", 0), ("baseline", last), f"learning: baseline at iteration {last} - iteration 0"),
-        paired_test(evals, ("gated", 0), ("gated", last), f"learning: gated at iteration {last} - iteration 0"),
-        *[paired_test(evals, ("baseline", last), (a, last), f"held-out success at iteration {last}: {a} - baseline") for a in others],
-        *[paired_test(evals, (a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0") for a in others],
-    ])
+    tests = tests_frame(
+        [
+            paired_test(
+                evals,
+                ("baseline", last),
+                ("gated", last),
+                f"held-out success at iteration {last}: gated - baseline",
+            ),
+            paired_test(
+                evals,
+                ("baseline", 0),
+                ("baseline", last),
+                f"learning: baseline at iteration {last} - iteration 0",
+            ),
+            paired_test(
+                evals,
+                ("gated", 0),
+                ("gated", last),
+                f"learning: gated at iteration {last} - iteration 0",
+            ),
+            *[
+                paired_test(
+                    evals,
+                    ("baseline", last),
+                    (a, last),
+                    f"held-out success at iteration {last}: {a} - baseline",
+                )
+                for a in others
+            ],
+            *[
+                paired_test(
+                    evals, (a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0"
+                )
+                for a in others
+            ],
+        ]
+    )
     arms_table = arms_frame(metrics, evals, order=config.arms)
     paths.append(schemas.write(seeds_table, run_dir / "summary_per_seed.parquet"))
     paths.append(schemas.write(tests, run_dir / "tests.parquet"))
@@ -170,17 +226,33 @@ def run_train_onpolicy(
         "complete": complete,
     }
     paths.append(schemas.write_json(summary, run_dir / "summary.json"))
-    report = write_report(run_dir, config, gate_description(gate, K), aggregate, seeds_table, tests, figures, complete,
-                          arms=arms_table)
+    report = write_report(
+        run_dir,
+        config,
+        gate_description(gate, K),
+        aggregate,
+        seeds_table,
+        tests,
+        figures,
+        complete,
+        arms=arms_table,
+    )
     if complete:
         manifest.complete([*paths, *figures, report], summary=summary)
     else:
         manifest.update(status="partial", summary=summary)
-    return OnpolicyResult(run_dir, metrics, evals, seeds_table, aggregate, tests, complete, arms_table)
+    return OnpolicyResult(
+        run_dir, metrics, evals, seeds_table, aggregate, tests, complete, arms_table
+    )
 
 
-def _interleaved(config: TrainOnpolicyConfig, specs: dict[str, Any], initial: list | None, stop_after: int | None,
-                 bar: _Bar) -> tuple[dict[str, Any], list | None]:
+def _interleaved(
+    config: TrainOnpolicyConfig,
+    specs: dict[str, Any],
+    initial: list | None,
+    stop_after: int | None,
+    bar: _Bar,
+) -> tuple[dict[str, Any], list | None]:
     """The arms of one seed iteration by iteration; odd iterations run the arms in the given
     order, even ones in reverse, so neither arm is always first on a drifting machine."""
     from srollout.training.onpolicy import ArmRunner
@@ -196,52 +268,96 @@ def _interleaved(config: TrainOnpolicyConfig, specs: dict[str, Any], initial: li
         for arm in order:
             if not runners[arm].done and runners[arm].iteration < it:
                 bar.iteration(runners[arm].step())
-        if stop_after is not None and it >= stop_after and not all(r.done for r in runners.values()):
+        if (
+            stop_after is not None
+            and it >= stop_after
+            and not all(r.done for r in runners.values())
+        ):
             stopped = True
             break
     return {arm: r.result(stopped) for arm, r in runners.items()}, initial
 
 
-def write_report(run_dir: Path, config: TrainOnpolicyConfig, gate: str, aggregate: pl.DataFrame, seeds: pl.DataFrame,
-                 tests: pl.DataFrame, figures: list[Path], complete: bool, arms: pl.DataFrame | None = None) -> Path:
+def write_report(
+    run_dir: Path,
+    config: TrainOnpolicyConfig,
+    gate: str,
+    aggregate: pl.DataFrame,
+    seeds: pl.DataFrame,
+    tests: pl.DataFrame,
+    figures: list[Path],
+    complete: bool,
+    arms: pl.DataFrame | None = None,
+) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
     from srollout.report.onpolicy import arms_markdown_view
     from srollout.report.tables import to_markdown
 
     settings = (
-        f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} iterations x "
-        f"{config.prompts_per_iter} prompts from {config.train_tasks} `{config.train_set}` tasks, G={config.G}, "
-        f"T_max={config.T_max}, temperature {config.temperature}; greedy held-out eval every {config.eval_every} "
-        f"iterations on {config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, alpha={config.lora_alpha} "
-        f"on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator `{config.denominator}`; "
-        f"clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate} in the arms with the gate; arms "
-        f"{', '.join(config.arms)}; DAPO: at most {config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
+        f"preset `{config.preset}`; seeds {', '.join(map(str, config.seeds))}; {config.iterations} "
+        f"iterations x {config.prompts_per_iter} prompts from {config.train_tasks} "
+        f"`{config.train_set}` tasks, G={config.G}, T_max={config.T_max}, temperature "
+        f"{config.temperature}; greedy held-out eval every {config.eval_every} iterations on "
+        f"{config.n_eval} `{config.eval_set}` tasks (no gate); LoRA r={config.lora_r}, "
+        f"alpha={config.lora_alpha} on {', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; "
+        f"loss denominator `{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; "
+        f"gate {gate} in the arms with the gate; arms {', '.join(config.arms)}; DAPO: at most "
+        f"{config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
         f"{config.greso_p_explore:g}.\n\n"
-        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both arms evaluate alike). "
-        "Cut groups are dropped from the batch; the training reward of the gated arm is over uncut groups. "
-        "The dilution prediction is (1 - z_gated) / (1 - z_baseline) with z the mean zero-advantage fraction (§5.4). "
-        "Useful groups are those in the GRPO batch with reward variance; useful/s divides them by the wall-clock. "
-        "DAPO arms drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
-        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt whose last z groups were "
-        "zero-variance (or cut) unless a seeded draw u < p^z."
+        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both "
+        "arms evaluate alike). Cut groups are dropped from the batch; the training reward of the "
+        "gated arm is over uncut groups. The dilution prediction is (1 - z_gated) / (1 - "
+        "z_baseline) with z the mean zero-advantage fraction (§5.4). Useful groups are those in "
+        "the GRPO batch with reward variance; useful/s divides them by the wall-clock. DAPO arms "
+        "drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
+        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt "
+        "whose last z groups were zero-variance (or cut) unless a seeded draw u < p^z."
     )
-    cols = ["seed", "wall_saving", "cuts_gated", "grad_l2_ratio", "dilution_prediction", "zero_adv_baseline",
-            "zero_adv_gated", "eval0_baseline", "eval_last_baseline", "eval_last_gated", "eval_last_delta"]
+    cols = [
+        "seed",
+        "wall_saving",
+        "cuts_gated",
+        "grad_l2_ratio",
+        "dilution_prediction",
+        "zero_adv_baseline",
+        "zero_adv_gated",
+        "eval0_baseline",
+        "eval_last_baseline",
+        "eval_last_gated",
+        "eval_last_delta",
+    ]
     sections = [
         Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
         Section("Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])),
-        Section("Arms (mean ± std over seeds; per-seed totals over all iterations)",
-                to_markdown(arms_markdown_view(arms)) if arms is not None and arms.height else "No arms."),
-        Section("Paired tests over (seed, task) held-out outcomes",
-                to_markdown(tests) if tests.height else "No paired outcomes (a single arm or no evaluation)."),
+        Section(
+            "Arms (mean ± std over seeds; per-seed totals over all iterations)",
+            to_markdown(arms_markdown_view(arms))
+            if arms is not None and arms.height
+            else "No arms.",
+        ),
+        Section(
+            "Paired tests over (seed, task) held-out outcomes",
+            to_markdown(tests)
+            if tests.height
+            else "No paired outcomes (a single arm or no evaluation).",
+        ),
         Section("Settings", settings),
         Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),
-        Section("Files", "- `metrics.parquet`: one row per (arm, seed, iteration)\n- `eval.parquet`: one row per (arm, seed, "
-                "iteration, task)\n- `summary_per_seed.parquet`, `summary_arms.parquet`, `tests.parquet`, `summary.json`\n- `adapters/seed<S>-<arm>/` "
-                "(peft; `srollout collect --adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)"),
+        Section(
+            "Files",
+            "- `metrics.parquet`: one row per (arm, seed, iteration)\n- "
+            "`eval.parquet`: one row per (arm, seed, iteration, task)\n- "
+            "`summary_per_seed.parquet`, `summary_arms.parquet`, `tests.parquet`, "
+            "`summary.json`\n- `adapters/seed<S>-<arm>/` (peft; `srollout collect "
+            "--adapter`)\n- `checkpoints/` (per-iteration state for `--resume`)",
+        ),
     ]
-    pre = "" if complete else "**Partial run** — continue it with `--resume --out " + str(run_dir) + "`."
+    pre = (
+        ""
+        if complete
+        else "**Partial run** — continue it with `--resume --out " + str(run_dir) + "`."
+    )
     return write(run_dir, "srollout train-onpolicy", sections, preamble=pre)
 
 
@@ -259,6 +375,8 @@ class _Bar(StageBar):
     def iteration(self, metrics: IterationMetrics) -> None:
         if self.enabled:
             m = metrics
-            info = (f"seed {m.seed} {m.arm} it {m.iteration}: reward {m.train.reward:.2f}, "
-                    f"cut {m.gate.cuts}, grad {m.train.grad_l2:.3g}")
+            info = (
+                f"seed {m.seed} {m.arm} it {m.iteration}: reward {m.train.reward:.2f}, "
+                f"cut {m.gate.cuts}, grad {m.train.grad_l2:.3g}"
+            )
             self.update(advance=1, info=info)

@@ -55,7 +55,9 @@ def seed_run_dir(run_dir: Path, seed: int) -> Path:
     return Path(run_dir) / SEEDS_DIR / f"seed{seed}"
 
 
-def run_seeds_parallel(config: TrainOnpolicyConfig, workers: int, console: Any = None, progress: bool = True) -> Any:
+def run_seeds_parallel(
+    config: TrainOnpolicyConfig, workers: int, console: Any = None, progress: bool = True
+) -> Any:
     """Train the seeds of ``config`` as Ray tasks, ``workers`` at a time; return the stage's
     :class:`~srollout.stages.train_onpolicy.OnpolicyResult` over all seeds."""
     require_ray(workers)  # before the run directory exists: a missing extra leaves nothing behind
@@ -86,17 +88,28 @@ def run_seeds_parallel(config: TrainOnpolicyConfig, workers: int, console: Any =
 
         # resolved (and, for the default policy, built) here once, not by every task
         seed_config = replace(config, model=resolve_model(config.model))
-        with ray_session(workers) as where, _SeedBar(console, len(config.seeds), len(reloaded), progress) as bar:
+        with (
+            ray_session(workers) as where,
+            _SeedBar(console, len(config.seeds), len(reloaded), progress) as bar,
+        ):
             dist["ray"] = where
             manifest.update(dist=dist)
             runs = _train_seeds(seed_config, todo, run_dir, workers, bar)
         dist["trained"] = [
-            {"seed": r.seed, "process": f"{r.host}:{r.pid}", "wall_s": round(r.wall_s, 3), "resumed": r.resumed} for r in runs
+            {
+                "seed": r.seed,
+                "process": f"{r.host}:{r.pid}",
+                "wall_s": round(r.wall_s, 3),
+                "resumed": r.resumed,
+            }
+            for r in runs
         ]
 
     # 3. link the checkpoints; the stage's --resume pass writes everything over all seeds
     _link_checkpoints(run_dir, config)
-    result = run_train_onpolicy(replace(config, resume=True, overwrite=False), console=console, progress=False)
+    result = run_train_onpolicy(
+        replace(config, resume=True, overwrite=False), console=console, progress=False
+    )
 
     # 4. the stage rewrote the manifest: add where the seeds ran
     path = run_dir / "manifest.json"
@@ -106,7 +119,9 @@ def run_seeds_parallel(config: TrainOnpolicyConfig, workers: int, console: Any =
     return result
 
 
-def _train_seeds(config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, workers: int, bar: _SeedBar) -> list[SeedRun]:
+def _train_seeds(
+    config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, workers: int, bar: _SeedBar
+) -> list[SeedRun]:
     """One Ray task per seed, at most ``workers`` in flight; the runs in finishing order."""
     import ray
 
@@ -129,8 +144,10 @@ def _train_seeds(config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, w
             try:
                 runs.append(ray.get(ref))
             except died as err:
-                raise SrolloutError(f"seed {seed}: its Ray worker died 3 times ({type(err).__name__}); "
-                                    f"rerun with --resume to continue from its last checkpoint") from err
+                raise SrolloutError(
+                    f"seed {seed}: its Ray worker died 3 times ({type(err).__name__}); "
+                    f"rerun with --resume to continue from its last checkpoint"
+                ) from err
             except ray.exceptions.RayTaskError as err:
                 raise remote_cause(err) from err
             bar.seed_done(runs[-1])
@@ -149,7 +166,10 @@ def _train_seed(config: TrainOnpolicyConfig, seed: int, out: str) -> SeedRun:
     resumed = (directory / "manifest.json").exists()
     if directory.exists() and not resumed:  # killed before its manifest: nothing to keep
         shutil.rmtree(directory)
-    run_train_onpolicy(replace(config, seeds=(seed,), out=directory, resume=resumed, overwrite=False), progress=False)
+    run_train_onpolicy(
+        replace(config, seeds=(seed,), out=directory, resume=resumed, overwrite=False),
+        progress=False,
+    )
     return SeedRun(seed, socket.gethostname(), os.getpid(), time.perf_counter() - t0, resumed)
 
 
@@ -161,15 +181,19 @@ def _complete(directory: Path) -> bool:
 def _check_parallel_run(run_dir: Path) -> None:
     """Refuse to resume with ``--workers`` a run whose checkpoints are not per-seed runs."""
     path = run_dir / "manifest.json"
-    started_parallel = (run_dir / SEEDS_DIR).is_dir() or (path.exists() and "dist" in json.loads(path.read_text()))
+    started_parallel = (run_dir / SEEDS_DIR).is_dir() or (
+        path.exists() and "dist" in json.loads(path.read_text())
+    )
     if not started_parallel:
-        raise SrolloutError(f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed runs); "
-                            "resume it without --workers")
+        raise SrolloutError(
+            f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed "
+            "runs); resume it without --workers"
+        )
 
 
 def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
-    """``RUN/checkpoints/seed<S>-<arm>`` -> ``../seeds/seed<S>/checkpoints/seed<S>-<arm>`` (relative,
-    so the run directory can move)."""
+    """``RUN/checkpoints/seed<S>-<arm>`` -> ``../seeds/seed<S>/checkpoints/seed<S>-<arm>``
+    (relative, so the run directory can move)."""
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
     for seed in config.seeds:
@@ -180,7 +204,10 @@ def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
             if link.is_symlink():
                 link.unlink()
             elif link.exists():
-                raise SrolloutError(f"{link} is a checkpoint directory, not a link to a seed run; resume without --workers")
+                raise SrolloutError(
+                    f"{link} is a checkpoint directory, not a "
+                    "link to a seed run; resume without --workers"
+                )
             link.symlink_to(target, target_is_directory=True)
 
 
@@ -188,7 +215,16 @@ class _SeedBar(StageBar):
     """A rich progress bar over seeds (no-op when disabled or without a console)."""
 
     def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
-        super().__init__(console, "train-onpolicy seeds", total, enabled=enabled and console is not None, completed=done, eta=False)
+        super().__init__(
+            console,
+            "train-onpolicy seeds",
+            total,
+            enabled=enabled and console is not None,
+            completed=done,
+            eta=False,
+        )
 
     def seed_done(self, run: SeedRun) -> None:
-        self.update(advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}")
+        self.update(
+            advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}"
+        )

@@ -40,7 +40,11 @@ def rng_states() -> dict[str, Any]:
     import numpy as np
     import torch
 
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def restore_rng(states: dict[str, Any]) -> None:
@@ -79,5 +83,7 @@ def load_state(directory: Path) -> ArmState | None:
     try:
         data = torch.load(path, weights_only=False)
     except Exception as err:  # a foreign or damaged file
-        raise SrolloutError(f"{path}: unreadable checkpoint ({type(err).__name__}); rerun with --overwrite") from err
+        raise SrolloutError(
+            f"{path}: unreadable checkpoint ({type(err).__name__}); rerun with --overwrite"
+        ) from err
     return ArmState(**data)

@@ -38,10 +38,25 @@ def greedy_eval(
     if not tasks:
         return []
     records: list[Any] = []
-    settings = RolloutSettings(G=1, T_max=T_max, seed=seed, concurrency=len(tasks), signal_K=(), arm="eval")
-    run_groups(make_specs(tasks, len(tasks)), policy, env_factory, prompter, settings, on_group=records.append)
+    settings = RolloutSettings(
+        G=1, T_max=T_max, seed=seed, concurrency=len(tasks), signal_K=(), arm="eval"
+    )
+    run_groups(
+        make_specs(tasks, len(tasks)),
+        policy,
+        env_factory,
+        prompter,
+        settings,
+        on_group=records.append,
+    )
     records.sort(key=lambda r: r.spec.index)
     return [
-        EvalOutcome(r.spec.task.task_id, r.spec.task.task_type, r.trajs[0].success, r.trajs[0].reward, len(r.trajs[0].steps))
+        EvalOutcome(
+            r.spec.task.task_id,
+            r.spec.task.task_type,
+            r.trajs[0].success,
+            r.trajs[0].reward,
+            len(r.trajs[0].steps),
+        )
         for r in records
     ]

@@ -31,7 +31,9 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         if self.r < 1 or self.alpha < 1:
-            raise SrolloutError(f"LoRA rank and alpha must be >= 1, got r={self.r}, alpha={self.alpha}")
+            raise SrolloutError(
+                f"LoRA rank and alpha must be >= 1, got r={self.r}, alpha={self.alpha}"
+            )
         if not self.targets:
             raise SrolloutError("LoRA needs at least one target module")
 
@@ -50,7 +52,9 @@ def attach_lora(model: Any, settings: LoraSettings, seed: int) -> Any:
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     missing = [t for t in settings.targets if t not in names]
     if missing:
-        raise SrolloutError(f"LoRA target modules {missing} are not in the model (it has e.g. {sorted(names)[:8]})")
+        raise SrolloutError(
+            f"LoRA target modules {missing} are not in the model (it has e.g. {sorted(names)[:8]})"
+        )
     config = LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
@@ -62,7 +66,9 @@ def attach_lora(model: Any, settings: LoraSettings, seed: int) -> Any:
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         # peft asks transformers a deprecated question on every wrap; the answer is fine
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning
+        )
         peft_model = get_peft_model(model, config)
     peft_model.eval()  # no dropout anywhere: the update is a deterministic function of the batch
     return peft_model
@@ -87,7 +93,9 @@ def load_adapter_state(model: Any, state: dict[str, Any]) -> None:
     result = set_peft_model_state_dict(model, state)
     unexpected = getattr(result, "unexpected_keys", None)
     if unexpected:
-        raise SrolloutError(f"adapter checkpoint does not match the model: unexpected keys {unexpected[:3]}")
+        raise SrolloutError(
+            f"adapter checkpoint does not match the model: unexpected keys {unexpected[:3]}"
+        )
 
 
 def save_adapter(model: Any, path: str | Path) -> Path:

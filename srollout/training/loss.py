@@ -39,7 +39,9 @@ class PaddedBatch:
     target_mask: torch.Tensor
 
 
-def pad_batch(token_ids: Sequence[Sequence[int]], action_mask: Sequence[Sequence[bool]], pad_id: int = 0) -> PaddedBatch:
+def pad_batch(
+    token_ids: Sequence[Sequence[int]], action_mask: Sequence[Sequence[bool]], pad_id: int = 0
+) -> PaddedBatch:
     """Pad ragged trajectories to one [N, L] batch; the first token can never be a target."""
     if len(token_ids) != len(action_mask):
         raise ValueError("token_ids and action_mask must have the same number of trajectories")
@@ -116,7 +118,9 @@ def grpo_loss(
         ratio = torch.exp(logp - old_logprobs.detach())
         clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
         per_token = torch.minimum(ratio * adv, clipped * adv)
-        clip_frac = float(((ratio - clipped).abs() > 1e-6)[mask].float().mean()) if mask.any() else 0.0
+        clip_frac = (
+            float(((ratio - clipped).abs() > 1e-6)[mask].float().mean()) if mask.any() else 0.0
+        )
     per_token = per_token * mask
 
     kl_value = 0.0
@@ -131,7 +135,9 @@ def grpo_loss(
     if seq_weights is None:
         seq_weights = sequence_weights(denominator, n_tok_per_seq.tolist(), constant=constant)
     elif len(seq_weights) != len(token_ids):
-        raise ValueError(f"seq_weights has {len(seq_weights)} entries for {len(token_ids)} trajectories")
+        raise ValueError(
+            f"seq_weights has {len(seq_weights)} entries for {len(token_ids)} trajectories"
+        )
     weights = torch.as_tensor(np.asarray(seq_weights, dtype=np.float32), dtype=torch.float32)
     loss = -(weights * per_token.sum(dim=1)).sum()
     n_tokens = int(mask.sum())

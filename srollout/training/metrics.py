@@ -110,9 +110,16 @@ class TrainMetrics:
     @staticmethod
     def fields_of(stats: Any, denominator: str) -> dict[str, Any]:
         """The shared fields from an :class:`~srollout.training.update.UpdateStats`."""
-        return dict(loss=stats.loss, grad_l2=stats.grad_l2, zero_adv_frac=stats.zero_adv_frac,
-                    trajectories=stats.n_traj, action_tokens=stats.n_tokens,
-                    mean_logp=stats.mean_logp, stepped=stats.stepped, denominator=denominator)
+        return dict(
+            loss=stats.loss,
+            grad_l2=stats.grad_l2,
+            zero_adv_frac=stats.zero_adv_frac,
+            trajectories=stats.n_traj,
+            action_tokens=stats.n_tokens,
+            mean_logp=stats.mean_logp,
+            stepped=stats.stepped,
+            denominator=denominator,
+        )
 
 
 # --- train-onpolicy: one row per (arm, seed, iteration) -----------------------------------------
@@ -187,15 +194,25 @@ class IterationMetrics:
         rollout = _namespaced("rollout", self.rollout)
         if self.rollout.adapter_iteration is None:
             del rollout["rollout/adapter_iteration"]
-        return {"arm": self.arm, "seed": self.seed, "iteration": self.iteration, **rollout,
-                **_namespaced("gate", self.gate), **_namespaced("train", self.train),
-                **_namespaced("time", self.time)}
+        return {
+            "arm": self.arm,
+            "seed": self.seed,
+            "iteration": self.iteration,
+            **rollout,
+            **_namespaced("gate", self.gate),
+            **_namespaced("train", self.train),
+            **_namespaced("time", self.time),
+        }
 
 
 def onpolicy_columns() -> list[str]:
     """The columns of an on-policy row, in order (``rollout/adapter_iteration``: vLLM only)."""
-    parts = (("rollout", RolloutMetrics), ("gate", GateMetrics), ("train", OnpolicyTrain),
-             ("time", IterationTimes))
+    parts = (
+        ("rollout", RolloutMetrics),
+        ("gate", GateMetrics),
+        ("train", OnpolicyTrain),
+        ("time", IterationTimes),
+    )
     namespaced = [f"{ns}/{f.name}" for ns, kind in parts for f in fields(kind)]
     return ["arm", "seed", "iteration", *namespaced]
 
@@ -245,6 +262,11 @@ class StepMetrics:
     time: StepTimes
 
     def row(self) -> dict[str, Any]:
-        return {"arm": self.arm, "seed": self.seed, "step": self.step,
-                **_namespaced("gate", self.gate), **_namespaced("train", self.train),
-                **_namespaced("time", self.time)}
+        return {
+            "arm": self.arm,
+            "seed": self.seed,
+            "step": self.step,
+            **_namespaced("gate", self.gate),
+            **_namespaced("train", self.train),
+            **_namespaced("time", self.time),
+        }

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from srollout.training.lora import LoraSettings, attach_lora
+
+if TYPE_CHECKING:
+    from srollout.core.gate import Gate
 
 
 class TrainableModel(NamedTuple):
@@ -19,7 +22,9 @@ class TrainableModel(NamedTuple):
     pad_id: int
 
 
-def load_trainable(model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None) -> TrainableModel:
+def load_trainable(
+    model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None
+) -> TrainableModel:
     """Load ``model`` (``default``/None = the embedded default policy) in float32 on CPU, merge
     an existing ``adapter`` into it (the policy a buffer was collected with), and attach a fresh
     LoRA adapter seeded by ``seed``."""
@@ -35,7 +40,7 @@ def load_trainable(model: str | Path | None, lora: LoraSettings, seed: int, adap
     return TrainableModel(peft_model, tokenizer, Path(path), int(pad if pad is not None else 0))
 
 
-def gate_description(gate: Any, K: int) -> str:
+def gate_description(gate: Gate, K: int) -> str:
     """One line for reports: the rule and its operating point."""
     d = gate.to_dict() if hasattr(gate, "to_dict") else {}
     rule = d.get("rule", type(gate).__name__)

@@ -103,8 +103,9 @@ def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> 
     return sorted(rng.choice(len(pool), size=n, replace=False).tolist())
 
 
-def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_index: int, n: int,
-                      seed: int) -> list[int]:
+def extra_round_tasks(
+    pool_size: int, used: set[int], iteration: int, round_index: int, n: int, seed: int
+) -> list[int]:
     """Indices of up to ``n`` prompts for DAPO's extra round ``round_index`` (>= 1) of
     ``iteration``: distinct, none of ``used`` (this iteration's prompts so far), a draw of
     (seed, iteration, round); fewer (or none) when the pool runs out."""
@@ -116,8 +117,9 @@ def extra_round_tasks(pool_size: int, used: set[int], iteration: int, round_inde
     return sorted(int(free[i]) for i in rng.choice(len(free), size=k, replace=False))
 
 
-def dapo_group_index(iterations: int, prompts: int, max_rounds: int, iteration: int,
-                     round_index: int, j: int) -> int:
+def dapo_group_index(
+    iterations: int, prompts: int, max_rounds: int, iteration: int, round_index: int, j: int
+) -> int:
     """Group index of the j-th group of DAPO's extra round ``round_index`` (>= 1) of ``iteration``:
     after every first-round index ((iterations x prompts) of them), so seeds never collide."""
     return (iterations + (iteration - 1) * max_rounds + (round_index - 1)) * prompts + j
@@ -134,8 +136,13 @@ class ArmRunner:
     evaluation's games and seeds do not depend on the run seed) and checkpoints iteration 0.
     """
 
-    def __init__(self, config: Any, spec: ArmContext, resume: bool = False,
-                 initial_evals: Sequence[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        spec: ArmContext,
+        resume: bool = False,
+        initial_evals: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.engine import RolloutSettings
         from srollout.training.checkpoint import (
@@ -156,15 +163,23 @@ class ArmRunner:
         self.config, self.spec = config, spec
         lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
         self.trainable = load_trainable(config.model, lora, spec.seed)
-        common = dict(model=self.trainable.model, tokenizer=self.trainable.tokenizer,
-                      max_new_tokens=config.max_new_tokens)
+        common = dict(
+            model=self.trainable.model,
+            tokenizer=self.trainable.tokenizer,
+            max_new_tokens=config.max_new_tokens,
+        )
         self.policy = self._rollout_policy(common)
         self.greedy = TransformersPolicy(self.trainable.path, temperature=0.0, **common)
         self.optimizer = make_optimizer(self.trainable.model, config.lr)
         self.settings = RolloutSettings(
-            G=config.G, T_max=config.T_max, seed=spec.seed, concurrency=config.concurrency,
-            signal_K=(spec.arm.gate_K or config.K,), gate=spec.arm.gate_rule,
-            gate_K=spec.arm.gate_K, arm=spec.arm.name,
+            G=config.G,
+            T_max=config.T_max,
+            seed=spec.seed,
+            concurrency=config.concurrency,
+            signal_K=(spec.arm.gate_K or config.K,),
+            gate=spec.arm.gate_rule,
+            gate_K=spec.arm.gate_K,
+            arm=spec.arm.name,
         )
         state = load_state(spec.ckpt_dir) if resume else None
         if state is not None:
@@ -173,13 +188,22 @@ class ArmRunner:
             restore_rng(state.rng)
         else:
             first = (
-                [{**e, "arm": spec.arm.name, "seed": spec.seed} for e in initial_evals
-                 if e["iteration"] == 0]
+                [
+                    {**e, "arm": spec.arm.name, "seed": spec.seed}
+                    for e in initial_evals
+                    if e["iteration"] == 0
+                ]
                 if initial_evals
                 else self.evaluate(0)
             )
-            state = ArmState(0, adapter_state(self.trainable.model), self.optimizer.state_dict(),
-                             rng_states(), [], first)
+            state = ArmState(
+                0,
+                adapter_state(self.trainable.model),
+                self.optimizer.state_dict(),
+                rng_states(),
+                [],
+                first,
+            )
             save_state(spec.ckpt_dir, state)
         self.iteration = state.iteration
         self.adapter_iteration: int | None = None  # whose weights the vLLM engine holds
@@ -205,12 +229,17 @@ class ArmRunner:
         from srollout.policy import make_policy
 
         extra: dict[str, Any] = (
-            {"base_url": config.base_url} if config.backend == "vllm-server"
+            {"base_url": config.base_url}
+            if config.backend == "vllm-server"
             else {"lora": True, "max_lora_rank": max(16, config.lora_r)}
         )
-        return make_policy(model=self.trainable.path, backend=config.backend,
-                           temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                           **extra)
+        return make_policy(
+            model=self.trainable.path,
+            backend=config.backend,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            **extra,
+        )
 
     def _sync_rollout_weights(self, iteration: int) -> None:
         """vLLM: save the adapter as it is after ``iteration`` updates and load it into the engine
@@ -240,9 +269,11 @@ class ArmRunner:
         skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed)
         path = self.spec.ckpt_dir / GRESO_FILE
         if resume and path.exists():
-            skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed,
-                                   [GresoOutcome(*o) for o in
-                                    json.loads(path.read_text())["history"]])
+            skipper = GresoSkipper(
+                self.config.greso_p_explore,
+                self.spec.seed,
+                [GresoOutcome(*o) for o in json.loads(path.read_text())["history"]],
+            )
             skipper.truncate(self.iteration)
         return skipper
 
@@ -255,10 +286,13 @@ class ArmRunner:
         from srollout.training.evaluate import greedy_eval
 
         spec = self.spec
-        outcomes = greedy_eval(self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks,
-                               self.config.T_max)
-        return [{"arm": spec.arm.name, "seed": spec.seed, "iteration": iteration, **o._asdict()}
-                for o in outcomes]
+        outcomes = greedy_eval(
+            self.greedy, spec.env_factory, spec.prompter, spec.eval_tasks, self.config.T_max
+        )
+        return [
+            {"arm": spec.arm.name, "seed": spec.seed, "iteration": iteration, **o._asdict()}
+            for o in outcomes
+        ]
 
     def _roll(self, specs: list[Any], totals: _RolloutTotals) -> list[Any]:
         """Roll ``specs`` out through the engine (games warmed up untimed first); add the round's
@@ -269,8 +303,14 @@ class ArmRunner:
         spec = self.spec
         totals.warmup_s += warm_up(spec.env_factory, [g.task for g in specs])
         records: list[Any] = []
-        summary = run_groups(specs, self.policy, spec.env_factory, spec.prompter, self.settings,
-                             on_group=records.append)
+        summary = run_groups(
+            specs,
+            self.policy,
+            spec.env_factory,
+            spec.prompter,
+            self.settings,
+            on_group=records.append,
+        )
         totals.rollout_s += summary.wall_s
         totals.env_steps += summary.rows
         totals.gen_tokens += summary.n_gen_tokens
@@ -291,8 +331,10 @@ class ArmRunner:
         iteration, prompts = self.iteration + 1, config.prompts_per_iter
         # 1. prompts (GRESO skips some before any rollout) and rollouts
         picked = iteration_tasks(spec.train_tasks, iteration, prompts, spec.seed)
-        specs = [GroupSpec(index=(iteration - 1) * prompts + j, task=spec.train_tasks[i])
-                 for j, i in enumerate(picked)]
+        specs = [
+            GroupSpec(index=(iteration - 1) * prompts + j, task=spec.train_tasks[i])
+            for j, i in enumerate(picked)
+        ]
         n_skipped = 0
         if self.greso is not None:
             keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
@@ -306,12 +348,19 @@ class ArmRunner:
             def sample_round(n_needed: int, r: int) -> list[Any]:
                 if r == 0:
                     return self._roll(specs, totals)
-                extra = extra_round_tasks(len(spec.train_tasks), used, iteration, r, n_needed,
-                                          spec.seed)
+                extra = extra_round_tasks(
+                    len(spec.train_tasks), used, iteration, r, n_needed, spec.seed
+                )
                 used.update(extra)
-                more = [GroupSpec(index=dapo_group_index(config.iterations, prompts,
-                                                         config.dapo_max_rounds, iteration, r, j),
-                                  task=spec.train_tasks[i]) for j, i in enumerate(extra)]
+                more = [
+                    GroupSpec(
+                        index=dapo_group_index(
+                            config.iterations, prompts, config.dapo_max_rounds, iteration, r, j
+                        ),
+                        task=spec.train_tasks[i],
+                    )
+                    for j, i in enumerate(extra)
+                ]
                 return self._roll(more, totals) if more else []
 
             filled = dapo_fill(prompts, sample_round, config.dapo_max_rounds)
@@ -324,20 +373,27 @@ class ArmRunner:
             kept = [r for r in records if not r.cut]
         if self.greso is not None:
             for r in records:  # a cut group gave no gradient: it counts as zero-variance
-                self.greso.record(r.spec.task.task_id, iteration,
-                                  r.cut or is_zero_variance(r.rewards))
+                self.greso.record(
+                    r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
+                )
         outcomes = [
             GroupOutcome(
-                r.group_id, r.rewards,
+                r.group_id,
+                r.rewards,
                 [t.tokens.token_ids if t.tokens is not None else [] for t in r.trajs],
                 [t.tokens.action_mask if t.tokens is not None else [] for t in r.trajs],
             )
             for r in kept
         ]
         stats = grpo_update(
-            trainable.model, self.optimizer, samples_from_groups(outcomes),
-            denominator=config.denominator, constant=config.denominator_constant,
-            clip_eps=config.clip_eps, kl_coef=config.kl_coef, micro_batch=config.micro_batch,
+            trainable.model,
+            self.optimizer,
+            samples_from_groups(outcomes),
+            denominator=config.denominator,
+            constant=config.denominator_constant,
+            clip_eps=config.clip_eps,
+            kl_coef=config.kl_coef,
+            micro_batch=config.micro_batch,
             pad_id=trainable.pad_id,
         )
         # 3. sync: transformers policies share the updated module (no KV cache may outlive the
@@ -345,8 +401,9 @@ class ArmRunner:
         sync_start = time.perf_counter()
         rolled_with = self.adapter_iteration
         if getattr(self.policy, "live", False) or self.greedy.live:
-            raise RuntimeError("trajectories still live after the rollout; "
-                               "their KV caches would be stale")
+            raise RuntimeError(
+                "trajectories still live after the rollout; their KV caches would be stale"
+            )
         self._sync_rollout_weights(iteration)
         sync_s = time.perf_counter() - sync_start
         iter_s = totals.rollout_s + stats.update_s + sync_s
@@ -358,23 +415,37 @@ class ArmRunner:
         eval_s = time.perf_counter() - eval_start
         n_zero_var_kept = sum(max(r.rewards) == min(r.rewards) for r in kept)
         metrics = IterationMetrics(
-            arm=arm.name, seed=spec.seed, iteration=iteration,
+            arm=arm.name,
+            seed=spec.seed,
+            iteration=iteration,
             rollout=RolloutMetrics(
-                groups=len(records), env_steps=totals.env_steps, gen_tokens=totals.gen_tokens,
+                groups=len(records),
+                env_steps=totals.env_steps,
+                gen_tokens=totals.gen_tokens,
                 reward=_mean_reward(records),
                 # the weights that generated this iteration's rollouts (iteration - 1 when fresh)
                 adapter_iteration=rolled_with if self.on_vllm else None,
             ),
             gate=GateMetrics(
-                cuts=sum(r.cut for r in records), kept=len(kept), zero_var_kept=n_zero_var_kept,
-                useful=len(kept) - n_zero_var_kept, skipped=n_skipped, dapo_rounds=n_rounds,
+                cuts=sum(r.cut for r in records),
+                kept=len(kept),
+                zero_var_kept=n_zero_var_kept,
+                useful=len(kept) - n_zero_var_kept,
+                skipped=n_skipped,
+                dapo_rounds=n_rounds,
                 dapo_hit_cap=dapo_hit_cap,
             ),
-            train=OnpolicyTrain(**TrainMetrics.fields_of(stats, config.denominator),
-                                reward=_mean_reward(kept)),
+            train=OnpolicyTrain(
+                **TrainMetrics.fields_of(stats, config.denominator), reward=_mean_reward(kept)
+            ),
             time=IterationTimes(
-                rollout_s=totals.rollout_s, update_s=stats.update_s, sync_s=sync_s, iter_s=iter_s,
-                cum_s=self.cum_s, warmup_s=totals.warmup_s, eval_s=eval_s,
+                rollout_s=totals.rollout_s,
+                update_s=stats.update_s,
+                sync_s=sync_s,
+                iter_s=iter_s,
+                cum_s=self.cum_s,
+                warmup_s=totals.warmup_s,
+                eval_s=eval_s,
             ),
         )
         self.metrics.append(metrics.row())
@@ -385,18 +456,33 @@ class ArmRunner:
             from srollout.atomic import atomic_write_json
 
             history = [list(o) for o in self.greso.history()]
-            atomic_write_json({"iteration": iteration, "history": history},
-                              spec.ckpt_dir / GRESO_FILE)
-        save_state(spec.ckpt_dir, ArmState(iteration, adapter_state(trainable.model),
-                                           self.optimizer.state_dict(), rng_states(), self.metrics,
-                                           self.evals, complete=self.done))
+            atomic_write_json(
+                {"iteration": iteration, "history": history}, spec.ckpt_dir / GRESO_FILE
+            )
+        save_state(
+            spec.ckpt_dir,
+            ArmState(
+                iteration,
+                adapter_state(trainable.model),
+                self.optimizer.state_dict(),
+                rng_states(),
+                self.metrics,
+                self.evals,
+                complete=self.done,
+            ),
+        )
         return metrics
 
     def result(self, stopped: bool = False) -> ArmResult:
         from srollout.training.lora import adapter_state
 
-        return ArmResult(self.metrics, self.evals, adapter_state(self.trainable.model),
-                         self.trainable.model, stopped)
+        return ArmResult(
+            self.metrics,
+            self.evals,
+            adapter_state(self.trainable.model),
+            self.trainable.model,
+            stopped,
+        )
 
 
 def train_arm(

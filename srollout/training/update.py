@@ -172,7 +172,9 @@ def _n_targets(action_mask: Sequence[bool]) -> int:
     return int(sum(bool(m) for m in list(action_mask)[1:]))
 
 
-def truncate_after_last_action(token_ids: Sequence[int], action_mask: Sequence[bool]) -> tuple[list[int], list[bool]]:
+def truncate_after_last_action(
+    token_ids: Sequence[int], action_mask: Sequence[bool]
+) -> tuple[list[int], list[bool]]:
     """Drop the tail after the last action token: it carries no loss, and a causal model's
     log-probabilities before it do not depend on it, so the loss is unchanged and cheaper."""
     mask = list(action_mask)

@@ -52,8 +52,9 @@ def model(tiny_policy):
 def _cfg(**over):
     from srollout.default_policy.recipe import BuildConfig
 
-    return dataclasses.replace(BuildConfig(), thoughts="none", user_template=TEMPLATE,
-                               correction_G=2, **over)
+    return dataclasses.replace(
+        BuildConfig(), thoughts="none", user_template=TEMPLATE, correction_G=2, **over
+    )
 
 
 def test_with_beta_one_the_expert_plays_every_step_and_every_turn_is_trained(tasks, model):
@@ -138,12 +139,20 @@ def test_relabel_branches_by_hand():
     from srollout.default_policy.dagger import relabel_branches
     from srollout.policy.chat import Turn
 
-    turns = [Turn("u1", "Action: a1", True), Turn("u2", "Action: bad", False),
-             Turn("u3", "Action: a3", True), Turn("u4", "Thought: hm", False)]
+    turns = [
+        Turn("u1", "Action: a1", True),
+        Turn("u2", "Action: bad", False),
+        Turn("u3", "Action: a3", True),
+        Turn("u4", "Thought: hm", False),
+    ]
     assert relabel_branches(turns, [(1, "Action: a2"), (3, "Action: a4")]) == [
         [Turn("u1", "Action: a1", False), Turn("u2", "Action: a2", True)],
-        [Turn("u1", "Action: a1", False), Turn("u2", "Action: bad", False),
-         Turn("u3", "Action: a3", False), Turn("u4", "Action: a4", True)],
+        [
+            Turn("u1", "Action: a1", False),
+            Turn("u2", "Action: bad", False),
+            Turn("u3", "Action: a3", False),
+            Turn("u4", "Action: a4", True),
+        ],
     ]
     assert relabel_branches(turns, []) == []
 
@@ -163,10 +172,19 @@ def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
     from srollout.default_policy.build import TINY_CONFIG, build_from_demos, synthetic_demos
     from srollout.envs.prompts import model_prompt, system_prompt
 
-    cfg = dataclasses.replace(TINY_CONFIG, epochs=1, n_demo_tasks=2, correction_rounds=1,
-                              correction_tasks=2, correction_G=2, correction_beta=1.0,
-                              correction_epochs=1, correction_replay=3, user_template=TEMPLATE,
-                              max_context=8192)  # room for 30 ReAct turns
+    cfg = dataclasses.replace(
+        TINY_CONFIG,
+        epochs=1,
+        n_demo_tasks=2,
+        correction_rounds=1,
+        correction_tasks=2,
+        correction_G=2,
+        correction_beta=1.0,
+        correction_epochs=1,
+        correction_replay=3,
+        user_template=TEMPLATE,
+        max_context=8192,
+    )  # room for 30 ReAct turns
     build_from_demos(synthetic_demos(8, seed=1), cfg, tmp_path / "m")
     info = json.loads((tmp_path / "m" / "build.json").read_text())
     (r,) = info["dagger_rounds"]
@@ -175,17 +193,21 @@ def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
     assert model_prompt(tmp_path / "m") == (system_prompt(), TEMPLATE)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("thoughts", "verbose", "BuildConfig.thoughts: expected one of none, react, scratchpad"),
-    ("take", "eager", "BuildConfig.take: expected one of planned, greedy"),
-    ("user_template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
-    ("correction_beta", 1.5, "correction_beta in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("thoughts", "verbose", "BuildConfig.thoughts: expected one of none, react, scratchpad"),
+        ("take", "eager", "BuildConfig.take: expected one of planned, greedy"),
+        ("user_template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
+        ("correction_beta", 1.5, "correction_beta in [0, 1]"),
+    ],
+)
 def test_a_bad_build_config_is_refused_before_any_work(field, value, message, tmp_path):
     from srollout.default_policy.build import TINY_CONFIG, build_default_policy
     from srollout.errors import SrolloutError
 
     with pytest.raises(SrolloutError, match=re.escape(message)):
-        build_default_policy(dataclasses.replace(TINY_CONFIG, **{field: value}), out=tmp_path / "m",
-                             quiet=True)
+        build_default_policy(
+            dataclasses.replace(TINY_CONFIG, **{field: value}), out=tmp_path / "m", quiet=True
+        )
     assert not (tmp_path / "m").exists()

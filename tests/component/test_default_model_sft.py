@@ -21,7 +21,9 @@ def _setup(template: str):
 
     torch.set_num_threads(1)
     demos = synthetic_demos(6, seed=3)
-    cfg = dataclasses.replace(TINY_CONFIG, template=template, epochs=1, lr=0.0, batch_tokens=1 << 20)
+    cfg = dataclasses.replace(
+        TINY_CONFIG, template=template, epochs=1, lr=0.0, batch_tokens=1 << 20
+    )
     tok = train_tokenizer(demo_texts(demos, template), cfg.vocab_size, template)
     im_end = tok.convert_tokens_to_ids(IM_END)
     examples = [tokenize_chat(tok, d.system, d.turns, im_end) for d in demos]
@@ -44,7 +46,11 @@ def _reference(model, examples, obs_w: float) -> float:
             logits = model(ids).logits[0, :-1].float()
         ce = F.cross_entropy(logits, ids[0, 1:], reduction="none")
         loss = torch.tensor(ex.loss_mask[1:])
-        obs = ~torch.tensor(ex.action_mask[1:]) if ex.obs_mask is None else torch.tensor(ex.obs_mask[1:])
+        obs = (
+            ~torch.tensor(ex.action_mask[1:])
+            if ex.obs_mask is None
+            else torch.tensor(ex.obs_mask[1:])
+        )
         obs[:n_pre] = False  # targets 1..n_pre: the system prefix
         act_sum += float(ce[loss].sum())
         act_n += int(loss.sum())
@@ -66,7 +72,9 @@ def test_sft_loss_is_action_ce_plus_weighted_observation_ce(obs_w):
     sft(model, examples, cfg, tok.pad_token_id, lambda s, t, loss: seen.append(loss))
     assert len(seen) == 1
     assert seen[0] == pytest.approx(_reference(model.eval(), examples, obs_w), rel=1e-4)
-    noise_tokens = sum(a and not m for ex in examples for a, m in zip(ex.action_mask, ex.loss_mask, strict=True))
+    noise_tokens = sum(
+        a and not m for ex in examples for a, m in zip(ex.action_mask, ex.loss_mask, strict=True)
+    )
     assert noise_tokens > 0  # the synthetic demos do hold noise turns
 
 
@@ -78,7 +86,10 @@ def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
 
     cfg, tok, examples, model = _setup("compact")
     cfg = dataclasses.replace(cfg, obs_loss_weight=0.5)
-    masked = [ex._replace(obs_mask=[False] * len(ex.token_ids)) if i < 2 else ex for i, ex in enumerate(examples)]
+    masked = [
+        ex._replace(obs_mask=[False] * len(ex.token_ids)) if i < 2 else ex
+        for i, ex in enumerate(examples)
+    ]
     seen = []
     model.train()
     sft(model, masked, cfg, tok.pad_token_id, lambda s, t, loss: seen.append(loss))
@@ -130,17 +141,33 @@ def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_buil
     assert config_hash(dataclasses.replace(cfg, bf16=False)) == "528086900d8d"
     # a rounds setting without rounds changes nothing; anything that changes the build does
     assert config_hash(dataclasses.replace(cfg, correction_tasks=10)) == "5f0694242274"
-    changed = [dataclasses.replace(cfg, **kw) for kw in (
-        {"take": "greedy"}, {"thoughts": "react"}, {"correction_rounds": 1},
-        {"user_template": "Observation: {observation}\nTask: {task}."}, {"epochs": 2})]
+    changed = [
+        dataclasses.replace(cfg, **kw)
+        for kw in (
+            {"take": "greedy"},
+            {"thoughts": "react"},
+            {"correction_rounds": 1},
+            {"user_template": "Observation: {observation}\nTask: {task}."},
+            {"epochs": 2},
+        )
+    ]
     hashes = {config_hash(c) for c in changed}
     assert len(hashes) == len(changed) and "5f0694242274" not in hashes
     # the q3 recipe build of 2026-11-25 (docs/benchmarks.md) keeps its key after correction_relabel
     # came in off; turned on it names another model
-    q3 = dataclasses.replace(cfg, take="greedy", max_context=8192, epochs=3, correction_rounds=2,
-                             user_template="Observation: {observation}\nTask: {task}.\nActions: {actions}.")
+    q3 = dataclasses.replace(
+        cfg,
+        take="greedy",
+        max_context=8192,
+        epochs=3,
+        correction_rounds=2,
+        user_template="Observation: {observation}\nTask: {task}.\nActions: {actions}.",
+    )
     assert config_hash(q3) == "87812bf28342"
-    assert config_hash(dataclasses.replace(q3, correction_relabel=True)) not in {"87812bf28342", *hashes}
+    assert config_hash(dataclasses.replace(q3, correction_relabel=True)) not in {
+        "87812bf28342",
+        *hashes,
+    }
 
 
 def test_round_examples_cut_the_won_and_drop_a_branch_too_long_to_keep_its_label():
@@ -152,14 +179,25 @@ def test_round_examples_cut_the_won_and_drop_a_branch_too_long_to_keep_its_label
     d = synthetic_demos(1, seed=5)[0]
     im_end = tok.convert_tokens_to_ids(IM_END)
     full = tokenize_chat(tok, d.system, d.turns, im_end)
-    short, long_ = relabel_branches(d.turns, [(1, "Action: look"), (len(d.turns) - 1, "Action: look")])
+    short, long_ = relabel_branches(
+        d.turns, [(1, "Action: look"), (len(d.turns) - 1, "Action: look")]
+    )
     n_short = len(tokenize_chat(tok, d.system, short, im_end).token_ids)
     limit = n_short + 1
-    assert len(full.token_ids) > limit and len(tokenize_chat(tok, d.system, long_, im_end).token_ids) > limit
-    won, branch = round_examples(tok, [(d.system, d.turns)], [(d.system, short), (d.system, long_)], limit)
+    assert (
+        len(full.token_ids) > limit
+        and len(tokenize_chat(tok, d.system, long_, im_end).token_ids) > limit
+    )
+    won, branch = round_examples(
+        tok, [(d.system, d.turns)], [(d.system, short), (d.system, long_)], limit
+    )
     # the won conversation is cut to the limit with the observation loss on; the short branch is
     # whole, trains only its last response and no observation; the long one is gone
     assert won.token_ids == full.token_ids[:limit] and won.obs_mask is None
     assert len(branch.token_ids) == n_short and branch.obs_mask == [False] * n_short
     last = tokenize_chat(tok, d.system, short, im_end)
-    assert branch.loss_mask == last.loss_mask and sum(branch.loss_mask) == len(tok("Action: look", add_special_tokens=False)["input_ids"]) + 1
+    assert (
+        branch.loss_mask == last.loss_mask
+        and sum(branch.loss_mask)
+        == len(tok("Action: look", add_special_tokens=False)["input_ids"]) + 1
+    )

@@ -39,7 +39,10 @@ def test_the_shipped_model_is_whole_and_small():
     assert total <= 15 * 2**20, f"{total / 2**20:.1f} MiB in the repository"
     cfg = json.loads((SHIPPED_DIR / "config.json").read_text())
     info = _build()
-    assert (cfg["hidden_size"], cfg["num_hidden_layers"]) == (info["config"]["d_model"], info["config"]["n_layers"])
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"]) == (
+        info["config"]["d_model"],
+        info["config"]["n_layers"],
+    )
     assert json.loads((SHIPPED_DIR / "tokenizer_config.json").read_text())["chat_template"]
 
 
@@ -48,7 +51,21 @@ def test_the_shipped_model_loads_and_plays_greedy_groups(run_cli, tmp_path):
     import polars as pl
 
     out = tmp_path / "run"
-    res = run_cli("collect", "--groups", "2", "--G", "2", "--T-max", "4", "--temperature", "0", "--signal-K", "2", "--out", out)
+    res = run_cli(
+        "collect",
+        "--groups",
+        "2",
+        "--G",
+        "2",
+        "--T-max",
+        "4",
+        "--temperature",
+        "0",
+        "--signal-K",
+        "2",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res
     steps = pl.read_parquet(out / "steps.parquet")
     # greedy: both trajectories of a group take the same actions; the model plays the game
@@ -73,12 +90,22 @@ def _damaged(tmp_path: Path, how: str) -> Path:
     return copy
 
 
-@pytest.mark.parametrize(("how", "file"), [("truncated", "model.safetensors"), ("missing", "model.safetensors"),
-                                           ("config", "config.json")])
-def test_a_damaged_default_is_one_line_naming_the_file_and_the_rebuild(run_cli, tmp_path, monkeypatch, how, file):
+@pytest.mark.parametrize(
+    ("how", "file"),
+    [
+        ("truncated", "model.safetensors"),
+        ("missing", "model.safetensors"),
+        ("config", "config.json"),
+    ],
+)
+def test_a_damaged_default_is_one_line_naming_the_file_and_the_rebuild(
+    run_cli, tmp_path, monkeypatch, how, file
+):
     monkeypatch.setattr("srollout.policy.shipped.SHIPPED_DIR", _damaged(tmp_path, how))
-    for args in (["collect", "--groups", "1", "--G", "2", "--T-max", "2", "--out", tmp_path / "run"],
-                 ["policy", "info", "default"]):
+    for args in (
+        ["collect", "--groups", "1", "--G", "2", "--T-max", "2", "--out", tmp_path / "run"],
+        ["policy", "info", "default"],
+    ):
         res = run_cli(*args)
         assert res.exit_code == 2, res
         err = " ".join(res.stderr.split())
@@ -86,7 +113,9 @@ def test_a_damaged_default_is_one_line_naming_the_file_and_the_rebuild(run_cli, 
         assert "Traceback" not in res.stderr + res.stdout
 
 
-def test_info_says_the_shipped_model_is_in_use_and_compares_a_cache_rebuild(run_cli, tmp_path, monkeypatch):
+def test_info_says_the_shipped_model_is_in_use_and_compares_a_cache_rebuild(
+    run_cli, tmp_path, monkeypatch
+):
     from srollout.default_policy.build import default_policy_dir
 
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))

@@ -50,8 +50,9 @@ def _play_policy(env, task, policy, seed, max_steps=30):
     key = TrajKey("g", 0)
     seen = [obs]
     for step in range(1, max_steps + 1):
-        req = ActRequest(key, step, seed, system_prompt(), user_turn(obs), info.admissible,
-                         info.expert_plan)
+        req = ActRequest(
+            key, step, seed, system_prompt(), user_turn(obs), info.admissible, info.expert_plan
+        )
         res = env.step(parse_response(policy.act([req])[0].text).action)
         seen.append(res.observation)
         obs, info = res.observation, res
@@ -126,7 +127,7 @@ def test_actions_are_normalised_before_the_engine_sees_them(tasks, env):
     walk = task.meta["walkthrough"]
     for a in walk[:-1]:
         assert env.step(a.upper() + ".").valid
-    obj, rec = walk[-1][len("move "):].split(" to ")
+    obj, rec = walk[-1][len("move ") :].split(" to ")
     put = f"Put the {obj} in/on {rec}"
     assert normalize_action(put) == walk[-1]
     r = env.step(put)
@@ -176,7 +177,10 @@ def test_group_members_share_the_parse_but_not_the_state(tasks):
         rf = fresh.step(walk[0])
         fresh.close()
         assert (r1.observation, r1.admissible, r1.expert_plan) == (
-            rf.observation, rf.admissible, rf.expert_plan)
+            rf.observation,
+            rf.admissible,
+            rf.expert_plan,
+        )
     finally:
         for e in envs:
             e.close()
@@ -207,8 +211,9 @@ def test_dialogue_equals_textworlds_stock_pddl_env(tasks):
     from srollout.envs.alfworld_env import AlfworldEnv, _engine, game_dict, strip_welcome
 
     eng = _engine()
-    infos = eng.textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True,
-                                   extras=["gamefile"])
+    infos = eng.textworld.EnvInfos(
+        won=True, admissible_commands=True, policy_commands=True, extras=["gamefile"]
+    )
     stock = eng.AlfredInfos(eng.AlfredDemangler(eng.PddlEnv(infos)))
     mine = AlfworldEnv()
     rng = random.Random(0)
@@ -276,20 +281,30 @@ def test_greedy_expert_takes_a_needed_object_at_first_sight_and_wins(tasks, env)
     names = re.compile(r"\b([a-z]+ \d+)\b")
     checked = 0
     for i, task in enumerate(tasks):
-        needed = {_kind(a[5:].split(" from ")[0]) for a in task.meta["walkthrough"] if a.startswith("take ")}
+        needed = {
+            _kind(a[5:].split(" from ")[0])
+            for a in task.meta["walkthrough"]
+            if a.startswith("take ")
+        }
         policy = ExpertPolicy(explore="listed", take="greedy")
         obs, info = env.reset(task, i)
         key = TrajKey("g", 0)
         holding, placed, won = "", set(), False
         for step in range(1, 31):
-            req = ActRequest(key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+            req = ActRequest(
+                key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan
+            )
             action = parse_response(policy.act([req])[0].text).action
             m = re.match(r"You (?:arrive at|open the) ([a-z]+ \d+)\.", obs)
             if m and not holding:
                 here = set(names.findall(obs)) - {m.group(1)} - placed
                 in_view = sorted(o for o in here if _kind(o) in needed)
                 if in_view:  # hands free and a needed kind in view: take it now, not later
-                    assert action == f"take {in_view[0]} from {m.group(1)}", (task.task_text, obs, action)
+                    assert action == f"take {in_view[0]} from {m.group(1)}", (
+                        task.task_text,
+                        obs,
+                        action,
+                    )
                     checked += 1
             res = env.step(action)
             assert res.valid, (task.task_text, obs, action)
@@ -321,9 +336,13 @@ def test_scratchpad_thought_is_what_to_find_and_the_receptacles_left_in_the_room
     key = TrajKey("g", 0)
     req = ActRequest(key, 1, 0, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
     text = policy.act([req])[0].text
-    assert text == f"Thought: Find {kind}. Unchecked: {', '.join(listed)}.\nAction: go to {listed[0]}"
+    assert (
+        text == f"Thought: Find {kind}. Unchecked: {', '.join(listed)}.\nAction: go to {listed[0]}"
+    )
     res = env.step(f"go to {listed[0]}")
-    req = ActRequest(key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan)
+    req = ActRequest(
+        key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan
+    )
     thought = parse_response(policy.act([req])[0].text).thought
     # the receptacle just reached is no longer listed, whether or not its inside was in view
     assert thought.endswith(f"Unchecked: {', '.join(listed[1:])}.")
@@ -347,7 +366,9 @@ def test_played_tells_the_expert_what_another_policy_did(tasks, env):
     other = f"go to {listed[-1]}"
     policy.played(key, other, info.admissible)
     res = env.step(other)
-    req = ActRequest(key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan)
+    req = ActRequest(
+        key, 2, 0, system_prompt(), user_turn(res.observation), res.admissible, res.expert_plan
+    )
     thought = parse_response(policy.act([req])[0].text).thought
     assert thought.endswith(f"Unchecked: {', '.join(listed[:-1])}."), thought
 
@@ -364,7 +385,9 @@ def test_greedy_noise_makes_the_mistakes_small_policies_make(tasks, env):
         recs = {a[6:] for a in info.admissible if a.startswith("go to ")}
         key, at = TrajKey("g", 0), ""
         for step in range(1, 21):
-            req = ActRequest(key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan)
+            req = ActRequest(
+                key, step, i, system_prompt(), user_turn(obs), info.admissible, info.expert_plan
+            )
             action = parse_response(policy.act([req])[0].text).action
             res = env.step(action)
             if policy.was_noise(key):
@@ -385,14 +408,26 @@ def test_greedy_noise_makes_the_mistakes_small_policies_make(tasks, env):
                 break
         policy.finish(key)
     assert n_noise >= 20
-    assert seen_kinds == {"go to where it stands", "go to a receptacle the room lacks", "take what is not there"}
+    assert seen_kinds == {
+        "go to where it stands",
+        "go to a receptacle the room lacks",
+        "take what is not there",
+    }
 
 
 def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
     from srollout.default_policy.demos import generate_demonstrations
 
-    kw = dict(episodes_per_task=2, noise=(0.1, 0.3), invalid_fraction=0.5, seed=3, progress=False,
-              explore="listed", take="greedy", thoughts="scratchpad")
+    kw = dict(
+        episodes_per_task=2,
+        noise=(0.1, 0.3),
+        invalid_fraction=0.5,
+        seed=3,
+        progress=False,
+        explore="listed",
+        take="greedy",
+        thoughts="scratchpad",
+    )
     one = generate_demonstrations(tasks[:3], **kw)
     two = generate_demonstrations(tasks[:3], **kw, workers=2)
     assert len(one) == 6 and [e.turns for e in one] == [e.turns for e in two]
@@ -405,8 +440,12 @@ def test_demonstrations_do_not_depend_on_the_number_of_workers(tasks):
     assert all(t.user == user_turn(t.observation) for t in turns)
     assert all(e.turns[0].observation.startswith("You are in the middle of a room.") for e in one)
     assert sum(not t.valid for t in turns) >= 2  # the noise made some invalid actions
-    assert all(b.observation == "Nothing happens." for e in one for a, b in zip(e.turns, e.turns[1:], strict=False)
-               if not a.valid)
+    assert all(
+        b.observation == "Nothing happens."
+        for e in one
+        for a, b in zip(e.turns, e.turns[1:], strict=False)
+        if not a.valid
+    )
 
 
 def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observations_in(tasks):
@@ -425,12 +464,25 @@ def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observati
         def keep(group):
             out[group.group_id] = [[s["response"] for s in t.steps] for t in group.trajs]
 
-        run_groups(make_specs(tasks[:3], 3), NoisyExpertPolicy(0.5, 1.0, explore="listed", thoughts="react"),
-                   lambda: AlfworldEnv(expert_plan=True), ReactPrompter(user_template=template),
-                   RolloutSettings(G=2, T_max=30, seed=3, signal_K=()), on_group=keep)
+        run_groups(
+            make_specs(tasks[:3], 3),
+            NoisyExpertPolicy(0.5, 1.0, explore="listed", thoughts="react"),
+            lambda: AlfworldEnv(expert_plan=True),
+            ReactPrompter(user_template=template),
+            RolloutSettings(G=2, T_max=30, seed=3, signal_K=()),
+            on_group=keep,
+        )
         return out
 
     plain = responses("Observation: {observation}")
     templated = responses("Observation: {observation}\nTask: {task}.\nActions: {actions}.")
     assert templated == plain
-    assert sum(r.startswith("Thought: That did not work.") for g in plain.values() for t in g for r in t) >= 3
+    assert (
+        sum(
+            r.startswith("Thought: That did not work.")
+            for g in plain.values()
+            for t in g
+            for r in t
+        )
+        >= 3
+    )

@@ -24,16 +24,27 @@ def test_type_counts_follow_the_paper_mix():
     from srollout.envs.tasks import type_counts
 
     c = type_counts(100)
-    assert [c[t] for t in ("pick_and_place_simple", "pick_two_obj_and_place",
-                           "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
-                           "pick_cool_then_place_in_recep", "look_at_obj_in_light")] == [
-        24, 20, 18, 11, 19, 8]
+    assert [
+        c[t]
+        for t in (
+            "pick_and_place_simple",
+            "pick_two_obj_and_place",
+            "pick_clean_then_place_in_recep",
+            "pick_heat_then_place_in_recep",
+            "pick_cool_then_place_in_recep",
+            "look_at_obj_in_light",
+        )
+    ] == [24, 20, 18, 11, 19, 8]
     # n=12: floors 2,2,2,1,2,0 (=9); the 3 largest remainders are look .96, simple .88, two .40
     c12 = type_counts(12)
-    assert (c12["look_at_obj_in_light"], c12["pick_and_place_simple"],
-            c12["pick_two_obj_and_place"], c12["pick_clean_then_place_in_recep"],
-            c12["pick_heat_then_place_in_recep"], c12["pick_cool_then_place_in_recep"]) == (
-        1, 3, 3, 2, 1, 2)
+    assert (
+        c12["look_at_obj_in_light"],
+        c12["pick_and_place_simple"],
+        c12["pick_two_obj_and_place"],
+        c12["pick_clean_then_place_in_recep"],
+        c12["pick_heat_then_place_in_recep"],
+        c12["pick_cool_then_place_in_recep"],
+    ) == (1, 3, 3, 2, 1, 2)
     for n in (1, 7, 33, 1000):
         assert sum(type_counts(n).values()) == n
 
@@ -145,10 +156,16 @@ def test_official_games_load_and_play(home, tmp_path, monkeypatch):
             data = json.loads(path.read_text())
             data["grammar"] = data["grammar"].replace(task.task_text.rstrip("."), "UNKNOWN GOAL")
             path.write_text(json.dumps(data))
-        p = {"object_target": "Apple", "parent_target": "Fridge", "toggle_target": "",
-             "mrecep_target": "", "object_sliced": False}
-        (trial / "traj_data.json").write_text(json.dumps({"task_type": task.task_type,
-                                                          "pddl_params": p}))
+        p = {
+            "object_target": "Apple",
+            "parent_target": "Fridge",
+            "toggle_target": "",
+            "mrecep_target": "",
+            "object_sliced": False,
+        }
+        (trial / "traj_data.json").write_text(
+            json.dumps({"task_type": task.task_type, "pddl_params": p})
+        )
     monkeypatch.setenv("ALFWORLD_DATA", str(root))
     official = load_task_set("valid_seen")
     assert len(official) == 2
@@ -169,10 +186,12 @@ def test_noisy_demonstrations_contain_recoveries_and_are_reproducible(home):
     from srollout.envs.tasks import load_task_set
 
     tasks = load_task_set("eval", n=6, progress=False)
-    demos = generate_demonstrations(tasks, 12, eps=(0.0, 0.5), seed=3, invalid_frac=0.5,
-                                    progress=False)
-    assert demos == generate_demonstrations(tasks, 12, eps=(0.0, 0.5), seed=3,
-                                            invalid_frac=0.5, progress=False)
+    demos = generate_demonstrations(
+        tasks, 12, eps=(0.0, 0.5), seed=3, invalid_frac=0.5, progress=False
+    )
+    assert demos == generate_demonstrations(
+        tasks, 12, eps=(0.0, 0.5), seed=3, invalid_frac=0.5, progress=False
+    )
     clean, noisy = demos[:6], demos[6:]
     assert all(e.eps == 0.0 and e.success for e in clean)
     assert not any(t.is_noise or not t.valid for e in clean for t in e.turns)
@@ -181,13 +200,16 @@ def test_noisy_demonstrations_contain_recoveries_and_are_reproducible(home):
     turns = [t for e in noisy for t in e.turns]
     assert any(t.is_noise for t in turns)
     # an invalid noise action is answered "Nothing happens." and followed by a non-noise turn
-    pairs = [(a, b) for e in noisy for a, b in zip(e.turns, e.turns[1:], strict=False) if not a.valid]
+    pairs = [
+        (a, b) for e in noisy for a, b in zip(e.turns, e.turns[1:], strict=False) if not a.valid
+    ]
     assert pairs and all(b.user == "Observation: Nothing happens." for _, b in pairs)
     assert all(a.is_noise for a, _ in pairs)  # only noise is ever invalid
     # every assistant turn is ReAct text that parses
     assert all(t.assistant.startswith("Thought: ") and "\nAction: " in t.assistant for t in turns)
     # the builder's spelling of the same call
-    alias = generate_demonstrations(tasks, episodes_per_task=2, noise=(0.0, 0.5), seed=3,
-                                    invalid_fraction=0.5, progress=False)
+    alias = generate_demonstrations(
+        tasks, episodes_per_task=2, noise=(0.0, 0.5), seed=3, invalid_fraction=0.5, progress=False
+    )
     assert [e.steps for e in alias] == [e.turns for e in demos]
     assert Counter(e.task_type for e in demos) == Counter(2 * [t.task_type for t in tasks])

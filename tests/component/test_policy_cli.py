@@ -48,8 +48,21 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     pytest.importorskip("alfworld")
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
     out = tmp_path / "m"
-    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1",
-            "--d-model", "48", "--n-layers", "1", "--threads", "1"]
+    args = [
+        "build",
+        "--out",
+        str(out),
+        "--n-demo-tasks",
+        "6",
+        "--demos-per-task",
+        "1",
+        "--d-model",
+        "48",
+        "--n-layers",
+        "1",
+        "--threads",
+        "1",
+    ]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
     # off a terminal each phase is the stages' bar, printing plain lines; a fresh home
@@ -59,8 +72,14 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     assert res.output.index("generating games: 6/6") < res.output.index("demonstrations: 6/6")
     assert "SFT: " in res.output and " steps loss " in res.output
     assert ": SFT in " in res.output  # the precision used is said (bf16 autocast or fp32)
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "build.json", "srollout.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "build.json",
+        "srollout.json",
+    ):
         assert (out / name).is_file()
     # the default build is fine-tuned on its own short prompt, which every stage then sends
     from srollout.default_policy.build import DEFAULT_POLICY_PROMPT
@@ -80,13 +99,17 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     assert "already built" in again.output
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--take", "eager", "BuildConfig.take: expected one of planned, greedy"),
-    ("--difficulty", "huge", "BuildConfig.difficulty: expected one of small, medium"),
-    ("--user-template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
-])
-def test_build_refuses_a_bad_recipe_option_before_any_work(option, value, message, tmp_path,
-                                                          monkeypatch):
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("--take", "eager", "BuildConfig.take: expected one of planned, greedy"),
+        ("--difficulty", "huge", "BuildConfig.difficulty: expected one of small, medium"),
+        ("--user-template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
+    ],
+)
+def test_build_refuses_a_bad_recipe_option_before_any_work(
+    option, value, message, tmp_path, monkeypatch
+):
     import re
 
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
@@ -102,11 +125,34 @@ def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
     pytest.importorskip("alfworld")
     monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
     out = tmp_path / "m"
-    args = ["build", "--out", str(out), "--n-demo-tasks", "6", "--demos-per-task", "1",
-            "--d-model", "48", "--n-layers", "1", "--threads", "1", "--take", "greedy",
-            "--user-template", r"Observation: {observation}\nTask: {task}.",  # a typed \n
-            "--max-context", "8192", "--correction-rounds", "1", "--correction-tasks", "2",
-            "--correction-beta", "1", "--correction-relabel"]
+    args = [
+        "build",
+        "--out",
+        str(out),
+        "--n-demo-tasks",
+        "6",
+        "--demos-per-task",
+        "1",
+        "--d-model",
+        "48",
+        "--n-layers",
+        "1",
+        "--threads",
+        "1",
+        "--take",
+        "greedy",
+        "--user-template",
+        r"Observation: {observation}\nTask: {task}.",  # a typed \n
+        "--max-context",
+        "8192",
+        "--correction-rounds",
+        "1",
+        "--correction-tasks",
+        "2",
+        "--correction-beta",
+        "1",
+        "--correction-relabel",
+    ]
     res = CliRunner().invoke(policy_app, args)
     assert res.exit_code == 0, res.output
     info = json.loads((out / "build.json").read_text())
@@ -133,8 +179,23 @@ def test_a_build_is_deterministic_from_its_seed(tmp_path, monkeypatch):
 
     def build(name: str, seed: int) -> tuple[dict, str]:
         out = tmp_path / name
-        args = ["build", "--out", str(out), "--n-demo-tasks", "4", "--demos-per-task", "1",
-                "--d-model", "32", "--n-layers", "1", "--threads", "2", "--seed", str(seed)]
+        args = [
+            "build",
+            "--out",
+            str(out),
+            "--n-demo-tasks",
+            "4",
+            "--demos-per-task",
+            "1",
+            "--d-model",
+            "32",
+            "--n-layers",
+            "1",
+            "--threads",
+            "2",
+            "--seed",
+            str(seed),
+        ]
         res = CliRunner().invoke(policy_app, args)
         assert res.exit_code == 0, res.output
         return load_file(out / "model.safetensors"), (out / "tokenizer.json").read_text()

@@ -50,7 +50,9 @@ def _rollout(policy, keys, n_steps=4, start=None, seed0=100):
             if 1 <= step <= n_steps:
                 user = OBS[(k.traj_idx + step) % len(OBS)]
                 users[k].append(user)
-                reqs.append(ActRequest(key=k, step=step, seed=seed0 + k.traj_idx, system=SYSTEM, user=user))
+                reqs.append(
+                    ActRequest(key=k, step=step, seed=seed0 + k.traj_idx, system=SYSTEM, user=user)
+                )
         if reqs:
             for r, a in zip(reqs, policy.act(reqs), strict=False):
                 texts[r.key].append(a.text)
@@ -64,7 +66,9 @@ STAGGER = {k: 1 + (k.traj_idx % 3) for k in KEYS}
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_kv_cache_matches_reencode(tiny_model, temperature):
-    kv_texts, kv_tok, _ = _rollout(_policy(tiny_model, temperature=temperature), KEYS, start=STAGGER)
+    kv_texts, kv_tok, _ = _rollout(
+        _policy(tiny_model, temperature=temperature), KEYS, start=STAGGER
+    )
     re_texts, re_tok, _ = _rollout(
         _policy(tiny_model, temperature=temperature, kv_reuse=False), KEYS, start=STAGGER
     )
@@ -93,7 +97,16 @@ def _ragged_calls(policy, keys, n_steps=3):
     per-call lists of response lengths."""
     out, lengths = {k: [] for k in keys}, []
     for step in range(1, n_steps + 1):
-        reqs = [ActRequest(key=k, step=step, seed=100 + k.traj_idx, system=SYSTEM, user=OBS[(k.traj_idx + step) % len(OBS)]) for k in keys]
+        reqs = [
+            ActRequest(
+                key=k,
+                step=step,
+                seed=100 + k.traj_idx,
+                system=SYSTEM,
+                user=OBS[(k.traj_idx + step) % len(OBS)],
+            )
+            for k in keys
+        ]
         resp = policy.act(reqs)
         lengths.append([r.n_gen_tokens for r in resp])
         for r, a in zip(reqs, resp, strict=True):
@@ -129,7 +142,9 @@ def test_rows_are_batched_by_context_length(tiny_model):
     generate = bucketed._generate
     bucketed._generate = lambda keys, feeds: (calls.append(len(keys)), generate(keys, feeds))[1]
     texts, tokens, _ = _rollout(bucketed, KEYS, start=STAGGER)
-    one_batch, one_tokens, _ = _rollout(_policy(tiny_model, temperature=1.0, bucket_ratio=0.0), KEYS, start=STAGGER)
+    one_batch, one_tokens, _ = _rollout(
+        _policy(tiny_model, temperature=1.0, bucket_ratio=0.0), KEYS, start=STAGGER
+    )
     assert texts == one_batch
     assert all(tokens[k].token_ids == one_tokens[k].token_ids for k in KEYS)
     ticks = len(range(1, 4 + max(STAGGER.values())))
@@ -162,10 +177,17 @@ def test_tokens_and_mask_round_trip(tiny_model):
         injected = tok.decode([t for t, m in zip(ids, mask, strict=False) if not m])
         for u in users[k]:
             assert u in injected
-        assert tok.decode([t for t, m in zip(ids, mask, strict=False) if m], skip_special_tokens=True).count(users[k][0]) == 0
+        assert (
+            tok.decode(
+                [t for t, m in zip(ids, mask, strict=False) if m], skip_special_tokens=True
+            ).count(users[k][0])
+            == 0
+        )
         if all(r[-1] == im_end for r in runs):
             # what the policy recorded is exactly what SFT tokenization of the same chat gives
-            chat = tokenize_chat(tok, SYSTEM, [Turn(u, t) for u, t in zip(users[k], texts[k], strict=False)], im_end)
+            chat = tokenize_chat(
+                tok, SYSTEM, [Turn(u, t) for u, t in zip(users[k], texts[k], strict=False)], im_end
+            )
             assert chat.token_ids == ids and chat.action_mask == mask
             compared += 1
     assert compared >= 1  # the SFT-vs-inference comparison really ran
@@ -229,7 +251,9 @@ def test_lora_adapter_loads_and_changes_outputs(tiny_model, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     torch.manual_seed(0)
     # init_lora_weights=False: B is random too, so the adapter is not a no-op
-    cfg = LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    cfg = LoraConfig(
+        r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     get_peft_model(base, cfg).save_pretrained(tmp_path / "adapter")
     plain, _, _ = _rollout(_policy(tiny_model, temperature=0.0), KEYS[:2])
     adapted_policy = _policy(tiny_model, temperature=0.0, adapter_path=tmp_path / "adapter")
@@ -254,11 +278,19 @@ def test_bad_paths_are_user_errors(tmp_path):
 def test_saved_directory_is_a_normal_hf_model(tiny_model):
     import json
 
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ):
         assert (tiny_model / name).is_file(), name
     tcfg = json.loads((tiny_model / "tokenizer_config.json").read_text())
     assert "<|im_start|>" in tcfg["chat_template"]
-    assert json.loads((tiny_model / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert json.loads((tiny_model / "config.json").read_text())["architectures"] == [
+        "Qwen2ForCausalLM"
+    ]
 
 
 def test_in_place_weight_update_refreshes_the_shared_system_cache(tiny_model):
@@ -284,7 +316,10 @@ def test_a_forced_turn_continues_the_conversation_as_if_generated(tiny_model):
     # those of a re-encoding policy that sees the same conversation
     im_end = None
     key, seed = TrajKey("g9", 0), 7
-    forced = {1: "Thought: I look.\nAction: go to cabinet 1", 3: "Action: take apple 1 from cabinet 1"}
+    forced = {
+        1: "Thought: I look.\nAction: go to cabinet 1",
+        3: "Action: take apple 1 from cabinet 1",
+    }
     runs = {}
     for kv in (True, False):
         # greedy with room to finish: the model's turns end with <|im_end|>, as SFT tokenizes them
@@ -301,7 +336,9 @@ def test_a_forced_turn_continues_the_conversation_as_if_generated(tiny_model):
         runs[kv] = (texts, policy.finish(key), policy)
     (texts, rec, policy), (re_texts, re_rec, _) = runs[True], runs[False]
     assert texts == re_texts
-    chat = tokenize_chat(policy.tokenizer, SYSTEM, [Turn(u, t) for u, t in zip(OBS[:4], texts, strict=False)], im_end)
+    chat = tokenize_chat(
+        policy.tokenizer, SYSTEM, [Turn(u, t) for u, t in zip(OBS[:4], texts, strict=False)], im_end
+    )
     assert rec.token_ids == chat.token_ids == re_rec.token_ids
     assert rec.action_mask == chat.action_mask
     assert policy.tokenizer.decode(rec.token_ids).count("take apple 1 from cabinet 1") == 1

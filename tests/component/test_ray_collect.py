@@ -27,8 +27,27 @@ def local_ray():
 
 def _args(model) -> list[str]:
     # 5 groups of G=2, chunks of 2 groups (concurrency 2 per worker -> 1 group in flight, x2)
-    return ["collect", "--policy", "lm", "--model", str(model), "--groups", str(N_GROUPS), "--G", "2", "--T-max", "3",
-            "--concurrency", "2", "--seed", "5", "--signal-K", "2", "--temperature", "1.0"]
+    return [
+        "collect",
+        "--policy",
+        "lm",
+        "--model",
+        str(model),
+        "--groups",
+        str(N_GROUPS),
+        "--G",
+        "2",
+        "--T-max",
+        "3",
+        "--concurrency",
+        "2",
+        "--seed",
+        "5",
+        "--signal-K",
+        "2",
+        "--temperature",
+        "1.0",
+    ]
 
 
 def _table(run, name: str) -> pl.DataFrame:
@@ -55,7 +74,11 @@ def test_two_workers_write_what_one_writes_and_resume(run_cli, tiny_policy, tmp_
     assert (pl.read_parquet(two / "trajectories.parquet")["token_ids"].list.len() > 0).all()
     manifest = json.loads((two / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["workers"] == 2
-    assert manifest["dist"]["workers"] == 2 and manifest["dist"]["replaced"] == 0 and manifest["dist"]["chunks"] == 3
+    assert (
+        manifest["dist"]["workers"] == 2
+        and manifest["dist"]["replaced"] == 0
+        and manifest["dist"]["chunks"] == 3
+    )
     assert manifest["policy"] and "workers" not in manifest["config"]  # not part of the resume key
     assert "Ray workers" in (two / "report.md").read_text()
 
@@ -69,4 +92,6 @@ def test_two_workers_write_what_one_writes_and_resume(run_cli, tiny_policy, tmp_
     assert "kept from the interrupted run" in res.stdout
     _same(one, two)
     manifest = json.loads((two / "manifest.json").read_text())
-    assert manifest["resumed_groups"] == 3 and manifest["dist"]["chunks"] == 2  # g00001, g00004: one per worker
+    assert (
+        manifest["resumed_groups"] == 3 and manifest["dist"]["chunks"] == 2
+    )  # g00001, g00004: one per worker

@@ -12,7 +12,16 @@ TABLES = ("steps", "trajectories", "groups", "signals")
 
 
 def _collect(out, seed, concurrency):
-    cfg = CollectConfig(policy="noisy-expert", groups=3, G=3, T_max=6, signal_K=(2, 4), seed=seed, concurrency=concurrency, out=out)
+    cfg = CollectConfig(
+        policy="noisy-expert",
+        groups=3,
+        G=3,
+        T_max=6,
+        signal_K=(2, 4),
+        seed=seed,
+        concurrency=concurrency,
+        out=out,
+    )
     return run_collect(cfg, progress=False)
 
 

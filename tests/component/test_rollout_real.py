@@ -29,7 +29,9 @@ class Counting:
     def __init__(self, inner) -> None:
         self.inner, self.name = inner, inner.name
         self.rows: list[tuple[str, int, int]] = []
-        self.held: list[tuple[int, int]] = []  # per call: (states the policy holds, requests past step 1)
+        self.held: list[
+            tuple[int, int]
+        ] = []  # per call: (states the policy holds, requests past step 1)
 
     def act(self, requests):
         self.rows += [(r.key.group_id, r.key.traj_idx, r.step) for r in requests]
@@ -49,7 +51,15 @@ def tasks() -> list[Task]:
     out = []
     for i, task_type in enumerate(TASK_TYPES[:4]):
         spec = gen.generate_game(task_type, 100 + i, gen.resolve_difficulty("small"))
-        out.append(Task(f"test/{i}", task_type, spec.task_text + ".", "", meta={"pddl_problem": spec.pddl_problem}))
+        out.append(
+            Task(
+                f"test/{i}",
+                task_type,
+                spec.task_text + ".",
+                "",
+                meta={"pddl_problem": spec.pddl_problem},
+            )
+        )
     return out
 
 
@@ -72,12 +82,23 @@ def _roll(tasks, policy, settings, expert_plan=False):
     from srollout.rollout.react import ReactPrompter
 
     records = []
-    summary = run_groups(make_specs(tasks, len(tasks)), policy, partial(AlfworldEnv, expert_plan=expert_plan), ReactPrompter(), settings, on_group=records.append)
+    summary = run_groups(
+        make_specs(tasks, len(tasks)),
+        policy,
+        partial(AlfworldEnv, expert_plan=expert_plan),
+        ReactPrompter(),
+        settings,
+        on_group=records.append,
+    )
     return records, summary
 
 
 def _tables(records, name):
-    keys = {"steps": ("group_id", "traj_idx", "step"), "trajectories": ("group_id", "traj_idx"), "signals": ("group_id", "K")}[name]
+    keys = {
+        "steps": ("group_id", "traj_idx", "step"),
+        "trajectories": ("group_id", "traj_idx"),
+        "signals": ("group_id", "K"),
+    }[name]
     df = pl.concat([getattr(group_tables(r), name) for r in records]).sort(*keys)
     return df.drop([c for c in ("gen_s", "env_s", "reset_s", "ended_by") if c in df.columns])
 
@@ -87,7 +108,9 @@ def test_lm_gate_cuts_at_K_and_matches_the_ungated_prefix(tasks, tiny_model):
     base = RolloutSettings(G=3, T_max=T_max, seed=1, concurrency=6, signal_K=(2, 4))
     ref, ref_sum = _roll(tasks, Counting(_lm(tiny_model)), base)
     counting = Counting(_lm(tiny_model))
-    cut_settings = RolloutSettings(G=3, T_max=T_max, seed=1, concurrency=6, signal_K=(2, 4), gate=FixedGate(True), gate_K=K)
+    cut_settings = RolloutSettings(
+        G=3, T_max=T_max, seed=1, concurrency=6, signal_K=(2, 4), gate=FixedGate(True), gate_K=K
+    )
     cut, cut_sum = _roll(tasks, counting, cut_settings)
 
     # post-K steps are never generated, and every group stopped at K
@@ -126,7 +149,11 @@ def test_lm_adaptive_gate_cuts_at_its_second_check_step(tasks, tiny_model):
     base = RolloutSettings(G=3, T_max=6, seed=1, concurrency=6, signal_K=(2, 4))
     ref, _ = _roll(tasks[:2], _lm(tiny_model), base)
     counting = Counting(_lm(tiny_model))
-    cut, _ = _roll(tasks[:2], counting, RolloutSettings(G=3, T_max=6, seed=1, concurrency=6, signal_K=(2, 4), gate=gate, gate_K=2))
+    cut, _ = _roll(
+        tasks[:2],
+        counting,
+        RolloutSettings(G=3, T_max=6, seed=1, concurrency=6, signal_K=(2, 4), gate=gate, gate_K=2),
+    )
     assert max(step for _, _, step in counting.rows) == 4
     for r in cut:
         assert r.cut and r.cut_step == 4 and r.gate_K == 4 and r.gate_checks == [2, 4]
@@ -138,7 +165,15 @@ def test_lm_adaptive_gate_cuts_at_its_second_check_step(tasks, tiny_model):
 
 def test_lm_never_firing_gate_is_plain_rollout(tasks, tiny_model):
     base = RolloutSettings(G=3, T_max=4, seed=2, concurrency=6, signal_K=(2,))
-    never = RolloutSettings(G=3, T_max=4, seed=2, concurrency=6, signal_K=(2,), gate=GateRule(rule="r1", K=2, d_L=0.0), gate_K=2)
+    never = RolloutSettings(
+        G=3,
+        T_max=4,
+        seed=2,
+        concurrency=6,
+        signal_K=(2,),
+        gate=GateRule(rule="r1", K=2, d_L=0.0),
+        gate_K=2,
+    )
     ref, _ = _roll(tasks[:2], _lm(tiny_model), base)
     other, _ = _roll(tasks[:2], _lm(tiny_model), never)
     assert not any(r.cut for r in other)

@@ -19,8 +19,15 @@ from srollout.rollout.engine import ParsedTurn
 
 torch.set_num_threads(1)
 
-TIMING = ["time/rollout_s", "time/update_s", "time/sync_s", "time/iter_s", "time/cum_s",
-          "time/eval_s", "time/warmup_s"]
+TIMING = [
+    "time/rollout_s",
+    "time/update_s",
+    "time/sync_s",
+    "time/iter_s",
+    "time/cum_s",
+    "time/eval_s",
+    "time/warmup_s",
+]
 
 
 class Corridor:
@@ -35,7 +42,9 @@ class Corridor:
         if action == "forward":
             self.pos += 1
         won = self.pos >= self.length
-        return StepResult(f"cell {self.pos}", 1.0 if won else 0.0, won, action == "forward", ("forward", "wait"))
+        return StepResult(
+            f"cell {self.pos}", 1.0 if won else 0.0, won, action == "forward", ("forward", "wait")
+        )
 
     def close(self) -> None:
         pass
@@ -63,8 +72,22 @@ def tiny_model(tiny_policy) -> Path:
 
 
 def _config(model: Path, out: Path, **kw) -> TrainOnpolicyConfig:
-    values = dict(seeds=(7,), model=model, iterations=3, prompts_per_iter=2, G=4, T_max=4, K=2, eval_every=2,
-                  n_eval=3, train_tasks=4, lr=2e-2, max_new_tokens=8, d_L=0.0, out=out)
+    values = dict(
+        seeds=(7,),
+        model=model,
+        iterations=3,
+        prompts_per_iter=2,
+        G=4,
+        T_max=4,
+        K=2,
+        eval_every=2,
+        n_eval=3,
+        train_tasks=4,
+        lr=2e-2,
+        max_new_tokens=8,
+        d_L=0.0,
+        out=out,
+    )
     values.update(kw)
     return TrainOnpolicyConfig.from_preset("tiny", **values)
 
@@ -72,8 +95,15 @@ def _config(model: Path, out: Path, **kw) -> TrainOnpolicyConfig:
 def _run(config, **kw):
     from srollout.stages.train_onpolicy import run_train_onpolicy
 
-    return run_train_onpolicy(config, progress=False, env_factory=Corridor, prompter=Prompter(),
-                              train_tasks=TRAIN, eval_tasks=HELDOUT, **kw)
+    return run_train_onpolicy(
+        config,
+        progress=False,
+        env_factory=Corridor,
+        prompter=Prompter(),
+        train_tasks=TRAIN,
+        eval_tasks=HELDOUT,
+        **kw,
+    )
 
 
 def _adapter(run_dir: Path, arm: str) -> dict[str, torch.Tensor]:
@@ -96,7 +126,9 @@ def test_a_gate_that_never_fires_gives_bit_identical_adapters(never_gated):
     base, gated = _adapter(res.run_dir, "baseline"), _adapter(res.run_dir, "gated")
     assert base.keys() == gated.keys()
     assert all(torch.equal(base[k], gated[k]) for k in base)
-    assert any(float(v.abs().max()) > 0 for k, v in base.items() if "lora_B" in k)  # the adapter moved
+    assert any(
+        float(v.abs().max()) > 0 for k, v in base.items() if "lora_B" in k
+    )  # the adapter moved
     cols = [c for c in m.columns if c not in TIMING and c != "arm"]
     b = m.filter(pl.col("arm") == "baseline").select(cols)
     g = m.filter(pl.col("arm") == "gated").select(cols)
@@ -104,7 +136,14 @@ def test_a_gate_that_never_fires_gives_bit_identical_adapters(never_gated):
     ev = res.evals
     assert sorted(set(ev["iteration"])) == [0, 2, 3] and ev.height == 2 * 3 * 3
     assert set(ev["task_id"]) == {t.task_id for t in HELDOUT}
-    for name in ("metrics.parquet", "eval.parquet", "onpolicy.png", "mechanism.png", "report.md", "summary.json"):
+    for name in (
+        "metrics.parquet",
+        "eval.parquet",
+        "onpolicy.png",
+        "mechanism.png",
+        "report.md",
+        "summary.json",
+    ):
         assert (res.run_dir / name).exists(), name
     assert res.complete and res.tests.height == 3
 
@@ -117,7 +156,9 @@ def test_a_gate_that_fires_drops_groups_and_changes_the_update(tiny_model, tmp_p
     # cut groups are dropped entirely
     assert (gated["train/trajectories"] == 4 * gated["gate/kept"]).all()
     base_never = _adapter(never_gated.run_dir, "baseline")
-    assert all(torch.equal(base_never[k], v) for k, v in _adapter(res.run_dir, "baseline").items())  # same seed, same baseline
+    assert all(
+        torch.equal(base_never[k], v) for k, v in _adapter(res.run_dir, "baseline").items()
+    )  # same seed, same baseline
     other = _adapter(res.run_dir, "gated")
     assert any(not torch.equal(base_never[k], other[k]) for k in other)
 
@@ -125,7 +166,9 @@ def test_a_gate_that_fires_drops_groups_and_changes_the_update(tiny_model, tmp_p
 def test_resume_after_a_stop_reproduces_the_uninterrupted_run(tiny_model, tmp_path, never_gated):
     out = tmp_path / "run"
     first = _run(_config(tiny_model, out), stop_after=1)
-    assert not first.complete and first.metrics.height == 2  # both arms (interleaved) at iteration 1
+    assert (
+        not first.complete and first.metrics.height == 2
+    )  # both arms (interleaved) at iteration 1
     assert '"status": "partial"' in (out / "manifest.json").read_text()
     again = _run(_config(tiny_model, out, resume=True))
     assert again.complete
@@ -147,11 +190,38 @@ def test_resume_refuses_a_different_config(tiny_model, never_gated):
 # The keys of an on-policy metrics row before the namespacing, as the old loop wrote them
 # (rollout_adapter_iteration only with a vLLM backend).
 OLD_ROW_KEYS = [
-    "arm", "seed", "step", "iteration", "loss", "grad_l2", "zero_adv_frac", "n_traj", "n_tokens",
-    "stepped", "mean_logp", "denominator", "n_groups", "n_cut", "n_kept", "n_zero_var_kept",
-    "train_reward", "train_reward_all", "n_env_steps", "n_gen_tokens", "rollout_s", "update_s",
-    "sync_s", "iter_s", "cum_s", "warmup_s", "n_useful", "n_skipped", "n_rounds", "dapo_hit_cap",
-    "rollout_adapter_iteration", "eval_s",
+    "arm",
+    "seed",
+    "step",
+    "iteration",
+    "loss",
+    "grad_l2",
+    "zero_adv_frac",
+    "n_traj",
+    "n_tokens",
+    "stepped",
+    "mean_logp",
+    "denominator",
+    "n_groups",
+    "n_cut",
+    "n_kept",
+    "n_zero_var_kept",
+    "train_reward",
+    "train_reward_all",
+    "n_env_steps",
+    "n_gen_tokens",
+    "rollout_s",
+    "update_s",
+    "sync_s",
+    "iter_s",
+    "cum_s",
+    "warmup_s",
+    "n_useful",
+    "n_skipped",
+    "n_rounds",
+    "dapo_hit_cap",
+    "rollout_adapter_iteration",
+    "eval_s",
 ]
 
 
@@ -177,11 +247,13 @@ def test_metrics_columns_are_namespaced_and_the_mapping_covers_every_old_name(ne
     assert first["gate/dapo_rounds"] == 1
     assert first["train/trajectories"] == 8 and first["train/denominator"] == "seq_mean"
     assert first["time/iter_s"] == pytest.approx(
-        first["time/rollout_s"] + first["time/update_s"] + first["time/sync_s"])
+        first["time/rollout_s"] + first["time/update_s"] + first["time/sync_s"]
+    )
 
 
-def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_model, tmp_path,
-                                                                            never_gated):
+def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(
+    tiny_model, tmp_path, never_gated
+):
     """A run directory written by the old loop (flat metric names, `step` beside `iteration`, in
     every state.pt) resumes: its rows are renamed on the way in and the run ends with the tables
     of an uninterrupted run."""
@@ -195,12 +267,15 @@ def test_a_run_checkpointed_before_the_renames_resumes_to_the_same_tables(tiny_m
         ckpt = out / "checkpoints" / f"seed7-{arm}"
         state = load_state(ckpt)
         assert state.iteration == 1 and len(state.metrics) == 1
-        old_rows = [{"step": r["iteration"], **{old_name.get(k, k): v for k, v in r.items()}}
-                    for r in state.metrics]
+        old_rows = [
+            {"step": r["iteration"], **{old_name.get(k, k): v for k, v in r.items()}}
+            for r in state.metrics
+        ]
         # in the old loop's key order: the resumed table must still have the current column order
         state.metrics = [{k: r[k] for k in OLD_ROW_KEYS if k in r} for r in old_rows]
-        assert list(state.metrics[0]) == [k for k in OLD_ROW_KEYS
-                                          if k != "rollout_adapter_iteration"]
+        assert list(state.metrics[0]) == [
+            k for k in OLD_ROW_KEYS if k != "rollout_adapter_iteration"
+        ]
         save_state(ckpt, state)
     again = _run(_config(tiny_model, out, resume=True))
     assert again.complete
@@ -226,10 +301,14 @@ class FarCorridor(Corridor):
         return obs
 
 
-def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_variance(tiny_model, tmp_path, never_gated):
-    # no extra rounds: iteration 1 of gated+dapo rolls out exactly the baseline's groups (same model, same
-    # seeds, a gate with d_L = 0 never fires) and keeps those with reward variance
-    res = _run(_config(tiny_model, tmp_path / "run", arms=("baseline", "gated+dapo"), dapo_max_rounds=0))
+def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_variance(
+    tiny_model, tmp_path, never_gated
+):
+    # no extra rounds: iteration 1 of gated+dapo rolls out exactly the baseline's groups (same
+    # model, same seeds, a gate with d_L = 0 never fires) and keeps those with reward variance
+    res = _run(
+        _config(tiny_model, tmp_path / "run", arms=("baseline", "gated+dapo"), dapo_max_rounds=0)
+    )
     m = res.metrics
     base = never_gated.metrics.filter(pl.col("arm") == "baseline").sort("iteration")
     dapo = m.filter(pl.col("arm") == "gated+dapo").sort("iteration")
@@ -243,19 +322,36 @@ def test_dapo_after_a_never_firing_gate_keeps_the_baseline_groups_that_have_vari
     # a short batch at cap 0 is a cap hit
     assert (dapo["gate/dapo_hit_cap"] == (dapo["gate/kept"] < 2)).all()
     assert res.arms["arm"].to_list() == ["baseline", "gated+dapo"]
-    assert (res.run_dir / "summary_arms.parquet").exists() and "useful groups / s" in (res.run_dir / "report.md").read_text()
+    assert (res.run_dir / "summary_arms.parquet").exists() and "useful groups / s" in (
+        res.run_dir / "report.md"
+    ).read_text()
 
 
 def _far_config(model: Path, out: Path, **kw) -> TrainOnpolicyConfig:
-    return _config(model, out, arms=("baseline", "dapo", "greso", "gated+greso"), dapo_max_rounds=1,
-                   greso_p_explore=0.0, d_L=1.0, n_eval=1, **kw)
+    return _config(
+        model,
+        out,
+        arms=("baseline", "dapo", "greso", "gated+greso"),
+        dapo_max_rounds=1,
+        greso_p_explore=0.0,
+        d_L=1.0,
+        n_eval=1,
+        **kw,
+    )
 
 
 def _far_run(config, **kw):
     from srollout.stages.train_onpolicy import run_train_onpolicy
 
-    return run_train_onpolicy(config, progress=False, env_factory=FarCorridor, prompter=Prompter(), train_tasks=TRAIN,
-                              eval_tasks=HELDOUT[:1], **kw)
+    return run_train_onpolicy(
+        config,
+        progress=False,
+        env_factory=FarCorridor,
+        prompter=Prompter(),
+        train_tasks=TRAIN,
+        eval_tasks=HELDOUT[:1],
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -300,11 +396,15 @@ def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
     assert [r["arm"] for r in a] == ["baseline", "dapo", "greso", "gated+greso"]
     assert a[1]["extra_rounds"] == 3 and a[1]["cap_hits"] == 3 and a[1]["useful_groups"] == 0
     assert a[2]["skipped"] == sum(expected) and a[2]["token_saving"] > 0
-    assert {t["what"].split(": ")[-1] for t in res.tests.to_dicts()} >= {"dapo - baseline", "greso - baseline"}
+    assert {t["what"].split(": ")[-1] for t in res.tests.to_dicts()} >= {
+        "dapo - baseline",
+        "greso - baseline",
+    }
 
 
 def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):
-    # iteration 3 skips both drawn prompts only if the history of iterations 1-2 (greso.json) is restored
+    # iteration 3 skips both drawn prompts only if the history of iterations 1-2 (greso.json) is
+    # restored
     out = tmp_path / "run"
     first = _far_run(_far_config(tiny_model, out), stop_after=2)
     assert not first.complete and (out / "checkpoints" / "seed7-greso" / "greso.json").exists()

@@ -16,29 +16,49 @@ def test_plan_uses_every_group_once_before_repeating():
     plan = sample_plan(ids, steps=5, per_step=4, seed=42)
     flat = [g for step in plan for g in step]
     assert len(plan) == 5 and all(len(s) == 4 for s in plan)
-    assert sorted(flat[:8]) == sorted(set(flat[:8])) and set(flat[:8]) <= set(ids)  # steps 1-2: 8 distinct
+    assert sorted(flat[:8]) == sorted(set(flat[:8])) and set(flat[:8]) <= set(
+        ids
+    )  # steps 1-2: 8 distinct
     assert plan == sample_plan(ids, steps=5, per_step=4, seed=42)  # seeded
     assert plan != sample_plan(ids, steps=5, per_step=4, seed=7)
 
 
 def _metrics(arm, grad, zadv, iter_s, cuts):
     n = len(grad)
-    return pl.DataFrame({
-        "arm": [arm] * n, "seed": [7] * n, "iteration": list(range(1, n + 1)),
-        "train/grad_l2": grad, "train/zero_adv_frac": zadv, "time/iter_s": iter_s,
-        "gate/cuts": cuts, "rollout/groups": [10] * n, "train/stepped": [True] * n,
-        "gate/kept": [10 - c for c in cuts], "gate/zero_var_kept": [4 - c for c in cuts],
-    })
+    return pl.DataFrame(
+        {
+            "arm": [arm] * n,
+            "seed": [7] * n,
+            "iteration": list(range(1, n + 1)),
+            "train/grad_l2": grad,
+            "train/zero_adv_frac": zadv,
+            "time/iter_s": iter_s,
+            "gate/cuts": cuts,
+            "rollout/groups": [10] * n,
+            "train/stepped": [True] * n,
+            "gate/kept": [10 - c for c in cuts],
+            "gate/zero_var_kept": [4 - c for c in cuts],
+        }
+    )
 
 
 def test_per_seed_numbers_and_dilution_prediction():
     # baseline: z = 0.4 on average, gated: z = 0.25 -> prediction (1-0.25)/(1-0.4) = 1.25
-    m = pl.concat([
-        _metrics("baseline", [0.10, 0.14], [0.4, 0.4], [10.0, 10.0], [0, 0]),
-        _metrics("gated", [0.12, 0.18], [0.2, 0.3], [9.0, 8.0], [2, 1]),
-    ])
-    ev = pl.DataFrame({"arm": ["baseline", "gated"] * 2, "seed": [7] * 4, "iteration": [0, 0, 2, 2],
-                       "task_id": ["t"] * 4, "success": [False, False, True, False]})
+    m = pl.concat(
+        [
+            _metrics("baseline", [0.10, 0.14], [0.4, 0.4], [10.0, 10.0], [0, 0]),
+            _metrics("gated", [0.12, 0.18], [0.2, 0.3], [9.0, 8.0], [2, 1]),
+        ]
+    )
+    ev = pl.DataFrame(
+        {
+            "arm": ["baseline", "gated"] * 2,
+            "seed": [7] * 4,
+            "iteration": [0, 0, 2, 2],
+            "task_id": ["t"] * 4,
+            "success": [False, False, True, False],
+        }
+    )
     row = per_seed(m, ev).row(0, named=True)
     assert row["wall_saving"] == pytest.approx(3 / 20)
     assert row["cuts_gated"] == 3 and row["cuts_baseline"] == 0
@@ -55,7 +75,15 @@ def test_paired_test_counts_discordant_pairs():
     rows = []
     for arm, xs in (("baseline", base), ("gated", gated)):
         for i, x in enumerate(xs):
-            rows.append({"arm": arm, "seed": 7 + i // 5, "iteration": 4, "task_id": f"t{i % 5}", "success": bool(x)})
+            rows.append(
+                {
+                    "arm": arm,
+                    "seed": 7 + i // 5,
+                    "iteration": 4,
+                    "task_id": f"t{i % 5}",
+                    "success": bool(x),
+                }
+            )
     t = paired_test(pl.DataFrame(rows), ("baseline", 4), ("gated", 4), "gated - baseline")
     assert t.n == 10 and t.rate_a == 0.3 and t.rate_b == 0.6
     assert t.diff == pytest.approx(0.3) and t.b01 == 4 and t.b10 == 1
@@ -67,17 +95,32 @@ def test_arms_frame_totals_per_seed_and_savings_against_the_baseline():
     # baseline: 2 iterations of 10 s, 100 tokens, 3 useful groups each; dapo: 15 s, 200 tokens,
     # 5 useful, 2 rounds (1 extra) each, one cap hit -> useful/s 6/20 = 0.3 and 10/30 = 1/3
     def arm(name, iter_s, tokens, useful, rounds, cap):
-        return pl.DataFrame({
-            "arm": [name] * 2, "seed": [7] * 2, "iteration": [1, 2], "time/iter_s": [iter_s] * 2,
-            "rollout/gen_tokens": [tokens] * 2, "gate/useful": [useful] * 2,
-            "rollout/groups": [8] * 2,
-            "gate/cuts": [0] * 2, "gate/skipped": [0] * 2, "gate/dapo_rounds": [rounds] * 2,
-            "gate/dapo_hit_cap": [False, cap],
-        })
+        return pl.DataFrame(
+            {
+                "arm": [name] * 2,
+                "seed": [7] * 2,
+                "iteration": [1, 2],
+                "time/iter_s": [iter_s] * 2,
+                "rollout/gen_tokens": [tokens] * 2,
+                "gate/useful": [useful] * 2,
+                "rollout/groups": [8] * 2,
+                "gate/cuts": [0] * 2,
+                "gate/skipped": [0] * 2,
+                "gate/dapo_rounds": [rounds] * 2,
+                "gate/dapo_hit_cap": [False, cap],
+            }
+        )
 
     m = pl.concat([arm("baseline", 10.0, 100, 3, 1, False), arm("dapo", 15.0, 200, 5, 2, True)])
-    ev = pl.DataFrame({"arm": ["baseline", "dapo"], "seed": [7, 7], "iteration": [2, 2],
-                       "task_id": ["t", "t"], "success": [True, True]})
+    ev = pl.DataFrame(
+        {
+            "arm": ["baseline", "dapo"],
+            "seed": [7, 7],
+            "iteration": [2, 2],
+            "task_id": ["t", "t"],
+            "success": [True, True],
+        }
+    )
     rows = {r["arm"]: r for r in arms_frame(m, ev).to_dicts()}
     base = rows["baseline"]
     assert base["wall_s"] == 20.0 and base["useful_per_s"] == pytest.approx(0.3)
@@ -97,7 +140,7 @@ def test_the_documented_rename_table_is_the_one_the_code_applies():
     from srollout.training.metrics import OFFPOLICY_RENAMES, ONPOLICY_RENAMES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "artifacts.md").read_text()
-    section = doc[doc.index("### Column names before the namespacing"):]
+    section = doc[doc.index("### Column names before the namespacing") :]
     section = section[: section.index("\n## ")]
     found: dict[str, dict[str, str]] = {"train-onpolicy": {}, "train-offpolicy": {}}
     for old, new, stages in re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| ([^|]+) \|", section, re.M):

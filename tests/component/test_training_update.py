@@ -27,8 +27,15 @@ def _model(seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = Qwen2Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     model = attach_lora(Qwen2ForCausalLM(cfg), OFFPOLICY_LORA, seed=seed)
     # B starts at zero, which would make A's gradient zero: give B values so both get gradient
     with torch.no_grad():
@@ -65,7 +72,9 @@ def test_micro_batches_give_the_one_pass_gradient():
         stats = grpo_update(model, opt, samples, micro_batch=micro)
         grads.append(stats.grad_l2)
         assert stats.n_traj == 16 and stats.zero_adv_frac == pytest.approx(0.5)
-    assert grads[0] == pytest.approx(grads[1], rel=1e-5) and grads[0] == pytest.approx(grads[2], rel=1e-5)
+    assert grads[0] == pytest.approx(grads[1], rel=1e-5) and grads[0] == pytest.approx(
+        grads[2], rel=1e-5
+    )
 
 
 def test_dropping_zero_variance_groups_scales_the_gradient_by_N_over_N_kept():
@@ -84,7 +93,11 @@ def test_dropping_zero_variance_groups_scales_the_gradient_by_N_over_N_kept():
     norms = []
     for samples in (full, kept):
         model = _model()
-        norms.append(grpo_update(model, make_optimizer(model, lr=0.0), samples, denominator="token_mean").grad_l2)
+        norms.append(
+            grpo_update(
+                model, make_optimizer(model, lr=0.0), samples, denominator="token_mean"
+            ).grad_l2
+        )
     assert norms[1] / norms[0] == pytest.approx(tok[0] / tok[1], rel=1e-5)
 
 
@@ -115,8 +128,15 @@ def test_kl_and_clipping_run_and_kl_starts_at_zero():
     from srollout.training.lora import OFFPOLICY_LORA, attach_lora
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = Qwen2Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     model = attach_lora(Qwen2ForCausalLM(cfg), OFFPOLICY_LORA, seed=0)
     samples = samples_from_groups(MIXED)
     plain = grpo_update(model, make_optimizer(model, lr=0.0), samples)

@@ -19,15 +19,18 @@ G, GROUPS, T_MAX, K = 4, 2, 4, 2
 
 
 def _rollout(gate, seed: int = 3) -> GatedRollout:
-    return GatedRollout.alfworld("train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed,
-                                 max_new_tokens=48)
+    return GatedRollout.alfworld(
+        "train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed, max_new_tokens=48
+    )
 
 
 def shorter_is_better(completion_ids, srollout_reward, **kwargs):
     """A second reward with variance inside a 4-step episode (wins take longer): minus the
     completion's length in hundreds of tokens; None for a cut group's rows, like srollout's own."""
-    return [None if r is None else -len(ids) / 100
-            for ids, r in zip(completion_ids, srollout_reward, strict=True)]
+    return [
+        None if r is None else -len(ids) / 100
+        for ids, r in zip(completion_ids, srollout_reward, strict=True)
+    ]
 
 
 def _train_one_step(model_dir, rollout: GatedRollout, out) -> tuple[dict, dict, dict]:
@@ -37,14 +40,28 @@ def _train_one_step(model_dir, rollout: GatedRollout, out) -> tuple[dict, dict, 
 
     torch.manual_seed(0)
     config = GRPOConfig(
-        output_dir=str(out), use_cpu=True, bf16=False, gradient_checkpointing=False,
-        num_generations=G, per_device_train_batch_size=G * GROUPS, max_steps=1, learning_rate=1e-3,
-        beta=0.0, logging_steps=1,
-        save_strategy="no", report_to="none", seed=11, disable_tqdm=True,
+        output_dir=str(out),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        num_generations=G,
+        per_device_train_batch_size=G * GROUPS,
+        max_steps=1,
+        learning_rate=1e-3,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=11,
+        disable_tqdm=True,
     )
-    trainer = GRPOTrainer(model=str(model_dir), args=config,
-                          reward_funcs=[rollout.reward, shorter_is_better],
-                          train_dataset=rollout.dataset(), rollout_func=rollout)
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        args=config,
+        reward_funcs=[rollout.reward, shorter_is_better],
+        train_dataset=rollout.dataset(),
+        rollout_func=rollout,
+    )
     before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     seen: list[list] = []
     call = rollout.__call__
@@ -103,7 +120,7 @@ def test_trl_lays_groups_out_in_blocks_of_G(three_runs):
     rollout, *_, logged = three_runs["none"]
     prompts = logged["_prompts"]
     assert len(prompts) == G * GROUPS
-    blocks = [prompts[g * G:(g + 1) * G] for g in range(GROUPS)]
+    blocks = [prompts[g * G : (g + 1) * G] for g in range(GROUPS)]
     assert all(len(set(b)) == 1 for b in blocks)
     assert {b[0] for b in blocks} == {task_prompt(t) for t in rollout.tasks}
     # the engine played each block as one group of the task the block names
@@ -119,7 +136,9 @@ def test_masks_and_lengths_of_kept_and_cut_groups(three_runs):
         ids, mask = traj.tokens.token_ids, traj.tokens.action_mask
         assert out["prompt_ids"][i] + out["completion_ids"][i] == ids
         assert len(out["env_mask"][i]) == len(out["completion_ids"][i])
-        assert mask[len(out["prompt_ids"][i])] is True and not any(mask[:len(out["prompt_ids"][i])])
+        assert mask[len(out["prompt_ids"][i])] is True and not any(
+            mask[: len(out["prompt_ids"][i])]
+        )
         # the policy's tokens are exactly the ones it generated
         assert sum(out["env_mask"][i]) == traj.n_gen_tokens
         assert out["srollout_reward"][i] == traj.reward
@@ -131,8 +150,9 @@ def test_masks_and_lengths_of_kept_and_cut_groups(three_runs):
     assert out["srollout_reward"] == [None] * (G * GROUPS)
     # up to step K the cut run is the kept run, token for token (same seeds)
     kept = [t for r in keep.last_records for t in r.trajs]
-    assert out["prompt_ids"] == [t.tokens.token_ids[:len(p)]
-                                 for t, p in zip(kept, out["prompt_ids"], strict=True)]
+    assert out["prompt_ids"] == [
+        t.tokens.token_ids[: len(p)] for t, p in zip(kept, out["prompt_ids"], strict=True)
+    ]
 
 
 @pytest.mark.slow

@@ -49,8 +49,9 @@ class ScriptedServer:
         self.calls = 0
         self.eot = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs: Any
-                       ) -> TokenOutput:
+    async def generate(
+        self, request_id, *, prompt_ids, sampling_params, **kwargs: Any
+    ) -> TokenOutput:
         self.calls += 1
         await asyncio.sleep(0.001)  # a real server answers later, in any order
         if request_id not in self.sessions:
@@ -68,20 +69,29 @@ class ScriptedServer:
 
 def make_worker(server, tokenizer, agent_loop_config: str, n: int = G) -> AgentLoopWorker:
     """verl's AgentLoopWorker without Ray, set up the way verl's own CPU tests do."""
-    config = OmegaConf.create({
-        "actor_rollout_ref": {
-            "rollout": {
-                "n": n, "prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN,
-                "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": True,
-                "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0, "n": 1},
-                "agent": {"default_agent_loop": sv.GATED,
-                          "agent_loop_config_path": agent_loop_config},
-                "multi_turn": {"tool_config_path": None},
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "n": n,
+                    "prompt_length": PROMPT_LEN,
+                    "response_length": RESPONSE_LEN,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "calculate_log_probs": True,
+                    "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0, "n": 1},
+                    "agent": {
+                        "default_agent_loop": sv.GATED,
+                        "agent_loop_config_path": agent_loop_config,
+                    },
+                    "multi_turn": {"tool_config_path": None},
+                },
+                "model": {"path": str(SHIPPED_DIR)},
             },
-            "model": {"path": str(SHIPPED_DIR)},
-        },
-        "data": {"apply_chat_template_kwargs": {}},
-    })
+            "data": {"apply_chat_template_kwargs": {}},
+        }
+    )
     # What AgentLoopWorker.__init__ does with agent_loop_config_path: register the entries.
     for entry in OmegaConf.load(agent_loop_config):
         verl._agent_loop_registry[entry.name] = entry
@@ -129,15 +139,23 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def two_tasks():
     """Two games whose expert walkthroughs are 4 steps long."""
-    tasks = [t for t in load_task_set("train", "small", n=12, progress=False)
-             if len(t.meta["walkthrough"]) == 4]
+    tasks = [
+        t
+        for t in load_task_set("train", "small", n=12, progress=False)
+        if len(t.meta["walkthrough"]) == 4
+    ]
     return tasks[0], tasks[1]
 
 
 def rows_for(tasks, agent_name=sv.GATED):
-    return [{"prompt": [{"role": "user", "content": t.task_text}], "agent_name": agent_name,
-             "extra_info": {"index": i, "task_id": t.task_id, sv.TASK_KEY: sv.task_to_json(t)}}
-            for i, t in enumerate(tasks)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": t.task_text}],
+            "agent_name": agent_name,
+            "extra_info": {"index": i, "task_id": t.task_id, sv.TASK_KEY: sv.task_to_json(t)},
+        }
+        for i, t in enumerate(tasks)
+    ]
 
 
 def scripts_for(cut_task, kept_task, K):
@@ -160,8 +178,9 @@ def run_batch(worker, batch):
 def test_cut_and_kept_groups_through_verls_agent_loop_worker(tokenizer, two_tasks, tmp_path):
     cut_task, kept_task = two_tasks
     K, T_max = 6, 8
-    settings = sv.VerlGateSettings(gate={"kind": "threshold", "rule": "r1", "K": K, "d_L": 0.6},
-                                   T_max=T_max, timeout_s=30)
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": K, "d_L": 0.6}, T_max=T_max, timeout_s=30
+    )
     cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
     server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, K))
     worker = make_worker(server, tokenizer, str(cfg))
@@ -213,8 +232,9 @@ def test_cut_and_kept_groups_through_verls_agent_loop_worker(tokenizer, two_task
 
 def test_ungated_loop_plays_the_same_group_out(tokenizer, two_tasks, tmp_path):
     cut_task, kept_task = two_tasks
-    settings = sv.VerlGateSettings(gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6},
-                                   T_max=8)
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6}, T_max=8
+    )
     cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
     server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 6))
     worker = make_worker(server, tokenizer, str(cfg))
@@ -225,8 +245,9 @@ def test_ungated_loop_plays_the_same_group_out(tokenizer, two_tasks, tmp_path):
     assert sorted(out.batch["rm_scores"].sum(dim=1).tolist()) == [0.0, 0.0, 0.0, 1.0]
 
 
-def test_the_default_policys_compact_template_is_rendered_token_for_token(tokenizer, two_tasks,
-                                                                          tmp_path):
+def test_the_default_policys_compact_template_is_rendered_token_for_token(
+    tokenizer, two_tasks, tmp_path
+):
     """The response tokens equal the chat template's own rendering of the conversation (verl
     picks its Qwen builder for model_type qwen2, which would add ChatML's newline)."""
     cut_task, kept_task = two_tasks
@@ -263,10 +284,18 @@ def test_bad_rows_and_settings_are_clear_errors(tmp_path):
 
 def test_write_verl_dataset_round_trips_through_rlhfdataset(tokenizer, two_tasks, tmp_path):
     path = sv.write_verl_dataset(list(two_tasks), tmp_path / "train.parquet")
-    ds = RLHFDataset(data_files=[str(path)], tokenizer=tokenizer,
-                     config=OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 512,
-                                              "filter_overlong_prompts": False,
-                                              "cache_dir": str(tmp_path / "cache")}))
+    ds = RLHFDataset(
+        data_files=[str(path)],
+        tokenizer=tokenizer,
+        config=OmegaConf.create(
+            {
+                "prompt_key": "prompt",
+                "max_prompt_length": 512,
+                "filter_overlong_prompts": False,
+                "cache_dir": str(tmp_path / "cache"),
+            }
+        ),
+    )
     assert len(ds) == 2
     row = ds[1]
     assert row["agent_name"] == sv.GATED
@@ -276,13 +305,20 @@ def test_write_verl_dataset_round_trips_through_rlhfdataset(tokenizer, two_tasks
 def run_like_v1(worker, row, uid, n):
     """The n sessions of one prompt as verl's v1 worker starts them
     (AgentLoopWorkerTQ._run_prompt: n tasks with session_id=i, created before any runs)."""
-    prompt = {"raw_prompt": row["prompt"], "agent_name": row["agent_name"],
-              "extra_info": row["extra_info"], "index": row["extra_info"]["index"], "uid": uid}
+    prompt = {
+        "raw_prompt": row["prompt"],
+        "agent_name": row["agent_name"],
+        "extra_info": row["extra_info"],
+        "index": row["extra_info"]["index"],
+        "uid": uid,
+    }
     trajectory = {"step": 0, "sample_index": 0, "rollout_n": 0, "validate": False}
 
     async def main():
-        tasks = [asyncio.create_task(worker._run_agent_loop({}, trajectory, session_id=i, **prompt))
-                 for i in range(n)]
+        tasks = [
+            asyncio.create_task(worker._run_agent_loop({}, trajectory, session_id=i, **prompt))
+            for i in range(n)
+        ]
         return await asyncio.gather(*tasks, return_exceptions=True)
 
     return asyncio.run(main())
@@ -290,8 +326,9 @@ def run_like_v1(worker, row, uid, n):
 
 def test_v1_session_ids_meet_at_the_barrier(tokenizer, two_tasks, tmp_path):
     cut_task, kept_task = two_tasks
-    settings = sv.VerlGateSettings(gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6},
-                                   T_max=8)
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6}, T_max=8
+    )
     cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
     server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 6))
     worker = make_worker(server, tokenizer, str(cfg))
@@ -302,8 +339,9 @@ def test_v1_session_ids_meet_at_the_barrier(tokenizer, two_tasks, tmp_path):
 
 def test_a_group_larger_than_G_is_refused(tokenizer, two_tasks, tmp_path):
     cut_task, kept_task = two_tasks
-    settings = sv.VerlGateSettings(gate={"kind": "fixed", "cut": False, "K": 2}, T_max=3,
-                                   timeout_s=5)
+    settings = sv.VerlGateSettings(
+        gate={"kind": "fixed", "cut": False, "K": 2}, T_max=3, timeout_s=5
+    )
     cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
     server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 2))
     worker = make_worker(server, tokenizer, str(cfg))

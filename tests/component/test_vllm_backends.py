@@ -32,22 +32,39 @@ if not HAVE_VLLM and os.environ.get("CI"):
     raise RuntimeError("CI must test the vLLM backends: vllm is not installed (make setup-vllm)")
 pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed: make setup-vllm")
 
-STEP_COLS = ["group_id", "traj_idx", "step", "action", "response", "observation", "n_gen_tokens",
-             "valid", "reward", "done"]
+STEP_COLS = [
+    "group_id",
+    "traj_idx",
+    "step",
+    "action",
+    "response",
+    "observation",
+    "n_gen_tokens",
+    "valid",
+    "reward",
+    "done",
+]
 SMALL = ["--groups", "4", "--G", "3", "--T-max", "8", "--signal-K", "3"]
 
 
 def srollout(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     env.pop("SROLLOUT_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "srollout.cli.app", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "srollout.cli.app", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def tables(run: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     steps = pl.read_parquet(run / "steps.parquet").select(STEP_COLS)
     trajs = pl.read_parquet(run / "trajectories.parquet").select(
-        "group_id", "traj_idx", "reward", "n_steps", "token_ids", "action_mask")
+        "group_id", "traj_idx", "reward", "n_steps", "token_ids", "action_mask"
+    )
     return steps.sort("group_id", "traj_idx", "step"), trajs.sort("group_id", "traj_idx")
 
 
@@ -66,7 +83,12 @@ def server():
     log = open(log_path, "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "srollout.cli.app", "serve", "--port", str(port), "--lora"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 300
     while True:
@@ -104,11 +126,22 @@ def test_greedy_vllm_in_process_equals_transformers_on_whole_groups(greedy_trans
 
 
 @pytest.mark.slow  # the module's vLLM server starts (~39 s recorded)
-def test_greedy_vllm_server_equals_transformers_on_whole_groups(greedy_transformers, server,
-                                                                 tmp_path):
+def test_greedy_vllm_server_equals_transformers_on_whole_groups(
+    greedy_transformers, server, tmp_path
+):
     out = tmp_path / "server"
-    res = srollout("collect", *SMALL, "--temperature", "0", "--backend", "vllm-server",
-                   "--base-url", server, "--out", out)
+    res = srollout(
+        "collect",
+        *SMALL,
+        "--temperature",
+        "0",
+        "--backend",
+        "vllm-server",
+        "--base-url",
+        server,
+        "--out",
+        out,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     want, got = tables(greedy_transformers), tables(out)
     assert got[0].equals(want[0]) and got[1].equals(want[1])
@@ -117,10 +150,22 @@ def test_greedy_vllm_server_equals_transformers_on_whole_groups(greedy_transform
 @pytest.mark.slow  # four collects, three of them starting vLLM (~55 s recorded)
 def test_sampled_vllm_reproduces_from_the_seed_in_process_and_through_the_server(server, tmp_path):
     runs = {}
-    for name, extra in (("a", ["--backend", "vllm"]), ("b", ["--backend", "vllm"]),
-                        ("server", ["--backend", "vllm-server", "--base-url", server])):
-        res = srollout("collect", *SMALL, "--temperature", "1.0", "--seed", "3", *extra,
-                       "--out", tmp_path / name)
+    for name, extra in (
+        ("a", ["--backend", "vllm"]),
+        ("b", ["--backend", "vllm"]),
+        ("server", ["--backend", "vllm-server", "--base-url", server]),
+    ):
+        res = srollout(
+            "collect",
+            *SMALL,
+            "--temperature",
+            "1.0",
+            "--seed",
+            "3",
+            *extra,
+            "--out",
+            tmp_path / name,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
         runs[name] = tables(tmp_path / name)
     assert runs["a"][0].equals(runs["b"][0]) and runs["a"][1].equals(runs["b"][1])
@@ -130,8 +175,18 @@ def test_sampled_vllm_reproduces_from_the_seed_in_process_and_through_the_server
     per_traj = steps.group_by("group_id", "traj_idx").agg(pl.col("action").str.join("|"))
     assert per_traj.group_by("group_id").agg(pl.col("action").n_unique())["action"].max() > 1
     # and another run seed gives other samples
-    res = srollout("collect", *SMALL, "--temperature", "1.0", "--seed", "4", "--backend", "vllm",
-                   "--out", tmp_path / "c")
+    res = srollout(
+        "collect",
+        *SMALL,
+        "--temperature",
+        "1.0",
+        "--seed",
+        "4",
+        "--backend",
+        "vllm",
+        "--out",
+        tmp_path / "c",
+    )
     assert res.returncode == 0 and not tables(tmp_path / "c")[0].equals(steps)
 
 
@@ -140,9 +195,32 @@ def test_ab_rollout_seed_match_through_vllm(tmp_path):
     # K=2, d_L=1.0 cuts every group with d_2 < 1: the gated arm must repeat the baseline's first
     # two steps exactly (actions, responses and generated token ids), trajectory by trajectory
     out = tmp_path / "ab"
-    res = srollout("ab-rollout", "--backend", "vllm", "--groups", "3", "--G", "3", "--T-max", "6",
-                   "--K", "2", "--d-L", "1.0", "--temperature", "1.0", "--repeats", "1",
-                   "--blocks", "1", "--n-boot", "50", "--no-figures", "--out", out)
+    res = srollout(
+        "ab-rollout",
+        "--backend",
+        "vllm",
+        "--groups",
+        "3",
+        "--G",
+        "3",
+        "--T-max",
+        "6",
+        "--K",
+        "2",
+        "--d-L",
+        "1.0",
+        "--temperature",
+        "1.0",
+        "--repeats",
+        "1",
+        "--blocks",
+        "1",
+        "--n-boot",
+        "50",
+        "--no-figures",
+        "--out",
+        out,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     comparison = json.loads((out / "manifest.json").read_text())["comparisons"][0]
     assert comparison["seed_match"] == {"n_match": 9, "n_traj": 9, "share": 1.0}
@@ -160,8 +238,9 @@ def _adapter(base: Path, out: Path, seed: int) -> Path:
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base)
-    cfg = LoraConfig(r=8, lora_alpha=64, target_modules=["q_proj", "v_proj"],
-                     init_lora_weights=False)
+    cfg = LoraConfig(
+        r=8, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     get_peft_model(model, cfg).save_pretrained(out)
     return out
 
@@ -195,15 +274,21 @@ print(json.dumps(res))
 
 @pytest.mark.slow  # two engines started per backend (10-27 s recorded)
 @pytest.mark.parametrize("backend", ["vllm", "vllm-server"])
-def test_lora_hot_swap_generates_with_the_adapter_just_loaded(backend, server, tmp_path,
-                                                              default_model):
+def test_lora_hot_swap_generates_with_the_adapter_just_loaded(
+    backend, server, tmp_path, default_model
+):
     a1 = _adapter(default_model, tmp_path / "a1", 1)
     a2 = _adapter(default_model, tmp_path / "a2", 2)
 
     def run(*adapters: Path) -> dict:
-        proc = subprocess.run([sys.executable, "-c", HOTSWAP, backend, server, *map(str, adapters)],
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-c", HOTSWAP, backend, server, *map(str, adapters)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -219,8 +304,16 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     # a server that does not answer
     port = free_port()
     out = tmp_path / "run"
-    res = srollout("collect", *SMALL, "--backend", "vllm-server",
-                   "--base-url", f"http://127.0.0.1:{port}", "--out", out)
+    res = srollout(
+        "collect",
+        *SMALL,
+        "--backend",
+        "vllm-server",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--out",
+        out,
+    )
     assert res.returncode == 2
     assert "no vLLM server answers" in res.stderr and "srollout serve" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -24,17 +24,43 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 if importlib.util.find_spec("vllm") is None and os.environ.get("CI"):
-    raise RuntimeError("CI must test on-policy training through vLLM: vllm is not installed "
-                       "(make setup-vllm)")
+    raise RuntimeError(
+        "CI must test on-policy training through vLLM: vllm is not installed (make setup-vllm)"
+    )
 # slow: each test trains 4 iterations through vLLM in a subprocess (100-190 s on 2 loaded cores)
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="vLLM is not installed: make setup-vllm"),
-              pytest.mark.slow]
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None, reason="vLLM is not installed: make setup-vllm"
+    ),
+    pytest.mark.slow,
+]
 
-ARGS = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline",
-        "--iterations", "4", "--T-max", "15", "--prompts-per-iter", "4", "--temperature", "1.0",
-        "--lr", "5e-2", "--n-eval", "1", "--eval-every", "4", "--no-interleave",
-        "--backend", "vllm"]
+ARGS = [
+    "train-onpolicy",
+    "--preset",
+    "tiny",
+    "--seeds",
+    "7",
+    "--arms",
+    "baseline",
+    "--iterations",
+    "4",
+    "--T-max",
+    "15",
+    "--prompts-per-iter",
+    "4",
+    "--temperature",
+    "1.0",
+    "--lr",
+    "5e-2",
+    "--n-eval",
+    "1",
+    "--eval-every",
+    "4",
+    "--no-interleave",
+    "--backend",
+    "vllm",
+]
 
 PROBED = r"""
 import json, sys

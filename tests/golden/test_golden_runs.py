@@ -15,6 +15,12 @@ def test_golden_runs_reproduce_their_recorded_tables(tmp_path):
     golden = json.loads(DIGESTS.read_text())
     now = run_all(tmp_path)
     assert {k.split("/")[0] for k in golden} == set(RUNS)
-    changed = {k: (golden.get(k), now.get(k)) for k in sorted(set(golden) | set(now)) if golden.get(k) != now.get(k)}
-    assert not changed, "tables changed (python tests/golden/golden_runs.py --write after a deliberate change):\n" + "\n".join(
-        f"  {k}: recorded {a} now {b}" for k, (a, b) in changed.items())
+    changed = {
+        k: (golden.get(k), now.get(k))
+        for k in sorted(set(golden) | set(now))
+        if golden.get(k) != now.get(k)
+    }
+    assert not changed, (
+        "tables changed (python tests/golden/golden_runs.py --write after a deliberate change):\n"
+        + "\n".join(f"  {k}: recorded {a} now {b}" for k, (a, b) in changed.items())
+    )

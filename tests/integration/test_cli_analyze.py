@@ -64,10 +64,18 @@ def test_analyze_hand_buffer_numbers(hand_buffer: Path, tmp_path: Path, run_cli)
     # default gate at K=4, d_L=0.12 cuts a (TP) and b (FP); c's 0.125 is not below 0.12
     fps = pl.read_parquet(out / "false_positives.parquet")
     assert fps["group_id"].to_list() == ["b"]
-    assert fps["first_actions"][0] == "open drawer 1 → close drawer 1 → open drawer 2 → close drawer 2"
+    assert (
+        fps["first_actions"][0] == "open drawer 1 → close drawer 1 → open drawer 2 → close drawer 2"
+    )
     assert fps["n_sharing"][0] == "4/4"
 
-    for name in ("heatmap.png", "d_K_by_label.png", "d_K_vs_reward_var.png", "report.md", "manifest.json"):
+    for name in (
+        "heatmap.png",
+        "d_K_by_label.png",
+        "d_K_vs_reward_var.png",
+        "report.md",
+        "manifest.json",
+    ):
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert "](heatmap.png)" in report and "False positives" in report
@@ -122,8 +130,18 @@ def test_analyze_g16_panel_on_g8_subsamples(tmp_path: Path, steps_table, run_cli
     schemas.write(steps_table(groups), run / "steps.parquet")
 
     out1, out2 = tmp_path / "a1", tmp_path / "a2"
-    assert run_cli("analyze", run, "--K", "5,10", "--out", out1, "--no-figures", "--seed", "7").exit_code == 0
-    assert run_cli("analyze", run, "--K", "5,10", "--out", out2, "--no-figures", "--seed", "7").exit_code == 0
+    assert (
+        run_cli(
+            "analyze", run, "--K", "5,10", "--out", out1, "--no-figures", "--seed", "7"
+        ).exit_code
+        == 0
+    )
+    assert (
+        run_cli(
+            "analyze", run, "--K", "5,10", "--out", out2, "--no-figures", "--seed", "7"
+        ).exit_code
+        == 0
+    )
     g8 = schemas.read(out1 / "correlation_g8.parquet", schemas.CORRELATION)
     assert g8.height == 2 * 7 and set(g8["n"].to_list()) == {8}
     assert g8.equals(pl.read_parquet(out2 / "correlation_g8.parquet"))  # same seed, same table
@@ -140,14 +158,17 @@ def test_analyze_and_sweep_do_not_import_torch(hand_buffer: Path, tmp_path: Path
         "import sys\n"
         "from srollout.cli.app import main\n"
         "for argv in (['srollout', 'analyze', '--help'], ['srollout', 'sweep', '--help'],\n"
-        f"             ['srollout', 'analyze', {str(hand_buffer)!r}, '--K', '4', '--out', {str(tmp_path / 'a')!r}],\n"
-        f"             ['srollout', 'sweep', {str(hand_buffer)!r}, '--K', '4', '--T-max', '10', '--n-boot', '50', '--out', {str(tmp_path / 's')!r}]):\n"
+        f"             ['srollout', 'analyze', {str(hand_buffer)!r}, '--K', '4', '--out', "
+        f"{str(tmp_path / 'a')!r}],\n"
+        f"             ['srollout', 'sweep', {str(hand_buffer)!r}, '--K', '4', '--T-max', '10', "
+        f"'--n-boot', '50', '--out', {str(tmp_path / 's')!r}]):\n"
         "    sys.argv = argv\n"
         "    try:\n"
         "        main()\n"
         "    except SystemExit as done:\n"
         "        assert not done.code, (argv, done.code)\n"
-        "    heavy = sorted(m for m in ('torch', 'transformers', 'alfworld', 'vllm', 'ray') if m in sys.modules)\n"
+        "    heavy = sorted(m for m in ('torch', 'transformers', 'alfworld', 'vllm', 'ray') if m "
+        "in sys.modules)\n"
         "    print(argv[1], argv[2], heavy)\n"
         "    assert not heavy, heavy\n"
     )
@@ -175,15 +196,36 @@ def _steps(hand_buffer: Path) -> pl.DataFrame:
     ("edit", "fragments"),
     [
         (lambda df: df.drop("action"), ("steps.parquet", "missing column 'action'")),
-        (lambda df: df.with_columns(pl.col("reward").cast(pl.Utf8)), ("steps.parquet", "column 'reward' has type")),
+        (
+            lambda df: df.with_columns(pl.col("reward").cast(pl.Utf8)),
+            ("steps.parquet", "column 'reward' has type"),
+        ),
         (lambda df: df.head(0), ("steps.parquet", "empty")),
-        (lambda df: df.filter((pl.col("group_id") != "c") | (pl.col("traj_idx") == 0)), ("group c has 1 trajectory",)),
-        (lambda df: df.filter((pl.col("group_id") != "b") | (pl.col("step") != 2)), ("group b trajectory 0", "without gaps")),
-        (lambda df: pl.concat([df, df.head(1)]), ("duplicate row for group a trajectory 0 step 1",)),
+        (
+            lambda df: df.filter((pl.col("group_id") != "c") | (pl.col("traj_idx") == 0)),
+            ("group c has 1 trajectory",),
+        ),
+        (
+            lambda df: df.filter((pl.col("group_id") != "b") | (pl.col("step") != 2)),
+            ("group b trajectory 0", "without gaps"),
+        ),
+        (
+            lambda df: pl.concat([df, df.head(1)]),
+            ("duplicate row for group a trajectory 0 step 1",),
+        ),
     ],
-    ids=["missing-column", "mistyped-column", "empty", "group-of-one", "step-gap", "duplicate-step"],
+    ids=[
+        "missing-column",
+        "mistyped-column",
+        "empty",
+        "group-of-one",
+        "step-gap",
+        "duplicate-step",
+    ],
 )
-def test_analyze_bad_steps_file(hand_buffer: Path, tmp_path: Path, run_cli, edit, fragments) -> None:
+def test_analyze_bad_steps_file(
+    hand_buffer: Path, tmp_path: Path, run_cli, edit, fragments
+) -> None:
     bad = tmp_path / "bad" / "steps.parquet"
     bad.parent.mkdir()
     edit(_steps(hand_buffer)).write_parquet(bad)
@@ -209,42 +251,77 @@ def test_analyze_bad_options(hand_buffer: Path, tmp_path: Path, run_cli, args, f
 
 
 def test_analyze_missing_and_unreadable_input(tmp_path: Path, run_cli) -> None:
-    _assert_one_line_error(run_cli("analyze", tmp_path / "nope.parquet"), "nope.parquet", "no such file")
+    _assert_one_line_error(
+        run_cli("analyze", tmp_path / "nope.parquet"), "nope.parquet", "no such file"
+    )
     (tmp_path / "empty_dir").mkdir()
-    _assert_one_line_error(run_cli("analyze", tmp_path / "empty_dir"), "no steps.parquet or signals.parquet")
+    _assert_one_line_error(
+        run_cli("analyze", tmp_path / "empty_dir"), "no steps.parquet or signals.parquet"
+    )
     (tmp_path / "junk.parquet").write_text("not parquet")
-    _assert_one_line_error(run_cli("analyze", tmp_path / "junk.parquet"), "junk.parquet", "not a readable Parquet file")
+    _assert_one_line_error(
+        run_cli("analyze", tmp_path / "junk.parquet"), "junk.parquet", "not a readable Parquet file"
+    )
 
 
 def test_analyze_signals_K_outside_and_bad_label(tmp_path: Path, run_cli) -> None:
     table = pl.DataFrame(
-        {"group_id": ["g1", "g2"], "task_type": ["x", "x"], "K": [7, 7],
-         **{name: [0.0, 0.5] for name in schemas.SIGNAL_NAMES},
-         "reward_var": [0.0, 0.25], "label": ["all_fail", "mixed"]}
+        {
+            "group_id": ["g1", "g2"],
+            "task_type": ["x", "x"],
+            "K": [7, 7],
+            **{name: [0.0, 0.5] for name in schemas.SIGNAL_NAMES},
+            "reward_var": [0.0, 0.25],
+            "label": ["all_fail", "mixed"],
+        }
     )
     path = tmp_path / "signals.parquet"
     table.write_parquet(path)
-    _assert_one_line_error(run_cli("analyze", path, "--K", "10"), "--K 10 is outside the data", "K = 7")
+    _assert_one_line_error(
+        run_cli("analyze", path, "--K", "10"), "--K 10 is outside the data", "K = 7"
+    )
     table.with_columns(pl.lit("mixed").alias("label")).write_parquet(path)
     _assert_one_line_error(run_cli("analyze", path), "group g1 has label 'mixed' but reward_var 0")
     table.with_columns(pl.lit("won").alias("label")).write_parquet(path)
     _assert_one_line_error(run_cli("analyze", path), "column 'label'", "'won'")
 
 
-def test_analyze_refuses_existing_run_dir_and_gated_buffers(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_analyze_refuses_existing_run_dir_and_gated_buffers(
+    hand_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     out = tmp_path / "run"
     assert run_cli("analyze", hand_buffer, "--K", "4", "--out", out, "--no-figures").exit_code == 0
     before = (out / "correlation.parquet").read_bytes()
-    _assert_one_line_error(run_cli("analyze", hand_buffer, "--K", "4", "--out", out), "already exists", "--overwrite")
+    _assert_one_line_error(
+        run_cli("analyze", hand_buffer, "--K", "4", "--out", out), "already exists", "--overwrite"
+    )
     assert (out / "correlation.parquet").read_bytes() == before
-    assert run_cli("analyze", hand_buffer, "--K", "4", "--out", out, "--overwrite", "--no-figures").exit_code == 0
+    assert (
+        run_cli(
+            "analyze", hand_buffer, "--K", "4", "--out", out, "--overwrite", "--no-figures"
+        ).exit_code
+        == 0
+    )
 
     groups = pl.DataFrame(
-        {"group_id": ["a"], "task_id": ["t"], "task_type": ["x"], "G": [4], "reward_mean": [1.0], "reward_var": [0.0],
-         "label": ["all_succeed"], "zero_var": [True], "cut": [True], "cut_step": [10], "arm": ["gated"]}
+        {
+            "group_id": ["a"],
+            "task_id": ["t"],
+            "task_type": ["x"],
+            "G": [4],
+            "reward_mean": [1.0],
+            "reward_var": [0.0],
+            "label": ["all_succeed"],
+            "zero_var": [True],
+            "cut": [True],
+            "cut_step": [10],
+            "arm": ["gated"],
+        }
     )
     schemas.write(groups, hand_buffer / "groups.parquet", schemas.GROUPS)
-    _assert_one_line_error(run_cli("analyze", hand_buffer, "--K", "4"), "cut by a gate", "baseline arm")
+    _assert_one_line_error(
+        run_cli("analyze", hand_buffer, "--K", "4"), "cut by a gate", "baseline arm"
+    )
 
 
 @pytest.mark.slow
@@ -258,8 +335,26 @@ def test_analyze_recomputes_exactly_the_signals_collect_wrote(tmp_path: Path, ru
     root = Path(__file__).resolve().parents[2]
     run = tmp_path / "collect"
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "srollout.cli.app", "collect", "--policy", "noisy-expert", "--quick",
-                           "--G", "4", "--out", str(run)], capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "srollout.cli.app",
+            "collect",
+            "--policy",
+            "noisy-expert",
+            "--quick",
+            "--G",
+            "4",
+            "--out",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=root,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
     out = tmp_path / "analyze"
@@ -273,6 +368,14 @@ def test_analyze_recomputes_exactly_the_signals_collect_wrote(tmp_path: Path, ru
     assert (joined["label"] == joined["label_collect"]).all()
 
     sweep = tmp_path / "sweep"
-    assert run_cli("sweep", run, "--K", "5", "--T-max", "15", "--n-boot", "200", "--out", sweep).exit_code == 0
+    assert (
+        run_cli(
+            "sweep", run, "--K", "5", "--T-max", "15", "--n-boot", "200", "--out", sweep
+        ).exit_code
+        == 0
+    )
     table = schemas.read(sweep / "sweep.parquet", schemas.SWEEP)
-    assert table["measured_step_savings"].is_not_nan().all() and table["adv_l2_kept"].is_not_nan().all()
+    assert (
+        table["measured_step_savings"].is_not_nan().all()
+        and table["adv_l2_kept"].is_not_nan().all()
+    )

@@ -1,4 +1,5 @@
-"""End to end: `srollout collect` on the real ALFWorld engine with the noisy expert (fast, no LM)."""
+"""End to end: `srollout collect` on the real ALFWorld engine with the noisy expert (fast, no
+LM)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def srollout(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     env.pop("SROLLOUT_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "srollout.cli.app", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "srollout.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def test_quick_collect_with_the_noisy_expert(tmp_path):
@@ -36,7 +44,9 @@ def test_quick_collect_with_the_noisy_expert(tmp_path):
     assert signals.height == 8 * 3 and sorted(set(signals["K"])) == [5, 10, 15]
     assert steps["step"].max() <= 15
     # per trajectory: n_steps rows numbered 1..n; ended_by consistent with success and T_max
-    per = steps.group_by("group_id", "traj_idx").agg(pl.len().alias("n"), pl.col("step").max().alias("last"), pl.col("reward").sum().alias("r"))
+    per = steps.group_by("group_id", "traj_idx").agg(
+        pl.len().alias("n"), pl.col("step").max().alias("last"), pl.col("reward").sum().alias("r")
+    )
     joined = trajs.join(per, on=["group_id", "traj_idx"])
     assert (joined["n"] == joined["n_steps"]).all() and (joined["last"] == joined["n_steps"]).all()
     assert (joined["r"] == joined["reward"]).all()
@@ -44,11 +54,16 @@ def test_quick_collect_with_the_noisy_expert(tmp_path):
     assert (joined.filter(pl.col("ended_by") == "max_steps")["n_steps"] == 15).all()
     assert not groups["cut"].any() and groups["cut_step"].null_count() == 8
     # labels and variance from the trajectories' rewards (population variance)
-    agg = trajs.group_by("group_id").agg(pl.col("reward").mean().alias("m"), pl.col("reward").var(ddof=0).alias("v"))
+    agg = trajs.group_by("group_id").agg(
+        pl.col("reward").mean().alias("m"), pl.col("reward").var(ddof=0).alias("v")
+    )
     check = groups.join(agg, on="group_id")
     assert (check["reward_mean"] - check["m"]).abs().max() < 1e-12
     assert (check["reward_var"] - check["v"]).abs().max() < 1e-12
-    expected = [("mixed" if v > 0 else ("all_succeed" if m >= 0.5 else "all_fail")) for m, v in zip(check["m"], check["v"], strict=True)]
+    expected = [
+        ("mixed" if v > 0 else ("all_succeed" if m >= 0.5 else "all_fail"))
+        for m, v in zip(check["m"], check["v"], strict=True)
+    ]
     assert check["label"].to_list() == expected
     assert all(signals[name].is_between(0.0, 1.0).all() for name in SIGNAL_NAMES)
     # the expert with eps=0.3 noise mostly succeeds, and its noise makes invalid actions rare
@@ -78,7 +93,9 @@ def test_quick_collect_with_the_noisy_expert(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    proc = srollout("collect", "--policy", "noisy-expert", "--quick", "--out", str(tmp_path / "r"), *args)
+    proc = srollout(
+        "collect", "--policy", "noisy-expert", "--quick", "--out", str(tmp_path / "r"), *args
+    )
     if args == ["--resume"]:
         proc = srollout("collect", "--policy", "noisy-expert", "--resume")
     assert proc.returncode == 2, proc.stderr
@@ -91,11 +108,29 @@ def test_gate_json_cuts_every_group_at_its_K(tmp_path):
 
     gate = FixedGate(cut=True, K=3).save(tmp_path / "gate.json")
     out = tmp_path / "gated"
-    proc = srollout("collect", "--policy", "noisy-expert", "--groups", "3", "--G", "3", "--T-max", "8", "--signal-K", "2,3,5", "--gate", str(gate), "--out", str(out))
+    proc = srollout(
+        "collect",
+        "--policy",
+        "noisy-expert",
+        "--groups",
+        "3",
+        "--G",
+        "3",
+        "--T-max",
+        "8",
+        "--signal-K",
+        "2,3,5",
+        "--gate",
+        str(gate),
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     groups = read(out / "groups.parquet", GROUPS)
     trajs = read(out / "trajectories.parquet", TRAJECTORIES)
-    assert groups["cut"].all() and (groups["cut_step"] == 3).all() and (groups["arm"] == "gated").all()
+    assert (
+        groups["cut"].all() and (groups["cut_step"] == 3).all() and (groups["arm"] == "gated").all()
+    )
     # trajectories the expert finished before step 3 keep ended_by=done; the rest were stopped
     assert ((trajs["ended_by"] == "gate") == (trajs["n_steps"] == 3) & ~trajs["success"]).all()
     assert trajs["n_steps"].max() == 3
@@ -104,7 +139,19 @@ def test_gate_json_cuts_every_group_at_its_K(tmp_path):
 
 
 def test_difficulty_picks_the_rooms_and_is_part_of_the_resume_key(tmp_path):
-    args = ["collect", "--policy", "expert", "--groups", "2", "--G", "2", "--T-max", "3", "--signal-K", "2"]
+    args = [
+        "collect",
+        "--policy",
+        "expert",
+        "--groups",
+        "2",
+        "--G",
+        "2",
+        "--T-max",
+        "3",
+        "--signal-K",
+        "2",
+    ]
     runs = {}
     for difficulty in ("small", "medium"):
         runs[difficulty] = out = tmp_path / difficulty
@@ -113,7 +160,10 @@ def test_difficulty_picks_the_rooms_and_is_part_of_the_resume_key(tmp_path):
         assert json.loads((out / "manifest.json").read_text())["config"]["difficulty"] == difficulty
         assert f"task set `eval` ({difficulty} rooms)" in (out / "report.md").read_text()
     # the same tasks and seeds, other games: the expert sees other rooms
-    small, medium = (read(runs[d] / "steps.parquet", STEPS).sort("group_id", "traj_idx", "step") for d in ("small", "medium"))
+    small, medium = (
+        read(runs[d] / "steps.parquet", STEPS).sort("group_id", "traj_idx", "step")
+        for d in ("small", "medium")
+    )
     assert set(small["task_id"]) == set(medium["task_id"])
     assert small["observation"].to_list() != medium["observation"].to_list()
     # a medium run resumes only as a medium run

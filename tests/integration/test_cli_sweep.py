@@ -26,23 +26,47 @@ def _row(df: pl.DataFrame, **where) -> dict:
 
 def test_sweep_r1_hand_numbers_and_gate_json(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
     out = tmp_path / "sweep"
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10", "--d-L-grid", "0.05,0.13,0.5",
-                     "--precision-floor", "0.6", "--n-boot", "2000", "--out", out)
+    result = run_cli(
+        "sweep",
+        hand_buffer,
+        "--K",
+        "4",
+        "--T-max",
+        "10",
+        "--d-L-grid",
+        "0.05,0.13,0.5",
+        "--precision-floor",
+        "0.6",
+        "--n-boot",
+        "2000",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.stderr
     sweep = schemas.read(out / "sweep.parquet", schemas.SWEEP)
-    assert sweep.height == 3 and sweep["rule"].to_list() == ["r1"] * 3 and sweep["t_high"].null_count() == 3
+    assert (
+        sweep.height == 3
+        and sweep["rule"].to_list() == ["r1"] * 3
+        and sweep["t_high"].null_count() == 3
+    )
 
     low = _row(sweep, d_L=0.05)  # cuts a (d=0, zero-var: TP) and b (d=0, mixed: FP)
     assert (low["n_cut"], low["tp"], low["fp"]) == (2, 1, 1)
     assert low["precision"] == pytest.approx(0.5) and low["recall"] == pytest.approx(0.5)
-    assert low["safe_savings"] == pytest.approx(1 * 6 / 40) and low["raw_savings"] == pytest.approx(2 * 6 / 40)
-    assert low["measured_step_savings"] == pytest.approx((0 + 16) / TOTAL_STEPS)  # a had ended: saves 0
+    assert low["safe_savings"] == pytest.approx(1 * 6 / 40) and low["raw_savings"] == pytest.approx(
+        2 * 6 / 40
+    )
+    assert low["measured_step_savings"] == pytest.approx(
+        (0 + 16) / TOTAL_STEPS
+    )  # a had ended: saves 0
     assert low["adv_l2_kept"] == pytest.approx(L2_KEPT_WITHOUT_B, rel=1e-4)
 
     mid = _row(sweep, d_L=0.13)  # adds c (d=0.125, all-fail: TP)
     assert (mid["n_cut"], mid["tp"], mid["fp"]) == (3, 2, 1)
     assert mid["precision"] == pytest.approx(2 / 3) and mid["recall"] == pytest.approx(1.0)
-    assert mid["safe_savings"] == pytest.approx(2 * 6 / 40) and mid["raw_savings"] == pytest.approx(3 * 6 / 40)
+    assert mid["safe_savings"] == pytest.approx(2 * 6 / 40) and mid["raw_savings"] == pytest.approx(
+        3 * 6 / 40
+    )
     assert mid["measured_step_savings"] == pytest.approx((0 + 16 + 8) / TOTAL_STEPS)
 
     # oracle cuts a and c; random cuts 2 of 4 groups: E[TP] = 1, E[saved steps] = (0+16+8+13)/2
@@ -68,9 +92,24 @@ def test_sweep_r1_hand_numbers_and_gate_json(hand_buffer: Path, tmp_path: Path, 
     assert "chosen: r1 K=4 d_L=0.13" in result.stdout
 
 
-def test_sweep_without_a_point_above_the_floor_warns_and_writes_no_gate(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_sweep_without_a_point_above_the_floor_warns_and_writes_no_gate(
+    hand_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     out = tmp_path / "sweep"
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10", "--d-L-grid", "0.05,0.13", "--n-boot", "100", "--out", out)
+    result = run_cli(
+        "sweep",
+        hand_buffer,
+        "--K",
+        "4",
+        "--T-max",
+        "10",
+        "--d-L-grid",
+        "0.05,0.13",
+        "--n-boot",
+        "100",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.stderr
     assert "no operating point" in result.stdout and "0.8" in result.stdout
     assert not (out / "gate.json").exists()
@@ -80,30 +119,60 @@ def test_sweep_without_a_point_above_the_floor_warns_and_writes_no_gate(hand_buf
     assert json.loads((out / "manifest.json").read_text())["chosen"] is None
 
 
-def test_sweep_r3_backup_clause_cuts_ended_groups_for_no_real_saving(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_sweep_r3_backup_clause_cuts_ended_groups_for_no_real_saving(
+    hand_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     out = tmp_path / "sweep"
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10", "--rule", "both", "--d-L-grid", "0,0.13",
-                     "--t-high-grid", "0.9", "--n-boot", "200", "--out", out)
+    result = run_cli(
+        "sweep",
+        hand_buffer,
+        "--K",
+        "4",
+        "--T-max",
+        "10",
+        "--rule",
+        "both",
+        "--d-L-grid",
+        "0,0.13",
+        "--t-high-grid",
+        "0.9",
+        "--n-boot",
+        "200",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.stderr
     sweep = schemas.read(out / "sweep.parquet", schemas.SWEEP)
     assert sweep.height == 4  # r1 × 2 d_L + r3 × 2 d_L × 1 t_high
     never = _row(sweep, rule="r1", d_L=0.0)
-    assert never["n_cut"] == 0 and math.isnan(never["precision"]) and never["adv_l2_kept"] == pytest.approx(1.0)
+    assert (
+        never["n_cut"] == 0
+        and math.isnan(never["precision"])
+        and never["adv_l2_kept"] == pytest.approx(1.0)
+    )
     backup = _row(sweep, rule="r3", d_L=0.0)  # only τ_4 = 1 fires: group a, all ended at step 3
     assert (backup["n_cut"], backup["tp"], backup["precision"]) == (1, 1, 1.0)
-    assert backup["safe_savings"] == pytest.approx(0.15)  # the formula credits (T_max - K) steps ...
+    assert backup["safe_savings"] == pytest.approx(
+        0.15
+    )  # the formula credits (T_max - K) steps ...
     assert backup["measured_step_savings"] == 0.0  # ... that never happen (App. OR-rule)
     assert backup["chosen"]
     gate = json.loads((out / "gate.json").read_text())
     assert (gate["rule"], gate["K"], gate["d_L"], gate["t_high"]) == ("r3", 4, 0.0, 0.9)
 
 
-def test_sweep_from_signals_only_has_formula_savings_but_no_measured(tmp_path: Path, run_cli) -> None:
+def test_sweep_from_signals_only_has_formula_savings_but_no_measured(
+    tmp_path: Path, run_cli
+) -> None:
     signals = pl.DataFrame(
-        {"group_id": [f"g{i}" for i in range(6)], "task_type": ["x"] * 6, "K": [10] * 6,
-         **{name: [0.0, 0.02, 0.04, 0.3, 0.5, 0.6] for name in schemas.SIGNAL_NAMES},
-         "reward_var": [0.0, 0.0, 0.0, 0.25, 0.0, 0.25],
-         "label": ["all_fail", "all_succeed", "all_fail", "mixed", "all_fail", "mixed"]}
+        {
+            "group_id": [f"g{i}" for i in range(6)],
+            "task_type": ["x"] * 6,
+            "K": [10] * 6,
+            **{name: [0.0, 0.02, 0.04, 0.3, 0.5, 0.6] for name in schemas.SIGNAL_NAMES},
+            "reward_var": [0.0, 0.0, 0.0, 0.25, 0.0, 0.25],
+            "label": ["all_fail", "all_succeed", "all_fail", "mixed", "all_fail", "mixed"],
+        }
     )
     path = tmp_path / "signals.parquet"
     signals.write_parquet(path)
@@ -121,12 +190,30 @@ def test_sweep_from_signals_only_has_formula_savings_but_no_measured(tmp_path: P
 
 
 def test_sweep_same_seed_same_table(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
-    args = ("sweep", hand_buffer, "--K", "2,4", "--T-max", "10", "--precision-floor", "0.5", "--n-boot", "500", "--seed", "3")
+    args = (
+        "sweep",
+        hand_buffer,
+        "--K",
+        "2,4",
+        "--T-max",
+        "10",
+        "--precision-floor",
+        "0.5",
+        "--n-boot",
+        "500",
+        "--seed",
+        "3",
+    )
     assert run_cli(*args, "--out", tmp_path / "one").exit_code == 0
     assert run_cli(*args, "--out", tmp_path / "two").exit_code == 0
-    one, two = pl.read_parquet(tmp_path / "one" / "sweep.parquet"), pl.read_parquet(tmp_path / "two" / "sweep.parquet")
+    one, two = (
+        pl.read_parquet(tmp_path / "one" / "sweep.parquet"),
+        pl.read_parquet(tmp_path / "two" / "sweep.parquet"),
+    )
     assert one.equals(two) and one.height == 2 * 14
-    assert (tmp_path / "one" / "gate.json").read_text() == (tmp_path / "two" / "gate.json").read_text()
+    assert (tmp_path / "one" / "gate.json").read_text() == (
+        tmp_path / "two" / "gate.json"
+    ).read_text()
 
 
 # --- bad input: one clear line, exit code 2, nothing written -------------------------------------
@@ -149,15 +236,33 @@ def _assert_one_line_error(result, *fragments: str) -> None:
         (("--d-L-grid", "0.18:0.05:0.01"), ("malformed grid",)),
         (("--d-L-grid", "0.05:0.18:0"), ("malformed grid",)),
         (("--d-L-grid", "a,b"), ("malformed grid 'a,b'",)),
-        (("--rule", "r3", "--t-high-grid", "0.8:1.0"), ("--t-high-grid", "malformed grid",)),
+        (
+            ("--rule", "r3", "--t-high-grid", "0.8:1.0"),
+            (
+                "--t-high-grid",
+                "malformed grid",
+            ),
+        ),
         (("--rule", "r2"), ("--rule", "r1, r3, both", "'r2'")),
         (("--K", "40"), ("--K 40 is larger than --T-max 30",)),
         (("--K", "12"), ("--K 12 is outside the data", "10 steps")),
         (("--K", "4", "--T-max", "8"), ("up to 10 steps, more than --T-max 8",)),
         (("--precision-floor", "1.2"), ("--precision-floor", "[0, 1]")),
     ],
-    ids=["d_L-above-1", "d_L-negative", "grid-two-parts", "grid-reversed", "grid-zero-step", "grid-words",
-         "t_high-grid", "rule", "K-above-T_max", "K-outside-data", "T_max-below-data", "floor"],
+    ids=[
+        "d_L-above-1",
+        "d_L-negative",
+        "grid-two-parts",
+        "grid-reversed",
+        "grid-zero-step",
+        "grid-words",
+        "t_high-grid",
+        "rule",
+        "K-above-T_max",
+        "K-outside-data",
+        "T_max-below-data",
+        "floor",
+    ],
 )
 def test_sweep_bad_options(hand_buffer: Path, tmp_path: Path, run_cli, args, fragments) -> None:
     out = tmp_path / "never"
@@ -166,13 +271,19 @@ def test_sweep_bad_options(hand_buffer: Path, tmp_path: Path, run_cli, args, fra
 
 
 def test_sweep_bad_files(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
-    _assert_one_line_error(run_cli("sweep", tmp_path / "missing.parquet"), "missing.parquet", "no such file")
+    _assert_one_line_error(
+        run_cli("sweep", tmp_path / "missing.parquet"), "missing.parquet", "no such file"
+    )
     bad = tmp_path / "signals.parquet"
     pl.DataFrame({"group_id": ["g"], "K": [10]}).write_parquet(bad)
     _assert_one_line_error(run_cli("sweep", bad), "signals.parquet", "missing column 'task_type'")
     empty = pl.DataFrame(schema={**schemas.SIGNALS.columns})
     empty.write_parquet(bad)
     _assert_one_line_error(run_cli("sweep", bad), "signals.parquet", "empty")
-    steps = pl.read_parquet(hand_buffer / "steps.parquet").filter((pl.col("group_id") != "d") | (pl.col("traj_idx") == 2))
+    steps = pl.read_parquet(hand_buffer / "steps.parquet").filter(
+        (pl.col("group_id") != "d") | (pl.col("traj_idx") == 2)
+    )
     steps.write_parquet(hand_buffer / "steps.parquet")
-    _assert_one_line_error(run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10"), "group d has 1 trajectory")
+    _assert_one_line_error(
+        run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10"), "group d has 1 trajectory"
+    )

@@ -34,24 +34,49 @@ def _group(i: int) -> tuple[str, list[tuple[list[str], float]]]:
 @pytest.fixture
 def built_buffer(tmp_path: Path) -> Path:
     run = tmp_path / "built"
-    schemas.write(build_steps({f"g{i:02d}": _group(i) for i in range(30)}), run / "steps.parquet", schemas.STEPS)
+    schemas.write(
+        build_steps({f"g{i:02d}": _group(i) for i in range(30)}),
+        run / "steps.parquet",
+        schemas.STEPS,
+    )
     return run
 
 
-ARGS = ("--K", "4", "--T-max", str(T), "--d-L-grid", "0.05,0.5", "--check-K", "2,4,6", "--n-folds", "3", "--n-boot", "300")
+ARGS = (
+    "--K",
+    "4",
+    "--T-max",
+    str(T),
+    "--d-L-grid",
+    "0.05,0.5",
+    "--check-K",
+    "2,4,6",
+    "--n-folds",
+    "3",
+    "--n-boot",
+    "300",
+)
 
 
-def test_sweep_learned_and_adaptive_rows_are_held_out(built_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_sweep_learned_and_adaptive_rows_are_held_out(
+    built_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     out = tmp_path / "sweep"
     result = run_cli("sweep", built_buffer, *ARGS, "--learned", "--adaptive", "--out", out)
     assert result.exit_code == 0, result.stderr
     table = pl.read_parquet(out / "gates.parquet")
     assert table.select("gate", "selection").rows() == [
-        ("r1", "in-sample"), ("r1", "cross-fitted"), ("learned", "cross-fitted"), ("adaptive", "cross-fitted"), ("oracle", "labels"),
+        ("r1", "in-sample"),
+        ("r1", "cross-fitted"),
+        ("learned", "cross-fitted"),
+        ("adaptive", "cross-fitted"),
+        ("oracle", "labels"),
     ]
     rows = {(r["gate"], r["selection"]): r for r in table.to_dicts()}
     oracle = rows[("oracle", "labels")]
-    assert (oracle["n_cut"], oracle["tp"], oracle["precision"]) == (15, 15, 1.0) and oracle["share_of_oracle"] == pytest.approx(1.0)
+    assert (oracle["n_cut"], oracle["tp"], oracle["precision"]) == (15, 15, 1.0) and oracle[
+        "share_of_oracle"
+    ] == pytest.approx(1.0)
     assert oracle["safe_savings"] == pytest.approx(15 * (T - 4) / (30 * T))
     in_sample = rows[("r1", "in-sample")]  # d_L 0.05 cuts the 13 d_K = 0 groups
     assert (in_sample["n_cut"], in_sample["tp"], in_sample["fp"]) == (13, 12, 1)
@@ -61,12 +86,21 @@ def test_sweep_learned_and_adaptive_rows_are_held_out(built_buffer: Path, tmp_pa
         assert row["n_groups"] == 30 and row["tp"] + row["fp"] == row["n_cut"]
         assert row["safe_savings_ci_low"] <= row["safe_savings"] <= row["safe_savings_ci_high"]
     learned = rows[("learned", "cross-fitted")]
-    assert (learned["n_cut"], learned["tp"], learned["fp"]) == (13, 12, 1)  # the d_K = 0 groups, held out
+    assert (learned["n_cut"], learned["tp"], learned["fp"]) == (
+        13,
+        12,
+        1,
+    )  # the d_K = 0 groups, held out
     adaptive = rows[("adaptive", "cross-fitted")]
-    # the d_K = 0 groups are already identical at step 2: cut there, (12 − 2)/12 of their steps saved
-    assert adaptive["tp"] == 12 and adaptive["safe_savings"] == pytest.approx(12 * (T - 2) / (30 * T))
+    # the d_K = 0 groups are already identical at step 2: cut there, (12 − 2)/12 of their steps
+    # saved
+    assert adaptive["tp"] == 12 and adaptive["safe_savings"] == pytest.approx(
+        12 * (T - 2) / (30 * T)
+    )
     assert adaptive["measured_step_savings"] == pytest.approx(13 * 4 * (T - 2) / (30 * 4 * T))
-    assert adaptive["share_of_oracle"] == pytest.approx(12 * 10 / (15 * 8))  # beyond 1: earlier than the oracle's K
+    assert adaptive["share_of_oracle"] == pytest.approx(
+        12 * 10 / (15 * 8)
+    )  # beyond 1: earlier than the oracle's K
 
     from srollout.core.adaptive_gate import AdaptiveGate
     from srollout.core.gate import load_gate
@@ -76,19 +110,35 @@ def test_sweep_learned_and_adaptive_rows_are_held_out(built_buffer: Path, tmp_pa
     adaptive_gate = load_gate(out / "gate-adaptive.json")
     assert isinstance(learned_gate, LearnedGate) and learned_gate.K == 4
     assert isinstance(adaptive_gate, AdaptiveGate) and adaptive_gate.check_K == (2, 4, 6)
-    assert json.loads((out / "gate.json").read_text())["kind"] == "threshold"  # the plain sweep's gate stays
+    assert (
+        json.loads((out / "gate.json").read_text())["kind"] == "threshold"
+    )  # the plain sweep's gate stays
     report = (out / "report.md").read_text()
-    assert "## Learned and adaptive gates" in report and "cross-fitting" in report and "coef (standardised)" in report
+    assert (
+        "## Learned and adaptive gates" in report
+        and "cross-fitting" in report
+        and "coef (standardised)" in report
+    )
     assert "Gates judged on held-out groups" in result.stdout
 
 
-def test_without_the_flags_the_outputs_are_the_plain_sweep(built_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_without_the_flags_the_outputs_are_the_plain_sweep(
+    built_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     out = tmp_path / "sweep"
     assert run_cli("sweep", built_buffer, *ARGS, "--out", out).exit_code == 0
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["gate.json", "manifest.json", "pareto.png", "report.md", "sweep.parquet"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "gate.json",
+        "manifest.json",
+        "pareto.png",
+        "report.md",
+        "sweep.parquet",
+    ]
 
 
-def test_eval_buffer_fits_on_input_and_judges_on_the_other_run(built_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_eval_buffer_fits_on_input_and_judges_on_the_other_run(
+    built_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     other = tmp_path / "other"
     # the second run: the same groups with labels of groups 0..1 flipped to mixed, so the
     # learned gate (fit on INPUT) now cuts 2 more false positives there
@@ -98,7 +148,9 @@ def test_eval_buffer_fits_on_input_and_judges_on_the_other_run(built_buffer: Pat
         groups[gid] = (task, [(a, float(j == 0)) for j, (a, _) in enumerate(trajs)])
     schemas.write(build_steps(groups), other / "steps.parquet", schemas.STEPS)
     out = tmp_path / "sweep"
-    result = run_cli("sweep", built_buffer, *ARGS, "--learned", "--eval-buffer", other, "--out", out)
+    result = run_cli(
+        "sweep", built_buffer, *ARGS, "--learned", "--eval-buffer", other, "--out", out
+    )
     assert result.exit_code == 0, result.stderr
     table = pl.read_parquet(out / "gates.parquet")
     learned = table.filter(pl.col("gate") == "learned").row(0, named=True)
@@ -108,17 +160,41 @@ def test_eval_buffer_fits_on_input_and_judges_on_the_other_run(built_buffer: Pat
 
 
 def test_eval_buffer_alone_is_refused(built_buffer: Path, tmp_path: Path, run_cli) -> None:
-    result = run_cli("sweep", built_buffer, *ARGS, "--eval-buffer", built_buffer, "--out", tmp_path / "never")
+    result = run_cli(
+        "sweep", built_buffer, *ARGS, "--eval-buffer", built_buffer, "--out", tmp_path / "never"
+    )
     assert result.exit_code == 2 and "--learned/--adaptive" in result.stderr
     assert not (tmp_path / "never").exists()
 
 
-def test_too_few_groups_of_a_class_is_one_clear_line(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
+def test_too_few_groups_of_a_class_is_one_clear_line(
+    hand_buffer: Path, tmp_path: Path, run_cli
+) -> None:
     # the hand buffer has 2 zero-variance and 2 mixed groups: too few for nested cross-fitting
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10", "--check-K", "2,4", "--learned", "--out", tmp_path / "never")
-    assert result.exit_code == 2 and "2 zero-variance and 2 other groups" in result.stderr and "at least 3" in result.stderr
+    result = run_cli(
+        "sweep",
+        hand_buffer,
+        "--K",
+        "4",
+        "--T-max",
+        "10",
+        "--check-K",
+        "2,4",
+        "--learned",
+        "--out",
+        tmp_path / "never",
+    )
+    assert (
+        result.exit_code == 2
+        and "2 zero-variance and 2 other groups" in result.stderr
+        and "at least 3" in result.stderr
+    )
     assert not (tmp_path / "never").exists()
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "10", "--adaptive", "--out", tmp_path / "never")
+    result = run_cli(
+        "sweep", hand_buffer, "--K", "4", "--T-max", "10", "--adaptive", "--out", tmp_path / "never"
+    )
     assert result.exit_code == 2 and "--check-K 15 is beyond --T-max 10" in result.stderr
-    result = run_cli("sweep", hand_buffer, "--K", "4", "--T-max", "20", "--adaptive", "--out", tmp_path / "never")
+    result = run_cli(
+        "sweep", hand_buffer, "--K", "4", "--T-max", "20", "--adaptive", "--out", tmp_path / "never"
+    )
     assert result.exit_code == 2 and "--K/--check-K 15 is outside the data" in result.stderr

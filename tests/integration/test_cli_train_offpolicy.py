@@ -25,9 +25,27 @@ def _make_buffer(run_cli, real_model: Path, out: Path, K: int) -> tuple[float, s
     """Collect 6 groups (G=4, T_max=4), choose d_L so the gate cuts about half of them at K, and
     rewrite the rewards so every uncut group is mixed (trajectory 0 wins) and every cut group is
     all-fail: the gate then cuts only zero-variance groups. Returns (d_L, cut group ids)."""
-    res = run_cli("collect", "--model", real_model, "--groups", "6", "--G", "4", "--T-max", "4", "--signal-K", str(K), "--out", out)
+    res = run_cli(
+        "collect",
+        "--model",
+        real_model,
+        "--groups",
+        "6",
+        "--G",
+        "4",
+        "--T-max",
+        "4",
+        "--signal-K",
+        str(K),
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
-    sig = pl.read_parquet(out / "signals.parquet").filter(pl.col("K") == K).sort("prefix_edit_distance_mean")
+    sig = (
+        pl.read_parquet(out / "signals.parquet")
+        .filter(pl.col("K") == K)
+        .sort("prefix_edit_distance_mean")
+    )
     d = sig["prefix_edit_distance_mean"].to_list()
     split = next(i for i in (2, 3, 1, 4, 0) if d[i] < d[i + 1])
     d_L = (d[split] + d[split + 1]) / 2
@@ -37,8 +55,12 @@ def _make_buffer(run_cli, real_model: Path, out: Path, K: int) -> tuple[float, s
     trajs = trajs.with_columns(reward=pl.when(wins).then(1.0).otherwise(0.0), success=wins)
     schemas.write(trajs, out / "trajectories.parquet")
     steps = pl.read_parquet(out / "steps.parquet")
-    last = (~pl.col("group_id").is_in(list(cut))) & (pl.col("traj_idx") == 0) & (pl.col("step") == 4)
-    schemas.write(steps.with_columns(reward=pl.when(last).then(1.0).otherwise(0.0)), out / "steps.parquet")
+    last = (
+        (~pl.col("group_id").is_in(list(cut))) & (pl.col("traj_idx") == 0) & (pl.col("step") == 4)
+    )
+    schemas.write(
+        steps.with_columns(reward=pl.when(last).then(1.0).otherwise(0.0)), out / "steps.parquet"
+    )
     return d_L, cut
 
 
@@ -46,8 +68,22 @@ def test_train_offpolicy_end_to_end(run_cli, real_model, tmp_path):
     K = 3
     d_L, cut = _make_buffer(run_cli, real_model, tmp_path / "buffer", K)
     out = tmp_path / "train"
-    res = run_cli("train-offpolicy", tmp_path / "buffer", "--steps", "2", "--groups-per-step", "6", "--K", str(K),
-                  "--d-L", f"{d_L:.10f}", "--lr", "1e-2", "--out", out)
+    res = run_cli(
+        "train-offpolicy",
+        tmp_path / "buffer",
+        "--steps",
+        "2",
+        "--groups-per-step",
+        "6",
+        "--K",
+        str(K),
+        "--d-L",
+        f"{d_L:.10f}",
+        "--lr",
+        "1e-2",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
     assert m.height == 4

@@ -1,5 +1,5 @@
-"""End to end: `srollout train-onpolicy --preset tiny` with the shipped default policy on the real ALFWorld
-engine (both arms, one seed), and the one-line errors of bad options."""
+"""End to end: `srollout train-onpolicy --preset tiny` with the shipped default policy on the
+real ALFWorld engine (both arms, one seed), and the one-line errors of bad options."""
 
 from __future__ import annotations
 
@@ -23,8 +23,22 @@ def real_model(default_model) -> Path:
 
 def test_train_onpolicy_tiny_preset_end_to_end(run_cli, real_model, tmp_path):
     out = tmp_path / "run"
-    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
-                  "--n-eval", "2", "--no-interleave", "--out", out)
+    res = run_cli(
+        "train-onpolicy",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "7",
+        "--model",
+        real_model,
+        "--iterations",
+        "2",
+        "--n-eval",
+        "2",
+        "--no-interleave",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
     ev = schemas.read(out / "eval.parquet", schemas.EVAL)
@@ -37,8 +51,18 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, real_model, tmp_path):
     assert ev["task_id"].str.starts_with("heldout/").all()
     # iteration 0 is the same base policy in both arms
     e0 = ev.filter(pl.col("iteration") == 0).sort("arm", "task_id")
-    assert e0.filter(pl.col("arm") == "baseline")["success"].to_list() == e0.filter(pl.col("arm") == "gated")["success"].to_list()
-    for name in ("onpolicy.png", "mechanism.png", "report.md", "summary.json", "summary_per_seed.parquet", "tests.parquet"):
+    assert (
+        e0.filter(pl.col("arm") == "baseline")["success"].to_list()
+        == e0.filter(pl.col("arm") == "gated")["success"].to_list()
+    )
+    for name in (
+        "onpolicy.png",
+        "mechanism.png",
+        "report.md",
+        "summary.json",
+        "summary_per_seed.parquet",
+        "tests.parquet",
+    ):
         assert (out / name).exists(), name
     for arm in ("baseline", "gated"):
         assert (out / "adapters" / f"seed7-{arm}" / "adapter_config.json").exists()
@@ -48,8 +72,22 @@ def test_train_onpolicy_tiny_preset_end_to_end(run_cli, real_model, tmp_path):
     assert manifest["config"]["lora_r"] == 16 and manifest["config"]["G"] == 4
     assert "dilution prediction" in (out / "report.md").read_text()
     # resuming a finished run changes nothing and trains nothing
-    again = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
-                    "--n-eval", "2", "--out", out, "--resume")  # interleaved now: must not matter
+    again = run_cli(
+        "train-onpolicy",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "7",
+        "--model",
+        real_model,
+        "--iterations",
+        "2",
+        "--n-eval",
+        "2",
+        "--out",
+        out,
+        "--resume",
+    )  # interleaved now: must not matter
     assert again.exit_code == 0, again.stderr[-2000:]
     m2 = schemas.read(out / "metrics.parquet", schemas.METRICS)
     assert m2.equals(m)
@@ -59,8 +97,25 @@ def test_train_onpolicy_dapo_and_greso_arms_end_to_end(run_cli, real_model, tmp_
     """One seed, arms gated+dapo and greso on the real engine: DAPO's rounds and GRESO's skips are
     logged, the per-arm table is written and printed."""
     out = tmp_path / "run"
-    res = run_cli("train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", real_model, "--iterations", "2",
-                  "--n-eval", "1", "--arms", "gated+dapo,greso", "--dapo-max-rounds", "1", "--out", out)
+    res = run_cli(
+        "train-onpolicy",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "7",
+        "--model",
+        real_model,
+        "--iterations",
+        "2",
+        "--n-eval",
+        "1",
+        "--arms",
+        "gated+dapo,greso",
+        "--dapo-max-rounds",
+        "1",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.stderr[-2000:]
     m = schemas.read(out / "metrics.parquet", schemas.METRICS)
     assert sorted(m["arm"].unique().to_list()) == ["gated+dapo", "greso"] and m.height == 4
@@ -102,7 +157,8 @@ def test_bad_options_are_one_line_and_exit_2(run_cli, tmp_path, args, message):
 
 @pytest.mark.slow
 def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp_path):
-    """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then --resume."""
+    """A real SIGKILL mid-run (after iteration 2 of the first arm is checkpointed), then
+    --resume."""
     import os
     import signal
     import subprocess
@@ -110,11 +166,28 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp
     import time
 
     root = Path(__file__).resolve().parents[2]
-    args = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--model", str(real_model), "--iterations", "4", "--n-eval", "2"]
+    args = [
+        "train-onpolicy",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "7",
+        "--model",
+        str(real_model),
+        "--iterations",
+        "4",
+        "--n-eval",
+        "2",
+    ]
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "srollout.cli.app", *args, "--out", str(killed)], cwd=root, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srollout.cli.app", *args, "--out", str(killed)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     state = killed / "checkpoints" / "seed7-baseline" / "state.pt"
     deadline = time.time() + 240
     try:
@@ -147,16 +220,40 @@ def test_presets_and_paper_defaults():
 
     assert TrainOnpolicyConfig() == TrainOnpolicyConfig.from_preset("default")
     default = TrainOnpolicyConfig()
-    assert (default.iterations, default.prompts_per_iter, default.G, default.T_max) == (40, 8, 8, 20)
-    assert (default.eval_every, default.n_eval, default.eval_set, default.lr) == (10, 100, "eval", 2e-4)
-    assert default.denominator == "seq_mean"  # the paper's sum-of-log-probs denominator diverged here
+    assert (default.iterations, default.prompts_per_iter, default.G, default.T_max) == (
+        40,
+        8,
+        8,
+        20,
+    )
+    assert (default.eval_every, default.n_eval, default.eval_set, default.lr) == (
+        10,
+        100,
+        "eval",
+        2e-4,
+    )
+    assert (
+        default.denominator == "seq_mean"
+    )  # the paper's sum-of-log-probs denominator diverged here
     paper = TrainOnpolicyConfig.from_preset("paper", seeds=(7, 13, 23, 42))
     assert (paper.iterations, paper.prompts_per_iter, paper.G, paper.T_max) == (60, 10, 8, 30)
-    assert (paper.eval_every, paper.n_eval, paper.K, paper.d_L, paper.lr) == (10, 50, 10, 0.12, 5e-5)
+    assert (paper.eval_every, paper.n_eval, paper.K, paper.d_L, paper.lr) == (
+        10,
+        50,
+        10,
+        0.12,
+        5e-5,
+    )
     assert (paper.lora_r, paper.lora_alpha, len(paper.lora_targets)) == (16, 32, 7)
     assert paper.denominator == "paper" and paper.clip_eps is None and paper.kl_coef == 0.0
     assert paper.eval_set == "eval"  # the paper's held-out split: valid_seen task instances
     assert TrainOnpolicyConfig.from_preset("tiny", G=6).G == 6  # an explicit option wins
     off = TrainOffpolicyConfig(buffer=Path("."))
     assert (off.steps, off.groups_per_step, off.turns_per_traj, off.max_items) == (20, 4, 8, 128)
-    assert (off.lora_r, off.lora_alpha, off.lora_targets, off.lr, off.seed) == (8, 16, ("q_proj", "v_proj"), 5e-5, 42)
+    assert (off.lora_r, off.lora_alpha, off.lora_targets, off.lr, off.seed) == (
+        8,
+        16,
+        ("q_proj", "v_proj"),
+        5e-5,
+        42,
+    )

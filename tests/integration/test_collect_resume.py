@@ -16,8 +16,23 @@ import pytest
 from srollout.rollout.records import TIMING_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["collect", "--policy", "noisy-expert", "--groups", "10", "--G", "3", "--T-max", "8",
-        "--concurrency", "6", "--seed", "7", "--signal-K", "3,5"]
+ARGS = [
+    "collect",
+    "--policy",
+    "noisy-expert",
+    "--groups",
+    "10",
+    "--G",
+    "3",
+    "--T-max",
+    "8",
+    "--concurrency",
+    "6",
+    "--seed",
+    "7",
+    "--signal-K",
+    "3,5",
+]
 TABLES = ("steps", "trajectories", "groups", "signals")
 
 
@@ -28,8 +43,14 @@ def _env() -> dict[str, str]:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "srollout.cli.app", *args], capture_output=True,
-                          text=True, timeout=300, env=_env(), cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "srollout.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        cwd=ROOT,
+    )
 
 
 def _finished(run: Path) -> list[str]:
@@ -48,9 +69,13 @@ def _kill_then_resume(tmp_path: Path, args: list[str], n_groups: int) -> Path:
     done = _run(*args, "--out", str(ref))
     assert done.returncode == 0, done.stderr[-2000:]
 
-    proc = subprocess.Popen([sys.executable, "-m", "srollout.cli.app", *args, "--out", str(cut)],
-                            env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srollout.cli.app", *args, "--out", str(cut)],
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while len(_finished(cut)) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -87,9 +112,27 @@ def test_kill_9_then_resume_with_the_lm(tmp_path):
     """The same with the shipped default policy through the transformers backend (batch
     composition differs after the resume; per-trajectory seeds and per-row KV caches keep the
     tokens equal)."""
-    args = ["collect", "--policy", "lm", "--model", "default", "--groups", "6", "--G", "3",
-            "--T-max", "6", "--concurrency", "6", "--seed", "3", "--signal-K", "3,5",
-            "--temperature", "1.0"]
+    args = [
+        "collect",
+        "--policy",
+        "lm",
+        "--model",
+        "default",
+        "--groups",
+        "6",
+        "--G",
+        "3",
+        "--T-max",
+        "6",
+        "--concurrency",
+        "6",
+        "--seed",
+        "3",
+        "--signal-K",
+        "3,5",
+        "--temperature",
+        "1.0",
+    ]
     cut = _kill_then_resume(tmp_path, args, 6)
     trajs = pl.read_parquet(cut / "trajectories.parquet")
     assert (trajs["token_ids"].list.len() > 0).all()

@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_gate_in_your_trainer_cuts_only_zero_variance_groups_and_saves_steps():
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "gate_in_your_trainer.py"), "--groups", "30"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     found = re.search(r"cut (\d+) \(of which (\d+) had reward variance\)", out)
     cut, wrong = map(int, found.groups())
@@ -33,10 +36,30 @@ def test_trl_example_trains_two_steps_with_the_gate(tmp_path):
 
     out = tmp_path / "trl"
     subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "trl_grpo_alfworld.py"), "--steps", "2",
-         "--groups", "2", "--G", "4", "--T-max", "4", "--K", "2", "--d-L", "1.0", "--tasks", "4",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=600, check=True,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "trl_grpo_alfworld.py"),
+            "--steps",
+            "2",
+            "--groups",
+            "2",
+            "--G",
+            "4",
+            "--T-max",
+            "4",
+            "--K",
+            "2",
+            "--d-L",
+            "1.0",
+            "--tasks",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     summary = json.loads((out / "srollout-summary.json").read_text())
     assert summary["groups"] == 4 and len(summary["per_step"]) == 2
@@ -56,11 +79,21 @@ def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
 
     import polars as pl
 
-    env = dict(os.environ, DEMO_QUICK="1", DEMO_POLICY="noisy-expert",
-               SROLLOUT=str(Path(sys.executable).with_name("srollout")))
+    env = dict(
+        os.environ,
+        DEMO_QUICK="1",
+        DEMO_POLICY="noisy-expert",
+        SROLLOUT=str(Path(sys.executable).with_name("srollout")),
+    )
     out = tmp_path / "demo"
-    subprocess.run(["bash", str(ROOT / "examples" / "demo.sh"), str(out)], env=env, check=True,
-                   capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        ["bash", str(ROOT / "examples" / "demo.sh"), str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     groups = pl.read_parquet(out / "collect" / "groups.parquet")
     assert groups.height == 8 and groups["G"].to_list() == [8] * 8
     corr = pl.read_parquet(out / "analyze" / "correlation.parquet")
@@ -70,6 +103,12 @@ def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
     for stage in ("collect", "analyze", "sweep"):
         assert (out / stage / "report.md").exists()
     # a second run continues the finished collect instead of refusing or redoing it
-    subprocess.run(["bash", str(ROOT / "examples" / "demo.sh"), str(out)], env=env, check=True,
-                   capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        ["bash", str(ROOT / "examples" / "demo.sh"), str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert pl.read_parquet(out / "collect" / "groups.parquet").equals(groups)

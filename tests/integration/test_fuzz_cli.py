@@ -24,8 +24,12 @@ from hypothesis import strategies as st
 from srollout import schemas
 from tests.conftest import HAND_BUFFER, build_steps
 
-FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-MORE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+MORE = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +47,14 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     shutil.copy(root / "analyzed" / "correlation.parquet", root / "other.parquet")
     (root / "a-file").write_text("x")
     return {
-        "steps-run": run, "steps-file": run / "steps.parquet", "signals-file": root / "analyzed" / "signals.parquet",
-        "missing": root / "missing", "empty-dir": root / "empty", "text": root / "text.parquet",
-        "other-artifact": root / "other.parquet", "a-file": root / "a-file",
+        "steps-run": run,
+        "steps-file": run / "steps.parquet",
+        "signals-file": root / "analyzed" / "signals.parquet",
+        "missing": root / "missing",
+        "empty-dir": root / "empty",
+        "text": root / "text.parquet",
+        "other-artifact": root / "other.parquet",
+        "a-file": root / "a-file",
     }
 
 
@@ -82,18 +91,42 @@ def _out_dir(kind: str, scratch: Path, inputs: dict[str, Path]) -> tuple[Path, s
     return inputs["a-file"], {"<a file>"}  # the --out is a file
 
 
-NUMBERS = st.one_of(st.integers(-5, 60).map(str), st.integers(1, 30).map(str), st.sampled_from(["0", "-0", "1e9", "nan", "inf", "-inf", "x", "", "3.5", "1,2"]))
-FLOATS = st.one_of(st.floats(-2, 3, allow_nan=False).map(lambda v: f"{v:.3g}"), st.floats(0, 1).map(lambda v: f"{v:.3g}"), st.sampled_from(["nan", "inf", "-inf", "-1e-9", "1.0000001", "x", ""]))
+NUMBERS = st.one_of(
+    st.integers(-5, 60).map(str),
+    st.integers(1, 30).map(str),
+    st.sampled_from(["0", "-0", "1e9", "nan", "inf", "-inf", "x", "", "3.5", "1,2"]),
+)
+FLOATS = st.one_of(
+    st.floats(-2, 3, allow_nan=False).map(lambda v: f"{v:.3g}"),
+    st.floats(0, 1).map(lambda v: f"{v:.3g}"),
+    st.sampled_from(["nan", "inf", "-inf", "-1e-9", "1.0000001", "x", ""]),
+)
 GRIDS = st.one_of(
     st.tuples(FLOATS, FLOATS, FLOATS).map(":".join),
     st.lists(FLOATS, min_size=1, max_size=4).map(",".join),
     st.sampled_from(["0:1:0", "1:0:0.1", "0:1:-0.1", "0.05:0.3:0.05", "0.1", "::", ""]),
 )
-K_LISTS = st.one_of(st.lists(st.integers(-2, 12), min_size=1, max_size=3).map(lambda ks: ",".join(map(str, ks))),
-                    st.sampled_from(["", ",", "2,,4", "a", "2.5", "99999999999999999999"]))
-INPUTS = st.sampled_from(["steps-run", "steps-file", "signals-file", "steps-run", "steps-file", "signals-file", "missing",
-                          "empty-dir", "text", "other-artifact"])
-OUTS = st.sampled_from(["new", "new", "new", "nested-new", "existing-full", "under-a-file", "a-file"])
+K_LISTS = st.one_of(
+    st.lists(st.integers(-2, 12), min_size=1, max_size=3).map(lambda ks: ",".join(map(str, ks))),
+    st.sampled_from(["", ",", "2,,4", "a", "2.5", "99999999999999999999"]),
+)
+INPUTS = st.sampled_from(
+    [
+        "steps-run",
+        "steps-file",
+        "signals-file",
+        "steps-run",
+        "steps-file",
+        "signals-file",
+        "missing",
+        "empty-dir",
+        "text",
+        "other-artifact",
+    ]
+)
+OUTS = st.sampled_from(
+    ["new", "new", "new", "nested-new", "existing-full", "under-a-file", "a-file"]
+)
 
 
 def _some(draw, options: tuple) -> dict[str, str]:
@@ -109,17 +142,29 @@ def _sweep_args(draw_opts: dict[str, str]) -> list[str]:
 
 @st.composite
 def sweep_cases(draw):
-    opts = _some(draw, (("--K", K_LISTS), ("--d-L-grid", GRIDS), ("--t-high-grid", GRIDS), ("--T-max", NUMBERS),
-                        ("--precision-floor", FLOATS), ("--n-boot", st.integers(-3, 120).map(str)),
-                        ("--n-random", st.integers(-2, 6).map(str)), ("--seed", NUMBERS),
-                        ("--rule", st.sampled_from(["r1", "r3", "both", "r2", ""]))))
+    opts = _some(
+        draw,
+        (
+            ("--K", K_LISTS),
+            ("--d-L-grid", GRIDS),
+            ("--t-high-grid", GRIDS),
+            ("--T-max", NUMBERS),
+            ("--precision-floor", FLOATS),
+            ("--n-boot", st.integers(-3, 120).map(str)),
+            ("--n-random", st.integers(-2, 6).map(str)),
+            ("--seed", NUMBERS),
+            ("--rule", st.sampled_from(["r1", "r3", "both", "r2", ""])),
+        ),
+    )
     opts.setdefault("--n-boot", "50")
     return draw(INPUTS), draw(OUTS), opts
 
 
 @st.composite
 def analyze_cases(draw):
-    opts = _some(draw, (("--K", K_LISTS), ("--gate-K", NUMBERS), ("--d-L", FLOATS), ("--seed", NUMBERS)))
+    opts = _some(
+        draw, (("--K", K_LISTS), ("--gate-K", NUMBERS), ("--d-L", FLOATS), ("--seed", NUMBERS))
+    )
     return draw(INPUTS), draw(OUTS), opts
 
 
@@ -156,7 +201,11 @@ CELLS = st.sampled_from([math.nan, math.inf, -math.inf, -1.0, 1.5, 1e300, None, 
 def corruptions(draw):
     """(table, how) where how corrupts the bytes or the values of a valid table."""
     table = draw(st.sampled_from(["signals", "steps"]))
-    how = draw(st.sampled_from(["truncate", "flip", "drop-column", "retype", "cell", "duplicate", "empty", "shuffle"]))
+    how = draw(
+        st.sampled_from(
+            ["truncate", "flip", "drop-column", "retype", "cell", "duplicate", "empty", "shuffle"]
+        )
+    )
     return table, how, draw(st.integers(0, 10**6)), draw(st.integers(0, 255)), draw(CELLS)
 
 
@@ -181,7 +230,9 @@ def _corrupt(path: Path, how: str, where: int, byte: int, cell: object) -> None:
         col = numeric[where % len(numeric)]
         row = where % df.height
         values = df[col].to_list()
-        if cell is not None and df.schema[col] == pl.Int64:  # an int column: the nearest int64, or null
+        if (
+            cell is not None and df.schema[col] == pl.Int64
+        ):  # an int column: the nearest int64, or null
             cell = int(max(min(cell, 2**62), -(2**62))) if math.isfinite(cell) else None
         values[row] = cell
         df = df.with_columns(pl.Series(col, values, dtype=df.schema[col]))
@@ -201,7 +252,10 @@ def _run_corrupted(run_cli, inputs, case) -> None:
         path = scratch / f"{table}.parquet"
         shutil.copy(inputs["signals-file" if table == "signals" else "steps-file"], path)
         _corrupt(path, how, where, byte, cell)
-        for command, opts in (("sweep", ["--K", "4", "--n-boot", "50"]), ("analyze", ["--no-figures"])):
+        for command, opts in (
+            ("sweep", ["--K", "4", "--n-boot", "50"]),
+            ("analyze", ["--no-figures"]),
+        ):
             out = scratch / f"out-{command}"
             _check(run_cli(command, path, *opts, "--out", out), out, None)
     finally:
@@ -219,14 +273,33 @@ def test_corrupted_tables(run_cli, inputs, case):
 
 @st.composite
 def collect_cases(draw):
-    opts = {"--policy": "noisy-expert", "--groups": draw(st.sampled_from(["1", "2", "1", "0", "-1", "x"])),
-            "--G": draw(st.sampled_from(["2", "3", "2", "1", "0", "-1"])), "--T-max": draw(st.sampled_from(["3", "5", "3", "1", "0", "-1"]))}
-    opts.update(_some(draw, (("--K", NUMBERS), ("--d-L", FLOATS), ("--eps", FLOATS), ("--temperature", FLOATS),
-                             ("--top-p", FLOATS), ("--concurrency", NUMBERS), ("--signal-K", K_LISTS), ("--seed", NUMBERS))))
+    opts = {
+        "--policy": "noisy-expert",
+        "--groups": draw(st.sampled_from(["1", "2", "1", "0", "-1", "x"])),
+        "--G": draw(st.sampled_from(["2", "3", "2", "1", "0", "-1"])),
+        "--T-max": draw(st.sampled_from(["3", "5", "3", "1", "0", "-1"])),
+    }
+    opts.update(
+        _some(
+            draw,
+            (
+                ("--K", NUMBERS),
+                ("--d-L", FLOATS),
+                ("--eps", FLOATS),
+                ("--temperature", FLOATS),
+                ("--top-p", FLOATS),
+                ("--concurrency", NUMBERS),
+                ("--signal-K", K_LISTS),
+                ("--seed", NUMBERS),
+            ),
+        )
+    )
     return opts, draw(st.sampled_from(["new", "new", "new", "existing-full", "a-file"]))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(case=collect_cases())
 def test_collect_numeric_options(run_cli, inputs, case):
     opts, out_kind = case
@@ -240,8 +313,13 @@ def test_collect_numeric_options(run_cli, inputs, case):
 
 @pytest.mark.slow
 @MORE
-@given(case=st.one_of(sweep_cases().map(lambda c: ("sweep", c)), analyze_cases().map(lambda c: ("analyze", c)),
-                      corruptions().map(lambda c: ("corrupt", c))))
+@given(
+    case=st.one_of(
+        sweep_cases().map(lambda c: ("sweep", c)),
+        analyze_cases().map(lambda c: ("analyze", c)),
+        corruptions().map(lambda c: ("corrupt", c)),
+    )
+)
 def test_many_more_cases(run_cli, inputs, case):
     kind, body = case
     if kind == "corrupt":

@@ -28,15 +28,66 @@ from srollout.rollout.records import TIMING_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-COLLECT = ["collect", "--policy", "noisy-expert", "--groups", "10", "--G", "3", "--T-max", "8",
-           "--concurrency", "6", "--seed", "7", "--signal-K", "3,5"]
-AB = ["ab-rollout", "--policy", "noisy-expert", "--groups", "8", "--G", "2", "--T-max", "6",
-      "--K", "2", "--d-L", "0.6", "--blocks", "4", "--repeats", "1", "--n-boot", "50",
-      "--no-figures", "--no-warmup", "--seed", "3"]
-ONPOLICY = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--arms", "baseline",
-            "--iterations", "3", "--n-eval", "1"]
+COLLECT = [
+    "collect",
+    "--policy",
+    "noisy-expert",
+    "--groups",
+    "10",
+    "--G",
+    "3",
+    "--T-max",
+    "8",
+    "--concurrency",
+    "6",
+    "--seed",
+    "7",
+    "--signal-K",
+    "3,5",
+]
+AB = [
+    "ab-rollout",
+    "--policy",
+    "noisy-expert",
+    "--groups",
+    "8",
+    "--G",
+    "2",
+    "--T-max",
+    "6",
+    "--K",
+    "2",
+    "--d-L",
+    "0.6",
+    "--blocks",
+    "4",
+    "--repeats",
+    "1",
+    "--n-boot",
+    "50",
+    "--no-figures",
+    "--no-warmup",
+    "--seed",
+    "3",
+]
+ONPOLICY = [
+    "train-onpolicy",
+    "--preset",
+    "tiny",
+    "--seeds",
+    "7",
+    "--arms",
+    "baseline",
+    "--iterations",
+    "3",
+    "--n-eval",
+    "1",
+]
 AB_TIMING = ["wall_s", "gen_s", "env_s", "reset_s", "overhead_s", "group_wall_s"]
-ONPOLICY_TIMING = [f"time/{c}" for c in ("rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s")]
+ONPOLICY_TIMING = [
+    f"time/{c}"
+    for c in ("rollout_s", "update_s", "sync_s", "iter_s", "cum_s", "eval_s", "warmup_s")
+]
 
 
 def _env() -> dict[str, str]:
@@ -50,8 +101,9 @@ def _cmd(args: list[str]) -> list[str]:
 
 
 def _run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(_cmd(args), capture_output=True, text=True, timeout=timeout, env=_env(),
-                          cwd=ROOT)
+    return subprocess.run(
+        _cmd(args), capture_output=True, text=True, timeout=timeout, env=_env(), cwd=ROOT
+    )
 
 
 def _last_line(stderr: str) -> str:
@@ -59,19 +111,23 @@ def _last_line(stderr: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _interrupt(args: list[str], ready: Callable[[], bool], sig: int,
-               timeout: float = 240) -> subprocess.CompletedProcess:
+def _interrupt(
+    args: list[str], ready: Callable[[], bool], sig: int, timeout: float = 240
+) -> subprocess.CompletedProcess:
     """Start ``args`` in a real process, send ``sig`` once ``ready()``, return how it ended."""
-    proc = subprocess.Popen(_cmd(args), env=_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(args), env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and not ready() and time.monotonic() < deadline:
             time.sleep(0.02)
         if proc.poll() is not None:
             out, err = proc.communicate()
-            pytest.fail(f"the run ended before it could be interrupted (rc {proc.returncode}): "
-                        f"{err[-1500:]}")
+            pytest.fail(
+                f"the run ended before it could be interrupted (rc {proc.returncode}): "
+                f"{err[-1500:]}"
+            )
         # stopped first, so it cannot finish the run between the check and the signal
         os.kill(proc.pid, signal.SIGSTOP)
         os.kill(proc.pid, sig)
@@ -111,8 +167,10 @@ def _ab_table(run: Path) -> pl.DataFrame:
 
 def _onpolicy_tables(run: Path) -> dict[str, pl.DataFrame]:
     metrics = pl.read_parquet(run / "metrics.parquet")
-    return {"metrics": metrics.drop([c for c in ONPOLICY_TIMING if c in metrics.columns]),
-            "eval": pl.read_parquet(run / "eval.parquet")}
+    return {
+        "metrics": metrics.drop([c for c in ONPOLICY_TIMING if c in metrics.columns]),
+        "eval": pl.read_parquet(run / "eval.parquet"),
+    }
 
 
 def _onpolicy_ready(run: Path) -> Callable[[], bool]:
@@ -192,10 +250,16 @@ def test_a_signal_stops_cleanly_and_resume_completes_exactly(stage, sig, referen
 
 @pytest.mark.slow  # ~5 s: four collects in real processes
 def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_block_resume(
-        reference, tmp_path):
+    reference, tmp_path
+):
     run = tmp_path / "run"
-    first = subprocess.Popen(_cmd([*COLLECT, "--out", str(run)]), env=_env(), cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        _cmd([*COLLECT, "--out", str(run)]),
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while _parts(run) < 1 and first.poll() is None and time.monotonic() < deadline:
@@ -230,11 +294,18 @@ def test_the_lock_is_per_directory_and_reentrant_in_one_process(tmp_path):
 
     a = prepare_run_dir(tmp_path / "a", "collect")
     assert prepare_run_dir(a, "collect", resume=True) == a  # the same process may reopen it
-    script = ("import sys, time; from pathlib import Path; "
-              "from srollout.rundir import lock_run_dir; lock_run_dir(Path(sys.argv[1])); "
-              "print('locked', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "b")],
-                              env=_env(), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    script = (
+        "import sys, time; from pathlib import Path; "
+        "from srollout.rundir import lock_run_dir; lock_run_dir(Path(sys.argv[1])); "
+        "print('locked', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "b")],
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunDirBusyError, match=f"PID {holder.pid}"):
@@ -251,8 +322,11 @@ def test_the_lock_is_per_directory_and_reentrant_in_one_process(tmp_path):
 
 def _mount_tmpfs(where: Path, size: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         why = done.stderr.strip() or "mount failed"
         pytest.skip(f"cannot mount a tmpfs here to fill it ({why}; needs root or CAP_SYS_ADMIN)")
@@ -272,8 +346,14 @@ def test_a_full_disk_is_one_line_keeps_every_file_and_resume_completes(small_dis
     run = small_disk / "run"
     filler = small_disk / "filler"
     # the run starts, finishes a few groups, then the filler takes all the space that is left
-    proc = subprocess.Popen(_cmd([*COLLECT, "--out", str(run)]), env=_env(), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd([*COLLECT, "--out", str(run)]),
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while _parts(run) < 2 and proc.poll() is None and time.monotonic() < deadline:

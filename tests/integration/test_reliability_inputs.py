@@ -34,20 +34,28 @@ def _no_chat_template(model: Path) -> None:
 
 # damage -> (how to make it from a copy of the shipped model, the words the one line must hold)
 MODEL_DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
-    "config-unparseable": (lambda m: (m / "config.json").write_text("{bad"),
-                           "config.json: not valid JSON"),
+    "config-unparseable": (
+        lambda m: (m / "config.json").write_text("{bad"),
+        "config.json: not valid JSON",
+    ),
     "config-missing": (lambda m: (m / "config.json").unlink(), "no config.json"),
-    "config-unknown-type": (lambda m: _rewrite_json(m / "config.json",
-                                                    lambda c: c.update(model_type="nosuch")),
-                            "model_type 'nosuch' is not one this transformers knows"),
-    "config-of-another-model": (lambda m: _rewrite_json(m / "config.json",
-                                                        lambda c: c.update(hidden_size=128)),
-                                "config.json and model.safetensors are of different models"),
-    "weights-truncated": (lambda m: os.truncate(m / "model.safetensors", 100_000),
-                          "model.safetensors: truncated"),
+    "config-unknown-type": (
+        lambda m: _rewrite_json(m / "config.json", lambda c: c.update(model_type="nosuch")),
+        "model_type 'nosuch' is not one this transformers knows",
+    ),
+    "config-of-another-model": (
+        lambda m: _rewrite_json(m / "config.json", lambda c: c.update(hidden_size=128)),
+        "config.json and model.safetensors are of different models",
+    ),
+    "weights-truncated": (
+        lambda m: os.truncate(m / "model.safetensors", 100_000),
+        "model.safetensors: truncated",
+    ),
     "weights-missing": (lambda m: (m / "model.safetensors").unlink(), "model.safetensors: missing"),
-    "tokenizer-unparseable": (lambda m: (m / "tokenizer.json").write_text('{"x":'),
-                              "tokenizer.json: not valid JSON"),
+    "tokenizer-unparseable": (
+        lambda m: (m / "tokenizer.json").write_text('{"x":'),
+        "tokenizer.json: not valid JSON",
+    ),
     "tokenizer-missing": (lambda m: (m / "tokenizer.json").unlink(), "no tokenizer files"),
     "no-chat-template": (_no_chat_template, "has no chat template"),
 }
@@ -60,12 +68,14 @@ GATE_DAMAGE: dict[str, tuple[str | bytes, str]] = {
     "not-an-object": ("[1, 2]", "a gate must be a JSON object"),
     "not-json": ("{kind: threshold", "not valid JSON"),
     "binary": (b"PAR1\x00\x15\x04\xff\xfe", "cannot read gate file"),
-    "out-of-range": ('{"kind": "threshold", "version": 1, "rule": "r1", "K": 10, "d_L": 5, '
-                     '"t_high": null}',
-                     "d_L must be in [0, 1]"),
-    "newer-version": ('{"kind": "threshold", "version": 99, "rule": "r1", "K": 10, "d_L": 0.1, '
-                      '"t_high": null}',
-                      "version 99 is not supported"),
+    "out-of-range": (
+        '{"kind": "threshold", "version": 1, "rule": "r1", "K": 10, "d_L": 5, "t_high": null}',
+        "d_L must be in [0, 1]",
+    ),
+    "newer-version": (
+        '{"kind": "threshold", "version": 99, "rule": "r1", "K": 10, "d_L": 0.1, "t_high": null}',
+        "version 99 is not supported",
+    ),
 }
 
 
@@ -83,14 +93,61 @@ def lm_buffer(tmp_path_factory, default_model) -> Path:
 def _commands(model: Path, out: Path, buffer: Path) -> dict[str, list[str]]:
     m = str(model)
     return {
-        "collect": ["collect", "--model", m, "--groups", "1", "--G", "2", "--T-max", "3",
-                    "--out", str(out)],
-        "ab-rollout": ["ab-rollout", "--model", m, "--groups", "1", "--G", "2", "--T-max", "3",
-                       "--K", "2", "--out", str(out)],
-        "train-onpolicy": ["train-onpolicy", "--preset", "tiny", "--seeds", "7",
-                           "--iterations", "1", "--model", m, "--out", str(out)],
-        "train-offpolicy": ["train-offpolicy", str(buffer), "--steps", "1", "--K", "2",
-                            "--groups-per-step", "2", "--model", m, "--out", str(out)],
+        "collect": [
+            "collect",
+            "--model",
+            m,
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "3",
+            "--out",
+            str(out),
+        ],
+        "ab-rollout": [
+            "ab-rollout",
+            "--model",
+            m,
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "3",
+            "--K",
+            "2",
+            "--out",
+            str(out),
+        ],
+        "train-onpolicy": [
+            "train-onpolicy",
+            "--preset",
+            "tiny",
+            "--seeds",
+            "7",
+            "--iterations",
+            "1",
+            "--model",
+            m,
+            "--out",
+            str(out),
+        ],
+        "train-offpolicy": [
+            "train-offpolicy",
+            str(buffer),
+            "--steps",
+            "1",
+            "--K",
+            "2",
+            "--groups-per-step",
+            "2",
+            "--model",
+            m,
+            "--out",
+            str(out),
+        ],
         "serve": ["serve", m, "--dry-run"],
         "policy info": ["policy", "info", m],
     }
@@ -113,8 +170,9 @@ def _one_line_exit_2(res, words: str, out: Path | None) -> None:
 
 
 @pytest.mark.parametrize("damage", list(MODEL_DAMAGE))
-def test_a_damaged_model_is_one_line_for_every_command(damage, run_cli, default_model, lm_buffer,
-                                                       tmp_path):
+def test_a_damaged_model_is_one_line_for_every_command(
+    damage, run_cli, default_model, lm_buffer, tmp_path
+):
     model = _damaged(tmp_path, default_model, damage)
     out = tmp_path / "out"
     for command, args in _commands(model, out, lm_buffer).items():
@@ -131,18 +189,40 @@ def test_an_adapter_of_another_base_model_is_one_line(run_cli, default_model, tm
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     torch.manual_seed(0)
-    other = AutoModelForCausalLM.from_config(Qwen2Config(
-        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=712))
+    other = AutoModelForCausalLM.from_config(
+        Qwen2Config(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=712,
+        )
+    )
     adapter = tmp_path / "adapter"
     lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"])
     get_peft_model(other, lora).save_pretrained(adapter)
-    _rewrite_json(adapter / "adapter_config.json",
-                  lambda c: c.update(base_model_name_or_path="someone/other-model"))
+    _rewrite_json(
+        adapter / "adapter_config.json",
+        lambda c: c.update(base_model_name_or_path="someone/other-model"),
+    )
     out = tmp_path / "out"
     for command in ("collect", "ab-rollout"):
-        args = [command, "--adapter", str(adapter), "--groups", "1", "--G", "2", "--T-max", "3",
-                "--K", "2", "--out", str(out)]
+        args = [
+            command,
+            "--adapter",
+            str(adapter),
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "3",
+            "--K",
+            "2",
+            "--out",
+            str(out),
+        ]
         _one_line_exit_2(run_cli(*args), "it was trained on another base model", out)
 
 
@@ -153,10 +233,32 @@ def test_a_bad_gate_file_is_one_line_for_every_command(damage, run_cli, lm_buffe
     gate.write_bytes(content if isinstance(content, bytes) else content.encode())
     out = tmp_path / "out"
     for args in (
-        ["collect", "--policy", "noisy-expert", "--gate", gate, "--groups", "1", "--G", "2",
-         "--T-max", "12"],
-        ["ab-rollout", "--policy", "noisy-expert", "--gate", gate, "--groups", "1", "--G", "2",
-         "--T-max", "12"],
+        [
+            "collect",
+            "--policy",
+            "noisy-expert",
+            "--gate",
+            gate,
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "12",
+        ],
+        [
+            "ab-rollout",
+            "--policy",
+            "noisy-expert",
+            "--gate",
+            gate,
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "12",
+        ],
         ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--iterations", "1", "--gate", gate],
         ["train-offpolicy", lm_buffer, "--steps", "1", "--groups-per-step", "2", "--gate", gate],
     ):
@@ -168,9 +270,13 @@ def test_a_bad_gate_file_is_one_line_for_every_command(damage, run_cli, lm_buffe
 QUICK_IN_A_PROCESS = ("config-unparseable", "config-missing", "gate")
 
 
-@pytest.mark.parametrize("damage", [
-    d if d in QUICK_IN_A_PROCESS else pytest.param(d, marks=pytest.mark.slow)
-    for d in [*MODEL_DAMAGE, "gate"]])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        d if d in QUICK_IN_A_PROCESS else pytest.param(d, marks=pytest.mark.slow)
+        for d in [*MODEL_DAMAGE, "gate"]
+    ],
+)
 def test_a_real_process_prints_only_the_line(damage, default_model, tmp_path):
     """The same through a real `srollout` process: its whole stderr is the one line, exit 2."""
     out = tmp_path / "out"
@@ -181,13 +287,30 @@ def test_a_real_process_prints_only_the_line(damage, default_model, tmp_path):
         words = "gate is missing"
     else:
         model = _damaged(tmp_path, default_model, damage)
-        args = ["collect", "--model", str(model), "--groups", "1", "--G", "2", "--T-max", "3",
-                "--out", str(out)]
+        args = [
+            "collect",
+            "--model",
+            str(model),
+            "--groups",
+            "1",
+            "--G",
+            "2",
+            "--T-max",
+            "3",
+            "--out",
+            str(out),
+        ]
         words = MODEL_DAMAGE[damage][1]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "COLUMNS": "400"}
     env.pop("SROLLOUT_DEBUG", None)
-    done = subprocess.run([sys.executable, "-m", "srollout.cli.app", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "srollout.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 2, done.stderr[-1500:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], done.stderr
@@ -203,7 +326,8 @@ def test_an_adapter_of_the_same_base_model_passes_the_check(default_model, tmp_p
 
     model = AutoModelForCausalLM.from_pretrained(default_model)
     adapter = tmp_path / "adapter"
-    lora = LoraConfig(r=4, lora_alpha=8,
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"])
+    lora = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"]
+    )
     get_peft_model(model, lora).save_pretrained(adapter)
     check_adapter(adapter, default_model)

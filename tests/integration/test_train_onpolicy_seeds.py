@@ -16,13 +16,27 @@ from srollout import schemas  # noqa: E402
 
 
 def _args(model) -> list[str]:
-    return ["train-onpolicy", "--preset", "tiny", "--seeds", "7,13", "--model", str(model), "--iterations", "1",
-            "--n-eval", "1", "--no-interleave"]
+    return [
+        "train-onpolicy",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "7,13",
+        "--model",
+        str(model),
+        "--iterations",
+        "1",
+        "--n-eval",
+        "1",
+        "--no-interleave",
+    ]
 
 
 def _untimed(df: pl.DataFrame) -> pl.DataFrame:
     timing = [c for c in df.columns if c.endswith("_s") or c in ("tok_per_s",)]
-    return df.drop(timing).sort(*[c for c in ("seed", "arm", "iteration", "task_id") if c in df.columns])
+    return df.drop(timing).sort(
+        *[c for c in ("seed", "arm", "iteration", "task_id") if c in df.columns]
+    )
 
 
 @pytest.mark.slow  # two seeds x two arms, three times over, plus a Ray start: minutes on 2 cores
@@ -34,13 +48,19 @@ def test_seeds_in_parallel_equal_seeds_in_sequence(run_cli, tiny_policy, tmp_pat
     assert res.exit_code == 0, res.stderr[-2000:]
 
     def same() -> None:
-        for name, artifact in (("metrics.parquet", schemas.METRICS), ("eval.parquet", schemas.EVAL)):
+        for name, artifact in (
+            ("metrics.parquet", schemas.METRICS),
+            ("eval.parquet", schemas.EVAL),
+        ):
             a, b = schemas.read(seq / name, artifact), schemas.read(par / name, artifact)
             assert a.height > 0 and _untimed(a).equals(_untimed(b)), name
 
     same()
     for seed in (7, 13):
-        assert json.loads((par / "seeds" / f"seed{seed}" / "manifest.json").read_text())["status"] == "complete"
+        assert (
+            json.loads((par / "seeds" / f"seed{seed}" / "manifest.json").read_text())["status"]
+            == "complete"
+        )
         for arm in ("baseline", "gated"):
             link = par / "checkpoints" / f"seed{seed}-{arm}"
             assert link.is_symlink() and (link / "state.pt").exists()

@@ -16,10 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_the_wheel_carries_every_file_of_the_default_policy(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     [wheel] = tmp_path.glob("srollout-*.whl")
     with zipfile.ZipFile(wheel) as z:
-        packed = {Path(n).name: z.getinfo(n).file_size for n in z.namelist() if n.startswith("srollout/default_policy/model/")}
+        packed = {
+            Path(n).name: z.getinfo(n).file_size
+            for n in z.namelist()
+            if n.startswith("srollout/default_policy/model/")
+        }
     assert packed == {f.name: f.stat().st_size for f in SHIPPED_DIR.iterdir()}

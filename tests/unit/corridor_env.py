@@ -58,7 +58,13 @@ class SeededWalker:
             if r.step == 1:
                 self.rngs[r.key] = random.Random(r.seed)
             action = "forward" if self.rngs[r.key].random() < self.p_fwd else "wait"
-            out.append(ActResponse(f"Think: go\nAction: {action}", n_prompt_tokens=3, n_gen_tokens=2 if action == "wait" else 1))
+            out.append(
+                ActResponse(
+                    f"Think: go\nAction: {action}",
+                    n_prompt_tokens=3,
+                    n_gen_tokens=2 if action == "wait" else 1,
+                )
+            )
         return out
 
     def finish(self, key: TrajKey):
@@ -100,7 +106,10 @@ class Prompter:
 
 
 def tasks(lengths):
-    return [Task(f"t/{i}", "pick_and_place_simple", "walk", "", meta={"length": n}) for i, n in enumerate(lengths)]
+    return [
+        Task(f"t/{i}", "pick_and_place_simple", "walk", "", meta={"length": n})
+        for i, n in enumerate(lengths)
+    ]
 
 
 def roll(specs, settings, policy=None, envs=None):

@@ -1,4 +1,5 @@
-"""Arms (srollout.core.arms): names, DAPO dynamic sampling with a cap, GRESO skipping, hand-worked."""
+"""Arms (srollout.core.arms): names, DAPO dynamic sampling with a cap, GRESO skipping,
+hand-worked."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def test_arm_names_parse_into_three_switches():
 def test_a_group_is_useful_iff_uncut_with_reward_variance():
     assert is_useful(Grp((1.0, 0.0)))
     assert not is_useful(Grp((0.0, 0.0))) and not is_useful(Grp((1.0, 1.0)))
-    assert not is_useful(Grp((1.0, 0.0), cut=True))  # a cut group leaves the batch, whatever its truncated rewards
+    assert not is_useful(
+        Grp((1.0, 0.0), cut=True)
+    )  # a cut group leaves the batch, whatever its truncated rewards
 
 
 def _scripted(rounds: list[list[Grp]]):
@@ -79,7 +82,11 @@ def test_dapo_cap_hit_returns_what_it_has_and_warns(caplog):
     assert res.hit_cap and not res.exhausted
     assert [g.rewards for g in res.useful] == [(1, 0), (0, 1), (1, 0)]
     assert len(res.generated) == 8 and res.n_generated == 8
-    assert [(r.n_requested, r.n_generated, r.n_useful) for r in res.rounds] == [(4, 4, 2), (2, 2, 0), (2, 2, 1)]
+    assert [(r.n_requested, r.n_generated, r.n_useful) for r in res.rounds] == [
+        (4, 4, 2),
+        (2, 2, 0),
+        (2, 2, 1),
+    ]
     assert [r.n_gen_tokens for r in res.rounds] == [40, 20, 17] and res.n_gen_tokens == 77
     assert res.n_rounds == 3 and res.n_extra_rounds == 2
     assert "3 of 4 useful groups" in caplog.text
@@ -87,7 +94,11 @@ def test_dapo_cap_hit_returns_what_it_has_and_warns(caplog):
 
 def test_dapo_stops_as_soon_as_the_batch_is_full():
     # round 0: 1 of 3 useful; round 1 (2 asked): both useful -> full, round 2 never runs
-    rounds = [[Grp((0, 0)), Grp((1, 0)), Grp((1, 1))], [Grp((0, 1)), Grp((1, 0))], [Grp((1, 0))] * 3]
+    rounds = [
+        [Grp((0, 0)), Grp((1, 0)), Grp((1, 1))],
+        [Grp((0, 1)), Grp((1, 0))],
+        [Grp((1, 0))] * 3,
+    ]
     sample_round, asked = _scripted(rounds)
     res = dapo_fill(3, sample_round, max_rounds=5)
     assert asked == [(3, 0), (2, 1)]
@@ -117,8 +128,16 @@ def test_greso_skip_sequence_with_a_fixed_seed():
     iteration, p = 0.5, seed 0. Skip iff z >= 1 and u >= 0.5^z (thresholds 0.5, 0.25, 0.125).
     The draws u(prompt, iteration) are pinned below; a skipped prompt records nothing."""
     s = GresoSkipper(0.5, seed=0)
-    u = {("a", 2): 0.6370, ("a", 3): 0.2817, ("a", 4): 0.2166, ("a", 5): 0.7608,
-         ("c", 2): 0.2735, ("c", 3): 0.1928, ("c", 4): 0.8072, ("c", 5): 0.2252}
+    u = {
+        ("a", 2): 0.6370,
+        ("a", 3): 0.2817,
+        ("a", 4): 0.2166,
+        ("a", 5): 0.7608,
+        ("c", 2): 0.2735,
+        ("c", 3): 0.1928,
+        ("c", 4): 0.8072,
+        ("c", 5): 0.2252,
+    }
     for key, value in u.items():
         assert s.draw(*key) == pytest.approx(value, abs=5e-5)
     skipped = []
@@ -142,7 +161,9 @@ def test_greso_streak_resets_and_extreme_exploration_probabilities():
     s.record("x", 2, False)
     s.record("x", 3, True)
     assert s.streak("x") == 1 and s.streak("x", before=3) == 0 and s.streak("new") == 0
-    assert s.should_skip("x", 4) and not s.should_skip("x", 3)  # p = 0: skip every prompt with z >= 1
+    assert s.should_skip("x", 4) and not s.should_skip(
+        "x", 3
+    )  # p = 0: skip every prompt with z >= 1
     always = GresoSkipper(1.0, seed=3, history=s.history())
     assert not any(always.should_skip("x", it) for it in range(4, 50))  # p = 1: never skip
     with pytest.raises(SrolloutError):
@@ -167,6 +188,9 @@ def test_greso_decisions_are_order_free_and_survive_a_checkpoint():
 
 
 def test_arm_summary_counts_useful_groups_per_second():
-    rows = [{"iter_s": 2.0, "n_gen_tokens": 100, "n_useful": 3}, {"iter_s": 3.0, "n_gen_tokens": 50, "n_useful": 2}]
+    rows = [
+        {"iter_s": 2.0, "n_gen_tokens": 100, "n_useful": 3},
+        {"iter_s": 3.0, "n_gen_tokens": 50, "n_useful": 2},
+    ]
     assert arm_summary(rows) == {"wall_s": 5.0, "gen_tokens": 150, "useful": 5, "useful_per_s": 1.0}
     assert arm_summary([])["useful_per_s"] != arm_summary([])["useful_per_s"]  # NaN without time

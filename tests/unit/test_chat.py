@@ -20,7 +20,10 @@ pytest.importorskip("tokenizers")
 def tok():
     from srollout.default_policy.build import train_tokenizer
 
-    texts = ["user\nYou are in a room. Nothing happens.", "assistant\nThought: go.\nAction: go to desk 1"] * 20
+    texts = [
+        "user\nYou are in a room. Nothing happens.",
+        "assistant\nThought: go.\nAction: go to desk 1",
+    ] * 20
     return train_tokenizer(texts, vocab_size=300)
 
 
@@ -107,7 +110,8 @@ def test_sampler_greedy_top_p_and_seed():
     logits = torch.tensor([0.0, 2.0, 1.0, -1.0])
     assert sample_next(logits, 0.0, 1.0, None) == 1
     g = torch.Generator().manual_seed(0)
-    # top-p 0.5: softmax mass of token 1 alone is e^2/(1+e^2+e+1/e) = 0.64 > 0.5, so only token 1 survives
+    # top-p 0.5: softmax mass of token 1 alone is e^2/(1+e^2+e+1/e) = 0.64 > 0.5, so only token 1
+    # survives
     assert {sample_next(logits, 1.0, 0.5, g) for _ in range(50)} == {1}
     a = [sample_next(logits, 1.0, 1.0, torch.Generator().manual_seed(7)) for _ in range(3)]
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
@@ -120,13 +124,19 @@ def test_sampler_greedy_top_p_and_seed():
 def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_for():
     from srollout.default_policy.dagger import demo_response as _response
 
-    expert = "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk 1.\nAction: go to desk 1"
+    expert = (
+        "Thought: I need to find the mug. Not checked: desk 1, shelf 2. I will check desk "
+        "1.\nAction: go to desk 1"
+    )
     assert _response(expert, thoughts="none") == "Action: go to desk 1"
     assert _response(expert, thoughts="react") == expert
     pad = "Thought: Find mug. Unchecked: desk 1, shelf 2.\nAction: go to desk 1"
     assert _response(pad, thoughts="scratchpad") == pad
     # the engine's dialect survives (normalised, as the parser returns it)
-    assert _response("Thought: put it.\nAction: move mug 1 to shelf 2", thoughts="none") == "Action: move mug 1 to shelf 2"
+    assert (
+        _response("Thought: put it.\nAction: move mug 1 to shelf 2", thoughts="none")
+        == "Action: move mug 1 to shelf 2"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +151,28 @@ def test_compact_template_spends_one_token_per_role(compact_tok):
     tok = compact_tok
     assert first_turn_text(tok, "S", "U") == "<|system|>S<|im_end|><|user|>U<|im_end|><|assistant|>"
     # the model generated <|im_end|> itself: the next turn is only the user turn and the header
-    assert next_turn_text(tok, "S", "U1", "A1", "U2", "<|im_end|>") == "<|user|>U2<|im_end|><|assistant|>"
-    assert next_turn_text(tok, "S", "U1", "A1", "U2", None) == "<|im_end|><|user|>U2<|im_end|><|assistant|>"
+    assert (
+        next_turn_text(tok, "S", "U1", "A1", "U2", "<|im_end|>")
+        == "<|user|>U2<|im_end|><|assistant|>"
+    )
+    assert (
+        next_turn_text(tok, "S", "U1", "A1", "U2", None)
+        == "<|im_end|><|user|>U2<|im_end|><|assistant|>"
+    )
     for role in ("<|system|>", "<|user|>", "<|assistant|>", "<|im_end|>"):
         assert len(tok(role, add_special_tokens=False)["input_ids"]) == 1
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    chat = tokenize_chat(tok, "S", [Turn("U1", "Action: go to desk 1"), Turn("U2", "Action: look")], im_end)
+    chat = tokenize_chat(
+        tok, "S", [Turn("U1", "Action: go to desk 1"), Turn("U2", "Action: look")], im_end
+    )
     assert tok.decode(chat.token_ids) == (
         "<|system|>S<|im_end|><|user|>U1<|im_end|><|assistant|>Action: go to desk 1<|im_end|>"
         "<|user|>U2<|im_end|><|assistant|>Action: look<|im_end|>"
     )
     # template tokens around the two turns: system (2) + per turn user (2) + header (1) + S, U1, U2
-    n_template = sum(1 for i in chat.token_ids if tok.convert_ids_to_tokens(i) in ("<|system|>", "<|user|>", "<|assistant|>", "<|im_end|>"))
+    n_template = sum(
+        1
+        for i in chat.token_ids
+        if tok.convert_ids_to_tokens(i) in ("<|system|>", "<|user|>", "<|assistant|>", "<|im_end|>")
+    )
     assert n_template == 2 + 2 * (2 + 1) + 2  # + the 2 generated <|im_end|>

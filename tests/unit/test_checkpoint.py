@@ -25,8 +25,10 @@ def _state(iteration: int) -> ArmState:
     return ArmState(
         iteration=iteration,
         adapter={"lora_A.weight": weight},
-        optimizer={"state": {0: {"step": torch.tensor(float(iteration))}},
-                   "param_groups": [{"lr": 1e-4}]},
+        optimizer={
+            "state": {0: {"step": torch.tensor(float(iteration))}},
+            "param_groups": [{"lr": 1e-4}],
+        },
         rng=rng_states(),
         metrics=[{"iteration": i, "train/loss": 0.5 / i} for i in range(1, iteration + 1)],
         evals=[{"iteration": 0, "eval/success": 0.25}],
@@ -51,8 +53,10 @@ def test_save_then_load_gives_the_same_state_and_the_next_save_replaces_it(tmp_p
     assert torch.equal(got.adapter["lora_A.weight"], torch.tensor([[0.0, 2, 4], [6, 8, 10]]))
     assert got.optimizer["state"][0]["step"].item() == 2.0
     assert got.optimizer["param_groups"] == [{"lr": 1e-4}]
-    assert got.metrics == [{"iteration": 1, "train/loss": 0.5},
-                           {"iteration": 2, "train/loss": 0.25}]
+    assert got.metrics == [
+        {"iteration": 1, "train/loss": 0.5},
+        {"iteration": 2, "train/loss": 0.25},
+    ]
     assert got.evals == [{"iteration": 0, "eval/success": 0.25}]
     save_state(arm, _state(3))
     got = load_state(arm)

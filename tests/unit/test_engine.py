@@ -58,7 +58,9 @@ def test_slots_refill_and_concurrency_cap():
 
 def test_always_cut_stops_every_group_at_K_and_never_generates_after():
     K = 3
-    settings = RolloutSettings(G=4, T_max=10, seed=5, concurrency=8, gate=FixedGate(True), gate_K=K, signal_K=(2, 3, 5))
+    settings = RolloutSettings(
+        G=4, T_max=10, seed=5, concurrency=8, gate=FixedGate(True), gate_K=K, signal_K=(2, 3, 5)
+    )
     policy = Counting(SeededWalker(p_fwd=0.3))
     records, summary = roll(make_specs(tasks([9] * 6), 6), settings, policy)
     assert summary.n_cut == 6
@@ -74,7 +76,9 @@ def test_always_cut_stops_every_group_at_K_and_never_generates_after():
 def test_cut_group_frees_slots_at_once():
     # Room for exactly one group: with an always-cut gate at K=2 each group takes 2 ticks,
     # so 3 groups take 6 ticks; without the gate the same groups take T_max=8 ticks each.
-    cut = RolloutSettings(G=2, T_max=8, seed=1, concurrency=2, gate=FixedGate(True), gate_K=2, signal_K=(2,))
+    cut = RolloutSettings(
+        G=2, T_max=8, seed=1, concurrency=2, gate=FixedGate(True), gate_K=2, signal_K=(2,)
+    )
     records, summary = roll(make_specs(tasks([50] * 3), 3), cut, Counting(SeededWalker()))
     assert summary.ticks == 6 and summary.rows == 12
     full = RolloutSettings(G=2, T_max=8, seed=1, concurrency=2, signal_K=(2,))
@@ -85,13 +89,23 @@ def test_cut_group_frees_slots_at_once():
 def test_never_cut_gate_equals_no_gate_and_gated_prefix_matches():
     specs = make_specs(tasks([3, 6, 4, 2, 5, 7]), 6)
     base = RolloutSettings(G=4, T_max=8, seed=3, concurrency=12, signal_K=(2, 4))
-    never = RolloutSettings(G=4, T_max=8, seed=3, concurrency=12, signal_K=(2, 4), gate=GateRule(rule="r1", K=4, d_L=0.0), gate_K=4)
+    never = RolloutSettings(
+        G=4,
+        T_max=8,
+        seed=3,
+        concurrency=12,
+        signal_K=(2, 4),
+        gate=GateRule(rule="r1", K=4, d_L=0.0),
+        gate_K=4,
+    )
     ref, _ = roll(specs, base)
     rec_never, _ = roll(specs, never)
     assert all(not r.cut for r in rec_never)
     assert steps_of(ref).equals(steps_of(rec_never))
     # an always-cut gate with a different concurrency gives the same first K steps
-    always = RolloutSettings(G=4, T_max=8, seed=3, concurrency=4, signal_K=(2, 4), gate=FixedGate(True), gate_K=4)
+    always = RolloutSettings(
+        G=4, T_max=8, seed=3, concurrency=4, signal_K=(2, 4), gate=FixedGate(True), gate_K=4
+    )
     rec_cut, _ = roll(specs, always)
     assert steps_of(ref).filter(pl.col("step") <= 4).equals(steps_of(rec_cut))
 
@@ -99,7 +113,9 @@ def test_never_cut_gate_equals_no_gate_and_gated_prefix_matches():
 def test_scheduling_does_not_change_trajectories():
     specs = make_specs(tasks([3, 6, 4, 2, 5]), 5)
     a, _ = roll(specs, RolloutSettings(G=3, T_max=7, seed=9, concurrency=3, signal_K=(3,)))
-    b, _ = roll(list(reversed(specs)), RolloutSettings(G=3, T_max=7, seed=9, concurrency=15, signal_K=(3,)))
+    b, _ = roll(
+        list(reversed(specs)), RolloutSettings(G=3, T_max=7, seed=9, concurrency=15, signal_K=(3,))
+    )
     assert steps_of(a).equals(steps_of(b))
     c, _ = roll(specs, RolloutSettings(G=3, T_max=7, seed=10, concurrency=3, signal_K=(3,)))
     assert not steps_of(a).equals(steps_of(c))
@@ -107,7 +123,15 @@ def test_scheduling_does_not_change_trajectories():
 
 def test_gate_at_K_uses_the_rule_on_d_K():
     # p_fwd=1: every trajectory walks forward in lock-step, identical prefixes, d_K = 0 < d_L.
-    settings = RolloutSettings(G=4, T_max=10, seed=0, concurrency=4, gate=GateRule(rule="r1", K=3, d_L=0.12), gate_K=3, signal_K=(3,))
+    settings = RolloutSettings(
+        G=4,
+        T_max=10,
+        seed=0,
+        concurrency=4,
+        gate=GateRule(rule="r1", K=3, d_L=0.12),
+        gate_K=3,
+        signal_K=(3,),
+    )
     (rec,), _ = roll(make_specs(tasks([8]), 1), settings, SeededWalker(p_fwd=1.0))
     assert rec.cut and rec.cut_step == 3 and rec.gate_signals.prefix_edit_distance_mean == 0.0
     # a corridor of 2: every trajectory is done at step 2 < K, the gate never sees the group
@@ -130,7 +154,12 @@ def test_tables_follow_the_schemas():
     settings = RolloutSettings(G=4, T_max=6, seed=2, concurrency=8, signal_K=(2, 4, 9))
     records, _ = roll(make_specs(tasks([3, 9]), 2), settings)
     t = group_tables(records[0])
-    for df, art in ((t.steps, STEPS), (t.trajectories, TRAJECTORIES), (t.groups, GROUPS), (t.signals, SIGNALS)):
+    for df, art in (
+        (t.steps, STEPS),
+        (t.trajectories, TRAJECTORIES),
+        (t.groups, GROUPS),
+        (t.signals, SIGNALS),
+    ):
         validate(df, art, art.name)
     assert t.signals["K"].to_list() == [2, 4]  # 9 > T_max is dropped
     rewards = t.trajectories["reward"].to_list()
@@ -174,7 +203,10 @@ def test_multi_step_gate_is_evaluated_at_each_check_step_and_cuts_at_the_second(
     specs = make_specs(tasks([50, 50, 50]), 3)
     gate = TwoStepGate()
     settings = RolloutSettings(G=4, T_max=10, seed=7, concurrency=8, gate=gate, signal_K=(2, 4, 6))
-    assert settings.gate_K == 2 and settings.gate_steps == (2, 4)  # gate_K defaults to the first check
+    assert settings.gate_K == 2 and settings.gate_steps == (
+        2,
+        4,
+    )  # gate_K defaults to the first check
     policy = Counting(SeededWalker(p_fwd=0.3))
     records, summary = roll(specs, settings, policy)
     assert sorted(gate.calls) == [2, 2, 2, 4, 4, 4]  # each group once at each check step
@@ -186,7 +218,11 @@ def test_multi_step_gate_is_evaluated_at_each_check_step_and_cuts_at_the_second(
         g = group_tables(r).groups.row(0, named=True)
         assert g["cut"] and g["cut_step"] == 4 and g["gate_K"] == 4 and g["n_stopped"] == 4
     # the first 4 steps are those of the ungated run with the same seeds
-    ref, _ = roll(specs, RolloutSettings(G=4, T_max=10, seed=7, concurrency=8, signal_K=(2, 4, 6)), SeededWalker(p_fwd=0.3))
+    ref, _ = roll(
+        specs,
+        RolloutSettings(G=4, T_max=10, seed=7, concurrency=8, signal_K=(2, 4, 6)),
+        SeededWalker(p_fwd=0.3),
+    )
     assert steps_of(ref).filter(pl.col("step") <= 4).equals(steps_of(records))
 
 
@@ -214,9 +250,12 @@ def test_greedy_eval_plays_task_i_as_the_first_trajectory_of_group_i():
 
     ts = tasks([2, 3, 4, 2, 3])
     out = greedy_eval(SeededWalker(), Corridor, Prompter(), ts, T_max=5, seed=7)
-    records, _ = roll(make_specs(ts, 5), RolloutSettings(G=3, T_max=5, seed=7, concurrency=15, signal_K=()))
+    records, _ = roll(
+        make_specs(ts, 5), RolloutSettings(G=3, T_max=5, seed=7, concurrency=15, signal_K=())
+    )
     first = {r.spec.index: r.trajs[0] for r in records}
     assert [o.task_id for o in out] == [t.task_id for t in ts]
     assert [(o.success, o.reward, o.n_steps) for o in out] == [
-        (first[i].success, first[i].reward, len(first[i].steps)) for i in range(5)]
+        (first[i].success, first[i].reward, len(first[i].steps)) for i in range(5)
+    ]
     assert 0 < sum(o.success for o in out) < 5 and {o.n_steps for o in out} != {5}

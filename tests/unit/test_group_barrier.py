@@ -100,8 +100,10 @@ def test_a_group_with_no_session_acting_after_K_is_not_shown_to_the_gate():
     barrier = GroupBarrier(gate, G=2)
 
     async def main():
-        return await asyncio.gather(play(barrier, "g", 0, ["a", "b"], ended_after=2),
-                                    play(barrier, "g", 1, ["a", "b", "c"], ended_after=3))
+        return await asyncio.gather(
+            play(barrier, "g", 0, ["a", "b"], ended_after=2),
+            play(barrier, "g", 1, ["a", "b", "c"], ended_after=3),
+        )
 
     results = asyncio.run(main())
     # session 1 ended at step 3 itself: nobody acts after K (the engine's rule)
@@ -143,8 +145,9 @@ def test_a_group_short_of_sessions_is_released_by_the_timeout():
     barrier = GroupBarrier(FixedGate(cut=True, K=2), G=3, timeout_s=0.05)
 
     async def main():
-        return await asyncio.gather(play(barrier, "g", 0, ["a", "b", "c"]),
-                                    play(barrier, "g", 1, ["a", "b", "c"]))
+        return await asyncio.gather(
+            play(barrier, "g", 0, ["a", "b", "c"]), play(barrier, "g", 1, ["a", "b", "c"])
+        )
 
     for _, fate, n in asyncio.run(main()):
         assert not fate.cut and fate.how == TIMEOUT and fate.n_sessions == 2 and n == 3
@@ -184,8 +187,9 @@ def test_a_session_that_fails_counts_as_ended_and_frees_the_others():
             member.end()
 
     async def main():
-        return await asyncio.gather(play(barrier, "g", 0, ["a", "b", "c"]), failing(),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            play(barrier, "g", 0, ["a", "b", "c"]), failing(), return_exceptions=True
+        )
 
     (decisions, fate, n), err = asyncio.run(main())
     assert isinstance(err, RuntimeError)
@@ -247,8 +251,9 @@ def test_the_barrier_cuts_the_groups_the_engine_cuts(d_L):
     specs = make_specs(tasks([2, 3, 4, 5, 8, 12]), 12)
     full, _ = roll(specs, RolloutSettings(G=G, T_max=10, seed=5, signal_K=(), arm="baseline"))
     gate = GateRule(K=K, d_L=d_L)
-    gated, _ = roll(specs, RolloutSettings(G=G, T_max=10, seed=5, signal_K=(), gate=gate,
-                                           gate_K=K, arm="gated"))
+    gated, _ = roll(
+        specs, RolloutSettings(G=G, T_max=10, seed=5, signal_K=(), gate=gate, gate_K=K, arm="gated")
+    )
     engine_cut = {r.group_id: (r.cut, r.cut_step) for r in gated}
     engine_steps = {r.group_id: [len(t.actions) for t in r.trajs] for r in gated}
     barrier = GroupBarrier(gate, G=G)

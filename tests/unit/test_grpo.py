@@ -117,7 +117,14 @@ def test_group_outcomes_are_the_per_group_functions_row_by_row():
     from srollout.core.grpo import group_label, group_outcomes, is_zero_variance, reward_variance
 
     rng = np.random.default_rng(0)
-    rewards = np.vstack([(rng.random((40, 8)) < 0.5).astype(float), rng.random((10, 8)), np.ones((3, 8)), np.zeros((3, 8))])
+    rewards = np.vstack(
+        [
+            (rng.random((40, 8)) < 0.5).astype(float),
+            rng.random((10, 8)),
+            np.ones((3, 8)),
+            np.zeros((3, 8)),
+        ]
+    )
     out = group_outcomes(rewards)
     assert out.reward_var.tolist() == [reward_variance(r) for r in rewards]  # the same floats
     assert out.zero_var.tolist() == [is_zero_variance(r) for r in rewards]

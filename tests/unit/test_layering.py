@@ -21,8 +21,19 @@ ROOT = Path(__file__).resolve().parents[2] / "srollout"
 # Lowest first. A module may import its own layer and every layer before it, never one after.
 # Keys are a package (every module under it) or a top-level module of srollout.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("srollout", "srollout.errors", "srollout.atomic", "srollout.home", "srollout.schemas",
-              "srollout.rundir", "srollout.console", "srollout.progress")),
+    (
+        "base",
+        (
+            "srollout",
+            "srollout.errors",
+            "srollout.atomic",
+            "srollout.home",
+            "srollout.schemas",
+            "srollout.rundir",
+            "srollout.console",
+            "srollout.progress",
+        ),
+    ),
     ("core", ("srollout.core",)),
     ("envs", ("srollout.envs",)),
     ("policy", ("srollout.policy",)),
@@ -79,9 +90,13 @@ def read_imports(root: Path) -> tuple[set[str], list[Import]]:
                 continue
             for target in targets:
                 if target == root.name or target.startswith(root.name + "."):
-                    edge = Import(source, f.relative_to(root.parent).as_posix(), node.lineno,
-                                  _known(target, modules))
-                    if edge not in edges[-len(targets):]:  # one edge per statement and module
+                    edge = Import(
+                        source,
+                        f.relative_to(root.parent).as_posix(),
+                        node.lineno,
+                        _known(target, modules),
+                    )
+                    if edge not in edges[-len(targets) :]:  # one edge per statement and module
                         edges.append(edge)
     return modules, edges
 
@@ -104,20 +119,28 @@ def layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]]) -> int | No
     return None if best is None else best[0]
 
 
-def layering_errors(modules: set[str], edges: list[Import],
-                    layers: list[tuple[str, tuple[str, ...]]],
-                    exempt: set[str] = frozenset()) -> list[str]:
+def layering_errors(
+    modules: set[str],
+    edges: list[Import],
+    layers: list[tuple[str, tuple[str, ...]]],
+    exempt: set[str] = frozenset(),
+) -> list[str]:
     """One line per module in no layer and per import of a layer above the importer's."""
-    errors = [f"{m}: in no layer; add it to LAYERS in {Path(__file__).name}"
-              for m in sorted(modules) if layer_of(m, layers) is None]
+    errors = [
+        f"{m}: in no layer; add it to LAYERS in {Path(__file__).name}"
+        for m in sorted(modules)
+        if layer_of(m, layers) is None
+    ]
     for e in edges:
         if e.source in exempt:
             continue
         src, dst = layer_of(e.source, layers), layer_of(e.target, layers)
         if src is not None and dst is not None and dst > src:
             below = ", ".join(name for name, _ in layers[: src + 1])
-            errors.append(f"{e.path}:{e.line}: {e.source} imports {e.target}: layer "
-                          f"'{layers[src][0]}' may import only {below}, not '{layers[dst][0]}'")
+            errors.append(
+                f"{e.path}:{e.line}: {e.source} imports {e.target}: layer "
+                f"'{layers[src][0]}' may import only {below}, not '{layers[dst][0]}'"
+            )
     return errors
 
 
@@ -201,7 +224,8 @@ def test_no_module_imports_itself_round_a_loop():
     cycles = import_cycles(edges, EXEMPT_MODULES)
     unexpected = [c for c in cycles if frozenset(e.source for e in c) not in ALLOWED_CYCLES]
     assert not unexpected, "import cycles (a lower module must not need a higher one):\n" + (
-        "\n".join(_describe(c) for c in unexpected))
+        "\n".join(_describe(c) for c in unexpected)
+    )
     stale = ALLOWED_CYCLES - {frozenset(e.source for e in c) for c in cycles}
     assert not stale, f"cycles gone: remove them from ALLOWED_CYCLES: {sorted(map(sorted, stale))}"
 
@@ -240,8 +264,15 @@ TOY_LAYERS = [("base", ("pkg",)), ("low", ("pkg.low",)), ("high", ("pkg.high",))
 
 def test_checker_reads_imports_inside_functions_and_relative_ones(toy):
     modules, edges = read_imports(toy)
-    assert modules == {"pkg", "pkg.low", "pkg.low.a", "pkg.low.d", "pkg.high", "pkg.high.b",
-                       "pkg.high.c"}
+    assert modules == {
+        "pkg",
+        "pkg.low",
+        "pkg.low.a",
+        "pkg.low.d",
+        "pkg.high",
+        "pkg.high.b",
+        "pkg.high.c",
+    }
     assert sorted((e.source, e.line, e.target) for e in edges) == [
         ("pkg.high.b", 2, "pkg.high.c"),
         ("pkg.high.c", 2, "pkg.high.b"),
@@ -254,18 +285,24 @@ def test_checker_reads_imports_inside_functions_and_relative_ones(toy):
 def test_checker_names_the_upward_import_and_the_rule(toy):
     modules, edges = read_imports(toy)
     errors = layering_errors(modules, edges, TOY_LAYERS)
-    assert errors == ["pkg/low/a.py:2: pkg.low.a imports pkg.high.b: layer 'low' may import only "
-                      "base, low, not 'high'"]
+    assert errors == [
+        "pkg/low/a.py:2: pkg.low.a imports pkg.high.b: layer 'low' may import only "
+        "base, low, not 'high'"
+    ]
     assert layering_errors(modules, edges, TOY_LAYERS, {"pkg.low.a"}) == []
     unplaced = layering_errors(modules, edges, [("low", ("pkg.low",))])
-    assert unplaced[:2] == ["pkg: in no layer; add it to LAYERS in test_layering.py",
-                            "pkg.high: in no layer; add it to LAYERS in test_layering.py"]
+    assert unplaced[:2] == [
+        "pkg: in no layer; add it to LAYERS in test_layering.py",
+        "pkg.high: in no layer; add it to LAYERS in test_layering.py",
+    ]
 
 
 def test_checker_finds_the_cycle_and_closes_its_loop(toy):
     _, edges = read_imports(toy)
     (loop,) = import_cycles(edges)
-    assert [(e.source, e.target) for e in loop] == [("pkg.high.b", "pkg.high.c"),
-                                                    ("pkg.high.c", "pkg.high.b")]
+    assert [(e.source, e.target) for e in loop] == [
+        ("pkg.high.b", "pkg.high.c"),
+        ("pkg.high.c", "pkg.high.b"),
+    ]
     assert _describe(loop) == "pkg.high.b (line 2) -> pkg.high.c (line 2) -> pkg.high.b"
     assert import_cycles(edges, {"pkg.high.c"}) == []

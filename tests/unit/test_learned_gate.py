@@ -116,9 +116,13 @@ def test_folds_are_stratified_seeded_and_cover_every_group() -> None:
     assert all(np.sum(zv[f == k]) == 2 for k in range(5))  # 10 zero-variance groups, 2 per fold
 
 
-def test_cross_fitting_never_scores_a_group_with_a_model_fit_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cross_fitting_never_scores_a_group_with_a_model_fit_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     signals, zv = _toy(30)
-    for K in signals:  # column 1 = the group's index: lets the instrument see which groups a call got
+    for (
+        K
+    ) in signals:  # column 1 = the group's index: lets the instrument see which groups a call got
         signals[K][:, 1] = np.arange(30)
     rows = row_table(signals, zv, (5, 10, 15))
     calls: list[tuple[str, set[int]]] = []
@@ -148,7 +152,9 @@ def test_cross_fitting_never_scores_a_group_with_a_model_fit_on_it(monkeypatch: 
     assert np.all(np.isfinite(cf.proba))
 
 
-def test_nested_selection_only_ever_fits_on_the_outer_training_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nested_selection_only_ever_fits_on_the_outer_training_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     signals, zv = _toy(30)
     for K in signals:
         signals[K][:, 1] = np.arange(30)
@@ -176,7 +182,9 @@ def test_nested_selection_only_ever_fits_on_the_outer_training_groups(monkeypatc
         return judged
 
     h = nested_heldout_cuts(select, assign_folds(zv, 5, seed=0))
-    assert len(h.folds) == 5 and len(n_fits) == 5 * (3 + 1)  # per outer fold: 3 inner fits + the refit
+    assert len(h.folds) == 5 and len(n_fits) == 5 * (
+        3 + 1
+    )  # per outer fold: 3 inner fits + the refit
     assert sorted(np.concatenate([r.test_groups for r in h.folds]).tolist()) == list(range(30))
 
 
@@ -204,7 +212,9 @@ def test_choose_threshold_keeps_tied_scores_together_and_may_find_none() -> None
 
 def test_learned_gate_threshold_clears_the_floor_on_held_out_scores() -> None:
     signals, zv = _toy(60, seed=2)
-    fit = fit_learned_gate(signals, zv, (10,), (5, 10, 15), T_max=30, precision_floor=0.9, n_folds=5)
+    fit = fit_learned_gate(
+        signals, zv, (10,), (5, 10, 15), T_max=30, precision_floor=0.9, n_folds=5
+    )
     gate = fit.gate
     assert gate.K == 10 and gate.threshold is not None
     rows = row_table(signals, zv, (5, 10, 15))
@@ -231,7 +241,11 @@ def test_adaptive_gate_cuts_at_the_first_confident_step() -> None:
     gate = AdaptiveGate(_d_only_model(), (5, 10, 15), (0.9, 0.5, None))
     # group 0: sure at K=5 (p = sigmoid(3) = 0.95); group 1: not at 5 (p 0.0067), p = 0.5 at 10;
     # group 2: confident only at 15, where the gate never cuts; group 3: never confident
-    signals = {5: np.array([-0.3, 0.5, 0.5, 0.5]), 10: np.array([-0.3, 0.0, 0.5, 0.5]), 15: np.array([0.0, 0.0, -1.0, 0.5])}
+    signals = {
+        5: np.array([-0.3, 0.5, 0.5, 0.5]),
+        10: np.array([-0.3, 0.0, 0.5, 0.5]),
+        15: np.array([0.0, 0.0, -1.0, 0.5]),
+    }
     by_K = {K: np.column_stack([v, np.zeros((4, 6))]) for K, v in signals.items()}
     cut, cut_K = gate.decide_matrix(by_K)
     assert cut.tolist() == [True, True, False, False]
@@ -249,8 +263,14 @@ def test_adaptive_gate_cuts_at_the_first_confident_step() -> None:
 
 def test_variable_cut_savings_count_the_real_cut_step() -> None:
     # N=4, T_max=20: group 0 (zero-var) cut at 5 saves 15/20; group 1 (mixed) cut at 10 saves 10/20
-    out = evaluate_variable_cuts([True, True, False, False], [5, 10, 0, 0], [True, False, True, False], 20,
-                                 remaining_steps=[30, 20, 0, 0], total_steps=[60, 60, 40, 40])
+    out = evaluate_variable_cuts(
+        [True, True, False, False],
+        [5, 10, 0, 0],
+        [True, False, True, False],
+        20,
+        remaining_steps=[30, 20, 0, 0],
+        total_steps=[60, 60, 40, 40],
+    )
     assert (out.n_cut, out.tp, out.fp) == (2, 1, 1)
     assert out.precision == 0.5 and out.recall == 0.5
     assert out.safe_savings == pytest.approx(0.75 / 4)
@@ -260,16 +280,24 @@ def test_variable_cut_savings_count_the_real_cut_step() -> None:
 
 def test_step_thresholds_hold_the_floor_per_step_among_groups_still_running() -> None:
     zv = np.array([True, True, False, True, False])
-    p5 = np.array([0.9, 0.2, 0.8, 0.3, 0.1])  # sorted labels T F T T F: precision 1, .5, .67, .75, .6
+    p5 = np.array(
+        [0.9, 0.2, 0.8, 0.3, 0.1]
+    )  # sorted labels T F T T F: precision 1, .5, .67, .75, .6
     # floor 1: K=5 cuts group 0 only (t=0.9). At K=10 among groups 1..4 (0.95 F first): nothing.
-    strict = choose_step_thresholds({5: p5, 10: np.array([0.0, 0.9, 0.95, 0.8, 0.1])}, zv, (5, 10), 1.0)
+    strict = choose_step_thresholds(
+        {5: p5, 10: np.array([0.0, 0.9, 0.95, 0.8, 0.1])}, zv, (5, 10), 1.0
+    )
     assert [c.threshold for c in strict] == [0.9, None]
     # the same floor, K=10 scores 0.9 T, 0.8 T, 0.5 F, 0.1 F among groups 1..4: t=0.8 cuts 1 and 3
     # (group 0's score at 10 is ignored: it was cut at 5)
-    later = choose_step_thresholds({5: p5, 10: np.array([0.99, 0.9, 0.5, 0.8, 0.1])}, zv, (5, 10), 1.0)
+    later = choose_step_thresholds(
+        {5: p5, 10: np.array([0.99, 0.9, 0.5, 0.8, 0.1])}, zv, (5, 10), 1.0
+    )
     assert [(c.threshold, c.n_cut, c.tp) for c in later] == [(0.9, 1, 1), (0.8, 2, 2)]
     # floor 0.6: K=5 takes t=0.2 (3 TP at 0.75 beats 3 TP at 0.6); only group 4 (mixed) is left
-    loose = choose_step_thresholds({5: p5, 10: np.array([0.0, 0.9, 0.95, 0.8, 0.1])}, zv, (5, 10), 0.6)
+    loose = choose_step_thresholds(
+        {5: p5, 10: np.array([0.0, 0.9, 0.95, 0.8, 0.1])}, zv, (5, 10), 0.6
+    )
     assert [(c.threshold, c.n_cut, c.tp) for c in loose] == [(0.2, 4, 3), (None, 0, 0)]
 
 
@@ -298,7 +326,10 @@ def test_gate_json_round_trip_for_both_kinds(tmp_path: Path) -> None:
         back = load_gate(path)
         assert type(back) is type(gate) and back == gate and back.to_dict() == gate.to_dict()
         assert json.loads(path.read_text())["kind"] == gate.to_dict()["kind"]
-    assert LearnedGate.load(tmp_path / "learned.json").decide_matrix(signals[10]).tolist() == learned.decide_matrix(signals[10]).tolist()
+    assert (
+        LearnedGate.load(tmp_path / "learned.json").decide_matrix(signals[10]).tolist()
+        == learned.decide_matrix(signals[10]).tolist()
+    )
     with pytest.raises(SrolloutError, match="expected a learned gate"):
         LearnedGate.load(tmp_path / "adaptive.json")
     bad = learned.to_dict() | {"threshold": 1.5}

@@ -1,4 +1,5 @@
-"""check_model_dir / check_safetensors: a damaged model file is named, in one line, before loading."""
+"""check_model_dir / check_safetensors: a damaged model file is named, in one line, before
+loading."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from srollout.policy.model_files import check_model_dir, check_safetensors
 def write_safetensors(path, n_floats: int = 4) -> int:
     """A real safetensors file by hand: one float32 tensor of ``n_floats`` values. Returns its size
     (8 + header + 4 * n_floats bytes)."""
-    header = json.dumps({"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}}).encode()
+    header = json.dumps(
+        {"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}}
+    ).encode()
     path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * (4 * n_floats))
     return 8 + len(header) + 4 * n_floats
 

@@ -19,11 +19,26 @@ def test_disabled_bar_is_silent_and_has_no_rich_progress():
 def test_enabled_bar_renders_label_unit_fields_and_counts():
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=200)
-    bar = StageBar(console, "ab-rollout", 8, enabled=True, completed=2, before=("run",), unit="groups", after=("rate",))
+    bar = StageBar(
+        console,
+        "ab-rollout",
+        8,
+        enabled=True,
+        completed=2,
+        before=("run",),
+        unit="groups",
+        after=("rate",),
+    )
     with bar:
         bar.update(advance=3, run="gated r0 b1", rate="650 tok/s")
     text = out.getvalue()
-    assert "ab-rollout" in text and "gated r0 b1" in text and "5/8" in text and "groups" in text and "650 tok/s" in text
+    assert (
+        "ab-rollout" in text
+        and "gated r0 b1" in text
+        and "5/8" in text
+        and "groups" in text
+        and "650 tok/s" in text
+    )
     assert "ETA" in text
     seeds = StageBar(Console(file=io.StringIO(), width=200), "seeds", 4, enabled=True, eta=False)
     assert not any(type(c).__name__ == "TimeRemainingColumn" for c in seeds.bar.columns)
@@ -59,7 +74,13 @@ def test_on_a_terminal_the_bar_prints_no_plain_lines():
 
 def test_the_closing_line_is_printed_once():
     out = io.StringIO()
-    bar = StageBar(Console(file=out, force_terminal=False, width=200), "collect", 2, enabled=True, after=("rate",))
+    bar = StageBar(
+        Console(file=out, force_terminal=False, width=200),
+        "collect",
+        2,
+        enabled=True,
+        after=("rate",),
+    )
     bar.update(advance=2)
     bar.update(rate="700 tok/s")  # a field update after the work is done: no second closing line
     assert sum(ln.startswith("collect: 2/2") for ln in out.getvalue().splitlines()) == 1
@@ -70,7 +91,9 @@ def test_phase_bars_show_each_phase_in_turn_with_its_unit_and_info():
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=200)
-    with PhaseBars(console, enabled=True, unit={"generating games": "games", "SFT": "steps"}) as bars:
+    with PhaseBars(
+        console, enabled=True, unit={"generating games": "games", "SFT": "steps"}
+    ) as bars:
         games, sft = bars.phase("generating games"), bars.phase("SFT")
         for k in range(1, 4):
             games(k, 3)

@@ -29,24 +29,36 @@ def test_format_then_parse_roundtrip():
         # trailing punctuation and wrong case
         ("Thought: ok\nAction: Go To Fridge 1.", "ok", "go to fridge 1"),
         # extra text after the action line
-        ("Thought: hmm\nAction: open drawer 2\nObservation: You open the drawer 2.", "hmm",
-         "open drawer 2"),
+        (
+            "Thought: hmm\nAction: open drawer 2\nObservation: You open the drawer 2.",
+            "hmm",
+            "open drawer 2",
+        ),
         # both on one line
-        ("Thought: the cabinet is closed. Action: open cabinet 1", "the cabinet is closed.",
-         "open cabinet 1"),
+        (
+            "Thought: the cabinet is closed. Action: open cabinet 1",
+            "the cabinet is closed.",
+            "open cabinet 1",
+        ),
         # code fence, quotes, extra spaces
         ("```\nThought: go\nAction:   `go  to   sinkbasin 1`\n```", "go", "go to sinkbasin 1"),
         # put/in dialect of older ALFWorld data -> the engine's move/to
-        ("Thought: done\nAction: put apple 1 in/on countertop 1", "done",
-         "move apple 1 to countertop 1"),
+        (
+            "Thought: done\nAction: put apple 1 in/on countertop 1",
+            "done",
+            "move apple 1 to countertop 1",
+        ),
         ("Action: Put the mug 1 in the cabinet 2!", "", "move mug 1 to cabinet 2"),
         # action on the line after the marker
         ("Thought: x\nAction:\nlook", "x", "look"),
         # lower-case markers, full-width colon
         ("thought: y\naction： inventory", "y", "inventory"),
         # no marker at all: the last line that starts with a verb
-        ("I think I should heat it.\nheat potato 1 with microwave 1", "",
-         "heat potato 1 with microwave 1"),
+        (
+            "I think I should heat it.\nheat potato 1 with microwave 1",
+            "",
+            "heat potato 1 with microwave 1",
+        ),
     ],
 )
 def test_parser_forgives_model_like_outputs(text, thought, action):
@@ -93,7 +105,7 @@ def test_system_prompt_has_vocabulary_format_and_one_example():
     assert sp.count("Your task is to:") == 1  # exactly one in-context example
     # every action of the example parses to itself (the example speaks the engine's dialect)
     example = sp.split("Example:", 1)[1]
-    actions = [ln[len("Action: "):] for ln in example.splitlines() if ln.startswith("Action: ")]
+    actions = [ln[len("Action: ") :] for ln in example.splitlines() if ln.startswith("Action: ")]
     assert len(actions) == 7 and all(normalize_action(a) == a for a in actions)
     assert len(sp) < 2600  # a small model carries it at every step
 
@@ -112,7 +124,9 @@ def test_a_model_directory_can_name_its_own_system_prompt(tmp_path):
 
     assert system_prompt_for(None) == system_prompt()
     assert system_prompt_for(tmp_path) == system_prompt()  # no srollout.json: the ReAct prompt
-    (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": "Reply with one action."}))
+    (tmp_path / MODEL_PROMPT_FILE).write_text(
+        json.dumps({"system_prompt": "Reply with one action."})
+    )
     assert system_prompt_for(tmp_path) == "Reply with one action."
     (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": ""}))
     with pytest.raises(SrolloutError, match="non-empty"):
@@ -131,19 +145,33 @@ def test_a_model_directory_can_name_its_user_turn_template(tmp_path):
     from srollout.rollout.react import ReactPrompter
 
     assert model_prompt(tmp_path).user_template == USER_TEMPLATE
-    spec = {"system_prompt": "Act.", "user_template": "Observation: {observation}\nTask: {task}.\nActions: {actions}."}
+    spec = {
+        "system_prompt": "Act.",
+        "user_template": "Observation: {observation}\nTask: {task}.\nActions: {actions}.",
+    }
     (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps(spec))
     assert model_prompt(tmp_path) == ("Act.", spec["user_template"])
     prompter = ReactPrompter.for_model(tmp_path)
     task = Task("eval/x/0000", "pick_and_place_simple", "put a mug in desk.", "")
-    turn = prompter.user("You arrive at desk 1. On the desk 1, you see a mug 1.", 2, task,
-                         ("go to shelf 1", "help", "take mug 1 from desk 1"))
+    turn = prompter.user(
+        "You arrive at desk 1. On the desk 1, you see a mug 1.",
+        2,
+        task,
+        ("go to shelf 1", "help", "take mug 1 from desk 1"),
+    )
     # the task without its period, and the admissible actions without ALFWorld's `help`
-    assert turn == ("Observation: You arrive at desk 1. On the desk 1, you see a mug 1.\n"
-                    "Task: put a mug in desk.\nActions: go to shelf 1, take mug 1 from desk 1.")
+    assert turn == (
+        "Observation: You arrive at desk 1. On the desk 1, you see a mug 1.\n"
+        "Task: put a mug in desk.\nActions: go to shelf 1, take mug 1 from desk 1."
+    )
     # the default template is the paper's: the observation alone
-    assert ReactPrompter().user(" Nothing happens. ", 3, task, ("look",)) == "Observation: Nothing happens."
+    assert (
+        ReactPrompter().user(" Nothing happens. ", 3, task, ("look",))
+        == "Observation: Nothing happens."
+    )
     for bad in ("Task: {task}", "{observation} {room}", 7):
-        (tmp_path / MODEL_PROMPT_FILE).write_text(json.dumps({"system_prompt": "Act.", "user_template": bad}))
+        (tmp_path / MODEL_PROMPT_FILE).write_text(
+            json.dumps({"system_prompt": "Act.", "user_template": bad})
+        )
         with pytest.raises(SrolloutError, match="user_template"):
             model_prompt(tmp_path)

@@ -39,15 +39,46 @@ def test_default_chunk_is_twice_the_groups_a_worker_holds():
 
 
 def test_summed_summary_hand_numbers():
-    a = RolloutSummary(groups=2, wall_s=5.0, gen_s=3.0, env_s=1.0, reset_s=0.5, overhead_s=0.5, ticks=4, rows=20,
-                       mean_batch=5.0, n_gen_tokens=100, n_prompt_tokens=400, n_cut=1)
-    b = RolloutSummary(groups=1, wall_s=4.0, gen_s=2.0, env_s=0.5, reset_s=0.5, overhead_s=1.0, ticks=6, rows=10,
-                       mean_batch=10 / 6, n_gen_tokens=50, n_prompt_tokens=100, n_cut=0)
+    a = RolloutSummary(
+        groups=2,
+        wall_s=5.0,
+        gen_s=3.0,
+        env_s=1.0,
+        reset_s=0.5,
+        overhead_s=0.5,
+        ticks=4,
+        rows=20,
+        mean_batch=5.0,
+        n_gen_tokens=100,
+        n_prompt_tokens=400,
+        n_cut=1,
+    )
+    b = RolloutSummary(
+        groups=1,
+        wall_s=4.0,
+        gen_s=2.0,
+        env_s=0.5,
+        reset_s=0.5,
+        overhead_s=1.0,
+        ticks=6,
+        rows=10,
+        mean_batch=10 / 6,
+        n_gen_tokens=50,
+        n_prompt_tokens=100,
+        n_cut=0,
+    )
     s = RolloutSummary.total([a, b], wall_s=6.0, workers=2)
     # 2 workers x 6 s = 12 worker-seconds; 5 + 1.5 + 1 of them generated, stepped or reset
     assert (s.groups, s.gen_s, s.env_s, s.reset_s, s.wall_s) == (3, 5.0, 1.5, 1.0, 6.0)
     assert s.overhead_s == pytest.approx(12.0 - 7.5)
-    assert (s.ticks, s.rows, s.mean_batch, s.n_gen_tokens, s.n_prompt_tokens, s.n_cut) == (10, 30, 3.0, 150, 500, 1)
+    assert (s.ticks, s.rows, s.mean_batch, s.n_gen_tokens, s.n_prompt_tokens, s.n_cut) == (
+        10,
+        30,
+        3.0,
+        150,
+        500,
+        1,
+    )
 
 
 def test_a_worker_in_process_equals_the_engine_and_reuses_its_environments():
@@ -59,13 +90,16 @@ def test_a_worker_in_process_equals_the_engine_and_reuses_its_environments():
         made.append(Corridor())
         return made[-1]
 
-    worker = RolloutWorker(WorkerRecipe(partial(SeededWalker, 0.6), factory, Prompter(), settings, threads=None))
+    worker = RolloutWorker(
+        WorkerRecipe(partial(SeededWalker, 0.6), factory, Prompter(), settings, threads=None)
+    )
     info = worker.start()
     assert info.policy == "walker" and info.build_s >= 0
     first = worker.run(specs[:3])
     n_envs = len(made)
     second = worker.run(specs[3:])
-    # the second chunk ran on the first chunk's environments (the engine "closed" them into the pool)
+    # the second chunk ran on the first chunk's environments (the engine "closed" them into the
+    # pool)
     assert len(made) == n_envs <= settings.concurrency and not any(env.closed for env in made)
     records = first.records + second.records
     assert sorted(r.group_id for r in records) == [s.group_id for s in specs]
@@ -74,13 +108,22 @@ def test_a_worker_in_process_equals_the_engine_and_reuses_its_environments():
     assert first.summary.groups + second.summary.groups == 5
 
 
-@pytest.mark.parametrize("command", [["collect", "--policy", "noisy-expert", "--groups", "2"], ["train-onpolicy", "--preset", "tiny"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["collect", "--policy", "noisy-expert", "--groups", "2"],
+        ["train-onpolicy", "--preset", "tiny"],
+    ],
+)
 def test_workers_without_ray_is_one_line_naming_the_extra(run_cli, monkeypatch, tmp_path, command):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError, as without the extra
     out = tmp_path / "run"
     res = run_cli(*command, "--workers", "2", "--out", out)
     assert res.exit_code == 2
-    assert "error: --workers 2 runs on Ray, which is not installed: pip install 'srollout[dist]'" in res.stderr
+    assert (
+        "error: --workers 2 runs on Ray, which is not installed: pip install 'srollout[dist]'"
+        in res.stderr
+    )
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert not out.exists()  # refused before the run directory was made
@@ -90,10 +133,23 @@ def test_the_message_names_the_dist_extra(monkeypatch):
     from srollout.rollout.ray_pool import require_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(SrolloutError, match=r"^--workers 3 runs on Ray, which is not installed: pip install 'srollout\[dist\]'$"):
+    with pytest.raises(
+        SrolloutError,
+        match=r"^--workers 3 runs on Ray, which is not installed: pip install 'srollout\[dist\]'$",
+    ):
         require_ray(3)
 
 
 def test_zero_workers_is_refused(run_cli, tmp_path):
-    res = run_cli("collect", "--policy", "noisy-expert", "--groups", "2", "--workers", "0", "--out", tmp_path / "r")
+    res = run_cli(
+        "collect",
+        "--policy",
+        "noisy-expert",
+        "--groups",
+        "2",
+        "--workers",
+        "0",
+        "--out",
+        tmp_path / "r",
+    )
     assert res.exit_code == 2 and "--workers must be >= 1" in res.stderr

@@ -61,8 +61,9 @@ class DiesOnce(SeededWalker):
 
 
 def _recipe(policy=None) -> WorkerRecipe:
-    return WorkerRecipe(policy or partial(SeededWalker, 0.6), Corridor, Prompter(), SETTINGS,
-                        threads=None)
+    return WorkerRecipe(
+        policy or partial(SeededWalker, 0.6), Corridor, Prompter(), SETTINGS, threads=None
+    )
 
 
 def _check_same_as_in_process(records) -> None:
@@ -82,8 +83,14 @@ def _check_same_as_in_process(records) -> None:
 def test_two_workers_give_the_records_of_one_process(local_ray):
     records, ticks, started = [], [], []
     result = run_groups_distributed(
-        SPECS, _recipe(), 2, on_group=records.append, on_tick=ticks.append, chunk_groups=2,
-        on_worker=lambda slot, info, actor: started.append((slot, info.pid)))
+        SPECS,
+        _recipe(),
+        2,
+        on_group=records.append,
+        on_tick=ticks.append,
+        chunk_groups=2,
+        on_worker=lambda slot, info, actor: started.append((slot, info.pid)),
+    )
     _check_same_as_in_process(records)
     assert result.workers == 2 and result.replaced == 0 and result.chunks == 5  # ceil(9 / 2)
     assert len({pid for _, pid in started}) == 2 and os.getpid() not in {pid for _, pid in started}
@@ -100,8 +107,13 @@ def test_two_workers_give_the_records_of_one_process(local_ray):
 def test_a_worker_that_kills_itself_mid_chunk_is_replaced_and_its_groups_rerun(local_ray, tmp_path):
     marker = tmp_path / "died"
     records = []
-    result = run_groups_distributed(SPECS, _recipe(partial(DiesOnce, str(marker), "g00004")), 2,
-                                    on_group=records.append, chunk_groups=3)
+    result = run_groups_distributed(
+        SPECS,
+        _recipe(partial(DiesOnce, str(marker), "g00004")),
+        2,
+        on_group=records.append,
+        chunk_groups=3,
+    )
     assert marker.exists()  # a worker really died, at step 2 of group g00004 (chunk g00003..g00005)
     assert result.replaced == 1 and result.chunks == 3
     _check_same_as_in_process(records)
@@ -119,8 +131,13 @@ def test_ray_kill_of_a_worker_from_the_driver(local_ray):
             ray.kill(actors[1], no_restart=True)
 
     result = run_groups_distributed(
-        SPECS, _recipe(), 2, on_group=on_group, chunk_groups=1,
-        on_worker=lambda slot, info, actor: actors.__setitem__(slot, actor))
+        SPECS,
+        _recipe(),
+        2,
+        on_group=on_group,
+        chunk_groups=1,
+        on_worker=lambda slot, info, actor: actors.__setitem__(slot, actor),
+    )
     assert result.replaced == 1
     _check_same_as_in_process(records)
 

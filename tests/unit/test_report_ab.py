@@ -40,42 +40,72 @@ def _comparison(cut: int = 2, tp: int = 1, arm_steps: float = 34.0) -> Compariso
         "n_steps": Saving("environment steps", 40.0, arm_steps, 1 - arm_steps / 40, 0.1, 0.2),
     }
     n, T, K = 4, 10, 4
-    confusion = Confusion(n=n, zero_var=2, cut=cut, tp=tp, fp=cut - tp,
-                          precision=tp / cut if cut else NAN, recall=tp / 2, own_precision=1.0,
-                          safe=tp * (T - K) / (n * T), raw=cut * (T - K) / (n * T))
+    confusion = Confusion(
+        n=n,
+        zero_var=2,
+        cut=cut,
+        tp=tp,
+        fp=cut - tp,
+        precision=tp / cut if cut else NAN,
+        recall=tp / 2,
+        own_precision=1.0,
+        safe=tp * (T - K) / (n * T),
+        raw=cut * (T - K) / (n * T),
+    )
     match = SeedMatch(8, 7, 7 / 8, True, [Mismatch(0, "g1", 2, 3)])
-    return Comparison(arm="gated", gate={"rule": "r1", "K": 4, "d_L": 0.12}, n_tasks=n, repeats=1,
-                      confusion=confusion, match=match, savings=savings,
-                      ratio=(0.25 / 0.2, 0.1 / 0.2, 0.4 / 0.2),
-                      task_diff=PairedBootstrap(-2.5, -4.0, -1.0, 0.01, n),
-                      decomposition={"baseline_wall": 40.0, "generation": 6.0, "environment": 3.0,
-                                     "overhead": 1.0})
+    return Comparison(
+        arm="gated",
+        gate={"rule": "r1", "K": 4, "d_L": 0.12},
+        n_tasks=n,
+        repeats=1,
+        confusion=confusion,
+        match=match,
+        savings=savings,
+        ratio=(0.25 / 0.2, 0.1 / 0.2, 0.4 / 0.2),
+        task_diff=PairedBootstrap(-2.5, -4.0, -1.0, 0.01, n),
+        decomposition={
+            "baseline_wall": 40.0,
+            "generation": 6.0,
+            "environment": 3.0,
+            "overhead": 1.0,
+        },
+    )
 
 
 def _blocks() -> pl.DataFrame:
-    return pl.DataFrame({
-        "order": [0, 1, 2, 3],
-        "arm": ["baseline", "gated", "gated", "baseline"],
-        "repeat": [0, 0, 0, 0],
-        "block": [0, 0, 1, 1],
-        "groups": [2, 2, 2, 2],
-        "wall_s": [12.0, 9.0, 10.0, 8.0],
-        "gen_s": [8.0, 6.0, 7.0, 5.0],
-        "env_s": [2.0, 1.5, 1.5, 1.5],
-        "reset_s": [0.5, 0.5, 0.5, 0.5],
-        "overhead_s": [1.5, 1.0, 1.0, 1.0],
-        "ticks": [10, 8, 9, 7],
-        "mean_batch": [6.0, 5.0, 5.5, 6.5],
-        "n_gen_tokens": [500, 380, 420, 500],
-        "n_cut": [0, 1, 1, 0],
-        "workers": [1, 1, 1, 1],
-    })
+    return pl.DataFrame(
+        {
+            "order": [0, 1, 2, 3],
+            "arm": ["baseline", "gated", "gated", "baseline"],
+            "repeat": [0, 0, 0, 0],
+            "block": [0, 0, 1, 1],
+            "groups": [2, 2, 2, 2],
+            "wall_s": [12.0, 9.0, 10.0, 8.0],
+            "gen_s": [8.0, 6.0, 7.0, 5.0],
+            "env_s": [2.0, 1.5, 1.5, 1.5],
+            "reset_s": [0.5, 0.5, 0.5, 0.5],
+            "overhead_s": [1.5, 1.0, 1.0, 1.0],
+            "ticks": [10, 8, 9, 7],
+            "mean_batch": [6.0, 5.0, 5.5, 6.5],
+            "n_gen_tokens": [500, 380, 420, 500],
+            "n_cut": [0, 1, 1, 0],
+            "workers": [1, 1, 1, 1],
+        }
+    )
 
 
 def test_per_block_savings_pair_the_runs_by_block_not_by_schedule_position():
     got = block_savings_frame(_blocks(), "gated")
-    assert got.columns == ["repeat", "block", "baseline_s", "baseline_order", "gated_s",
-                           "gated_order", "n_cut", "saving"]
+    assert got.columns == [
+        "repeat",
+        "block",
+        "baseline_s",
+        "baseline_order",
+        "gated_s",
+        "gated_order",
+        "n_cut",
+        "saving",
+    ]
     assert got["baseline_s"].to_list() == [12.0, 8.0] and got["gated_s"].to_list() == [9.0, 10.0]
     assert got["baseline_order"].to_list() == [0, 3] and got["gated_order"].to_list() == [1, 2]
     assert got["saving"].to_list() == pytest.approx([0.25, -0.25])
@@ -103,8 +133,9 @@ def test_the_savings_table_in_words_and_numbers():
 def test_undefined_numbers_show_as_a_dash_not_nan():
     c = _comparison(cut=0, tp=0)
     none = Saving("generated tokens", 0.0, 0.0, NAN, NAN, NAN)  # a policy without tokens
-    c = Comparison(**{**c.__dict__, "savings": {**c.savings, "n_gen_tokens": none},
-                      "ratio": (NAN, NAN, NAN)})
+    c = Comparison(
+        **{**c.__dict__, "savings": {**c.savings, "n_gen_tokens": none}, "ratio": (NAN, NAN, NAN)}
+    )
     rows = {r[0]: r for r in savings_frame(c).rows()}
     assert rows["generated tokens"] == ("generated tokens", "0", "0", "—", "[—, —] (tasks)")
     assert rows["wall-clock saving ÷ token saving"][3:] == ("—", "[—, —] (target ≥ 0.9)")
@@ -137,8 +168,10 @@ def test_an_arm_that_cut_nothing_and_took_the_same_steps_is_called_an_a_a_test()
     assert "cut no group" not in text
     idle = _comparison(cut=0, tp=0, arm_steps=40.0)
     assert same_work(idle)
-    assert "**The gate cut no group**: both arms did identical work (1,000 generated tokens" in \
-        drift_text(idle, per_block)
+    assert (
+        "**The gate cut no group**: both arms did identical work (1,000 generated tokens"
+        in drift_text(idle, per_block)
+    )
     skipped = _comparison(cut=0, tp=0, arm_steps=36.0)  # no cut, but fewer steps (a GRESO skip)
     assert not same_work(skipped)
 
@@ -146,45 +179,129 @@ def test_an_arm_that_cut_nothing_and_took_the_same_steps_is_called_an_a_a_test()
 def test_blocks_table_keeps_the_schedule_columns_and_only_the_optional_ones_present():
     blocks = _blocks().with_columns(pl.lit(0).alias("extra_rounds"), pl.lit("x").alias("note"))
     got = blocks_frame(blocks)
-    assert got.columns == ["order", "arm", "repeat", "block", "groups", "wall_s", "gen_s", "env_s",
-                           "reset_s", "overhead_s", "ticks", "mean_batch", "n_gen_tokens", "n_cut",
-                           "extra_rounds", "workers"]
+    assert got.columns == [
+        "order",
+        "arm",
+        "repeat",
+        "block",
+        "groups",
+        "wall_s",
+        "gen_s",
+        "env_s",
+        "reset_s",
+        "overhead_s",
+        "ticks",
+        "mean_batch",
+        "n_gen_tokens",
+        "n_cut",
+        "extra_rounds",
+        "workers",
+    ]
     assert got["arm"].to_list() == ["baseline", "gated", "gated", "baseline"]
 
 
 def test_arms_table_formats_each_arm_by_what_it_did():
-    base = {"gate": False, "cuts": 0, "cut_tp": 0, "cut_fp": 0, "greso": False, "skipped": 0,
-            "skip_tp": 0, "skip_fp": 0, "dapo": False, "extra_rounds": 0, "extra_groups": 0,
-            "cap_hits": 0, "traj_compared": None, "traj_matched": None,
-            "useful_per_s_vs_baseline": None, "wall_vs_baseline": None}
-    arms = pl.DataFrame([
-        {**base, "arm": "baseline", "wall_s": 40.0, "gen_tokens": 12345, "groups": 4,
-         "useful_groups": 2, "useful_per_s": 2 / 40},
-        {**base, "arm": "gated", "wall_s": 30.0, "gen_tokens": 9876, "groups": 4,
-         "useful_groups": 2, "useful_per_s": 2 / 30, "useful_per_s_vs_baseline": 4 / 3,
-         "wall_vs_baseline": 0.75, "gate": True, "cuts": 2, "cut_tp": 1, "cut_fp": 1,
-         "traj_compared": 8, "traj_matched": 7},
-        {**base, "arm": "dapo", "wall_s": 50.0, "gen_tokens": 15000, "groups": 7,
-         "useful_groups": 4, "useful_per_s": 4 / 50, "useful_per_s_vs_baseline": 1.6,
-         "wall_vs_baseline": 1.25, "dapo": True, "extra_rounds": 2, "extra_groups": 3,
-         "cap_hits": 1},
-    ])
+    base = {
+        "gate": False,
+        "cuts": 0,
+        "cut_tp": 0,
+        "cut_fp": 0,
+        "greso": False,
+        "skipped": 0,
+        "skip_tp": 0,
+        "skip_fp": 0,
+        "dapo": False,
+        "extra_rounds": 0,
+        "extra_groups": 0,
+        "cap_hits": 0,
+        "traj_compared": None,
+        "traj_matched": None,
+        "useful_per_s_vs_baseline": None,
+        "wall_vs_baseline": None,
+    }
+    arms = pl.DataFrame(
+        [
+            {
+                **base,
+                "arm": "baseline",
+                "wall_s": 40.0,
+                "gen_tokens": 12345,
+                "groups": 4,
+                "useful_groups": 2,
+                "useful_per_s": 2 / 40,
+            },
+            {
+                **base,
+                "arm": "gated",
+                "wall_s": 30.0,
+                "gen_tokens": 9876,
+                "groups": 4,
+                "useful_groups": 2,
+                "useful_per_s": 2 / 30,
+                "useful_per_s_vs_baseline": 4 / 3,
+                "wall_vs_baseline": 0.75,
+                "gate": True,
+                "cuts": 2,
+                "cut_tp": 1,
+                "cut_fp": 1,
+                "traj_compared": 8,
+                "traj_matched": 7,
+            },
+            {
+                **base,
+                "arm": "dapo",
+                "wall_s": 50.0,
+                "gen_tokens": 15000,
+                "groups": 7,
+                "useful_groups": 4,
+                "useful_per_s": 4 / 50,
+                "useful_per_s_vs_baseline": 1.6,
+                "wall_vs_baseline": 1.25,
+                "dapo": True,
+                "extra_rounds": 2,
+                "extra_groups": 3,
+                "cap_hits": 1,
+            },
+        ]
+    )
     got = arms_view(arms)
     assert got.columns[0] == "arm" and got.columns[-1] == "seed match"
     assert got.rows() == [
         ("baseline", "40.00", "12,345", "4", "2", "0.050", "", "—", "—", "—", ""),
-        ("gated", "30.00", "9,876", "4", "2", "0.067", "1.33× / 0.75×", "2 (1 / 1)", "—", "—",
-         "7/8"),
+        (
+            "gated",
+            "30.00",
+            "9,876",
+            "4",
+            "2",
+            "0.067",
+            "1.33× / 0.75×",
+            "2 (1 / 1)",
+            "—",
+            "—",
+            "7/8",
+        ),
         ("dapo", "50.00", "15,000", "7", "4", "0.080", "1.60× / 1.25×", "—", "—", "2 / 3, 1", ""),
     ]
 
 
 def test_method_names_the_abba_order_and_the_settings():
-    config = AbRolloutConfig(groups=4, G=4, T_max=10, seed=3, repeats=1, blocks=2, concurrency=16,
-                             warmup=False, n_boot=200, policy="expert")
+    config = AbRolloutConfig(
+        groups=4,
+        G=4,
+        T_max=10,
+        seed=3,
+        repeats=1,
+        blocks=2,
+        concurrency=16,
+        warmup=False,
+        n_boot=200,
+        policy="expert",
+    )
     text = method_text(config, _blocks().drop("workers"))
-    assert text.startswith("Both arms roll the same 4 tasks of `eval` (small rooms) (G=4, "
-                           "T_max=10,")
+    assert text.startswith(
+        "Both arms roll the same 4 tasks of `eval` (small rooms) (G=4, T_max=10,"
+    )
     assert "seed 3) through the same batched engine at concurrency 16 trajectories" in text
     assert "run order: B G G B (ABBA over blocks)" in text
     assert "No warm-up (--no-warmup)." in text and "(200 resamples" in text

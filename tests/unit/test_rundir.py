@@ -164,8 +164,9 @@ def test_manifest_goes_from_partial_to_complete_with_a_json_config(tmp_path):
     assert data["config"] == {"input": "runs/c", "K": [5, 10], "extra": {"1": "x"}}
     assert data["versions"]["srollout"] and data["versions"]["python"]
     assert data["outputs"] == [] and "finished_utc" not in data
-    manifest.complete([run / "sweep.parquet", run / "report.md", Path("elsewhere/report.md")],
-                      chosen={"K": 10})
+    manifest.complete(
+        [run / "sweep.parquet", run / "report.md", Path("elsewhere/report.md")], chosen={"K": 10}
+    )
     data = json.loads((run / "manifest.json").read_text())
     assert data["status"] == "complete"
     assert data["outputs"] == ["report.md", "sweep.parquet"]  # names, sorted, once each
@@ -203,8 +204,10 @@ def test_resume_compares_the_key_as_json_and_names_the_first_difference(tmp_path
     check_resumable(run, "collect", {"groups": 4, "K": (5, 10), "out": Path("runs/x")}, "groups")
     with pytest.raises(SrolloutError) as caught:
         check_resumable(run, "collect", {"groups": 8, "K": (5,)}, "groups")
-    assert str(caught.value) == (f"--resume: {run} was made with groups=4, not 8; use the same "
-                                 "options (its groups would not match)")
+    assert str(caught.value) == (
+        f"--resume: {run} was made with groups=4, not 8; use the same "
+        "options (its groups would not match)"
+    )
 
 
 def test_an_option_added_later_reads_as_the_value_older_runs_played(tmp_path):

@@ -64,17 +64,30 @@ def test_each_signal_outside_0_1_or_missing_is_refused_naming_column_and_row(col
 def test_obs_unique_ratio_may_be_nan_but_not_out_of_range(tmp_path):
     ok = _signals(obs_unique_ratio=[math.nan, None, math.nan, 0.5])
     assert schemas.read(_write(ok, tmp_path), schemas.SIGNALS).height == 4
-    with pytest.raises(SchemaError, match=r"column 'obs_unique_ratio' row 3 is 8\.0: the contract says a share of G lies in \[0, 1\] \(NaN allowed\)"):
-        schemas.read(_write(_signals(obs_unique_ratio=[0.5, 0.5, math.nan, 8.0]), tmp_path), schemas.SIGNALS)
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'obs_unique_ratio' row 3 is 8\.0: the contract says a share of G lies in "
+        r"\[0, 1\] \(NaN allowed\)",
+    ):
+        schemas.read(
+            _write(_signals(obs_unique_ratio=[0.5, 0.5, math.nan, 8.0]), tmp_path), schemas.SIGNALS
+        )
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"K": [2, 2, 0, 2]}, r"column 'K' row 2 is 0: the contract says K >= 1"),
-        ({"reward_var": [0.0, -0.5, 0.0, 0.25]}, r"column 'reward_var' row 1 is -0\.5: the contract says a population variance >= 0"),
+        (
+            {"reward_var": [0.0, -0.5, 0.0, 0.25]},
+            r"column 'reward_var' row 1 is -0\.5: the contract says a population variance >= 0",
+        ),
         ({"reward_var": [0.0, 0.1875, 0.0, math.nan]}, r"column 'reward_var' row 3 is nan"),
-        ({"label": ["all_succeed", "mixed", "maybe", "mixed"]}, r"column 'label' row 2 is 'maybe': the contract says one of all_fail, mixed, all_succeed"),
+        (
+            {"label": ["all_succeed", "mixed", "maybe", "mixed"]},
+            r"column 'label' row 2 is 'maybe': the contract "
+            r"says one of all_fail, mixed, all_succeed",
+        ),
     ],
 )
 def test_other_signal_table_rules(change, message, tmp_path):
@@ -83,34 +96,62 @@ def test_other_signal_table_rules(change, message, tmp_path):
 
 
 def test_the_count_of_bad_rows_and_the_first_one_are_given(tmp_path):
-    path = _write(_signals(prefix_edit_distance_mean=[0.0, 3.0, 5.0, 2.0]), tmp_path)  # raw, unnormalised distances
-    with pytest.raises(SchemaError, match=r"row 1 is 3\.0: .* \(3 bad row\(s\); docs/artifacts.md\)"):
+    path = _write(
+        _signals(prefix_edit_distance_mean=[0.0, 3.0, 5.0, 2.0]), tmp_path
+    )  # raw, unnormalised distances
+    with pytest.raises(
+        SchemaError, match=r"row 1 is 3\.0: .* \(3 bad row\(s\); docs/artifacts.md\)"
+    ):
         schemas.read(path, schemas.SIGNALS)
 
 
 def test_steps_and_trajectories_rules(tmp_path, steps_table):
-    steps = steps_table({"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])})
+    steps = steps_table(
+        {"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])}
+    )
     path = tmp_path / "steps.parquet"
     steps.with_columns(step=pl.Series([1, 2, 0])).write_parquet(path)
-    with pytest.raises(SchemaError, match=r"column 'step' row 2 is 0: the contract says 1-based: step >= 1"):
+    with pytest.raises(
+        SchemaError, match=r"column 'step' row 2 is 0: the contract says 1-based: step >= 1"
+    ):
         schemas.read(path, schemas.STEPS)
     steps.with_columns(reward=pl.Series([0.0, math.nan, 0.0])).write_parquet(path)
-    with pytest.raises(SchemaError, match=r"column 'reward' row 1 is nan: the contract says a finite reward"):
+    with pytest.raises(
+        SchemaError, match=r"column 'reward' row 1 is nan: the contract says a finite reward"
+    ):
         schemas.read(path, schemas.STEPS)
-    trajs = pl.DataFrame({"group_id": ["g"], "traj_idx": [0], "task_id": ["t"], "task_type": ["x"], "seed": [1], "reward": [1.0],
-                          "success": [True], "n_steps": [3], "ended_by": ["timeout"], "n_gen_tokens": [5]})
+    trajs = pl.DataFrame(
+        {
+            "group_id": ["g"],
+            "traj_idx": [0],
+            "task_id": ["t"],
+            "task_type": ["x"],
+            "seed": [1],
+            "reward": [1.0],
+            "success": [True],
+            "n_steps": [3],
+            "ended_by": ["timeout"],
+            "n_gen_tokens": [5],
+        }
+    )
     trajs.write_parquet(tmp_path / "trajectories.parquet")
-    with pytest.raises(SchemaError, match=r"column 'ended_by' row 0 is 'timeout': the contract says one of done, max_steps, gate"):
+    with pytest.raises(
+        SchemaError,
+        match=r"column 'ended_by' row 0 is 'timeout': the "
+        r"contract says one of done, max_steps, gate",
+    ):
         schemas.read(tmp_path / "trajectories.parquet", schemas.TRAJECTORIES)
 
 
 def test_every_rule_names_a_required_column_and_is_in_the_docs():
     doc = DOC.read_text()
-    section = doc[doc.index("## Value rules"):]
+    section = doc[doc.index("## Value rules") :]
     for artifact in schemas.ARTIFACTS.values():
         for rule in artifact.rules:
             assert rule.column in artifact.columns, (artifact.name, rule.column)
-            row = re.search(rf"^\| `{artifact.filename}` \| `{rule.column}` \| (.+?) \|", section, re.M)
+            row = re.search(
+                rf"^\| `{artifact.filename}` \| `{rule.column}` \| (.+?) \|", section, re.M
+            )
             assert row is not None and row.group(1) == rule.what, (artifact.name, rule.column)
 
 
@@ -120,16 +161,34 @@ def test_every_rule_names_a_required_column_and_is_in_the_docs():
 @pytest.mark.parametrize(
     ("column", "values", "words"),
     [
-        ("prefix_edit_distance_mean", [0.0, 0.25, math.nan, 1.0], "column 'prefix_edit_distance_mean' row 2 is nan"),
-        ("termination_fraction", [1.0, math.nan, 0.25, 0.0], "column 'termination_fraction' row 1 is nan"),
-        ("prefix_edit_distance_mean", [0.0, 3.0, 5.0, 2.0], "column 'prefix_edit_distance_mean' row 1 is 3.0"),
+        (
+            "prefix_edit_distance_mean",
+            [0.0, 0.25, math.nan, 1.0],
+            "column 'prefix_edit_distance_mean' row 2 is nan",
+        ),
+        (
+            "termination_fraction",
+            [1.0, math.nan, 0.25, 0.0],
+            "column 'termination_fraction' row 1 is nan",
+        ),
+        (
+            "prefix_edit_distance_mean",
+            [0.0, 3.0, 5.0, 2.0],
+            "column 'prefix_edit_distance_mean' row 1 is 3.0",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", ["sweep", "analyze"])
-def test_sweep_and_analyze_refuse_a_foreign_table_that_breaks_the_contract(command, column, values, words, run_cli, tmp_path):
+def test_sweep_and_analyze_refuse_a_foreign_table_that_breaks_the_contract(
+    command, column, values, words, run_cli, tmp_path
+):
     path = _write(_signals(**{column: values}), tmp_path)
     out = tmp_path / "out"
-    res = run_cli(command, path, "--K", "2", "--out", out) if command == "sweep" else run_cli(command, path, "--out", out, "--no-figures")
+    res = (
+        run_cli(command, path, "--K", "2", "--out", out)
+        if command == "sweep"
+        else run_cli(command, path, "--out", out, "--no-figures")
+    )
     assert res.exit_code == 2
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], res.stderr
@@ -150,10 +209,14 @@ def test_nan_obs_unique_ratio_is_handled_as_documented(run_cli, tmp_path):
 def test_a_steps_table_read_lazily_is_held_to_the_same_rules(tmp_path, steps_table, run_cli):
     """analyze and sweep read steps.parquet with schemas.scan (lazily, for tables of millions of
     rows): the rules of the columns they read still hold, and the error names the first bad row."""
-    steps = steps_table({"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])})
+    steps = steps_table(
+        {"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])}
+    )
     path = tmp_path / "steps.parquet"
     steps.with_columns(reward=pl.Series([0.0, math.inf, 0.0])).write_parquet(path)
-    with pytest.raises(SchemaError, match=r"column 'reward' row 1 is inf: the contract says a finite reward"):
+    with pytest.raises(
+        SchemaError, match=r"column 'reward' row 1 is inf: the contract says a finite reward"
+    ):
         schemas.check_rules_lazy(schemas.scan(path, schemas.STEPS), schemas.STEPS, path)
     steps.with_columns(step=pl.Series([1, 2, 0])).write_parquet(path)
     for command in ("analyze", "sweep"):
@@ -167,7 +230,9 @@ def test_a_steps_table_read_lazily_is_held_to_the_same_rules(tmp_path, steps_tab
 def test_a_steps_table_damaged_past_its_footer_is_one_line(tmp_path, steps_table, run_cli):
     """The lazy reader checks the footer and schema first; a file damaged in its data pages fails
     only when read (polars: 'Invalid thrift'), which must still be one line and exit 2."""
-    steps = steps_table({"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])})
+    steps = steps_table(
+        {"g": ("pick_and_place_simple", [(["look", "go to desk 1"], 1.0), (["look"], 0.0)])}
+    )
     path = tmp_path / "steps.parquet"
     steps.write_parquet(path)
     data = bytearray(path.read_bytes())
@@ -178,5 +243,7 @@ def test_a_steps_table_damaged_past_its_footer_is_one_line(tmp_path, steps_table
         res = run_cli(command, path, "--K", "1", "--out", out)
         assert res.exit_code == 2, res.stderr
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-        assert len(lines) == 1 and "reading it failed, the file looks damaged" in lines[0], res.stderr
+        assert len(lines) == 1 and "reading it failed, the file looks damaged" in lines[0], (
+            res.stderr
+        )
         assert not out.exists()

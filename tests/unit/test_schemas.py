@@ -15,11 +15,24 @@ from srollout.errors import SchemaError, SrolloutError
 def _minimal(artifact: schemas.Artifact, rows: int = 2) -> pl.DataFrame:
     """A table with every required column of ``artifact`` and ``rows`` rows of plausible values."""
     values = {pl.Utf8: "x", pl.Int64: 1, pl.Float64: 0.5, pl.Boolean: True}
-    return pl.DataFrame({c: [values[t]] * rows for c, t in artifact.columns.items()}, schema=dict(artifact.columns))
+    return pl.DataFrame(
+        {c: [values[t]] * rows for c, t in artifact.columns.items()}, schema=dict(artifact.columns)
+    )
 
 
 def test_every_artifact_of_the_design_is_declared() -> None:
-    assert set(schemas.ARTIFACTS) == {"steps", "trajectories", "groups", "signals", "correlation", "sweep", "metrics", "eval", "ab", "arms"}
+    assert set(schemas.ARTIFACTS) == {
+        "steps",
+        "trajectories",
+        "groups",
+        "signals",
+        "correlation",
+        "sweep",
+        "metrics",
+        "eval",
+        "ab",
+        "arms",
+    }
     for name, artifact in schemas.ARTIFACTS.items():
         assert artifact.filename == f"{name}.parquet"
         validated = schemas.validate(_minimal(artifact), artifact, "t")
@@ -28,8 +41,13 @@ def test_every_artifact_of_the_design_is_declared() -> None:
 
 def test_signals_table_carries_the_seven_paper_signals() -> None:
     assert schemas.SIGNAL_NAMES == (
-        "prefix_edit_distance_mean", "action_bigram_jaccard_mean", "unique_prefix_ratio", "unique_action_ratio",
-        "action_entropy", "obs_unique_ratio", "termination_fraction",
+        "prefix_edit_distance_mean",
+        "action_bigram_jaccard_mean",
+        "unique_prefix_ratio",
+        "unique_action_ratio",
+        "action_entropy",
+        "obs_unique_ratio",
+        "termination_fraction",
     )
     for name in schemas.SIGNAL_NAMES:
         assert schemas.SIGNALS.columns[name] == pl.Float64
@@ -37,13 +55,17 @@ def test_signals_table_carries_the_seven_paper_signals() -> None:
 
 def test_missing_column_is_named_with_the_file() -> None:
     df = _minimal(schemas.SIGNALS).drop("reward_var")
-    with pytest.raises(SchemaError, match=r"^run/signals.parquet: missing column 'reward_var' \(signals table"):
+    with pytest.raises(
+        SchemaError, match=r"^run/signals.parquet: missing column 'reward_var' \(signals table"
+    ):
         schemas.validate(df, schemas.SIGNALS, "run/signals.parquet")
 
 
 def test_mistyped_column_is_named_with_its_type() -> None:
     df = _minimal(schemas.SWEEP).with_columns(pl.col("tp").cast(pl.Utf8))
-    with pytest.raises(SchemaError, match=r"sweep.parquet: column 'tp' has type String, expected Int64"):
+    with pytest.raises(
+        SchemaError, match=r"sweep.parquet: column 'tp' has type String, expected Int64"
+    ):
         schemas.validate(df, schemas.SWEEP, "sweep.parquet")
 
 
@@ -55,7 +77,9 @@ def test_empty_table_is_an_error_unless_allowed() -> None:
 
 
 def test_narrow_ints_widen_and_ints_pass_as_floats() -> None:
-    df = _minimal(schemas.CORRELATION).with_columns(pl.col("K").cast(pl.Int8), pl.col("auroc").cast(pl.Int32))
+    df = _minimal(schemas.CORRELATION).with_columns(
+        pl.col("K").cast(pl.Int8), pl.col("auroc").cast(pl.Int32)
+    )
     out = schemas.validate(df, schemas.CORRELATION, "c")
     assert out.schema["K"] == pl.Int64 and out.schema["auroc"] == pl.Float64
     # but a float where an int is declared is refused
@@ -97,15 +121,25 @@ def test_write_json_and_text_are_atomic(tmp_path: Path) -> None:
 
 
 def test_scan_checks_the_schema_and_reads_lazily(tmp_path: Path) -> None:
-    df = pl.DataFrame({"group_id": ["a", "b"], "task_type": ["t", "t"], "K": [10, 10],
-                       **{n: [0.1, 0.2] for n in schemas.SIGNAL_NAMES}, "reward_var": [0.0, 0.25], "label": ["all_fail", "mixed"]},
-                      schema_overrides={"K": pl.Int32})
+    df = pl.DataFrame(
+        {
+            "group_id": ["a", "b"],
+            "task_type": ["t", "t"],
+            "K": [10, 10],
+            **{n: [0.1, 0.2] for n in schemas.SIGNAL_NAMES},
+            "reward_var": [0.0, 0.25],
+            "label": ["all_fail", "mixed"],
+        },
+        schema_overrides={"K": pl.Int32},
+    )
     path = tmp_path / "signals.parquet"
     df.write_parquet(path)
     lazy = schemas.scan(path, schemas.SIGNALS, columns=["group_id", "K"])
     assert isinstance(lazy, pl.LazyFrame)
     got = lazy.collect()
-    assert got.columns == ["group_id", "K"] and got.schema["K"] == pl.Int64  # cast to the declared type
+    assert (
+        got.columns == ["group_id", "K"] and got.schema["K"] == pl.Int64
+    )  # cast to the declared type
     df.drop("label").write_parquet(tmp_path / "bad.parquet")
     with pytest.raises(SchemaError, match="missing column 'label'"):
         schemas.scan(tmp_path / "bad.parquet", schemas.SIGNALS)
@@ -140,14 +174,30 @@ def test_artifacts_get_the_mode_a_plain_open_gives_not_mkstemps_0600(tmp_path):
 def test_metrics_are_namespaced_and_an_old_flat_table_names_its_missing_column(tmp_path):
     assert all(c in ("arm", "seed") or c.startswith("train/") for c in schemas.METRICS.columns)
     path = tmp_path / "metrics.parquet"
-    old = pl.DataFrame({"arm": ["baseline"], "seed": [7], "step": [1], "loss": [0.5],
-                        "grad_l2": [0.1], "zero_adv_frac": [0.25], "n_traj": [8], "n_tokens": [40]})
+    old = pl.DataFrame(
+        {
+            "arm": ["baseline"],
+            "seed": [7],
+            "step": [1],
+            "loss": [0.5],
+            "grad_l2": [0.1],
+            "zero_adv_frac": [0.25],
+            "n_traj": [8],
+            "n_tokens": [40],
+        }
+    )
     old.write_parquet(path)
     with pytest.raises(SchemaError, match=r"missing column 'train/loss' \(metrics table"):
         schemas.read(path, schemas.METRICS)
-    new = old.rename({"loss": "train/loss", "grad_l2": "train/grad_l2",
-                      "zero_adv_frac": "train/zero_adv_frac", "n_traj": "train/trajectories",
-                      "n_tokens": "train/action_tokens"})
+    new = old.rename(
+        {
+            "loss": "train/loss",
+            "grad_l2": "train/grad_l2",
+            "zero_adv_frac": "train/zero_adv_frac",
+            "n_traj": "train/trajectories",
+            "n_tokens": "train/action_tokens",
+        }
+    )
     new.write_parquet(path)
     assert schemas.read(path, schemas.METRICS)["train/trajectories"].to_list() == [8]
     new.with_columns(pl.lit(-1).alias("train/trajectories")).write_parquet(path)

@@ -26,9 +26,20 @@ def _random_signals(n: int, seed: int) -> pl.DataFrame:
     var = np.where(rng.random(n) < 0.4, 0.0, rng.choice([0.1875, 0.25, 0.234375], n))
     label = np.where(var > 0, "mixed", np.where(rng.random(n) < 0.5, "all_fail", "all_succeed"))
     # coarse values on purpose: many ties
-    data = {name: np.round(rng.random(n) * 8) / 8 + (var > 0) * 0.1 for name in schemas.SIGNAL_NAMES}
-    return pl.DataFrame({"group_id": [f"g{i}" for i in range(n)], "task_type": rng.choice(["p", "q"], n), "K": [10] * n,
-                         **data, "reward_var": var, "label": label, "zero_var": var == 0})
+    data = {
+        name: np.round(rng.random(n) * 8) / 8 + (var > 0) * 0.1 for name in schemas.SIGNAL_NAMES
+    }
+    return pl.DataFrame(
+        {
+            "group_id": [f"g{i}" for i in range(n)],
+            "task_type": rng.choice(["p", "q"], n),
+            "K": [10] * n,
+            **data,
+            "reward_var": var,
+            "label": label,
+            "zero_var": var == 0,
+        }
+    )
 
 
 def _naive_auroc(score: np.ndarray, positive: np.ndarray) -> float:
@@ -46,13 +57,18 @@ def test_correlation_table_matches_scipy_and_naive_auroc() -> None:
         ref = stats.spearmanr(x, signals["reward_var"].to_numpy())
         assert row["spearman_rho"] == pytest.approx(ref.statistic, abs=1e-10)
         assert row["p_value"] == pytest.approx(ref.pvalue, rel=1e-6)
-        assert row["auroc"] == pytest.approx(_naive_auroc(x, ~signals["zero_var"].to_numpy()), abs=1e-12)
+        assert row["auroc"] == pytest.approx(
+            _naive_auroc(x, ~signals["zero_var"].to_numpy()), abs=1e-12
+        )
     schemas.validate(corr, schemas.CORRELATION, "corr")
 
 
 def test_nan_signal_values_are_left_out_of_n() -> None:
     signals = _random_signals(20, seed=1).with_columns(
-        pl.when(pl.int_range(pl.len()) < 5).then(float("nan")).otherwise(pl.col("obs_unique_ratio")).alias("obs_unique_ratio")
+        pl.when(pl.int_range(pl.len()) < 5)
+        .then(float("nan"))
+        .otherwise(pl.col("obs_unique_ratio"))
+        .alias("obs_unique_ratio")
     )
     corr = correlation_table(signals)
     assert corr.filter(pl.col("metric") == "obs_unique_ratio")["n"][0] == 15
@@ -69,16 +85,31 @@ def test_per_task_type_and_summary() -> None:
     for row in summary.iter_rows(named=True):
         cells = per_type.filter(pl.col("task_type") == row["task_type"])
         assert row["best_auroc"] == pytest.approx(cells["auroc"].max())
-        assert row["d_K_auroc"] == cells.filter(pl.col("metric") == "prefix_edit_distance_mean")["auroc"][0]
+        assert (
+            row["d_K_auroc"]
+            == cells.filter(pl.col("metric") == "prefix_edit_distance_mean")["auroc"][0]
+        )
 
 
 def test_stratification_medians_and_quartiles() -> None:
-    signals = pl.DataFrame({"K": [5] * 5, "label": ["mixed"] * 4 + ["all_fail"],
-                            **{n: [0.0, 0.1, 0.2, 0.6, 0.3] for n in schemas.SIGNAL_NAMES}})
+    signals = pl.DataFrame(
+        {
+            "K": [5] * 5,
+            "label": ["mixed"] * 4 + ["all_fail"],
+            **{n: [0.0, 0.1, 0.2, 0.6, 0.3] for n in schemas.SIGNAL_NAMES},
+        }
+    )
     strat = stratification_table(signals)
-    mixed = strat.filter((pl.col("metric") == "action_entropy") & (pl.col("label") == "mixed")).row(0, named=True)
+    mixed = strat.filter((pl.col("metric") == "action_entropy") & (pl.col("label") == "mixed")).row(
+        0, named=True
+    )
     # 0, .1, .2, .6: median .15, linear quartiles .075 and .3
-    assert (mixed["n"], mixed["median"], mixed["q25"], mixed["q75"]) == (4, pytest.approx(0.15), pytest.approx(0.075), pytest.approx(0.3))
+    assert (mixed["n"], mixed["median"], mixed["q25"], mixed["q75"]) == (
+        4,
+        pytest.approx(0.15),
+        pytest.approx(0.075),
+        pytest.approx(0.3),
+    )
     assert strat["label"].to_list()[:2] == ["all_fail", "mixed"]  # paper's label order
 
 

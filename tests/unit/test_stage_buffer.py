@@ -32,7 +32,9 @@ def test_observations_acted_on_are_shifted_by_one_step(steps_table) -> None:
 
 def test_trajectory_reward_is_the_sum_of_step_rewards(steps_table) -> None:
     steps = steps_table({"g": ("t", [(["a", "b"], 1.0), (["a", "b"], 0.0)])})
-    steps = steps.with_columns(pl.when(pl.col("step") == 1).then(0.5).otherwise(pl.col("reward")).alias("reward"))
+    steps = steps.with_columns(
+        pl.when(pl.col("step") == 1).then(0.5).otherwise(pl.col("reward")).alias("reward")
+    )
     trajs = trajectories_from_steps(steps, Path("s"))
     assert trajs["reward"].to_list() == [1.5, 0.5]
 
@@ -52,33 +54,55 @@ def test_hand_buffer_groups_and_remaining_steps(hand_buffer: Path) -> None:
     assert at["prefix_edit_distance_mean"].to_list() == pytest.approx([0.0, 0.0, 0.125, 1.0])
     adv = buffer.advantages()
     assert np.allclose(adv[0], 0.0) and np.allclose(adv[2], 0.0)
-    assert adv[1] == pytest.approx([3 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3)], rel=1e-5)
+    assert adv[1] == pytest.approx(
+        [3 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3)], rel=1e-5
+    )
 
 
 def test_default_K_and_K_outside_the_data(hand_buffer: Path) -> None:
     assert load_buffer(hand_buffer, None, default_K=(2, 5)).Ks == (2, 5)
-    assert load_buffer(hand_buffer, None, default_K=(5, 10, 15, 20)).Ks == (5, 10)  # longest: 10 steps
+    assert load_buffer(hand_buffer, None, default_K=(5, 10, 15, 20)).Ks == (
+        5,
+        10,
+    )  # longest: 10 steps
     with pytest.raises(SrolloutError, match="fewer than every default K"):
         load_buffer(hand_buffer, None, default_K=(15, 20))
-    with pytest.raises(SrolloutError, match="--K 11 is outside the data: the longest trajectory .* has 10 steps"):
+    with pytest.raises(
+        SrolloutError, match="--K 11 is outside the data: the longest trajectory .* has 10 steps"
+    ):
         load_buffer(hand_buffer, [4, 11], default_K=(10,))
 
 
 def test_a_table_mixing_arms_is_refused(hand_buffer: Path, tmp_path: Path) -> None:
     steps = pl.read_parquet(hand_buffer / "steps.parquet")
-    steps = steps.with_columns(pl.when(pl.col("group_id") == "a").then(pl.lit("gated")).otherwise(pl.lit("baseline")).alias("arm"))
+    steps = steps.with_columns(
+        pl.when(pl.col("group_id") == "a")
+        .then(pl.lit("gated"))
+        .otherwise(pl.lit("baseline"))
+        .alias("arm")
+    )
     steps.write_parquet(tmp_path / "steps.parquet")
     with pytest.raises(SrolloutError, match=r"several arms \(baseline, gated\)"):
         load_buffer(tmp_path / "steps.parquet", [4], default_K=(4,))
 
 
-def test_signals_table_with_trajectories_gets_rewards_and_step_counts(hand_buffer: Path, tmp_path: Path) -> None:
+def test_signals_table_with_trajectories_gets_rewards_and_step_counts(
+    hand_buffer: Path, tmp_path: Path
+) -> None:
     from_steps = load_buffer(hand_buffer, [4], default_K=(4,))
     run = tmp_path / "run"
     schemas.write(from_steps.signals, run / "signals.parquet", schemas.SIGNALS)
     trajs = from_steps.trajectories.select(
-        "group_id", "traj_idx", pl.lit("t").alias("task_id"), "task_type", pl.lit(0).alias("seed"), "reward",
-        (pl.col("reward") > 0).alias("success"), "n_steps", pl.lit("done").alias("ended_by"), pl.lit(0).alias("n_gen_tokens"),
+        "group_id",
+        "traj_idx",
+        pl.lit("t").alias("task_id"),
+        "task_type",
+        pl.lit(0).alias("seed"),
+        "reward",
+        (pl.col("reward") > 0).alias("success"),
+        "n_steps",
+        pl.lit("done").alias("ended_by"),
+        pl.lit(0).alias("n_gen_tokens"),
     )
     schemas.write(trajs, run / "trajectories.parquet", schemas.TRAJECTORIES)
     buffer = load_buffer(run, None, default_K=(10,))
@@ -86,40 +110,66 @@ def test_signals_table_with_trajectories_gets_rewards_and_step_counts(hand_buffe
     assert buffer.has_step_counts and buffer.has_rewards
     assert buffer.at_K(4)["remaining_steps"].to_list() == [0, 16, 8, 13]
 
-    schemas.write(trajs.with_columns(pl.lit(1.0).alias("reward")), run / "trajectories.parquet", schemas.TRAJECTORIES)
+    schemas.write(
+        trajs.with_columns(pl.lit(1.0).alias("reward")),
+        run / "trajectories.parquet",
+        schemas.TRAJECTORIES,
+    )
     with pytest.raises(SrolloutError, match="rewards disagree with reward_var"):
         load_buffer(run, None, default_K=(10,))
-    schemas.write(trajs.with_columns(pl.lit("gate").alias("ended_by")), run / "trajectories.parquet", schemas.TRAJECTORIES)
+    schemas.write(
+        trajs.with_columns(pl.lit("gate").alias("ended_by")),
+        run / "trajectories.parquet",
+        schemas.TRAJECTORIES,
+    )
     with pytest.raises(SrolloutError, match="ended_by 'gate'"):
         load_buffer(run, None, default_K=(10,))
 
 
 def test_signals_only_buffer_has_no_step_counts(tmp_path: Path) -> None:
-    table = pl.DataFrame({"group_id": ["x", "y", "x", "y"], "task_type": ["t"] * 4, "K": [5, 5, 10, 10],
-                          **{n: [0.1, 0.2, 0.1, 0.3] for n in schemas.SIGNAL_NAMES},
-                          "reward_var": [0.0, 0.25, 0.0, 0.25], "label": ["all_fail", "mixed", "all_fail", "mixed"]})
+    table = pl.DataFrame(
+        {
+            "group_id": ["x", "y", "x", "y"],
+            "task_type": ["t"] * 4,
+            "K": [5, 5, 10, 10],
+            **{n: [0.1, 0.2, 0.1, 0.3] for n in schemas.SIGNAL_NAMES},
+            "reward_var": [0.0, 0.25, 0.0, 0.25],
+            "label": ["all_fail", "mixed", "all_fail", "mixed"],
+        }
+    )
     table.write_parquet(tmp_path / "sig.parquet")
     buffer = load_buffer(tmp_path / "sig.parquet", None, default_K=(10,))
     assert buffer.Ks == (5, 10) and not buffer.has_step_counts and buffer.advantages() is None
     assert buffer.at_K(10)["prefix_edit_distance_mean"].to_list() == [0.1, 0.3]
     assert buffer.at_K(10)["remaining_steps"].null_count() == 2
-    table.filter(~((pl.col("group_id") == "y") & (pl.col("K") == 10))).write_parquet(tmp_path / "sig.parquet")
+    table.filter(~((pl.col("group_id") == "y") & (pl.col("K") == 10))).write_parquet(
+        tmp_path / "sig.parquet"
+    )
     with pytest.raises(SrolloutError, match="group y lacks a row at some K of 5, 10"):
         load_buffer(tmp_path / "sig.parquet", None, default_K=(10,))
 
 
 def test_subsample_keeps_size_per_large_group_and_is_seeded(steps_table) -> None:
-    steps = steps_table({
-        "big": ("t", [([f"a{i}"], float(i % 2)) for i in range(16)]),
-        "small": ("t", [(["a"], 0.0)] * 4),
-    })
+    steps = steps_table(
+        {
+            "big": ("t", [([f"a{i}"], float(i % 2)) for i in range(16)]),
+            "small": ("t", [(["a"], 0.0)] * 4),
+        }
+    )
     trajs = trajectories_from_steps(steps, Path("s"))
     one = subsample_trajectories(trajs, 8, seed=1)
     assert one.group_by("group_id").len().sort("group_id")["len"].to_list() == [8, 4]
     assert one.equals(subsample_trajectories(trajs, 8, seed=1))
     picked = set(one.filter(pl.col("group_id") == "big")["traj_idx"].to_list())
     assert picked <= set(range(16)) and len(picked) == 8
-    others = [set(subsample_trajectories(trajs, 8, seed=s).filter(pl.col("group_id") == "big")["traj_idx"].to_list()) for s in range(2, 6)]
+    others = [
+        set(
+            subsample_trajectories(trajs, 8, seed=s)
+            .filter(pl.col("group_id") == "big")["traj_idx"]
+            .to_list()
+        )
+        for s in range(2, 6)
+    ]
     assert any(o != picked for o in others)
 
 
@@ -132,7 +182,9 @@ def _synthetic_steps(n_groups: int) -> pl.DataFrame:
     return synthetic_steps(n_groups, seed=3)
 
 
-def test_signals_in_worker_processes_equal_the_serial_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signals_in_worker_processes_equal_the_serial_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from srollout.stages import buffer as B
 
     schemas.write(_synthetic_steps(60), tmp_path / "steps.parquet", schemas.STEPS)
@@ -163,6 +215,8 @@ def test_the_lazy_read_keeps_only_what_the_signals_need(tmp_path: Path) -> None:
     assert buffer.groups.equals(groups)
     assert buffer.signals.equals(signals_from_trajectories(full, groups, (4, 10)))
     row = buffer.trajectories.filter(pl.col("n_steps") > 12).row(0, named=True)
-    assert len(row["actions"]) == row["n_steps"] and row["actions"][10:] == [None] * (row["n_steps"] - 10)
+    assert len(row["actions"]) == row["n_steps"] and row["actions"][10:] == [None] * (
+        row["n_steps"] - 10
+    )
     kept = [i + 1 for i, o in enumerate(row["observations"]) if o != ""]
     assert kept == [1, 4, 10]  # o_1 (the initial observation) and o_K

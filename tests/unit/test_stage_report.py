@@ -35,14 +35,24 @@ def test_markdown_table_escapes_pipes_and_bolds_rows() -> None:
 def test_rich_table_highlights_the_chosen_row() -> None:
     df = pl.DataFrame({"rule": ["r1", "r1"], "d_L": [0.1, 0.12]})
     table = to_rich(df, title="sweep", highlight_rows=[1])
-    assert table.row_count == 2 and table.rows[1].style == "bold green" and table.rows[0].style is None
+    assert (
+        table.row_count == 2 and table.rows[1].style == "bold green" and table.rows[0].style is None
+    )
     assert [c.justify for c in table.columns] == ["left", "right"]
 
 
 def test_write_report_links_figures_relative_to_the_run_dir(tmp_path: Path) -> None:
     png = tmp_path / "pareto.png"
     png.write_bytes(b"")
-    path = write_report(tmp_path, "srollout sweep", [Section("Sweep", "| a |\n|---|\n| 1 |\n"), Section("Figure", figure(png, tmp_path, "Pareto"))], "- input: x")
+    path = write_report(
+        tmp_path,
+        "srollout sweep",
+        [
+            Section("Sweep", "| a |\n|---|\n| 1 |\n"),
+            Section("Figure", figure(png, tmp_path, "Pareto")),
+        ],
+        "- input: x",
+    )
     text = path.read_text()
     assert path == tmp_path / "report.md"
     assert text.startswith("# srollout sweep\n")
@@ -52,15 +62,36 @@ def test_write_report_links_figures_relative_to_the_run_dir(tmp_path: Path) -> N
 def test_figures_are_png(tmp_path: Path) -> None:
     from srollout.report import figures
 
-    corr = pl.DataFrame({"K": [5, 5, 10, 10], "metric": ["prefix_edit_distance_mean", "termination_fraction"] * 2,
-                         "n": [4] * 4, "spearman_rho": [0.3, -0.2, 0.4, float("nan")], "p_value": [0.1] * 4,
-                         "auroc": [0.7, 0.4, 0.8, 0.5]})
+    corr = pl.DataFrame(
+        {
+            "K": [5, 5, 10, 10],
+            "metric": ["prefix_edit_distance_mean", "termination_fraction"] * 2,
+            "n": [4] * 4,
+            "spearman_rho": [0.3, -0.2, 0.4, float("nan")],
+            "p_value": [0.1] * 4,
+            "auroc": [0.7, 0.4, 0.8, 0.5],
+        }
+    )
     paths = [
         figures.correlation_heatmap(corr, tmp_path / "h.png"),
-        figures.histogram_by_label([0.0, 0.1, 0.5], ["all_fail", "mixed", "mixed"], tmp_path / "d.png", "d_K", 0.12),
-        figures.scatter_by_label([0.0, 0.1, 0.5], [0.0, 0.2, 0.25], ["all_fail", "mixed", "mixed"], tmp_path / "s.png", "d_K", "var"),
+        figures.histogram_by_label(
+            [0.0, 0.1, 0.5], ["all_fail", "mixed", "mixed"], tmp_path / "d.png", "d_K", 0.12
+        ),
+        figures.scatter_by_label(
+            [0.0, 0.1, 0.5],
+            [0.0, 0.2, 0.25],
+            ["all_fail", "mixed", "mixed"],
+            tmp_path / "s.png",
+            "d_K",
+            "var",
+        ),
         figures.curves_over_K({"G=16": ([5, 10], [0.2, 0.3])}, tmp_path / "c.png", "rho"),
     ]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.png", "d.png", "h.png", "s.png"]  # no temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.png",
+        "d.png",
+        "h.png",
+        "s.png",
+    ]  # no temp files

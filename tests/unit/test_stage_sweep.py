@@ -47,12 +47,21 @@ def test_never_firing_gate_keeps_plain_grpo(hand_buffer: Path) -> None:
     config = SweepConfig(input=hand_buffer, K=(4,), d_L_grid=(0.0,), T_max=10)
     table = sweep_table(load_buffer(hand_buffer, [4], default_K=(4,)), config)
     row = table.row(0, named=True)
-    assert (row["n_cut"], row["safe_savings"], row["raw_savings"], row["measured_step_savings"]) == (0, 0.0, 0.0, 0.0)
+    assert (
+        row["n_cut"],
+        row["safe_savings"],
+        row["raw_savings"],
+        row["measured_step_savings"],
+    ) == (0, 0.0, 0.0, 0.0)
     assert row["adv_l2_kept"] == pytest.approx(1.0)
 
 
-def test_bootstrap_interval_of_the_chosen_point_is_seeded_and_brackets_the_estimate(hand_buffer: Path) -> None:
-    config = SweepConfig(input=hand_buffer, K=(4,), d_L_grid=(0.05, 0.13), T_max=10, precision_floor=0.6, n_boot=500)
+def test_bootstrap_interval_of_the_chosen_point_is_seeded_and_brackets_the_estimate(
+    hand_buffer: Path,
+) -> None:
+    config = SweepConfig(
+        input=hand_buffer, K=(4,), d_L_grid=(0.05, 0.13), T_max=10, precision_floor=0.6, n_boot=500
+    )
     buffer = load_buffer(hand_buffer, [4], default_K=(4,))
     table = sweep_table(buffer, config)
     index = choose(table, 0.6)

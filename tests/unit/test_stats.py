@@ -246,8 +246,10 @@ def test_run_pair_interval_covers_zero_in_aa_runs_where_the_task_bootstrap_does_
     arm_tasks = np.concatenate([tasks * drift[2 * p + 1] for p in range(4)])
     naive = relative_saving_ci(base_tasks, arm_tasks, n_resamples=2000)
     assert naive.low > 0 or naive.high < 0  # spuriously "significant"
-    runs = run_pair_saving_ci([base_tasks[6 * p : 6 * p + 6].sum() for p in range(4)],
-                              [arm_tasks[6 * p : 6 * p + 6].sum() for p in range(4)])
+    runs = run_pair_saving_ci(
+        [base_tasks[6 * p : 6 * p + 6].sum() for p in range(4)],
+        [arm_tasks[6 * p : 6 * p + 6].sum() for p in range(4)],
+    )
     assert runs.estimate == pytest.approx(naive.estimate)
     assert runs.low < 0 < runs.high
 
@@ -256,8 +258,14 @@ def test_bootstrap_ci_is_scipys_percentile_bootstrap():
     # the same resamples as scipy.stats.bootstrap with the same Generator: the same interval
     x = np.random.default_rng(7).exponential(size=300)
     ours = bootstrap_ci(x, n_resamples=3000, seed=4)
-    theirs = scipy.stats.bootstrap((x,), np.mean, n_resamples=3000, method="percentile", vectorized=True,
-                                   rng=np.random.Generator(np.random.PCG64(4))).confidence_interval
+    theirs = scipy.stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=3000,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.Generator(np.random.PCG64(4)),
+    ).confidence_interval
     assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
 
 
@@ -266,9 +274,15 @@ def test_relative_saving_ci_is_scipys_paired_bootstrap():
     base = rng.uniform(50, 100, size=200)
     gated = base * rng.uniform(0.6, 1.0, size=200)
     ours = relative_saving_ci(base, gated, n_resamples=2000, seed=3)
-    theirs = scipy.stats.bootstrap((base, gated), lambda b, g, axis=-1: 1 - g.sum(axis) / b.sum(axis), paired=True,
-                                   n_resamples=2000, method="percentile", vectorized=True,
-                                   rng=np.random.Generator(np.random.PCG64(3))).confidence_interval
+    theirs = scipy.stats.bootstrap(
+        (base, gated),
+        lambda b, g, axis=-1: 1 - g.sum(axis) / b.sum(axis),
+        paired=True,
+        n_resamples=2000,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.Generator(np.random.PCG64(3)),
+    ).confidence_interval
     assert (ours.low, ours.high) == pytest.approx((theirs.low, theirs.high), abs=1e-12)
 
 
@@ -278,7 +292,9 @@ def test_bootstrap_sums_draw_the_row_bootstraps_law():
     sums = bootstrap_sums(x, n_resamples=40_000, seed=1)
     assert sums.n == 200 and sums.total.tolist() == [60.0]
     s = sums.resampled[:, 0]
-    assert s.mean() == pytest.approx(60, abs=0.1) and s.std() == pytest.approx(np.sqrt(42), rel=0.02)
+    assert s.mean() == pytest.approx(60, abs=0.1) and s.std() == pytest.approx(
+        np.sqrt(42), rel=0.02
+    )
     law = scipy.stats.binom(200, 0.3)
     for q in (0.025, 0.5, 0.975):
         assert np.quantile(s, q) == pytest.approx(law.ppf(q), abs=1)
@@ -295,12 +311,22 @@ def test_bootstrap_sums_ratio_matches_the_row_bootstrap():
     cut = rng.random(500) < 0.3
     tp = cut & (rng.random(500) < 0.8)
     data = np.column_stack([tp, cut]).astype(float)
-    by_counts = bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=20_000, seed=5)
-    by_rows = bootstrap_ci(data, lambda z: z[..., 0].sum(-1) / z[..., 1].sum(-1), n_resamples=20_000, seed=5, batched=True)
+    by_counts = bootstrap_sums_ci(
+        data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=20_000, seed=5
+    )
+    by_rows = bootstrap_ci(
+        data,
+        lambda z: z[..., 0].sum(-1) / z[..., 1].sum(-1),
+        n_resamples=20_000,
+        seed=5,
+        batched=True,
+    )
     assert by_counts.estimate == pytest.approx(tp.sum() / cut.sum())
     assert (by_counts.low, by_counts.high) == pytest.approx((by_rows.low, by_rows.high), abs=0.006)
     same = bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=500, seed=5)
-    assert same == bootstrap_sums_ci(data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=500, seed=5)
+    assert same == bootstrap_sums_ci(
+        data, lambda t, n: t[..., 0] / t[..., 1], n_resamples=500, seed=5
+    )
     with pytest.raises(SrolloutError, match="n_resamples"):
         bootstrap_sums(data, n_resamples=0)
 

@@ -25,7 +25,8 @@ from srollout.errors import SrolloutError
 
 
 def _paper_buffer(n_cut: int, tp: int):
-    """N = 100 groups, 39 zero-variance (the paper's buffer); a gate with n_cut cuts, tp of them TP."""
+    """N = 100 groups, 39 zero-variance (the paper's buffer); a gate with n_cut cuts, tp of them
+    TP."""
     zero_var = np.zeros(100, dtype=bool)
     zero_var[:39] = True
     cut = np.zeros(100, dtype=bool)
@@ -220,16 +221,25 @@ def test_random_cut_expectation_by_hand():
     rem, tot = np.array([0, 16, 8, 13]), np.array([12, 32, 24, 29])
     r = random_cut_expectation(2, zv, 4, 10, rem, tot)
     assert (r.n_cut, r.tp, r.fp, r.precision, r.recall) == (2, 1.0, 1.0, 0.5, 0.5)
-    assert r.safe_savings == pytest.approx(1 * 6 / 40) and r.raw_savings == pytest.approx(2 * 6 / 40)
+    assert r.safe_savings == pytest.approx(1 * 6 / 40) and r.raw_savings == pytest.approx(
+        2 * 6 / 40
+    )
     assert r.measured_step_savings == pytest.approx(18.5 / 97)
     nothing = random_cut_expectation(0, zv, 4, 10)
     assert math.isnan(nothing.precision) and nothing.tp == 0.0
     # one group kept out of N (or one cut): the L2 share is an exact mean over the N choices
-    advs = [np.zeros(2), np.array([1.0, -1.0]), np.zeros(2), np.array([2.0, -2.0])]  # ||A||² 0, 2, 0, 8
+    advs = [
+        np.zeros(2),
+        np.array([1.0, -1.0]),
+        np.zeros(2),
+        np.array([2.0, -2.0]),
+    ]  # ||A||² 0, 2, 0, 8
     assert random_cut_expectation(3, zv, 4, 10, advantages=advs).adv_l2_kept == pytest.approx(
-        (0 + np.sqrt(0.2) + 0 + np.sqrt(0.8)) / 4)
+        (0 + np.sqrt(0.2) + 0 + np.sqrt(0.8)) / 4
+    )
     assert random_cut_expectation(1, zv, 4, 10, advantages=advs).adv_l2_kept == pytest.approx(
-        (1 + np.sqrt(0.8) + 1 + np.sqrt(0.2)) / 4)
+        (1 + np.sqrt(0.8) + 1 + np.sqrt(0.2)) / 4
+    )
     with pytest.raises(SrolloutError, match="n_cut"):
         random_cut_expectation(5, zv, 4, 10)
 

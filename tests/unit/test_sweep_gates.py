@@ -34,8 +34,17 @@ ALL = np.arange(4)
 
 
 def _config(hand_buffer: Path, **kw) -> SweepConfig:
-    return SweepConfig(input=hand_buffer, **{"K": (4,), "d_L_grid": (0.05, 0.13), "T_max": 10,
-                                             "precision_floor": 0.6, "n_boot": 200, **kw})
+    return SweepConfig(
+        input=hand_buffer,
+        **{
+            "K": (4,),
+            "d_L_grid": (0.05, 0.13),
+            "T_max": 10,
+            "precision_floor": 0.6,
+            "n_boot": 200,
+            **kw,
+        },
+    )
 
 
 def _data(hand_buffer: Path, Ks=(2, 4)):
@@ -69,8 +78,14 @@ def test_a_row_scores_cuts_at_one_K_against_the_oracle(hand_buffer):
     assert row["oracle_K"] == 4 and row["oracle_safe_savings"] == pytest.approx(2 * 0.6 / 4)
     assert row["share_of_oracle"] == pytest.approx(0.15 / 0.3)
     assert (row["n_groups"], row["n_zero_var"]) == (4, 2)
-    for name in ("safe_savings", "raw_savings", "precision", "recall", "measured_step_savings",
-                 "share_of_oracle"):
+    for name in (
+        "safe_savings",
+        "raw_savings",
+        "precision",
+        "recall",
+        "measured_step_savings",
+        "share_of_oracle",
+    ):
         low, high = row[f"{name}_ci_low"], row[f"{name}_ci_high"]
         assert 0.0 <= low <= high, name
     assert row["precision_ci_high"] <= 1.0 and row["raw_savings_ci_high"] <= 0.6
@@ -79,8 +94,9 @@ def test_a_row_scores_cuts_at_one_K_against_the_oracle(hand_buffer):
 def test_a_row_counts_each_groups_own_cut_step(hand_buffer):
     # a cut at K = 2, c at K = 4: both zero-variance, so every cut is a TP
     cut, cut_K = np.array([True, False, True, False]), np.array([2, 0, 4, 0])
-    row = score_row("adaptive", "cross-fitted", 2, cut, cut_K, _data(hand_buffer), 4,
-                    _config(hand_buffer))
+    row = score_row(
+        "adaptive", "cross-fitted", 2, cut, cut_K, _data(hand_buffer), 4, _config(hand_buffer)
+    )
     assert (row["precision"], row["recall"]) == (1.0, 1.0)
     assert row["safe_savings"] == pytest.approx((0.8 + 0.6) / 4)
     assert row["measured_step_savings"] == pytest.approx((4 + 8) / 97)  # a's steps after 2
@@ -89,8 +105,16 @@ def test_a_row_counts_each_groups_own_cut_step(hand_buffer):
 
 def test_a_row_without_cuts_has_no_precision_and_no_precision_interval(hand_buffer):
     none = np.zeros(4, dtype=bool)
-    row = score_row("learned", "cross-fitted", 4, none, np.full(4, 4), _data(hand_buffer), 4,
-                    _config(hand_buffer))
+    row = score_row(
+        "learned",
+        "cross-fitted",
+        4,
+        none,
+        np.full(4, 4),
+        _data(hand_buffer),
+        4,
+        _config(hand_buffer),
+    )
     assert row["n_cut"] == 0 and math.isnan(row["precision"])
     assert math.isnan(row["precision_ci_low"]) and math.isnan(row["precision_ci_high"])
     assert (row["safe_savings"], row["share_of_oracle"]) == (0.0, 0.0)
@@ -116,7 +140,8 @@ def test_the_label_of_a_fixed_K_family_is_its_most_common_cut_step():
 
 
 def test_judged_on_an_eval_buffer_every_row_is_worked_by_hand_and_the_gates_are_written(
-        hand_buffer):
+    hand_buffer,
+):
     config = _config(hand_buffer)
     gates = GateFitConfig(learned=True, adaptive=True, check_K=(2, 4), eval_buffer=hand_buffer)
     sweep = sweep_table(load_buffer(hand_buffer, [4], default_K=(4,)), config)
@@ -124,8 +149,12 @@ def test_judged_on_an_eval_buffer_every_row_is_worked_by_hand_and_the_gates_are_
     assert got.protocol == f"fit on {hand_buffer}, judged on {hand_buffer}"
     table = got.table
     assert table.select("gate", "selection", "K").rows() == [
-        ("r1", "in-sample", 4), ("r1", "eval buffer", 4), ("learned", "eval buffer", 4),
-        ("adaptive", "eval buffer", 2), ("oracle", "labels", 4)]
+        ("r1", "in-sample", 4),
+        ("r1", "eval buffer", 4),
+        ("learned", "eval buffer", 4),
+        ("adaptive", "eval buffer", 2),
+        ("oracle", "labels", 4),
+    ]
     r1, r1_eval, learned, adaptive, oracle = table.iter_rows(named=True)
     # R1 at d_L 0.13 cuts a, b, c: 2 TP, 1 FP; safe 2·0.6/4, measured (0 + 16 + 8)/97
     for row in (r1, r1_eval):  # chosen on INPUT, judged on the same groups here

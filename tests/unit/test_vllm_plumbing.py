@@ -20,8 +20,11 @@ def test_step_seed_is_a_fixed_mix_of_seed_and_step():
 
 
 def test_one_line_takes_pydantics_reason_not_its_header():
-    err = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures ['X'] are not supported "
-                     "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n    more")
+    err = ValueError(
+        "1 validation error for ModelConfig\n  Value error, Model "
+        "architectures ['X'] are not supported [type=value_error, "
+        "input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n    more"
+    )
     assert one_line(err) == "Value error, Model architectures ['X'] are not supported"
     assert one_line(RuntimeError("\n\nfirst\nsecond")) == "first"
     assert one_line(KeyError()) in ("KeyError", "")  # an empty message still names something
@@ -29,14 +32,21 @@ def test_one_line_takes_pydantics_reason_not_its_header():
 
 def test_without_vllm_the_backend_says_how_to_install_it(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
     with pytest.raises(NotAvailableError, match="make setup-vllm"):
         require_vllm()
 
 
-@pytest.mark.parametrize(("url", "base"), [("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
-                                           ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
-                                           ("localhost:9", "http://localhost:9")])
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+        ("localhost:9", "http://localhost:9"),
+    ],
+)
 def test_server_urls(url, base):
     assert ServerClient(url).base_url == base
 

@@ -67,9 +67,9 @@ class Roller:
     In this process (workers == 1): the policy is built here (unless given) and warmed up once
     before any clock (:func:`srollout.rollout.warmup.warm_up`); each call is
     :func:`srollout.rollout.engine.run_groups`. On Ray (workers > 1): each call is
-    ``srollout.rollout.ray_pool.run_groups_distributed`` with the arm's settings; every worker builds
-    its policy replica and warms up *before* the clock (:func:`worker_policy`), and the call's
-    time is counted from the moment all workers are up (wall − start_s); ``overhead_s`` then
+    ``srollout.rollout.ray_pool.run_groups_distributed`` with the arm's settings; every worker
+    builds its policy replica and warms up *before* the clock (:func:`worker_policy`), and the
+    call's time is counted from the moment all workers are up (wall − start_s); ``overhead_s`` then
     counts worker-seconds (workers × wall − measured).
     """
 

@@ -34,9 +34,7 @@ def read_blocks(run_dir: Path, schedule: Sequence[Block]) -> pl.DataFrame:
     )
 
 
-def blocks_table(
-    schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]
-) -> pl.DataFrame:
+def blocks_table(schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]) -> pl.DataFrame:
     """One row per timed run (schedule order): the engine's totals (summed over DAPO's rounds;
     ``groups`` = groups rolled out), ``workers``, and what the arms did: n_skipped (GRESO),
     n_extra / extra_rounds / hit_cap (DAPO), n_useful (groups not cut with σ_r > 0)."""
