@@ -72,6 +72,7 @@ ORDER = (
     "dapo_max_rounds",
     "greso_p_explore",
     "interleave",
+    "judge_cuts",
     "out",
     "overwrite",
     "resume",
@@ -163,6 +164,7 @@ def register(app: typer.Typer) -> None:
         interleave: Annotated[
             bool, typer.Option("--interleave/--no-interleave", help=_h("interleave"))
         ] = True,
+        judge_cuts: Annotated[bool, typer.Option("--judge-cuts", help=_h("judge_cuts"))] = False,
         out: Annotated[
             Path | None, typer.Option("--out", help=_h("out"), show_default=False)
         ] = None,
@@ -211,6 +213,7 @@ def register(app: typer.Typer) -> None:
             dapo_max_rounds=dapo_max_rounds,
             greso_p_explore=greso_p_explore,
             interleave=interleave,
+            judge_cuts=judge_cuts,
             out=out,
             overwrite=overwrite,
             resume=resume,

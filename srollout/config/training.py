@@ -258,6 +258,12 @@ class TrainOnpolicyConfig:
         "Run a seed's arms iteration by iteration, alternating which goes "
         "first, so both see the same machine load.",
     )
+    judge_cuts: bool = doc(
+        False,
+        "Roll every cut group on to T_max after the timed rollout (untimed, same seeds and "
+        "weights, no gate) and log whether its full outcome was zero-variance (gate/cut_tp, "
+        "gate/cut_fp).",
+    )
     out: Path | None = doc(
         None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>)."
     )
@@ -315,6 +321,15 @@ class TrainOnpolicyConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the seed list)."""
-        skip = {"out", "overwrite", "resume", "seeds", "concurrency", "interleave", "base_url"}
+        skip = {
+            "out",
+            "overwrite",
+            "resume",
+            "seeds",
+            "concurrency",
+            "interleave",
+            "base_url",
+            "judge_cuts",
+        }
         fields = dataclasses.fields(self)
         return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}

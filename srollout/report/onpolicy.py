@@ -75,6 +75,10 @@ def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
             row[f"wall_s_{arm}"] = float(m["time/iter_s"].sum()) if m.height else nan
             row[f"cuts_{arm}"] = int(m["gate/cuts"].sum()) if m.height else 0
             row[f"groups_{arm}"] = int(m["rollout/groups"].sum()) if m.height else 0
+            row[f"gen_tokens_{arm}"] = int(m["rollout/gen_tokens"].sum()) if m.height else 0
+            if "gate/cut_tp" in m.columns:  # --judge-cuts
+                row[f"cut_tp_{arm}"] = int(m["gate/cut_tp"].sum())
+                row[f"cut_fp_{arm}"] = int(m["gate/cut_fp"].sum())
             row[f"grad_l2_{arm}"] = _mean(stepped["train/grad_l2"]) if m.height else nan
             row[f"zero_adv_{arm}"] = _mean(m["train/zero_adv_frac"]) if m.height else nan
             row[f"zero_var_rate_{arm}"] = (
@@ -84,6 +88,11 @@ def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
             row[f"eval_last_{arm}"] = _success_at(e, last_eval)
         base, gated = row["wall_s_baseline"], row["wall_s_gated"]
         row["wall_saving"] = (base - gated) / base if base == base and base > 0 else nan
+        tok_base = row["gen_tokens_baseline"]
+        row["token_saving"] = 1 - row["gen_tokens_gated"] / tok_base if tok_base > 0 else nan
+        if "cut_tp_gated" in row:
+            judged = row["cut_tp_gated"] + row["cut_fp_gated"]
+            row["cut_precision"] = row["cut_tp_gated"] / judged if judged else nan
         grad_base = row["grad_l2_baseline"]
         row["grad_l2_ratio"] = row["grad_l2_gated"] / grad_base if grad_base > 0 else nan
         z_base, z_gated = row["zero_adv_baseline"], row["zero_adv_gated"]
@@ -162,6 +171,24 @@ def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
             ms("cuts_baseline", digits=1),
             ms("cuts_gated", digits=1),
             f"of {ms('groups_gated', digits=0)} groups",
+        ),
+        (
+            "generated tokens",
+            ms("gen_tokens_baseline", digits=0),
+            ms("gen_tokens_gated", digits=0),
+            f"saving {ms('token_saving', 100, 1)} %",
+        ),
+        *(
+            [
+                (
+                    "cuts judged by full outcome: TP / FP",
+                    "—",
+                    f"{ms('cut_tp_gated', digits=1)} / {ms('cut_fp_gated', digits=1)}",
+                    f"precision {ms('cut_precision', digits=2)}",
+                )
+            ]
+            if "cut_tp_gated" in seeds.columns
+            else []
         ),
         (
             "gradient L2 norm",

@@ -178,6 +178,32 @@ class IterationTimes:
 
 
 @dataclass(frozen=True)
+class CutJudgement:
+    """``--judge-cuts``: the iteration's cut groups rolled on to T_max after the timed rollout
+    (same weights, same seeds, no gate, untimed). cut_tp / cut_fp: cut groups whose full rollout
+    was zero-variance / was not; cut_prefix_matched: trajectories of the cut groups whose full
+    rollout repeats the cut one's actions up to where the cut one stopped (all of them, when the
+    engine's seeding holds); judge_s: seconds the judging took (in no other time/ column)."""
+
+    cut_tp: int
+    cut_fp: int
+    cut_prefix_matched: int
+    judge_s: float
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "gate/cut_tp": self.cut_tp,
+            "gate/cut_fp": self.cut_fp,
+            "gate/cut_prefix_matched": self.cut_prefix_matched,
+            "time/judge_s": self.judge_s,
+        }
+
+
+# written after the other columns, and only by a run with --judge-cuts
+JUDGE_COLUMNS = ("gate/cut_tp", "gate/cut_fp", "gate/cut_prefix_matched", "time/judge_s")
+
+
+@dataclass(frozen=True)
 class IterationMetrics:
     """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row."""
 
@@ -188,9 +214,11 @@ class IterationMetrics:
     gate: GateMetrics
     train: OnpolicyTrain
     time: IterationTimes
+    judged: CutJudgement | None = None
 
     def row(self) -> dict[str, Any]:
-        """The row; its keys in :func:`onpolicy_columns` order."""
+        """The row; its keys in :func:`onpolicy_columns` order, then :data:`JUDGE_COLUMNS` when
+        the cuts were judged."""
         rollout = _namespaced("rollout", self.rollout)
         if self.rollout.adapter_iteration is None:
             del rollout["rollout/adapter_iteration"]
@@ -202,6 +230,7 @@ class IterationMetrics:
             **_namespaced("gate", self.gate),
             **_namespaced("train", self.train),
             **_namespaced("time", self.time),
+            **(self.judged.columns() if self.judged is not None else {}),
         }
 
 

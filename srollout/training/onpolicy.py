@@ -24,6 +24,7 @@ either) is checkpointed beside state.pt in greso.json.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.warmup import warm_up
 from srollout.training.metrics import (
+    CutJudgement,
     GateMetrics,
     IterationMetrics,
     IterationTimes,
@@ -317,6 +319,48 @@ class ArmRunner:
         records.sort(key=lambda r: r.spec.index)
         return records
 
+    def _judge(self, records: list[Any]) -> CutJudgement | None:
+        """``--judge-cuts``: roll the cut groups of ``records`` on to T_max with the weights that
+        rolled them out, their own seeds and no gate, and judge each cut by the full outcome
+        (zero-variance: a true positive). Untimed and outside every other count; the RNG state
+        is restored, so the run trains exactly as without judging. None when not judging."""
+        from srollout.core.grpo import is_zero_variance
+        from srollout.rollout.engine import run_groups
+        from srollout.training.checkpoint import restore_rng, rng_states
+
+        if not getattr(self.config, "judge_cuts", False):
+            return None
+        cut = [r for r in records if r.cut]
+        if not cut:
+            return CutJudgement(0, 0, 0, 0.0)
+        start, saved = time.perf_counter(), rng_states()
+        spec = self.spec
+        warm_up(spec.env_factory, [r.spec.task for r in cut])
+        full: dict[int, Any] = {}
+        settings = dataclasses.replace(self.settings, gate=None, gate_K=None)
+        run_groups(
+            [r.spec for r in cut],
+            self.policy,
+            spec.env_factory,
+            spec.prompter,
+            settings,
+            on_group=lambda r: full.__setitem__(r.spec.index, r),
+        )
+        restore_rng(saved)
+        tp = fp = matched = 0
+        for r in cut:
+            whole = full[r.spec.index]
+            if is_zero_variance(whole.rewards):
+                tp += 1
+            else:
+                fp += 1
+            mine = sorted(r.trajs, key=lambda t: t.traj_idx)
+            theirs = sorted(whole.trajs, key=lambda t: t.traj_idx)
+            matched += sum(
+                a.actions == b.actions[: len(a.actions)] for a, b in zip(mine, theirs, strict=True)
+            )
+        return CutJudgement(tp, fp, matched, time.perf_counter() - start)
+
     def step(self) -> IterationMetrics:
         """Run the next iteration, checkpoint it, and return its metrics (``.row()``: the
         metrics.parquet row)."""
@@ -376,6 +420,7 @@ class ArmRunner:
                 self.greso.record(
                     r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
                 )
+        judged = self._judge(records)  # before the update: the weights that rolled them out
         outcomes = [
             GroupOutcome(
                 r.group_id,
@@ -447,6 +492,7 @@ class ArmRunner:
                 warmup_s=totals.warmup_s,
                 eval_s=eval_s,
             ),
+            judged=judged,
         )
         self.metrics.append(metrics.row())
         # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;

@@ -412,3 +412,45 @@ def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):
     cols = [c for c in far.metrics.columns if c not in TIMING]
     assert again.metrics.select(cols).equals(far.metrics.select(cols))
     assert again.metrics.filter(pl.col("arm") == "greso")["gate/skipped"].to_list()[-1] == 2
+
+
+def test_judge_cuts_rolls_each_cut_group_on_and_leaves_the_training_unchanged(tiny_model, tmp_path):
+    from srollout.training.metrics import JUDGE_COLUMNS
+
+    plain = _run(_config(tiny_model, tmp_path / "plain", d_L=1.0))  # R1: cut iff d_K < 1
+    judged = _run(_config(tiny_model, tmp_path / "judged", d_L=1.0, judge_cuts=True))
+    m = judged.metrics
+    assert m.columns[-4:] == list(JUDGE_COLUMNS)
+    assert "gate/cut_tp" not in plain.metrics.columns
+    gated = m.filter(pl.col("arm") == "gated")
+    base = m.filter(pl.col("arm") == "baseline")
+    assert gated["gate/cuts"].sum() > 0
+    # every cut judged once, TP or FP; all G=4 trajectories of a cut group replay their prefix
+    assert (gated["gate/cut_tp"] + gated["gate/cut_fp"] == gated["gate/cuts"]).all()
+    assert (gated["gate/cut_prefix_matched"] == 4 * gated["gate/cuts"]).all()
+    assert (base.select(JUDGE_COLUMNS[:3]).sum_horizontal() == 0).all()
+    # iteration 1: both arms hold the same weights and roll the same 2 groups with the same
+    # seeds, so the judge's full rollouts are the baseline's groups: TP = its zero-variance ones
+    first_g, first_b = gated.row(0, named=True), base.row(0, named=True)
+    assert first_g["gate/cuts"] == 2 and first_b["gate/kept"] == 2
+    assert first_g["gate/cut_tp"] == first_b["gate/zero_var_kept"]
+    # judging is outside the run: the same adapters and the same metrics as without it
+    for arm in ("baseline", "gated"):
+        a, b = _adapter(plain.run_dir, arm), _adapter(judged.run_dir, arm)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    cols = [c for c in plain.metrics.columns if c not in TIMING]
+    assert plain.metrics.select(cols).equals(m.select(cols))
+    # the report counts them
+    report = (judged.run_dir / "report.md").read_text()
+    assert "cuts judged by full outcome: TP / FP" in report
+
+
+def test_judge_cuts_calls_a_cut_of_an_unwinnable_group_a_true_positive(tiny_model, tmp_path):
+    # FarCorridor cannot be won within T_max: every group is all-fail, so every cut is a TP
+    res = _far_run(_config(tiny_model, tmp_path / "run", d_L=1.0, n_eval=1, judge_cuts=True))
+    gated = res.metrics.filter(pl.col("arm") == "gated")
+    assert gated["gate/cuts"].sum() == 6  # 3 iterations x 2 groups, all cut (d_K < 1)
+    assert gated["gate/cut_tp"].to_list() == [2, 2, 2] and gated["gate/cut_fp"].sum() == 0
+    assert (gated["time/judge_s"] > 0).all()
+    assert res.per_seed["cut_precision"].to_list() == [1.0]
+    assert res.per_seed["cut_tp_gated"].to_list() == [6]
