@@ -23,7 +23,7 @@ def test_plan_uses_every_group_once_before_repeating():
     assert plan != sample_plan(ids, steps=5, per_step=4, seed=7)
 
 
-def _metrics(arm, grad, zadv, iter_s, cuts):
+def _metrics(arm, grad, zadv, iter_s, cuts, tokens=None):
     n = len(grad)
     return pl.DataFrame(
         {
@@ -38,6 +38,7 @@ def _metrics(arm, grad, zadv, iter_s, cuts):
             "train/stepped": [True] * n,
             "gate/kept": [10 - c for c in cuts],
             "gate/zero_var_kept": [4 - c for c in cuts],
+            "rollout/gen_tokens": tokens or [100] * n,
         }
     )
 
@@ -47,7 +48,7 @@ def test_per_seed_numbers_and_dilution_prediction():
     m = pl.concat(
         [
             _metrics("baseline", [0.10, 0.14], [0.4, 0.4], [10.0, 10.0], [0, 0]),
-            _metrics("gated", [0.12, 0.18], [0.2, 0.3], [9.0, 8.0], [2, 1]),
+            _metrics("gated", [0.12, 0.18], [0.2, 0.3], [9.0, 8.0], [2, 1], [90, 70]),
         ]
     )
     ev = pl.DataFrame(
@@ -61,11 +62,29 @@ def test_per_seed_numbers_and_dilution_prediction():
     )
     row = per_seed(m, ev).row(0, named=True)
     assert row["wall_saving"] == pytest.approx(3 / 20)
+    assert (row["gen_tokens_baseline"], row["gen_tokens_gated"]) == (200, 160)
+    assert row["token_saving"] == pytest.approx(0.2)
+    assert "cut_precision" not in row  # only a --judge-cuts run judges its cuts
     assert row["cuts_gated"] == 3 and row["cuts_baseline"] == 0
     assert row["grad_l2_ratio"] == pytest.approx(0.15 / 0.12)
     assert row["dilution_prediction"] == pytest.approx(0.75 / 0.6)
     assert row["eval_last_delta"] == pytest.approx(-1.0) and row["eval0_gated"] == 0.0
     assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(np.sqrt(2.0)))
+
+
+def test_per_seed_judged_cuts_give_the_cut_precision():
+    judged = _metrics("gated", [0.12, 0.18], [0.2, 0.3], [9.0, 8.0], [2, 1]).with_columns(
+        pl.Series("gate/cut_tp", [2, 0]), pl.Series("gate/cut_fp", [0, 1])
+    )
+    base = _metrics("baseline", [0.10, 0.14], [0.4, 0.4], [10.0, 10.0], [0, 0]).with_columns(
+        pl.Series("gate/cut_tp", [0, 0]), pl.Series("gate/cut_fp", [0, 0])
+    )
+    ev = pl.DataFrame(
+        {"arm": ["baseline", "gated"], "seed": [7, 7], "iteration": [0, 0], "task_id": ["t"] * 2}
+    ).with_columns(pl.lit(True).alias("success"))
+    row = per_seed(pl.concat([base, judged]), ev).row(0, named=True)
+    assert (row["cut_tp_gated"], row["cut_fp_gated"]) == (2, 1)
+    assert row["cut_precision"] == pytest.approx(2 / 3)
 
 
 def test_paired_test_counts_discordant_pairs():
