@@ -34,6 +34,10 @@ HEADER = """# Benchmarks
 Measured by the scripts in `benchmarks/` (`make bench`, or one script at a time). Every section
 says when and on what machine it ran. These shared 2-core machines are noisy: read the ratios
 measured side by side within a section; absolute times move by tens of percent between runs.
+
+The paper's tables at full size (the 500-group buffer, the gates held out, Tiers 1–3 over seeds)
+are on their own page, [results.md](results.md), with every command; `benchmarks/heldout_eval.py`
+and `benchmarks/offpolicy_seeds.py` make two of its tables.
 """
 
 
