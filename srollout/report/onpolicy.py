@@ -102,6 +102,35 @@ def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def success_by_eval(evals: pl.DataFrame) -> pl.DataFrame:
+    """Held-out success (%) at every evaluated iteration: per arm, one row per seed, then (with
+    more than one seed) a row ``mean ± std`` over the seeds. Columns ``arm``, ``seed`` and one
+    ``it <i>`` per iteration."""
+    if not evals.height:
+        return pl.DataFrame({"arm": [], "seed": []}, schema={"arm": pl.Utf8, "seed": pl.Utf8})
+    rates = evals.group_by("arm", "seed", "iteration").agg(
+        (pl.col("success").cast(pl.Float64).mean() * 100).alias("rate")
+    )
+    iterations = sorted(rates["iteration"].unique().to_list())
+    rows: list[dict[str, str]] = []
+    for arm in _arms_in(evals):
+        of_arm = rates.filter(pl.col("arm") == arm)
+        seeds = sorted(of_arm["seed"].unique().to_list())
+        by = {(r["seed"], r["iteration"]): r["rate"] for r in of_arm.iter_rows(named=True)}
+        for seed in seeds:
+            cells = {
+                f"it {i}": f"{by[(seed, i)]:.1f}" if (seed, i) in by else "—" for i in iterations
+            }
+            rows.append({"arm": arm, "seed": str(seed), **cells})
+        if len(seeds) > 1:
+            cells = {}
+            for i in iterations:
+                m, sd = mean_std([by[(seed, i)] for seed in seeds if (seed, i) in by])
+                cells[f"it {i}"] = f"{m:.1f} ± {sd:.1f}"
+            rows.append({"arm": arm, "seed": "mean ± std", **cells})
+    return pl.DataFrame(rows)
+
+
 def _success_at(evals: pl.DataFrame, iteration: int) -> float:
     """Held-out success rate of ``evals`` at ``iteration`` (NaN when nothing was evaluated)."""
     if not evals.height:

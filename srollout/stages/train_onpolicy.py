@@ -160,6 +160,7 @@ def run_train_onpolicy(
         onpolicy_figure,
         paired_test,
         per_seed,
+        success_by_eval,
         tests_frame,
     )
 
@@ -236,6 +237,7 @@ def run_train_onpolicy(
         figures,
         complete,
         arms=arms_table,
+        success=success_by_eval(evals),
     )
     if complete:
         manifest.complete([*paths, *figures, report], summary=summary)
@@ -288,6 +290,7 @@ def write_report(
     figures: list[Path],
     complete: bool,
     arms: pl.DataFrame | None = None,
+    success: pl.DataFrame | None = None,
 ) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
@@ -317,7 +320,10 @@ def write_report(
     cols = [
         "seed",
         "wall_saving",
+        "token_saving",
         "cuts_gated",
+        "cut_tp_gated",
+        "cut_fp_gated",
         "grad_l2_ratio",
         "dilution_prediction",
         "zero_adv_baseline",
@@ -335,6 +341,11 @@ def write_report(
             to_markdown(arms_markdown_view(arms))
             if arms is not None and arms.height
             else "No arms.",
+        ),
+        Section(
+            f"Held-out success at each evaluation (%, greedy, {config.n_eval} "
+            f"`{config.eval_set}` tasks)",
+            to_markdown(success) if success is not None and success.height else "No evaluation.",
         ),
         Section(
             "Paired tests over (seed, task) held-out outcomes",

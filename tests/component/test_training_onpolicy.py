@@ -443,6 +443,7 @@ def test_judge_cuts_rolls_each_cut_group_on_and_leaves_the_training_unchanged(ti
     # the report counts them
     report = (judged.run_dir / "report.md").read_text()
     assert "cuts judged by full outcome: TP / FP" in report
+    assert "Held-out success at each evaluation (%, greedy, 3 `heldout` tasks)" in report
 
 
 def test_judge_cuts_calls_a_cut_of_an_unwinnable_group_a_true_positive(tiny_model, tmp_path):

@@ -7,7 +7,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from srollout.report.onpolicy import arms_frame, mean_std, paired_test, per_seed
+from srollout.report.onpolicy import (
+    arms_frame,
+    mean_std,
+    paired_test,
+    per_seed,
+    success_by_eval,
+)
 from srollout.stages.train_offpolicy import sample_plan
 
 
@@ -168,3 +174,31 @@ def test_the_documented_rename_table_is_the_one_the_code_applies():
                 found[stage][old] = new
     assert found["train-onpolicy"] == ONPOLICY_RENAMES
     assert found["train-offpolicy"] == OFFPOLICY_RENAMES
+
+
+def test_success_at_each_evaluation_per_seed_and_over_seeds():
+    # 2 tasks per evaluation. baseline: seed 7 wins 1/2 then 2/2, seed 13 wins 0/2 then 1/2
+    # -> iteration 0: 50, 0 (mean 25, std 35.4); iteration 10: 100, 50 (mean 75, std 35.4)
+    wins = {
+        ("baseline", 7, 0): [1, 0],
+        ("baseline", 7, 10): [1, 1],
+        ("baseline", 13, 0): [0, 0],
+        ("baseline", 13, 10): [1, 0],
+        ("gated", 7, 0): [1, 0],
+        ("gated", 7, 10): [0, 0],
+    }
+    ev = pl.DataFrame(
+        [
+            {"arm": a, "seed": s, "iteration": i, "task_id": f"t{k}", "success": bool(w)}
+            for (a, s, i), ws in wins.items()
+            for k, w in enumerate(ws)
+        ]
+    )
+    table = success_by_eval(ev)
+    assert table.columns == ["arm", "seed", "it 0", "it 10"]
+    assert table.rows() == [
+        ("baseline", "7", "50.0", "100.0"),
+        ("baseline", "13", "0.0", "50.0"),
+        ("baseline", "mean ± std", "25.0 ± 35.4", "75.0 ± 35.4"),
+        ("gated", "7", "50.0", "0.0"),  # one seed: no mean row
+    ]
