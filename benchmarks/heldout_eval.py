@@ -7,8 +7,9 @@ valid_seen protocol). This plays the base model (iteration 0) and every final ad
 saved (`RUN/adapters/seed<S>-<arm>/`, iteration = the run's last) greedily on the first n tasks
 of ``--tasks`` with the run's own T_max and response cap, exactly as the run's own evaluation does
 (`srollout.training.evaluate.greedy_eval`, environment seed 0, so every policy plays the same
-games). Writes ``RUN/eval-<tasks>/eval.parquet`` (the eval.parquet contract), ``tests.parquet``
-(the run's paired tests: McNemar and a paired bootstrap over (seed, task)) and ``report.md``.
+games). Writes, into ``RUN/eval-<tasks>/`` or ``--out``: ``eval.parquet`` (the eval.parquet
+contract), ``tests.parquet`` (the run's paired tests: McNemar and a paired bootstrap over (seed,
+task)) and ``report.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main() -> None:
     parser.add_argument("--tasks", default="heldout", help="task set (default heldout)")
     parser.add_argument("--n", type=int, default=100, help="tasks evaluated (default 100)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--out", type=Path, help="output directory (default RUN/eval-<tasks>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args()
 
     import polars as pl
@@ -51,6 +54,9 @@ def main() -> None:
     )
     if not adapters:
         raise SystemExit(f"no adapters under {args.run / 'adapters'}: is the run finished?")
+    out = args.out or args.run / f"eval-{args.tasks}"
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise SystemExit(f"{out} exists: give another --out, or --overwrite to replace it")
     tasks = list(load_task_set(args.tasks, n=args.n))
     prompter = ReactPrompter.for_model(resolve_model(model))
     rows: list[dict] = []
@@ -73,8 +79,7 @@ def main() -> None:
     for seed, arm, path in adapters:
         rows += [{"arm": arm, "seed": seed, "iteration": last, **o._asdict()} for o in play(path)]
     evals = pl.DataFrame(rows, infer_schema_length=None)
-    out = args.run / f"eval-{args.tasks}"
-    out.mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     schemas.write(evals, out / "eval.parquet", schemas.EVAL)
     tests = [
         paired_test(evals, ("baseline", last), (a, last), f"{a} - baseline at {last}")
