@@ -107,7 +107,7 @@ def main() -> None:
             for r in success.iter_rows(named=True)
         ],
         "",
-        "| test | n | a | b | b − a [95 % CI] | bootstrap p | discordant (a / b only) "
+        "| test | n | a | b | b − a [95 % CI] | bootstrap p | b only / a only "
         "| McNemar p |",
         "|---|---|---|---|---|---|---|---|",
         *[
