@@ -92,9 +92,9 @@ def main() -> None:
         demo_examples,
         make_demonstrations,
         round_finetuning,
-        sft,
     )
     from srollout.default_policy.dagger import play_round, round_tasks
+    from srollout.default_policy.sft import sft
     from srollout.envs.prompts import model_prompt
     from srollout.envs.tasks import load_task_set
     from srollout.policy.transformers_backend import TransformersPolicy

@@ -107,8 +107,7 @@ def main() -> None:
             for r in success.iter_rows(named=True)
         ],
         "",
-        "| test | n | a | b | b − a [95 % CI] | bootstrap p | b only / a only "
-        "| McNemar p |",
+        "| test | n | a | b | b − a [95 % CI] | bootstrap p | b only / a only | McNemar p |",
         "|---|---|---|---|---|---|---|---|",
         *[
             f"| {t['what']} | {t['n']} | {t['rate_a']:.1%} | {t['rate_b']:.1%} | "

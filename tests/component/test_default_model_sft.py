@@ -10,13 +10,8 @@ torch = pytest.importorskip("torch")
 
 
 def _setup(template: str):
-    from srollout.default_policy.build import (
-        TINY_CONFIG,
-        demo_texts,
-        make_model,
-        synthetic_demos,
-        train_tokenizer,
-    )
+    from srollout.default_policy.build import TINY_CONFIG, demo_texts, synthetic_demos
+    from srollout.default_policy.sft import make_model, train_tokenizer
     from srollout.policy.chat import IM_END, tokenize_chat
 
     torch.set_num_threads(1)
@@ -35,7 +30,7 @@ def _reference(model, examples, obs_w: float) -> float:
     prefix (the constant system turn is not a target), one plain forward per example."""
     import torch.nn.functional as F
 
-    from srollout.default_policy.build import shared_prefix_len
+    from srollout.default_policy.sft import shared_prefix_len
 
     n_pre = shared_prefix_len(examples)
 
@@ -63,7 +58,7 @@ def _reference(model, examples, obs_w: float) -> float:
 def test_sft_loss_is_action_ce_plus_weighted_observation_ce(obs_w):
     # lr 0: one batch holding every example; the loss sft reports must equal the reference
     # computed without the shared-prefix cache; noise actions are in neither term
-    from srollout.default_policy.build import sft
+    from srollout.default_policy.sft import sft
 
     cfg, tok, examples, model = _setup("compact")
     cfg = dataclasses.replace(cfg, obs_loss_weight=obs_w)
@@ -82,7 +77,7 @@ def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
     # a DAgger branch teaches its last action only: obs_mask all False on two of the six
     # examples; the reported loss must be the reference that skips their observation tokens,
     # which differs from the one that counts them
-    from srollout.default_policy.build import sft
+    from srollout.default_policy.sft import sft
 
     cfg, tok, examples, model = _setup("compact")
     cfg = dataclasses.replace(cfg, obs_loss_weight=0.5)
@@ -99,7 +94,7 @@ def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
 
 
 def test_observation_loss_changes_the_update():
-    from srollout.default_policy.build import sft
+    from srollout.default_policy.sft import sft
 
     finals = []
     for obs_w in (0.0, 0.5):

@@ -18,7 +18,7 @@ pytest.importorskip("tokenizers")
 
 @pytest.fixture(scope="module")
 def tok():
-    from srollout.default_policy.build import train_tokenizer
+    from srollout.default_policy.sft import train_tokenizer
 
     texts = [
         "user\nYou are in a room. Nothing happens.",
@@ -141,7 +141,7 @@ def test_demonstration_responses_keep_only_the_action_unless_thoughts_are_asked_
 
 @pytest.fixture(scope="module")
 def compact_tok():
-    from srollout.default_policy.build import train_tokenizer
+    from srollout.default_policy.sft import train_tokenizer
 
     texts = ["You are in a room. Nothing happens.", "Action: go to desk 1"] * 20
     return train_tokenizer(texts, vocab_size=300, template="compact")
