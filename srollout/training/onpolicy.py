@@ -328,7 +328,7 @@ class ArmRunner:
         from srollout.rollout.engine import run_groups
         from srollout.training.checkpoint import restore_rng, rng_states
 
-        if not getattr(self.config, "judge_cuts", False):
+        if not self.config.judge_cuts:
             return None
         cut = [r for r in records if r.cut]
         if not cut:
