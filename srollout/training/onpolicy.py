@@ -296,10 +296,10 @@ class ArmRunner:
             for o in outcomes
         ]
 
-    def _roll(self, specs: list[Any], totals: _RolloutTotals) -> list[Any]:
-        """Roll ``specs`` out through the engine (games warmed up untimed first); add the round's
-        rollout seconds, env steps, generated tokens and warm-up seconds to ``totals``; return the
-        finished groups by group index."""
+    def _roll(self, specs: list[Any], totals: _RolloutTotals, settings: Any = None) -> list[Any]:
+        """Roll ``specs`` out through the engine (games warmed up untimed first) with the arm's
+        settings (or ``settings``); add the round's rollout seconds, env steps, generated tokens
+        and warm-up seconds to ``totals``; return the finished groups by group index."""
         from srollout.rollout.engine import run_groups
 
         spec = self.spec
@@ -310,7 +310,7 @@ class ArmRunner:
             self.policy,
             spec.env_factory,
             spec.prompter,
-            self.settings,
+            settings or self.settings,
             on_group=records.append,
         )
         totals.rollout_s += summary.wall_s
@@ -325,31 +325,20 @@ class ArmRunner:
         (zero-variance: a true positive). Untimed and outside every other count; the RNG state
         is restored, so the run trains exactly as without judging. None when not judging."""
         from srollout.core.grpo import is_zero_variance
-        from srollout.rollout.engine import run_groups
         from srollout.training.checkpoint import restore_rng, rng_states
 
         if not self.config.judge_cuts:
             return None
-        cut = [r for r in records if r.cut]
+        cut = sorted((r for r in records if r.cut), key=lambda r: r.spec.index)
         if not cut:
             return CutJudgement(0, 0, 0, 0.0)
         start, saved = time.perf_counter(), rng_states()
-        spec = self.spec
-        warm_up(spec.env_factory, [r.spec.task for r in cut])
-        full: dict[int, Any] = {}
-        settings = dataclasses.replace(self.settings, gate=None, gate_K=None)
-        run_groups(
-            [r.spec for r in cut],
-            self.policy,
-            spec.env_factory,
-            spec.prompter,
-            settings,
-            on_group=lambda r: full.__setitem__(r.spec.index, r),
-        )
+        ungated = dataclasses.replace(self.settings, gate=None, gate_K=None)
+        # its own totals: the judging is counted in no rollout/ or time/ column
+        full = self._roll([r.spec for r in cut], _RolloutTotals(), ungated)
         restore_rng(saved)
         tp = fp = matched = 0
-        for r in cut:
-            whole = full[r.spec.index]
+        for r, whole in zip(cut, full, strict=True):  # both in group-index order
             if is_zero_variance(whole.rewards):
                 tp += 1
             else:
