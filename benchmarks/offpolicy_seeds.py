@@ -15,8 +15,6 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 
 def seed_row(run: Path) -> dict[str, float]:
     import polars as pl
@@ -72,15 +70,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="finished train-offpolicy runs")
     args = parser.parse_args()
+    from srollout.report.onpolicy import mean_std
+
     rows = [seed_row(run) for run in args.runs]
     seeds = [int(r["seed"]) for r in rows]
     head = " | ".join(f"seed {s}" for s in seeds)
     lines = [f"| quantity | {head} | mean ± std |", "|---" * (len(seeds) + 2) + "|"]
     for label, key, scale, digits in QUANTITIES:
-        values = np.array([r[key] * scale for r in rows])
-        std = values.std(ddof=1) if len(values) > 1 else 0.0
+        values = [r[key] * scale for r in rows]
+        mean, std = mean_std(values)
         cells = " | ".join(f"{v:.{digits}f}" for v in values)
-        lines.append(f"| {label} | {cells} | {values.mean():.{digits}f} ± {std:.{digits}f} |")
+        lines.append(f"| {label} | {cells} | {mean:.{digits}f} ± {std:.{digits}f} |")
     print("\n".join(lines))
 
 
