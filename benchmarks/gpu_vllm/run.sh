@@ -8,7 +8,7 @@ cat /root/stash/p* | tar -x -C /tmp || { el "bundle incomplete"; ls -la /root/st
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
   /tmp/bundle/*.whl 2>&1 | grep -v "^WARNING: Target directory" | tail -3
 export PYTHONPATH=/tmp/site:$PWD
-# subprocesses that set PYTHONPATH themselves (the tests) still see the bundle first
+# a subprocess that sets its own PYTHONPATH (srollout's tests do) still sees the bundle first
 echo "import sys; sys.path.insert(0, '/tmp/site')" \
   > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz_bundle.pth"
 export SROLLOUT_HOME=/tmp/srh TMPDIR=/tmp PYTHONUNBUFFERED=1 COLUMNS=160
