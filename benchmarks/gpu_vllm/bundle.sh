@@ -10,7 +10,7 @@ WORK=${WORK:-/tmp/srollout-gpu-bundle}
 mkdir -p "$WORK/dl" "$WORK/bundle" .gpu
 grep -qx "/.gpu/" .git/info/exclude || echo "/.gpu/" >> .git/info/exclude
 PLAT="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform any"
-for p in 1 5 17 24 27 28 31 34 35; do PLAT="$PLAT --platform manylinux_2_${p}_x86_64"; done
+for p in 5 17 24 27 28 31 34 35; do PLAT="$PLAT --platform manylinux_2_${p}_x86_64"; done
 PLAT="$PLAT --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64"
 # wheels on PyPI; jericho and fast-downward-textworld only as sources (built here, py3-none-any)
 grep -v "^#" $HERE/requirements-device.txt | grep -v -E "^(jericho|fast_downward_textworld)==" \
