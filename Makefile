@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.srollout-installed
 VLLM_STAMP := $(VENV)/.srollout-vllm-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup setup-vllm demo test test-fast lint bench clean
+.PHONY: setup setup-vllm demo test test-fast test-other-kernels lint bench clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,18 @@ demo: setup
 
 test: setup setup-vllm lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory test-other-kernels
+
+# The golden runs once more with torch on other CPU kernels than this machine's own, standing in
+# for another processor: training floats must stay within the golden tolerance and everything
+# else exact (docs/reliability.md, "What is reproducible where"). AVX2 where the CPU has AVX-512;
+# on an AVX2 machine, the kernels without SIMD (ATen) and SSE4.1 (oneDNN); MKL's COMPATIBLE GEMM
+# path on both (MKL ignores its other switches on AMD CPUs).
+OTHER_KERNELS := MKL_CBWR=COMPATIBLE $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null \
+	&& echo ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
+	|| echo ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41)
+test-other-kernels: setup
+	env $(OTHER_KERNELS) $(BIN)/python -m pytest -q -p no:cacheprovider tests/golden/test_golden_runs.py
 
 test-fast: setup setup-vllm
 	$(BIN)/python -m pytest -q -m "not slow"

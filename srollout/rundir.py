@@ -199,6 +199,43 @@ def _versions() -> dict[str, str]:
     return found
 
 
+# Environment variables that choose the CPU kernels torch runs, and so a run's training floats in
+# their last bits (docs/reliability.md, "What is reproducible where").
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """What a run's floats depend on besides the code: the CPU model, and once torch is loaded the
+    kernel family it chose (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2``,
+    ``AVX512``) and its thread count; kernel choices forced through the environment. Two runs
+    whose entries differ here agree in their training floats only within the tolerance in
+    docs/reliability.md, not bit for bit."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+    torch = sys.modules.get("torch")  # never imported here: analyze and sweep start fast
+    if torch is not None:
+        info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        info["torch_threads"] = torch.get_num_threads()
+    forced = {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}
+    if forced:
+        info["kernel_env"] = forced
+    return info
+
+
 def _git_revision() -> str | None:
     try:
         out = subprocess.run(
@@ -237,7 +274,7 @@ class Manifest:
             "config": _jsonable(config),
             "versions": _versions(),
             "git_revision": _git_revision(),
-            "machine": {"platform": platform.platform(), "processor": platform.machine()},
+            "machine": machine_info(),
             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "timings_s": {},
             "outputs": [],
@@ -266,6 +303,7 @@ class Manifest:
         self.data["finished_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self.data["outputs"] = sorted({Path(p).name for p in outputs})
         self.data["status"] = "complete"
+        self.data["machine"] = machine_info()  # by now a torch stage has loaded torch
         self.update(**fields)
 
 

@@ -218,3 +218,27 @@ def test_an_option_added_later_reads_as_the_value_older_runs_played(tmp_path):
         check_resumable(run, "collect", {"difficulty": "large"}, "groups")
     with pytest.raises(SrolloutError, match=r"made with seed=None, not 3"):
         check_resumable(run, "collect", {"seed": 3}, "groups")  # not an added option: no default
+
+
+def test_manifest_names_the_cpu_and_the_kernels_torch_chose(tmp_path, monkeypatch):
+    """Two runs' training floats agree bit for bit only on the same CPU kernels: the manifest
+    says which, so two runs can be compared knowingly (docs/reliability.md)."""
+    import sys
+
+    import torch
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.delitem(sys.modules, "torch")  # a stage that never loaded torch (sweep)
+    run = prepare_run_dir(tmp_path / "run", "sweep")
+    manifest = Manifest(run, "sweep", _Config(Path("x"), (5,), {}))
+    machine = json.loads((run / "manifest.json").read_text())["machine"]
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    model = next(ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if "model name" in ln)
+    assert machine["cpu_model"] == model and machine["cpu_count"] >= 1
+    assert "torch_cpu_capability" not in machine
+    assert machine["kernel_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+    monkeypatch.setitem(sys.modules, "torch", torch)  # loaded by the time the stage completes
+    manifest.complete([])
+    machine = json.loads((run / "manifest.json").read_text())["machine"]
+    assert machine["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["torch_threads"] == torch.get_num_threads()

@@ -1,0 +1,67 @@
+"""The golden comparison itself, on hand-made records: floats within the tolerance pass, a
+change beyond it fails naming the table, column, row and both values; exact columns, rows and
+dtypes fail on any change."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+from golden_runs import FLOAT_ATOL, FLOAT_RTOL, compare, floats_agree, table_record
+
+
+def _record(tmp_path, **columns):
+    path = tmp_path / "t.parquet"
+    pl.DataFrame(columns).write_parquet(path)
+    return table_record(path)
+
+
+def test_tolerance_is_the_measured_one_and_between_noise_and_real_changes():
+    # noise measured 1.8e-6 (benchmarks/golden_noise.py); the smallest real change tried 2.3e-4
+    assert 1.8e-6 * 10 < FLOAT_RTOL < 2.3e-4 / 10
+    assert floats_agree(0.5, 0.5 * (1 + FLOAT_RTOL / 2))
+    assert not floats_agree(0.5, 0.5 * (1 + 2 * FLOAT_RTOL))
+    assert floats_agree(0.0, FLOAT_ATOL / 2) and not floats_agree(0.0, 2 * FLOAT_ATOL)
+    assert floats_agree(math.nan, math.nan) and not floats_agree(math.nan, 0.0)
+    assert floats_agree(None, None) and not floats_agree(None, 0.0)
+    assert floats_agree(math.inf, math.inf) and not floats_agree(math.inf, 1e308)
+
+
+def test_records_split_exact_columns_from_floats_and_drop_timings(tmp_path):
+    rec = _record(
+        tmp_path,
+        arm=["a", "b"],
+        n_tokens=[3, 4],
+        cut=[True, False],
+        loss=[0.25, -1.5],
+        logps=[[0.1, 0.2], [0.3]],
+        update_s=[1.0, 2.0],
+    )
+    assert rec["rows"] == 2
+    assert list(rec["columns"]) == ["arm", "n_tokens", "cut", "loss", "logps"]
+    assert set(rec["exact"]) == {"arm", "n_tokens", "cut"}
+    assert rec["floats"] == {"loss": [0.25, -1.5], "logps": [[0.1, 0.2], [0.3]]}
+
+
+def test_a_float_beyond_tolerance_names_column_row_and_values(tmp_path):
+    was = _record(tmp_path, step=[1, 2, 3], loss=[0.5, 0.25, 0.125])
+    noise = _record(tmp_path, step=[1, 2, 3], loss=[0.5, 0.25 * (1 + 1e-6), 0.125])
+    assert compare({"r/m.parquet": was}, {"r/m.parquet": noise}) == []
+    real = _record(tmp_path, step=[1, 2, 3], loss=[0.5, 0.25 * (1 + 1e-4), 0.125])
+    (d,) = compare({"r/m.parquet": was}, {"r/m.parquet": real})
+    assert (d.table, d.column, d.row, d.recorded) == ("r/m.parquet", "loss", 1, 0.25)
+    assert str(d) == f"r/m.parquet column 'loss' row 1: recorded 0.25 now {0.25 * (1 + 1e-4)!r}"
+
+
+def test_exact_columns_rows_and_dtypes_allow_no_change(tmp_path):
+    was = _record(tmp_path, tokens=[[1, 2], [3]], loss=[0.5, 0.25])
+    other_token = _record(tmp_path, tokens=[[1, 2], [4]], loss=[0.5, 0.25])
+    (d,) = compare({"t": was}, {"t": other_token})
+    assert d.column == "tokens" and d.row is None
+    other_dtype = _record(
+        tmp_path, tokens=[[1, 2], [3]], loss=pl.Series([0.5, 0.25], dtype=pl.Float32)
+    )
+    assert [d.column for d in compare({"t": was}, {"t": other_dtype})] == [None]
+    one_row = _record(tmp_path, tokens=[[1, 2]], loss=[0.5])
+    assert "1 rows" in str(compare({"t": was}, {"t": one_row})[0])
+    assert str(compare({"t": was}, {})[0]) == "t: recorded 'present' now 'absent'"
