@@ -227,6 +227,10 @@ def test_manifest_names_the_cpu_and_the_kernels_torch_chose(tmp_path, monkeypatc
 
     import torch
 
+    from srollout.rundir import KERNEL_ENV
+
+    for name in KERNEL_ENV:  # make test-other-kernels sets some of them
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     monkeypatch.delitem(sys.modules, "torch")  # a stage that never loaded torch (sweep)
     run = prepare_run_dir(tmp_path / "run", "sweep")
