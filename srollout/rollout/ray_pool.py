@@ -30,11 +30,13 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
@@ -79,14 +81,14 @@ def ray_session(workers: int) -> Iterator[str]:
     is not forwarded to this process (errors come back as exceptions), so the console keeps its
     progress bar.
     """
+    address = os.environ.get("RAY_ADDRESS")
     ray = require_ray(workers)
     if ray.is_initialized():
         yield f"the running Ray session ({_cpus(ray)} CPUs)"
         return
-    address = os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        where = f"Ray cluster at {address} ({_cpus(ray)} CPUs)"
+        _join_cluster(ray, address, workers)
+        where = f"Ray cluster at {address} ({_cpus(ray)} CPUs, {_nodes(ray)} nodes)"
     else:
         ray.init(
             address="local",  # a new cluster, even when a `ray start` one runs on this machine
@@ -107,6 +109,109 @@ def _cpus(ray: ModuleType) -> int:
     return int(ray.cluster_resources().get("CPU", 0))
 
 
+def _nodes(ray: ModuleType) -> int:
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+
+def ray_token_available() -> bool:
+    """Whether this machine holds a Ray auth token where Ray looks for one: ``$RAY_AUTH_TOKEN``,
+    the file ``$RAY_AUTH_TOKEN_PATH``, or ``~/.ray/auth_token`` (where ``ray start --head`` and
+    ``ray get-auth-token --generate`` put it)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+    return Path(path).is_file()
+
+
+def _join_cluster(ray: ModuleType, address: str, workers: int) -> None:
+    """``ray.init`` on the cluster at ``address``, or one line saying what is wrong.
+
+    Token authentication: a cluster started by ``ray start --head`` may ask every client for its
+    token, and a client whose ``RAY_AUTH_MODE`` is unset does not send it. When the mode is unset
+    and a token is at hand, token mode is turned on for this process and its children (what Ray
+    itself does for a local ``ray.init``); when the cluster still refuses, the line names what to
+    set. A cluster with fewer CPUs than ``workers`` would wait forever for the missing workers:
+    refused before any work."""
+    if "RAY_AUTH_MODE" not in os.environ and ray_token_available():
+        os.environ["RAY_AUTH_MODE"] = "token"
+        try:  # Ray caches its config: refresh it, as Ray does when it turns token mode on itself
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except (ImportError, AttributeError):
+            pass
+    if not _answers(address):  # else Ray retries for minutes before it gives up
+        raise SrolloutError(_join_error(address, ConnectionError(f"nothing answers at {address}")))
+    try:
+        with _core_stderr_held():
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as err:  # Ray raises ConnectionError, AuthenticationError, RuntimeError, ...
+        raise SrolloutError(_join_error(address, err, _answers(address))) from None
+    cpus, nodes = _cpus(ray), _nodes(ray)
+    if cpus < workers:
+        ray.shutdown()
+        raise SrolloutError(
+            f"--workers {workers} needs {workers} CPUs, but the Ray cluster at {address} has "
+            f"{cpus} ({nodes} nodes): ask for fewer workers or add nodes (docs/scaling.md)"
+        )
+
+
+@contextmanager
+def _core_stderr_held() -> Iterator[None]:
+    """Hold what Ray's C++ core writes to stderr while it joins a cluster: a refused client
+    logs the same warning every second for ~20 s before Ray raises. Shown again with
+    ``SROLLOUT_DEBUG=1``; otherwise the one line of the error says it."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if os.environ.get("SROLLOUT_DEBUG"):
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
+
+
+def _answers(address: str) -> bool:
+    """Whether something listens at ``host:port`` (a Ray head that refused us, not no cluster);
+    True for an address of another form (``auto``, ``ray://…``): Ray's own error decides."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit() or "://" in address:
+        return True
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+def _join_error(address: str, err: BaseException, answers: bool = False) -> str:
+    """The one line for a failed ``ray.init(address=...)``; ``answers``: the address accepts
+    connections, so a cluster is there and refused us (Ray 2.60 says only "could not connect"
+    when it refuses a client without the cluster's token)."""
+    text = f"{type(err).__name__}: {err}"
+    first = " ".join(text.split())[:300]
+    if answers or "auth" in text.lower() or "token" in text.lower():
+        mode = os.environ.get("RAY_AUTH_MODE") or "unset"
+        token = "found" if ray_token_available() else "not found"
+        return (
+            f"the Ray cluster at {address} did not let this client join (RAY_AUTH_MODE={mode}, "
+            f"token {token}); a cluster with token authentication needs RAY_AUTH_MODE=token "
+            "and the head's token: set RAY_AUTH_TOKEN, or copy the head's ~/.ray/auth_token to "
+            "this machine; every `ray start` of the cluster needs the same (docs/scaling.md). "
+            f"Ray said: {first}"
+        )
+    return (
+        f"RAY_ADDRESS={address}: could not join a Ray cluster there ({first}); start one with "
+        "`ray start --head`, or unset RAY_ADDRESS to run on a local Ray"
+    )
+
+
 @dataclass(frozen=True)
 class WorkerRecipe:
     """What a worker needs to roll out as the driver would; shipped to every worker (picklable).
@@ -125,12 +230,23 @@ class WorkerRecipe:
 
 
 class WorkerInfo(NamedTuple):
-    """A started worker: host name, process id, policy name, seconds its policy took to build."""
+    """A started worker: host name, process id, policy name, seconds its policy took to build,
+    the id of the Ray node it runs on ("" outside Ray)."""
 
     host: str
     pid: int
     policy: str
     build_s: float
+    node: str = ""
+
+
+def ray_node_id() -> str:
+    """The id of the Ray node this process runs on; "" when it is not in a Ray session (two nodes
+    of one machine share a host name, not a node id)."""
+    ray = sys.modules.get("ray")  # never imported here: a one-process run does not load Ray
+    if ray is None or not ray.is_initialized():
+        return ""
+    return str(ray.get_runtime_context().get_node_id())
 
 
 class ChunkResult(NamedTuple):
@@ -211,6 +327,7 @@ class RolloutWorker:
             os.getpid(),
             str(getattr(self.policy, "name", type(self.policy).__name__)),
             build_s,
+            ray_node_id(),
         )
 
     def run(self, specs: Sequence[GroupSpec]) -> ChunkResult:

@@ -400,6 +400,8 @@ def _run_distributed(
             "replaced": result.replaced,
             "chunks": result.chunks,
             "worker_processes": names,
+            "worker_nodes": [info.node for info in started],
+            "nodes": len({info.node for info in started}),
             "policy_build_s": [round(b, 3) for b in result.build_s],
             "worker_start_s": round(result.start_s, 3),
         },

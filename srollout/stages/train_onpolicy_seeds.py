@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
 from srollout.progress import StageBar
-from srollout.rollout.ray_pool import ray_session, require_ray
+from srollout.rollout.ray_pool import ray_node_id, ray_session, require_ray
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import write_json
 
@@ -40,14 +40,15 @@ SEEDS_DIR = "seeds"
 
 
 class SeedRun(NamedTuple):
-    """One seed trained by a Ray task: where (host, pid), how long (wall_s), whether it continued
-    a seed run that was already started (resumed)."""
+    """One seed trained by a Ray task: where (host, pid, Ray node id), how long (wall_s), whether it
+    continued a seed run that was already started (resumed)."""
 
     seed: int
     host: str
     pid: int
     wall_s: float
     resumed: bool
+    node: str = ""
 
 
 def seed_run_dir(run_dir: Path, seed: int) -> Path:
@@ -99,6 +100,7 @@ def run_seeds_parallel(
             {
                 "seed": r.seed,
                 "process": f"{r.host}:{r.pid}",
+                "node": r.node,
                 "wall_s": round(r.wall_s, 3),
                 "resumed": r.resumed,
             }
@@ -170,7 +172,8 @@ def _train_seed(config: TrainOnpolicyConfig, seed: int, out: str) -> SeedRun:
         replace(config, seeds=(seed,), out=directory, resume=resumed, overwrite=False),
         progress=False,
     )
-    return SeedRun(seed, socket.gethostname(), os.getpid(), time.perf_counter() - t0, resumed)
+    node = ray_node_id()
+    return SeedRun(seed, socket.gethostname(), os.getpid(), time.perf_counter() - t0, resumed, node)
 
 
 def _complete(directory: Path) -> bool:

@@ -153,3 +153,40 @@ def test_zero_workers_is_refused(run_cli, tmp_path):
         tmp_path / "r",
     )
     assert res.exit_code == 2 and "--workers must be >= 1" in res.stderr
+
+
+def test_a_ray_token_is_found_where_ray_looks_for_one(monkeypatch, tmp_path):
+    from srollout.rollout.ray_pool import ray_token_available
+
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert not ray_token_available()
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("abc")
+    assert ray_token_available()  # ~/.ray/auth_token, where `ray start --head` leaves it
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "elsewhere"))
+    assert not ray_token_available()  # an explicit path wins over the default one
+    (tmp_path / "elsewhere").write_text("abc")
+    assert ray_token_available()
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
+    assert ray_token_available()
+
+
+def test_a_failed_join_says_what_to_do(monkeypatch, tmp_path):
+    from srollout.rollout.ray_pool import _join_error
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    refused = _join_error("10.0.0.1:6379", RuntimeError("InvalidAuthToken: token mismatch"))
+    assert refused.startswith("the Ray cluster at 10.0.0.1:6379 did not let this client join")
+    assert "(RAY_AUTH_MODE=unset, token not found)" in refused
+    assert "needs RAY_AUTH_MODE=token" in refused and refused.endswith("token mismatch")
+    nothing = _join_error("10.0.0.1:6379", ConnectionError("could not connect\n  to GCS"))
+    assert nothing == (
+        "RAY_ADDRESS=10.0.0.1:6379: could not join a Ray cluster there (ConnectionError: could "
+        "not connect to GCS); start one with `ray start --head`, or unset RAY_ADDRESS to run on "
+        "a local Ray"
+    )
