@@ -146,7 +146,7 @@ def _join_cluster(ray: ModuleType, address: str, workers: int) -> None:
         with _core_stderr_held():
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as err:  # Ray raises ConnectionError, AuthenticationError, RuntimeError, ...
-        raise SrolloutError(_join_error(address, err, _answers(address))) from None
+        raise SrolloutError(_join_error(address, err, answers=True)) from None  # checked above
     cpus, nodes = _cpus(ray), _nodes(ray)
     if cpus < workers:
         ray.shutdown()
