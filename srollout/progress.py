@@ -147,7 +147,8 @@ class RolloutBar(StageBar):
         self.tokens += stats.gen_tokens
         if self.enabled:
             rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
-            self.update(rate=f"{rate:,.0f} tok/s, {stats.rows} in flight")
+            # the summary's "throughput" (tokens over wall-clock), not its "generation speed"
+            self.update(rate=f"{rate:,.0f} tok/s (wall), {stats.rows} in flight")
 
     def advance(self, n: int = 1) -> None:
         """``n`` more groups done (none: nothing drawn)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from srollout.errors import SrolloutError
+from srollout.policy.attention import use_packed_attention
 from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
 from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
 
@@ -126,6 +127,8 @@ class TransformersPolicy:
         self.bucket_ratio = float(bucket_ratio)
         if model is None or tokenizer is None:
             model, tokenizer = load_model(model_path, adapter_path, device=device, dtype=dtype)
+        # decode steps attend over the grouped KV heads as they are (no repeat_kv copy per step)
+        use_packed_attention(model)
         self.model = model
         self.tokenizer = tokenizer
         self.name = f"transformers:{self.model_path.name}" + (

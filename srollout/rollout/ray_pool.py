@@ -21,7 +21,10 @@ returns one. A chunk comes back whole (its groups in index
 order), so a worker that dies mid-chunk loses nothing that reached ``on_group``: the driver
 starts a replacement in its slot and reruns the chunk there. A chunk that kills
 :data:`MAX_WORKER_DEATHS` workers in a row stops the run; an ordinary error raised in a worker
-(a bad model path, a bug) is raised in the driver at once, not retried.
+(a bad model path, a bug) is raised in the driver at once, not retried. A worker whose *node*
+died is not replaced (the cluster no longer has its CPU, so a replacement would wait forever):
+the driver hands out no more chunks, waits for the chunks still running on live workers (their
+groups are kept), then stops with one line naming the node; ``--resume`` finishes the run.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ from srollout.rollout.engine import (
 
 # A chunk whose worker died this many times in a row is not tried again.
 MAX_WORKER_DEATHS = 3
+
+# The logger of Ray's "Token authentication is enabled for this Ray cluster" notice.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 # Records of a chunk (T_max=30, G=8: ~125 kB a group) pass through it; 200 MB holds a wide margin.
 OBJECT_STORE_BYTES = 200 * 1024**2
@@ -90,14 +96,22 @@ def ray_session(workers: int) -> Iterator[str]:
         _join_cluster(ray, address, workers)
         where = f"Ray cluster at {address} ({_cpus(ray)} CPUs, {_nodes(ray)} nodes)"
     else:
-        ray.init(
-            address="local",  # a new cluster, even when a `ray start` one runs on this machine
-            num_cpus=workers,
-            include_dashboard=False,
-            object_store_memory=OBJECT_STORE_BYTES,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+        # Ray 2.60 turns token authentication on for the local cluster it starts and says so on
+        # every run; that cluster is srollout's own and lives for one command: not the user's news
+        notice = logging.getLogger(TOKEN_NOTICE_LOGGER)
+        level = notice.level
+        notice.setLevel(logging.ERROR)
+        try:
+            ray.init(
+                address="local",  # a new cluster, even when a `ray start` one runs on this machine
+                num_cpus=workers,
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        finally:
+            notice.setLevel(level)
         where = f"local Ray ({workers} CPUs)"
     try:
         yield where
@@ -422,13 +436,15 @@ def run_groups_distributed(
     build_s: list[float] = []
     replaced, done, returned, start_s = 0, 0, 0, 0.0
     waiting = set(range(n_slots))  # first workers not started yet
+    node_of: dict[int, str] = {}  # slot -> Ray node id of its current worker
+    lost_node = ""  # set when a worker's node died: no more chunks go out, then the run stops
 
     def launch(slot: int) -> None:
         actors[slot] = actor_class.remote(recipe)
         pending[actors[slot].start.remote()] = ("start", slot, -1)
 
     def assign(slot: int) -> None:
-        if queue:
+        if queue and not lost_node:
             i = queue.popleft()
             pending[actors[slot].run.remote(chunks[i])] = ("run", slot, i)
 
@@ -441,6 +457,10 @@ def run_groups_distributed(
             try:
                 value = ray.get(ref)
             except died as err:
+                if lost_node or not _node_alive(ray, node_of.get(slot, "")):
+                    lost_node = lost_node or node_of.get(slot, "") or "?"
+                    _kill(ray, actors.pop(slot))  # not replaced: its node is gone
+                    continue
                 if kind == "run":
                     deaths[i] += 1
                     if deaths[i] >= MAX_WORKER_DEATHS:
@@ -465,6 +485,7 @@ def run_groups_distributed(
                 raise remote_cause(err) from err
             if kind == "start":
                 start_deaths[slot] = 0
+                node_of[slot] = value.node
                 build_s.append(value.build_s)
                 if on_worker is not None:
                     on_worker(slot, value, actors[slot])
@@ -472,7 +493,7 @@ def run_groups_distributed(
                     assign(slot)
                     continue
                 waiting.remove(slot)
-                if not waiting:  # every first worker is up: work starts on all of them at once
+                if not waiting and not lost_node:  # every first worker is up: all start at once
                     start_s = time.perf_counter() - t0
                     for other in range(n_slots):
                         assign(other)
@@ -490,6 +511,12 @@ def run_groups_distributed(
                 on_tick(
                     TickStats(returned, s.rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done)
                 )
+        if lost_node:
+            raise SrolloutError(
+                f"Ray node {_node_name(ray, lost_node)} died mid-run, taking its worker; {done} "
+                f"of {len(specs)} groups finished and are kept: rerun with --resume (after "
+                "restarting the node, or with --workers the nodes left can hold) for the rest"
+            )
     finally:
         for actor in actors.values():
             _kill(ray, actor)
@@ -502,6 +529,26 @@ def run_groups_distributed(
         build_s,
         start_s,
     )
+
+
+def _node_alive(ray: Any, node: str) -> bool:
+    """Whether the Ray node ``node`` is alive (True when unknown: "" is a worker that never
+    started, whose node nobody learned). Ray marks a node dead before it fails its actors."""
+    if not node:
+        return True
+    try:
+        return any(n.get("NodeID") == node and n.get("Alive") for n in ray.nodes())
+    except Exception:  # the cluster's state cannot be read: the head is gone, so is the node
+        return False
+
+
+def _node_name(ray: Any, node: str) -> str:
+    """``node``'s id, shortened, with its address when the cluster still says it."""
+    try:
+        ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n.get("NodeID") == node), "")
+    except Exception:
+        ip = ""
+    return f"{node[:12]} ({ip})" if ip else node[:12]
 
 
 def worker_death_errors(ray: Any) -> tuple[type[BaseException], ...]:

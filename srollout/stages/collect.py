@@ -55,8 +55,11 @@ from srollout.stages.rollout_setup import (
 class CollectStats(NamedTuple):
     """Headline numbers of a collect run (over all its groups, resumed ones included).
 
-    rates are fractions in [0, 1]; valid_rate is over steps; wall_s and gen_tok_per_s are of
-    this process only (a resumed run measures its own part).
+    rates are fractions in [0, 1]; valid_rate is over steps; wall_s, tok_per_s and
+    gen_tok_per_s are of this process only (a resumed run measures its own part). Two
+    throughputs, both of generated tokens: ``tok_per_s`` over the rollout's wall-clock (what the
+    progress bar shows), ``gen_tok_per_s`` over the time spent inside the policy's generate
+    calls only (the backend's own speed; environment steps and bookkeeping excluded).
     """
 
     n_groups: int
@@ -68,6 +71,7 @@ class CollectStats(NamedTuple):
     n_steps: int
     n_gen_tokens: int
     wall_s: float
+    tok_per_s: float
     gen_tok_per_s: float
     resumed_groups: int
 
@@ -240,6 +244,9 @@ def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> 
         n_gen_tokens=int(trajs["n_gen_tokens"].sum()),
         wall_s=summary.wall_s,
         # a non-LLM policy generates no tokens: its throughput is undefined, not zero
+        tok_per_s=summary.n_gen_tokens / summary.wall_s
+        if summary.n_gen_tokens > 0 and summary.wall_s > 0
+        else float("nan"),
         gen_tok_per_s=summary.n_gen_tokens / summary.gen_s
         if summary.n_gen_tokens > 0 and summary.gen_s > 0
         else float("nan"),
@@ -262,16 +269,16 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
         ("environment steps", str(stats.n_steps)),
         ("generated tokens", str(stats.n_gen_tokens)),
         ("rollout wall-clock (this process)", f"{stats.wall_s:.1f} s"),
-        (
-            "generation throughput",
-            "—"
-            if stats.gen_tok_per_s != stats.gen_tok_per_s
-            else f"{stats.gen_tok_per_s:.0f} tok/s",
-        ),
+        ("throughput (generated tokens ÷ rollout wall-clock)", _tok_s(stats.tok_per_s)),
+        ("generation speed (tokens ÷ time inside generate)", _tok_s(stats.gen_tok_per_s)),
     ]
     if stats.resumed_groups:
         rows.append(("groups kept from the interrupted run", str(stats.resumed_groups)))
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
+
+
+def _tok_s(rate: float) -> str:
+    return "—" if rate != rate else f"{rate:,.0f} tok/s"
 
 
 def write_collect_report(

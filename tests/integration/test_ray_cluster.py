@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -70,18 +74,20 @@ def _alive_nodes(address: str, env: dict[str, str]) -> int:
     return int(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else 0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """Two Ray nodes of 1 CPU each on loopback; yields (address, env of the cluster's machine)."""
-    home = tmp_path_factory.mktemp("ray-home")  # the head's token lands in HOME/.ray/auth_token
+@contextmanager
+def two_nodes(home: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
+    """Two Ray nodes of 1 CPU each on loopback, the head's token in HOME/.ray/auth_token; yields
+    (address, [head, node])."""
     env = {**os.environ, "HOME": str(home), "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, timeout=60)
     port = _free_port()
     address = f"127.0.0.1:{port}"
+    # Ray's sockets live under --temp-dir, and a socket path may not pass 107 bytes: keep it short
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     head = _start_node(
         ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-         "--include-dashboard", "false", "--temp-dir", str(home / "ray")],
+         "--include-dashboard", "false", "--temp-dir", temp],
         env, home / "head.log",
     )  # fmt: skip
     nodes = [head]
@@ -98,10 +104,19 @@ def cluster(tmp_path_factory):
         while _alive_nodes(address, env) < 2:
             assert time.monotonic() < deadline, (home / "node.log").read_text()[-2000:]
             time.sleep(2)
-        yield address, home
+        yield address, nodes
     finally:
         for node in reversed(nodes):
             _stop(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two Ray nodes of 1 CPU each on loopback; yields (address, HOME of the cluster's user)."""
+    home = tmp_path_factory.mktemp("ray-home")
+    with two_nodes(home) as (address, _):
+        yield address, home
 
 
 def srollout(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -204,3 +219,42 @@ def test_train_onpolicy_seeds_on_two_nodes_equal_seeds_in_sequence(cluster, tiny
         a, b = a.drop(timing), b.drop(timing)
         keys = [c for c in ("seed", "arm", "iteration", "task_id") if c in a.columns]
         assert a.height > 0 and a.sort(keys).equals(b.sort(keys)), name
+
+
+def test_a_node_dying_mid_run_is_one_line_keeps_the_finished_groups_and_resume_completes(
+    tmp_path_factory, tmp_path
+):
+    """The second node is killed (its whole process group, as a machine that goes away) once the
+    first groups are written: the run stops with one line naming the node, exit 2, the groups
+    that finished stay, and --resume on the head alone writes what one process writes."""
+    home = tmp_path_factory.mktemp("ray-home-dies")
+    args = _collect(tmp_path / "run", "--groups", "60", "--T-max", "8", "--concurrency", "2")
+    with two_nodes(home) as (address, nodes):
+        env = {**_user_env(home, address), "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+        cmd = [sys.executable, "-m", "srollout.cli.app", *args, "--workers", "2"]
+        run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+        parts = tmp_path / "run" / "parts"
+        deadline = time.monotonic() + 180
+        while not (parts.is_dir() and any(p.is_dir() and not p.name.startswith(".")
+                                          for p in parts.iterdir())):  # fmt: skip
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        _stop(nodes[1])
+        _, stderr = run.communicate(timeout=240)
+    assert run.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert "died mid-run, taking its worker" in lines[0] and "--resume" in lines[0], lines[0]
+    kept = int(lines[0].split("; ")[1].split(" of ")[0])
+    finished = [p for p in parts.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert 0 < kept == len(finished) < 60, (kept, len(finished))
+    # the cluster is gone: --resume in one process (no RAY_ADDRESS) rolls out the rest
+    resumed = srollout(*args, "--resume", env=_user_env(home, None))
+    assert resumed.returncode == 0, resumed.stderr
+    one = srollout(*_collect(tmp_path / "one", "--groups", "60", "--T-max", "8",
+                             "--concurrency", "2"), env=_user_env(home, None))  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    for name in TABLES:
+        a, b = _table(tmp_path / "one", name), _table(tmp_path / "run", name)
+        assert a.height > 0 and a.equals(b), name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 from rich.console import Console
 
@@ -115,3 +116,32 @@ def test_disabled_phase_bars_print_nothing():
     with PhaseBars(Console(file=out, force_terminal=False), enabled=False) as bars:
         bars.phase("SFT")(5, 5, "loss 1")
     assert out.getvalue() == ""
+
+
+def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatch):
+    """The bar's tok/s is tokens over wall-clock, the summary's first throughput row; the second
+    row is tokens over time inside generate. 1,200 tokens in 2 s of wall-clock of which 1.5 s
+    generating: 600 tok/s (wall) on both, 800 tok/s generation speed."""
+    import srollout.progress as progress
+    from srollout.rollout.engine import TickStats
+    from srollout.stages.collect import CollectStats, stats_frame
+
+    clock = itertools.chain([0.0], itertools.repeat(2.0))  # the bar starts at 0, then 2 s pass
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    bar = progress.RolloutBar(Console(file=out, force_terminal=False, width=200), "collect", 1,
+                              enabled=True)  # fmt: skip
+    bar.tick(TickStats(1, 8, 1200, 1.5, 0.3, 0, 1))
+    bar.advance(1)
+    assert "600 tok/s (wall), 8 in flight" in out.getvalue()
+    stats = CollectStats(
+        n_groups=1, label_counts={}, zero_var_rate=0.0, success_rate=0.0, valid_rate=1.0,
+        n_cut=0, n_steps=8, n_gen_tokens=1200, wall_s=2.0, tok_per_s=1200 / 2.0,
+        gen_tok_per_s=1200 / 1.5, resumed_groups=0,
+    )  # fmt: skip
+    rows = dict(stats_frame(stats).iter_rows())
+    assert rows["throughput (generated tokens ÷ rollout wall-clock)"] == "600 tok/s"
+    assert rows["generation speed (tokens ÷ time inside generate)"] == "800 tok/s"
+    none = stats._replace(n_gen_tokens=0, tok_per_s=float("nan"), gen_tok_per_s=float("nan"))
+    speed = dict(stats_frame(none).iter_rows())["generation speed (tokens ÷ time inside generate)"]
+    assert speed == "—"

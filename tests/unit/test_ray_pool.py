@@ -190,3 +190,30 @@ def test_a_failed_join_says_what_to_do(monkeypatch, tmp_path):
         "not connect to GCS); start one with `ray start --head`, or unset RAY_ADDRESS to run on "
         "a local Ray"
     )
+
+
+class _Cluster:
+    """What ``ray.nodes()`` says about a cluster: a live head, a dead second node."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def nodes(self):
+        if self.fail:
+            raise ConnectionError("GCS unreachable")
+        return [
+            {"NodeID": "aa11", "Alive": True, "NodeManagerAddress": "10.0.0.1"},
+            {"NodeID": "bb22ccdd33ee44ff", "Alive": False, "NodeManagerAddress": "10.0.0.2"},
+        ]
+
+
+def test_a_worker_whose_node_is_dead_is_told_from_one_that_died_alone():
+    from srollout.rollout.ray_pool import _node_alive, _node_name
+
+    assert _node_alive(_Cluster(), "aa11")  # the worker died, its node lives: replace it
+    assert not _node_alive(_Cluster(), "bb22ccdd33ee44ff")  # its node died: no replacement
+    assert not _node_alive(_Cluster(), "gone")  # a node the cluster forgot is not alive
+    assert _node_alive(_Cluster(), "")  # never started: nobody knows its node, replace it
+    assert not _node_alive(_Cluster(fail=True), "aa11")  # the cluster cannot be read at all
+    assert _node_name(_Cluster(), "bb22ccdd33ee44ff") == "bb22ccdd33ee (10.0.0.2)"
+    assert _node_name(_Cluster(fail=True), "bb22ccdd33ee44ff") == "bb22ccdd33ee"
