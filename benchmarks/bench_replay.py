@@ -12,7 +12,8 @@ What is compared, both on the same warmed policy object, one after the other:
 - ``replay``: the recorded calls fed to the policy again in the same order: the same batches, the
   same prompts, the same seeds, so the same generated tokens (checked: the replay's texts and
   token counts are compared with the collect's). Its throughput is the backend's ceiling for
-  this work: nothing but ``act`` and ``finish`` runs.
+  this work: nothing but ``act`` and ``finish`` runs. vLLM's prefix cache is emptied first, so
+  the replay does not find the collect's prompts already computed.
 
 ``collect ÷ replay`` is the share of the backend's throughput the engine keeps (goal ≥ 80 %,
 issue 37). The collect's own split (generation, env steps, resets, other) says where the rest
@@ -96,11 +97,15 @@ def main() -> None:
 
     import srollout.stages.collect as stage
     from srollout.config import CollectConfig
-    from srollout.envs.tasks import load_tasks
     from srollout.policy import resolve_model
     from srollout.rollout.engine import RolloutSettings
     from srollout.rollout.warmup import warm_up
-    from srollout.stages.rollout_setup import build_env_factory, build_policy, build_prompter
+    from srollout.stages.rollout_setup import (
+        build_env_factory,
+        build_policy,
+        build_prompter,
+        load_tasks,
+    )
 
     torch.set_num_threads(args.threads)
     args.model = resolve_model(args.model)
@@ -135,6 +140,12 @@ def main() -> None:
             stage.build_policy = original
         s = result.summary
         rec_tokens = sum(sum(c[3]) for c in recorder.calls if c[0] == "act")
+        # vLLM keeps every prompt it saw in its prefix cache: the replay would find the collect's
+        # turns already computed. Emptied, so both runs compute the same prefills (the
+        # conversation's earlier turns hit the cache in both, as in any collect).
+        llm = getattr(policy, "llm", None)
+        if llm is not None:
+            llm.reset_prefix_cache()
         r = replay(policy, recorder.calls)
     load_after = os.getloadavg()
 

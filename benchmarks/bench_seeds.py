@@ -45,6 +45,7 @@ def _run(out: Path, args: argparse.Namespace, workers: int) -> float:
 
 
 def _same(a: Path, b: Path) -> dict[str, bool]:
+    import numpy as np
     import polars as pl
 
     out = {}
@@ -53,7 +54,14 @@ def _same(a: Path, b: Path) -> dict[str, bool]:
         timing = [c for c in x.columns if c.endswith("_s") or "wall" in c or "per_s" in c]
         keys = [c for c in ("seed", "arm", "iteration", "task_id") if c in x.columns]
         x, y = x.drop(timing).sort(keys), y.drop(timing).sort(keys)
-        out[name] = x.equals(y)
+        # trained floats follow torch's kernels, which differ with the thread count (1 per Ray
+        # worker, the machine's in process): within float noise; everything else exact
+        floats = [c for c in x.columns if x.schema[c] in (pl.Float32, pl.Float64)]
+        close = all(
+            np.allclose(x[c].to_numpy(), y[c].to_numpy(), rtol=1e-4, atol=1e-6, equal_nan=True)
+            for c in floats
+        )
+        out[name] = close and x.drop(floats).equals(y.drop(floats))
     return out
 
 

@@ -54,6 +54,7 @@ def _run(out: Path, workers: int, args: argparse.Namespace) -> tuple[object, flo
 
 
 def _same(a: Path, b: Path) -> bool:
+    import numpy as np
     import polars as pl
 
     from srollout.rollout.records import TIMING_COLUMNS
@@ -61,7 +62,15 @@ def _same(a: Path, b: Path) -> bool:
     for name in ("steps", "trajectories", "groups", "signals"):
         x, y = pl.read_parquet(a / f"{name}.parquet"), pl.read_parquet(b / f"{name}.parquet")
         drop = [c for c in x.columns if c in TIMING_COLUMNS]
-        if not x.drop(drop).equals(y.drop(drop)):
+        x, y = x.drop(drop), y.drop(drop)
+        # the policy's log-probs are floats of torch's kernels, which differ with the thread
+        # count (1 per worker against 2 in process): compared within float noise, the rest exact
+        floats = [c for c in x.columns if x.schema[c] in (pl.Float32, pl.Float64)]
+        close = all(
+            np.allclose(x[c].to_numpy(), y[c].to_numpy(), rtol=1e-4, atol=1e-6, equal_nan=True)
+            for c in floats
+        )
+        if not (close and x.drop(floats).equals(y.drop(floats))):
             return False
     return True
 

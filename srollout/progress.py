@@ -147,8 +147,9 @@ class RolloutBar(StageBar):
         self.tokens += stats.gen_tokens
         if self.enabled:
             rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
-            # the summary's "throughput" (tokens over wall-clock), not its "generation speed"
-            self.update(rate=f"{rate:,.0f} tok/s (wall), {stats.rows} in flight")
+            # tokens over the time since the bar started (a Ray cluster's start included), like
+            # the summary's "throughput"; not its "generation speed" (time inside generate only)
+            self.update(rate=f"{rate:,.0f} tok/s since the start, {stats.rows} in flight")
 
     def advance(self, n: int = 1) -> None:
         """``n`` more groups done (none: nothing drawn)."""

@@ -17,7 +17,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,17 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "obs_unique_ratio",
     "termination_fraction",
 )
+
+# Signals at K read from what each step recorded (srollout.core.step_signals computes them),
+# beside the seven agreement signals: optional columns of signals.parquet (a table written before
+# 2026-11-27 has none and still reads).
+STEP_SIGNAL_NAMES: tuple[str, ...] = ("action_logprob_mean", "invalid_action_rate")
+
+
+def signal_names(columns: Sequence[str]) -> tuple[str, ...]:
+    """The seven signals, then the step signals among ``columns`` (a table's columns)."""
+    return SIGNAL_NAMES + tuple(n for n in STEP_SIGNAL_NAMES if n in columns)
+
 
 LABELS: tuple[str, ...] = ("all_fail", "mixed", "all_succeed")
 ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate")
@@ -94,6 +105,15 @@ def _count(column: str, lo: int = 0, missing: bool = False) -> Rule:
     return Rule(column, f"a count >= {lo}", lo, missing=missing)
 
 
+def _logprob(column: str) -> Rule:
+    return Rule(column, "a log-probability <= 0 (NaN: the policy has none)", hi=0.0, missing=True)
+
+
+# The policy's own log-probabilities of a step's response (srollout.policy.base.ActResponse):
+# written since 2026-11-27, optional for tables made before.
+STEP_LOGPROB_COLUMNS: tuple[str, ...] = ("logprob_mean", "logprob_min")
+
+
 def _seconds(column: str) -> Rule:
     return Rule(column, "seconds >= 0", 0.0, missing=True)
 
@@ -104,12 +124,21 @@ _FINITE_REWARD = Rule("reward", "a finite reward (not NaN or ±inf)")
 @dataclass(frozen=True)
 class Artifact:
     """One Parquet artifact: file name, required columns (name -> dtype), what a row is, and the
-    value rules of its columns (:class:`Rule`, checked by :func:`read`)."""
+    value rules of its columns (:class:`Rule`, checked by :func:`read`). optional: columns (name
+    -> dtype) that later versions write and a reader takes when they are there: typed and
+    rule-checked when present, never required (a table written before them still reads)."""
 
     name: str
     row: str
     columns: Mapping[str, Any]
     rules: tuple[Rule, ...] = ()
+    optional: Mapping[str, Any] = field(default_factory=dict)
+
+    def dtypes(self, df_columns: Sequence[str]) -> dict[str, Any]:
+        """The declared dtype of every required column and of the optional ones in
+        ``df_columns``."""
+        present = {c: t for c, t in self.optional.items() if c in df_columns}
+        return {**self.columns, **present}
 
     @property
     def filename(self) -> str:
@@ -145,7 +174,9 @@ STEPS = Artifact(
         _count("n_gen_tokens", missing=True),
         _seconds("gen_s"),
         _seconds("env_s"),
+        *(_logprob(c) for c in STEP_LOGPROB_COLUMNS),
     ),
+    optional={c: pl.Float64 for c in STEP_LOGPROB_COLUMNS},
 )
 
 TRAJECTORIES = Artifact(
@@ -219,7 +250,15 @@ SIGNALS = Artifact(
         _unit("termination_fraction", "τ_K"),
         Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
         Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+        Rule(
+            "action_logprob_mean",
+            "a mean log-probability <= 0 (NaN: the policy gave none)",
+            hi=0.0,
+            missing=True,
+        ),
+        _unit("invalid_action_rate", "a share of steps", missing=True),
     ),
+    optional={name: pl.Float64 for name in STEP_SIGNAL_NAMES},
 )
 
 CORRELATION = Artifact(
@@ -333,9 +372,14 @@ def validate(
         actual = df.schema[col]
         if not _compatible(dtype, actual):
             raise SchemaError(f"{source}: column '{col}' has type {actual}, expected {dtype}")
+    for col, dtype in artifact.optional.items():
+        actual = df.schema.get(col)
+        if actual is not None and not _compatible(dtype, actual):
+            raise SchemaError(f"{source}: column '{col}' has type {actual}, expected {dtype}")
     if df.height == 0 and not allow_empty:
         raise SchemaError(f"{source}: the {artifact.name} table is empty")
-    casts = [pl.col(c).cast(t) for c, t in artifact.columns.items() if df.schema[c] != t]
+    declared = artifact.dtypes(df.columns)
+    casts = [pl.col(c).cast(t) for c, t in declared.items() if df.schema[c] != t]
     return df.with_columns(casts) if casts else df
 
 
@@ -399,9 +443,8 @@ def scan(
     if n_rows == 0 and not allow_empty:
         raise SchemaError(f"{path}: the {artifact.name} table is empty")
     keep = list(file_schema) if columns is None else list(columns)
-    return lazy.select(
-        [pl.col(c).cast(artifact.columns[c]) if c in artifact.columns else pl.col(c) for c in keep]
-    )
+    declared = artifact.dtypes(list(file_schema))
+    return lazy.select([pl.col(c).cast(declared[c]) if c in declared else pl.col(c) for c in keep])
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from srollout.cli.rollout_options import (
     rollout_options,
 )
 from srollout.config import CollectConfig, DistConfig, help_for
+from srollout.errors import SrolloutError
 
 OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
 
@@ -29,16 +30,29 @@ def register(app: typer.Typer) -> None:
     def collect(
         options: dict[str, Any],
         workers: Annotated[
-            int, typer.Option("--workers", help=help_for(DistConfig, "workers"))
-        ] = 1,
+            str,
+            typer.Option(
+                "--workers",
+                help=help_for(DistConfig, "workers") + " auto (the default): one Ray worker per "
+                "core for the transformers LM when every worker gets >= 16 groups and Ray is "
+                "installed, else 1.",
+            ),
+        ] = "auto",
     ) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich
-        from srollout.stages.collect import run_collect, stats_frame
+        from srollout.stages.collect import auto_workers, run_collect, stats_frame
 
         config = CollectConfig(**config_values(CollectConfig, options))
-        dist = DistConfig(workers=workers)
         console = make_console()
+        if workers == "auto":
+            n, why = auto_workers(config)
+            console.print(f"--workers auto: {why}", style="dim", highlight=False)
+        elif workers.isdigit():
+            n = int(workers)
+        else:
+            raise SrolloutError(f"--workers {workers!r}: a number of workers >= 1, or auto")
+        dist = DistConfig(workers=n)
         result = run_collect(config, console=console, dist=dist)
         console.print(
             to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups")

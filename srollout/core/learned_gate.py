@@ -50,8 +50,10 @@ from srollout.core.gate import (
 )
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
+from srollout.schemas import SIGNAL_NAMES
 
-SIGNAL_FIELDS: tuple[str, ...] = tuple(GroupSignals.__dataclass_fields__)
+# the seven agreement signals (the step signals are not features yet)
+SIGNAL_FIELDS: tuple[str, ...] = SIGNAL_NAMES
 FEATURE_NAMES: tuple[str, ...] = (*SIGNAL_FIELDS, "K")
 DEFAULT_L2 = 1.0
 DEFAULT_FOLDS = 5

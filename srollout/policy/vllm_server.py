@@ -185,7 +185,10 @@ class VLLMServerPolicy:
             self.client.call("POST", "/v1/unload_lora_adapter", {"lora_name": old})
         self.name = f"vllm-server:{self.served}+{path.name}#{self._lora_id}"
 
-    def _complete(self, ids: list[int], seed: int) -> list[int]:
+    def _complete(self, ids: list[int], seed: int) -> tuple[list[int], list[float]]:
+        """The generated ids and each one's raw log-probability (``logprobs: 0``: the sampled
+        token's own, in ``choices[0].logprobs.token_logprobs``; [] from a server that omits
+        them)."""
         body = {
             "model": self._target,
             "prompt": ids,
@@ -196,6 +199,7 @@ class VLLMServerPolicy:
             "stop_token_ids": list(self.conversations.eot_ids),
             "return_token_ids": True,
             "skip_special_tokens": True,
+            "logprobs": 0,
         }
         out = self.client.call("POST", "/v1/completions", body)
         choice = out["choices"][0]
@@ -204,7 +208,8 @@ class VLLMServerPolicy:
                 f"the server at {self.client.base_url} "
                 "returned no token ids (vLLM >= 0.10.2 needed)"
             )
-        return list(choice["token_ids"])
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        return list(choice["token_ids"]), [float(x) for x in logprobs if x is not None]
 
     def act(self, requests: list[ActRequest]) -> list[ActResponse]:
         """One response per request, same order; every request in flight at once."""
@@ -215,10 +220,11 @@ class VLLMServerPolicy:
             self.pool.submit(self._complete, ids, step_seed(r.seed, r.step))
             for r, (ids, _) in zip(requests, prompts, strict=True)
         ]
-        return [
-            self.conversations.record(r, f.result(), n)
-            for r, (_, n), f in zip(requests, prompts, futures, strict=True)
-        ]
+        responses = []
+        for r, (_, n), f in zip(requests, prompts, futures, strict=True):
+            ids, logprobs = f.result()
+            responses.append(self.conversations.record(r, ids, n, logprobs))
+        return responses
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from srollout.schemas import LABELS, SIGNAL_NAMES
+from srollout.schemas import LABELS, signal_names
 
 # One colour per group label, the paper's convention (Fig. "d_K by label").
 LABEL_COLORS = {"all_fail": "#d62728", "mixed": "#7f7f7f", "all_succeed": "#2ca02c"}
@@ -55,7 +55,8 @@ def correlation_heatmap(corr: pl.DataFrame, path: str | Path, title: str = "") -
     variance". ``corr`` has the columns of correlation.parquet (K, metric, spearman_rho, auroc)."""
     plt = pyplot()
     Ks = sorted(corr["K"].unique().to_list())
-    metrics = [m for m in SIGNAL_NAMES if m in set(corr["metric"].to_list())]
+    present = set(corr["metric"].to_list())
+    metrics = [m for m in signal_names(present) if m in present]
     width = 2.6 + 2 * (1.0 * len(Ks) + 1.7)  # y labels + two panels, each with its colorbar
     fig, axes = plt.subplots(1, 2, figsize=(width, 0.5 * len(metrics) + 1.8))
     for ax, column, label, vmin, vmax, cmap in (

@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from srollout.envs.base import StepResult, Task, TextEnv
@@ -387,6 +387,8 @@ def _step_row(
         "done": bool(result.done),
         "n_prompt_tokens": int(resp.n_prompt_tokens),
         "n_gen_tokens": int(resp.n_gen_tokens),
+        "logprob_mean": float(resp.logprob_mean),
+        "logprob_min": float(resp.logprob_min),
         "gen_s": gen_s,
         "env_s": env_s,
     }
@@ -545,7 +547,7 @@ class _Pool:
         """Show the group's signals at this step to the gate; when it fires, end the group."""
         trajs = g.record.trajs
         actions, observations = [t.actions for t in trajs], [t.observations for t in trajs]
-        sig = self.compute_signals(actions, g.step, observations)
+        sig = with_step_signals(self.compute_signals(actions, g.step, observations), trajs, g.step)
         g.record.gate_K, g.record.gate_signals = g.step, sig
         g.record.gate_checks.append(g.step)
         if gate_fires(self.settings.gate, g.step, sig):
@@ -573,7 +575,9 @@ class _Pool:
         observations = [t.observations for t in record.trajs]
         for k in self.settings.recorded_K:
             if k <= last:
-                record.signals[k] = self.compute_signals(actions, k, observations)
+                record.signals[k] = with_step_signals(
+                    self.compute_signals(actions, k, observations), record.trajs, k
+                )
         record.wall_s = time.perf_counter() - group.t0
         self.totals.done += 1
         if self.on_group is not None:
@@ -635,6 +639,15 @@ def run_groups(
     finally:
         pool.close()
     return pool.totals.summary(time.perf_counter() - t_start)
+
+
+def with_step_signals(sig: GroupSignals, trajs: Sequence[TrajRecord], K: int) -> GroupSignals:
+    """``sig`` with the group's step signals at K (:mod:`srollout.core.step_signals`), read from
+    the step rows the trajectories recorded."""
+    from srollout.core.step_signals import STEP_COLUMNS, step_signals
+
+    columns = {col: [[row[col] for row in t.steps] for t in trajs] for col in STEP_COLUMNS}
+    return replace(sig, steps=tuple(step_signals(columns, K).items()))
 
 
 def env_step(env: TextEnv, action: str) -> StepResult:

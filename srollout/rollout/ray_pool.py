@@ -508,8 +508,10 @@ def run_groups_distributed(
             if on_tick is not None:
                 s = value.summary
                 in_flight = sum(len(chunks[j]) for k, _, j in pending.values() if k == "run")
+                # rows: the trajectories in flight on the workers, as a one-process tick counts them
+                rows = in_flight * recipe.settings.G
                 on_tick(
-                    TickStats(returned, s.rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done)
+                    TickStats(returned, rows, s.n_gen_tokens, s.gen_s, s.env_s, in_flight, done)
                 )
         if lost_node:
             raise SrolloutError(

@@ -24,10 +24,10 @@ from typing import NamedTuple
 import polars as pl
 
 from srollout.rollout.engine import GroupRecord
-from srollout.schemas import SIGNAL_NAMES, STEPS
+from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES, STEPS
 
 # the contract's steps columns, in its order, plus the arm
-STEP_SCHEMA: dict[str, pl.DataType] = {**STEPS.columns, "arm": pl.Utf8}
+STEP_SCHEMA: dict[str, pl.DataType] = {**STEPS.columns, **STEPS.optional, "arm": pl.Utf8}
 
 TRAJ_SCHEMA: dict[str, pl.DataType] = {
     "group_id": pl.Utf8,
@@ -85,7 +85,7 @@ SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     "task_id": pl.Utf8,
     "task_type": pl.Utf8,
     "K": pl.Int64,
-    **{name: pl.Float64 for name in SIGNAL_NAMES},
+    **{name: pl.Float64 for name in SIGNAL_NAMES + STEP_SIGNAL_NAMES},
     "reward_var": pl.Float64,
     "label": pl.Utf8,
     "zero_var": pl.Boolean,

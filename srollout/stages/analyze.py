@@ -28,7 +28,7 @@ from srollout.config import PAPER_K_VALUES, AnalyzeConfig
 from srollout.report.markdown import Section, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import Manifest, prepare_run_dir
-from srollout.schemas import LABELS, SIGNAL_NAMES
+from srollout.schemas import LABELS, signal_names
 from srollout.stages.buffer import (
     Buffer,
     groups_from_trajectories,
@@ -84,7 +84,7 @@ def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
         variance = part["reward_var"].to_numpy()
         nonzero = ~part["zero_var"].to_numpy()
         variance_ranks = rankdata(variance)
-        for metric in SIGNAL_NAMES:
+        for metric in signal_names(signals.columns):
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
             r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
             rows.append(
@@ -156,7 +156,8 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
 def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
     """Median and inter-quartile range (linear quantiles) of every signal per (K, group label)."""
     aggs = []
-    for i, metric in enumerate(SIGNAL_NAMES):
+    names = signal_names(signals.columns)
+    for i, metric in enumerate(names):
         x = pl.col(metric).cast(pl.Float64)
         x = x.filter(x.is_not_nan().fill_null(False))
         aggs += [
@@ -175,10 +176,10 @@ def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
                 "label",
                 *(pl.col(f"{c}{i}").alias(c) for c in ("n", "median", "q25", "q75")),
             )
-            for i, metric in enumerate(SIGNAL_NAMES)
+            for i, metric in enumerate(names)
         ]
     ).filter(pl.col("n") > 0)
-    order = {m: i for i, m in enumerate(SIGNAL_NAMES)}
+    order = {m: i for i, m in enumerate(names)}
     label_order = {lab: i for i, lab in enumerate(LABELS)}
     return (
         table.with_columns(
@@ -250,7 +251,8 @@ def false_positive_table(buffer: Buffer, gate_K: int, d_L: float) -> pl.DataFram
 
 def wide_correlation(corr: pl.DataFrame) -> pl.DataFrame:
     """correlation.parquet pivoted for reading: one row per signal, "ρ / AUROC" columns per K."""
-    out = pl.DataFrame({"metric": [m for m in SIGNAL_NAMES if m in set(corr["metric"].to_list())]})
+    metrics = set(corr["metric"].to_list())
+    out = pl.DataFrame({"metric": [m for m in signal_names(metrics) if m in metrics]})
     for K in sorted(corr["K"].unique().to_list()):
         part = corr.filter(pl.col("K") == K).select(
             "metric",
@@ -287,7 +289,8 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
         .sort("_o")
         .drop("_o")
     )
-    return wide.select(["label", "n", *[m for m in SIGNAL_NAMES if m in wide.columns]])
+    present = wide.columns
+    return wide.select(["label", "n", *[m for m in signal_names(present) if m in present]])
 
 
 def run_analyze(

@@ -32,8 +32,9 @@ import numpy as np
 import polars as pl
 
 from srollout import schemas
+from srollout.core.step_signals import STEP_COLUMNS
 from srollout.errors import SchemaError, SrolloutError
-from srollout.schemas import LABELS, SIGNAL_NAMES
+from srollout.schemas import LABELS, SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 INITIAL_OBSERVATION = "<o_1>"
 
@@ -232,6 +233,14 @@ def trajectories_from_steps(
             .otherwise(pl.lit(""))
         )
     by_step = pl.col("step")
+    # the per-step values the step signals read (core.step_signals), when the table has them
+    step_cols = [c for c in STEP_COLUMNS if c in names]
+    step_values = [
+        (
+            pl.when(by_step <= keep_actions_to).then(pl.col(c)) if keep_actions_to else pl.col(c)
+        ).alias(c)
+        for c in step_cols
+    ]
     trajs = (
         lazy.select(
             "group_id",
@@ -241,6 +250,7 @@ def trajectories_from_steps(
             "reward",
             action.alias("action"),
             observation.alias("observation"),
+            *step_values,
         )
         .group_by(["group_id", "traj_idx"])
         .agg(
@@ -255,6 +265,7 @@ def trajectories_from_steps(
             # records it); in ALFWorld only the winning last step pays, so it is the final reward
             reward=pl.col("reward").sort_by(by_step).sum(),
             n_steps=pl.len().cast(pl.Int64),
+            **{c: pl.col(c).sort_by(by_step) for c in step_cols},
             first_step=by_step.min(),
             last_step=by_step.max(),
         )
@@ -351,10 +362,11 @@ def signals_from_trajectories(
     PARALLEL_FROM (group, K) cells (:func:`srollout.core.signals.compute_signals` is pure, so the
     table is the same either way). progress: ``(groups done, groups)`` after each chunk (only
     from PARALLEL_FROM cells on; below, the work takes a second or two)."""
+    step_cols = [c for c in STEP_COLUMNS if c in trajs.columns]
     per_group = (
         trajs.sort(["group_id", "traj_idx"])
         .group_by("group_id", maintain_order=True)
-        .agg(pl.col("actions"), pl.col("observations"))
+        .agg(pl.col("actions"), pl.col("observations"), *map(pl.col, step_cols))
         .sort("group_id")
     )
     n = per_group.height
@@ -394,14 +406,15 @@ def signals_from_trajectories(
                 in_flight += [pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 1)]
                 if progress is not None:
                     progress(done_groups, n)
-    table = np.concatenate(values) if values else np.empty((0, len(SIGNAL_NAMES)))
+    names = SIGNAL_NAMES + STEP_SIGNAL_NAMES
+    table = np.concatenate(values) if values else np.empty((0, len(names)))
     meta = groups.select(["group_id", "task_type", "reward_var", "label", "zero_var"])
     rows = meta[np.repeat(np.arange(meta.height), len(Ks))]
     out = rows.with_columns(
         K=pl.Series(np.tile(np.asarray(Ks, dtype=np.int64), meta.height)),
-        **{name: pl.Series(table[:, i]) for i, name in enumerate(SIGNAL_NAMES)},
+        **{name: pl.Series(table[:, i]) for i, name in enumerate(names)},
     )
-    schema = {**schemas.SIGNALS.columns, "zero_var": pl.Boolean}
+    schema = {**schemas.SIGNALS.columns, **schemas.SIGNALS.optional, "zero_var": pl.Boolean}
     return out.select(list(schema)).cast(schema)
 
 
@@ -420,23 +433,21 @@ def _signals_chunk(part: pl.DataFrame, Ks: tuple[int, ...]) -> np.ndarray:
     """[groups · len(Ks), 7] signal values of the groups of ``part`` (columns actions and
     observations: per group its trajectories' lists), group-major (all K of group 0, then 1)."""
     from srollout.core.signals import compute_signals
+    from srollout.core.step_signals import step_signals
 
     actions = part["actions"].to_list()
     observations = part["observations"].to_list()
-    out = np.empty((len(actions) * len(Ks), len(SIGNAL_NAMES)), dtype=np.float64)
+    step_cols = [c for c in STEP_COLUMNS if c in part.columns]
+    per_step = {c: part[c].to_list() for c in step_cols}
+    out = np.empty((len(actions) * len(Ks), len(SIGNAL_NAMES + STEP_SIGNAL_NAMES)), np.float64)
     row = 0
-    for acts, obs in zip(actions, observations, strict=True):
+    for g, (acts, obs) in enumerate(zip(actions, observations, strict=True)):
+        group_steps = {c: per_step[c][g] for c in step_cols}
         for K in Ks:
             s = compute_signals(acts, K, obs)
-            out[row] = (
-                s.prefix_edit_distance_mean,
-                s.action_bigram_jaccard_mean,
-                s.unique_prefix_ratio,
-                s.unique_action_ratio,
-                s.action_entropy,
-                s.obs_unique_ratio,
-                s.termination_fraction,
-            )
+            extra = step_signals(group_steps, K)
+            # the seven in SIGNAL_NAMES order (as_dict's), then the step signals
+            out[row] = (*s.as_dict().values(), *(extra[name] for name in STEP_SIGNAL_NAMES))
             row += 1
     return out
 
@@ -491,9 +502,9 @@ def _read_steps(
     # groups is ~12 million rows, whose texts would not fit in memory whole
     steps = schemas.scan(steps_file, schemas.STEPS)
     names = steps.collect_schema().names()
-    wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + (
-        ["arm"] if "arm" in names else []
-    )
+    wanted = ["group_id", "traj_idx", "step", "task_type", "action", "observation", "reward"] + [
+        c for c in ("arm", *STEP_COLUMNS) if c in names and c not in ("step",)
+    ]
     steps = schemas.check_rules_lazy(steps.select(wanted), schemas.STEPS, steps_file)
     if trajectories_file is not None:
         _refuse_gated_trajectories(trajectories_file)

@@ -17,6 +17,7 @@ The story, top to bottom (:func:`run_collect`):
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -220,6 +221,41 @@ def run_collect(
 
 
 # --- building blocks the story uses ------------------------------------------------------------
+
+
+# `--workers auto`: Ray workers only when each gets this many groups or more. Measured on 2 cores
+# (docs/benchmarks.md, 2026-11-27): the default collect (100 groups, T_max 30) took 406 s in one
+# process on 2 torch threads and 273 s on 2 Ray workers of 1 thread (1.49x); a worker's start-up
+# (process, imports, policy) costs ~9 s, about 2-3 groups' work, so 16 groups a worker pay for it.
+AUTO_GROUPS_PER_WORKER = 16
+
+
+def auto_workers(config: CollectConfig) -> tuple[int, str]:
+    """What ``--workers auto`` (collect's default) runs on, and why: one Ray worker per usable
+    core (capped by ``$OMP_NUM_THREADS`` when set) for the language model on the transformers
+    backend, when Ray is installed, ``$RAY_ADDRESS`` is unset and every worker gets at least
+    :data:`AUTO_GROUPS_PER_WORKER` groups; otherwise 1 (this process, torch on every core)."""
+    import importlib.util
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        cores = min(cores, int(omp))
+    n = min(cores, config.groups // AUTO_GROUPS_PER_WORKER)
+    if config.policy != "lm" or config.backend != "transformers":
+        return 1, "one process: only the transformers LM is spread over workers by default"
+    if os.environ.get("RAY_ADDRESS"):
+        return 1, "one process: $RAY_ADDRESS is set; ask for --workers N to use that cluster"
+    if cores < 2:
+        return 1, "one process: one usable core"
+    if n < 2:
+        return 1, f"one process: {config.groups} groups do not pay for workers' start-up"
+    if importlib.util.find_spec("ray") is None:
+        return 1, "one process: Ray is not installed (pip install 'srollout[dist]')"
+    return n, f"{n} Ray workers of 1 torch thread, one per core ({config.groups} groups)"
 
 
 def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:

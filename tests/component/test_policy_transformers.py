@@ -342,3 +342,53 @@ def test_a_forced_turn_continues_the_conversation_as_if_generated(tiny_model):
     assert rec.token_ids == chat.token_ids == re_rec.token_ids
     assert rec.action_mask == chat.action_mask
     assert policy.tokenizer.decode(rec.token_ids).count("take apple 1 from cabinet 1") == 1
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.3])
+def test_each_response_carries_its_tokens_raw_logprobs_as_a_full_forward_pass_gives_them(
+    tiny_model, temperature
+):
+    """logprob_mean / logprob_min of every response (KV cache kept across turns, rows of
+    different steps in one batch) equal the mean / minimum of log_softmax(logits)[token] over the
+    response's tokens in one teacher-forced forward pass of the whole trajectory: raw, so the
+    sampling temperature changes which tokens are drawn but not how they are scored."""
+    policy = _policy(tiny_model, temperature=temperature)
+    keys = [TrajKey("g", i) for i in range(3)]
+    got = {k: [] for k in keys}
+    for tick in range(1, 5):
+        reqs = [ActRequest(key=k, step=tick - k.traj_idx % 2, seed=7 + k.traj_idx, system=SYSTEM,
+                           user=OBS[(k.traj_idx + tick) % len(OBS)])
+                for k in keys if tick - k.traj_idx % 2 >= 1]  # fmt: skip
+        for r, a in zip(reqs, policy.act(reqs), strict=True):
+            got[r.key].append((a.logprob_mean, a.logprob_min, a.n_gen_tokens))
+    for k in keys:
+        tokens = policy.finish(k)
+        ids = torch.tensor([tokens.token_ids])
+        with torch.inference_mode():
+            logits = policy.model(input_ids=ids).logits[0].float()
+        raw = torch.log_softmax(logits[:-1], dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(tokens.action_mask[1:])
+        # each response is one run of action tokens; cut the scored tokens into those runs
+        runs, start = [], None
+        for i, m in enumerate(tokens.action_mask + [False]):
+            if m and start is None:
+                start = i
+            if not m and start is not None:
+                runs.append((start, i))
+                start = None
+        assert [n for _, _, n in got[k]] == [b - a for a, b in runs] and mask.sum() > 0
+        for (mean, low, _), (a, b) in zip(got[k], runs, strict=True):
+            want = raw[a - 1 : b - 1]
+            assert mean == pytest.approx(float(want.mean()), abs=1e-4)
+            assert low == pytest.approx(float(want.min()), abs=1e-4)
+            assert low <= mean <= 0
+
+
+def test_logprob_summary_worked_by_hand():
+    from srollout.policy.base import ActResponse, logprob_summary
+
+    assert logprob_summary([-0.5, -1.5, -0.1]) == pytest.approx((-0.7, -1.5))
+    nan_mean, nan_min = logprob_summary([])
+    assert nan_mean != nan_mean and nan_min != nan_min
+    planner = ActResponse("Action: look")  # a policy without log-probabilities
+    assert planner.logprob_mean != planner.logprob_mean

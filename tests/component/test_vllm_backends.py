@@ -68,6 +68,20 @@ def tables(run: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return steps.sort("group_id", "traj_idx", "step"), trajs.sort("group_id", "traj_idx")
 
 
+def assert_logprobs_agree(want: Path, got: Path) -> None:
+    """Each step's logprob_mean and logprob_min (raw: before temperature and top-p) from two
+    greedy runs of the same groups agree to 1e-3, and are real log-probabilities (finite, <= 0;
+    a greedy token's is at most 0 and, on the shipped policy, mostly near it)."""
+    cols = ["group_id", "traj_idx", "step", "logprob_mean", "logprob_min"]
+    a = pl.read_parquet(want / "steps.parquet").select(cols).sort(cols[:3])
+    b = pl.read_parquet(got / "steps.parquet").select(cols).sort(cols[:3])
+    for col in cols[3:]:
+        x, y = a[col].to_numpy(), b[col].to_numpy()
+        assert (x <= 0).all() and (y <= 0).all() and x.min() > -50, col
+        assert abs(x - y).max() < 1e-3, (col, float(abs(x - y).max()))
+    assert (a["logprob_min"] <= a["logprob_mean"] + 1e-12).all()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,6 +137,7 @@ def test_greedy_vllm_in_process_equals_transformers_on_whole_groups(greedy_trans
     assert want[0].height > 4 * 3  # multi-turn: more than one step per trajectory
     assert got[0].equals(want[0]) and got[1].equals(want[1])
     assert json.loads((out / "manifest.json").read_text())["policy"].startswith("vllm:")
+    assert_logprobs_agree(greedy_transformers, out)
 
 
 @pytest.mark.slow  # the module's vLLM server starts (~39 s recorded)
@@ -145,6 +160,7 @@ def test_greedy_vllm_server_equals_transformers_on_whole_groups(
     assert res.returncode == 0, res.stderr[-3000:]
     want, got = tables(greedy_transformers), tables(out)
     assert got[0].equals(want[0]) and got[1].equals(want[1])
+    assert_logprobs_agree(greedy_transformers, out)
 
 
 @pytest.mark.slow  # four collects, three of them starting vLLM (~55 s recorded)

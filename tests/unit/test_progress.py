@@ -121,7 +121,7 @@ def test_disabled_phase_bars_print_nothing():
 def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatch):
     """The bar's tok/s is tokens over wall-clock, the summary's first throughput row; the second
     row is tokens over time inside generate. 1,200 tokens in 2 s of wall-clock of which 1.5 s
-    generating: 600 tok/s (wall) on both, 800 tok/s generation speed."""
+    generating: 600 tok/s on both, 800 tok/s generation speed."""
     import srollout.progress as progress
     from srollout.rollout.engine import TickStats
     from srollout.stages.collect import CollectStats, stats_frame
@@ -133,7 +133,7 @@ def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatc
                               enabled=True)  # fmt: skip
     bar.tick(TickStats(1, 8, 1200, 1.5, 0.3, 0, 1))
     bar.advance(1)
-    assert "600 tok/s (wall), 8 in flight" in out.getvalue()
+    assert "600 tok/s since the start, 8 in flight" in out.getvalue()
     stats = CollectStats(
         n_groups=1, label_counts={}, zero_var_rate=0.0, success_rate=0.0, valid_rate=1.0,
         n_cut=0, n_steps=8, n_gen_tokens=1200, wall_s=2.0, tok_per_s=1200 / 2.0,

@@ -217,3 +217,63 @@ def test_a_worker_whose_node_is_dead_is_told_from_one_that_died_alone():
     assert not _node_alive(_Cluster(fail=True), "aa11")  # the cluster cannot be read at all
     assert _node_name(_Cluster(), "bb22ccdd33ee44ff") == "bb22ccdd33ee (10.0.0.2)"
     assert _node_name(_Cluster(fail=True), "bb22ccdd33ee44ff") == "bb22ccdd33ee"
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A machine of ``cores`` usable cores with Ray installed and no cluster in the environment."""
+    import os
+
+    def set_up(cores: int, omp: str | None = None, ray_address: str | None = None) -> None:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
+        for name, value in (("OMP_NUM_THREADS", omp), ("RAY_ADDRESS", ray_address)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+
+    return set_up
+
+
+def test_workers_auto_spreads_the_lm_over_the_cores_when_each_gets_16_groups(machine):
+    from srollout.config import CollectConfig
+    from srollout.stages.collect import auto_workers
+
+    pytest.importorskip("ray")
+    machine(2)
+    assert auto_workers(CollectConfig(groups=100))[0] == 2  # the default collect: 2 workers
+    assert auto_workers(CollectConfig(groups=32))[0] == 2  # 16 groups each
+    n, why = auto_workers(CollectConfig(groups=31))  # 15 each: start-up not paid for
+    assert n == 1 and "31 groups do not pay" in why
+    machine(16)
+    assert auto_workers(CollectConfig(groups=100))[0] == 6  # 100 // 16
+    assert auto_workers(CollectConfig(groups=1000))[0] == 16  # one per core
+    machine(16, omp="4")  # the user capped the threads: so many cores, no more
+    assert auto_workers(CollectConfig(groups=1000))[0] == 4
+    machine(1)
+    assert auto_workers(CollectConfig(groups=1000)) == (1, "one process: one usable core")
+    machine(8, ray_address="10.0.0.1:6379")
+    assert "ask for --workers N" in auto_workers(CollectConfig(groups=1000))[1]
+    machine(8)
+    assert auto_workers(CollectConfig(groups=1000, policy="noisy-expert"))[0] == 1
+    assert auto_workers(CollectConfig(groups=1000, backend="vllm"))[0] == 1
+
+
+def test_workers_auto_without_ray_is_one_process(machine, monkeypatch):
+    import importlib.util
+
+    from srollout.config import CollectConfig
+    from srollout.stages.collect import auto_workers
+
+    machine(8)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "ray" else real(n))
+    n, why = auto_workers(CollectConfig(groups=1000))
+    assert n == 1 and "Ray is not installed" in why
+
+
+def test_workers_that_is_not_a_number_is_one_line(run_cli, tmp_path):
+    res = run_cli("collect", "--policy", "noisy-expert", "--groups", "2", "--workers", "two",
+                  "--out", tmp_path / "r")  # fmt: skip
+    assert res.exit_code == 2 and "--workers 'two': a number of workers >= 1, or auto" in res.stderr
+    assert not (tmp_path / "r").exists()

@@ -220,3 +220,41 @@ def test_the_lazy_read_keeps_only_what_the_signals_need(tmp_path: Path) -> None:
     )
     kept = [i + 1 for i, o in enumerate(row["observations"]) if o != ""]
     assert kept == [1, 4, 10]  # o_1 (the initial observation) and o_K
+
+
+def test_step_signals_come_from_the_steps_own_columns_and_analyze_ranks_them(
+    steps_table, tmp_path: Path
+) -> None:
+    """Two groups of G = 2. Group g: trajectory 0 logs log-probs -0.1, -0.2, -0.3 and its step 2
+    was rejected; trajectory 1 ends after one step at -1.0. At K = 2: action_logprob_mean
+    (-0.1 - 0.2 - 1.0) / 3, invalid_action_rate 1/3. Group h: every step at -0.5, all valid."""
+    steps = steps_table({
+        "g": ("t", [(["a1", "a2", "a3"], 1.0), (["b1"], 0.0)]),
+        "h": ("t", [(["c1", "c2"], 0.0), (["d1", "d2"], 0.0)]),
+    })  # fmt: skip
+    first = (pl.col("group_id") == "g") & (pl.col("traj_idx") == 0)
+    logprob = (
+        pl.when(first)
+        .then(-pl.col("step") / 10)
+        .when(pl.col("group_id") == "g")
+        .then(-1.0)
+        .otherwise(-0.5)
+    )
+    steps = steps.with_columns(
+        logprob_mean=logprob, logprob_min=logprob - 1, valid=~(first & (pl.col("step") == 2))
+    )
+    run = tmp_path / "run"
+    schemas.write(steps, run / "steps.parquet", schemas.STEPS)
+    at = load_buffer(run, [2], default_K=(2,)).at_K(2).sort("group_id")
+    assert at["action_logprob_mean"].to_list() == pytest.approx([-1.3 / 3, -0.5])
+    assert at["invalid_action_rate"].to_list() == pytest.approx([1 / 3, 0.0])
+    from srollout.stages.analyze import correlation_table
+
+    metrics = correlation_table(at)["metric"].to_list()
+    assert metrics[-2:] == ["action_logprob_mean", "invalid_action_rate"] and len(metrics) == 9
+
+
+def test_a_steps_table_without_log_probs_gives_nan_for_them_and_reads(hand_buffer: Path) -> None:
+    at = load_buffer(hand_buffer, [4], default_K=(10,)).at_K(4)
+    assert at["action_logprob_mean"].is_nan().all()
+    assert at["invalid_action_rate"].to_list() == [0.0, 0.0, 0.0, 0.0]  # every step was valid
