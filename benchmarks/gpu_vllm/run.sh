@@ -1,40 +1,60 @@
 #!/bin/bash
 # On the lent GPU machine, after every part has been moved to /root/stash (see README.md here):
-# install the bundle, then srollout's vLLM paths on the GPU. Output: $OUT/gpu.log and reports.
+# install the bundle, then srollout's vLLM paths on the GPU, each step under its own limit and all
+# of them inside BUDGET seconds (a step that no longer fits is skipped, in priority order).
+# Output in $OUT: gpu.log (this), steps.log (each step's whole output), ps.txt (the process tree
+# 40 s in), reports.md, replay.md. (No `wait` here: it would wait on the tee of the line below.)
 exec > >(tee "$OUT/gpu.log") 2>&1
+BUDGET=${BUDGET:-520}
 T0=$(date +%s); el() { echo "[+$(( $(date +%s) - T0 )) s] $*"; }
 rm -rf /tmp/site /tmp/bundle
 cat /root/stash/p* | tar -x -C /tmp || { el "bundle incomplete"; ls -la /root/stash; exit 3; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
   /tmp/bundle/*.whl 2>&1 | grep -v "^WARNING: Target directory" | tail -3
 export PYTHONPATH=/tmp/site:$PWD
+SITE=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 # a subprocess that sets its own PYTHONPATH (srollout's tests do) still sees the bundle first
-echo "import sys; sys.path.insert(0, '/tmp/site')" \
-  > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz_bundle.pth"
+echo "import sys; sys.path.insert(0, '/tmp/site')" > "$SITE/zz_bundle.pth"
 export SROLLOUT_HOME=/tmp/srh TMPDIR=/tmp PYTHONUNBUFFERED=1 COLUMNS=160
 el "installed"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import vllm, transformers, torch; print('vllm', vllm.__version__, '| transformers', \
 transformers.__version__, '| torch', torch.__version__, '|', torch.cuda.get_device_name(0))"
-# sr SECONDS ARGS...: srollout under a time limit, without vLLM's INFO lines
-sr() { local t=$1; shift; timeout "$t" python3 -m srollout.cli.app "$@" 2>&1 | grep -v -E "^(INFO|WARNING|\[W)" | tail -30; }
-el "1. collect --quick in process (8 groups, T_max 12)"
-TIMEFORMAT="collect --quick: %R s"; time sr 150 collect --backend vllm --quick --out /tmp/runs/q
-cp /tmp/runs/q/report.md "$OUT/quick-report.md" 2>/dev/null
-el "2. srollout serve, then collect --quick through it"
-setsid python3 -m srollout.cli.app serve --port 8011 > /tmp/serve.log 2>&1 &
-SP=$!
-for i in $(seq 1 120); do
-  curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break
-  kill -0 $SP 2>/dev/null || break
-  sleep 1
-done
-el "server answered or died (i=$i)"
-TIMEFORMAT="collect --quick via server: %R s"
-time sr 120 collect --backend vllm-server --base-url http://127.0.0.1:8011 --quick --out /tmp/runs/s
-cp /tmp/runs/s/report.md "$OUT/server-report.md" 2>/dev/null; cp /tmp/serve.log "$OUT/serve.log"
-kill -- -$SP 2>/dev/null; sleep 3
-el "3. the gate through vLLM: ab-rollout --quick --repeats 2"
-TIMEFORMAT="ab-rollout: %R s"; time sr 200 ab-rollout --backend vllm --quick --repeats 2 --out /tmp/runs/ab
-cp /tmp/runs/ab/report.md "$OUT/ab-report.md" 2>/dev/null
+nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > /tmp/mem.txt &
+# step NAME LIMIT CMD...: run CMD under min(LIMIT, time left), its output into steps.log; print
+# its wall-clock, rc, the GPU memory peak while it ran, and the tail without vLLM's INFO lines
+step() {
+  local name=$1 limit=$2; shift 2
+  local left=$(( BUDGET - ($(date +%s) - T0) ))
+  if (( left < 40 )); then el "SKIP $name: ${left} s left"; return; fi
+  (( limit > left - 5 )) && limit=$(( left - 5 ))
+  local m0=$(wc -l < /tmp/mem.txt) s0=$(date +%s.%N)
+  el "START $name (limit $limit s): $*"
+  echo "===== $name: $*" >> "$OUT/steps.log"
+  timeout "$limit" "$@" > /tmp/step.log 2>&1; local rc=$?
+  cat /tmp/step.log >> "$OUT/steps.log"
+  local peak=$(tail -n +$((m0 + 1)) /tmp/mem.txt | sort -n | tail -1)
+  el "END $name rc=$rc wall=$(python3 -c "print(round($(date +%s.%N) - $s0, 1))") s, GPU memory peak ${peak} MiB"
+  grep -v -E "^(INFO|WARNING|\(EngineCore|\[W|DEBUG)" /tmp/step.log | grep -v "^\s*$" | tail -24
+}
+# 1. why nothing finished (2026-11-26 and 2026-11-27): vLLM 0.26's engine core came up, then sat
+# 100+ s in the V2 model runner's kernel warm-up, its main thread reading a pipe (a compiler
+# subprocess, by every sign). First the V1 runner; the process tree at 40 s says which child ran.
+(sleep 40; ps -eo pid,ppid,etimes,pcpu,wchan:24,args --forest | cut -c1-220 > "$OUT/ps.txt") &
+VLLM_USE_V2_MODEL_RUNNER=0 step probe-v1 60 python3 benchmarks/gpu_vllm/probe.py
+grep -q "seeded again" /tmp/step.log && export VLLM_USE_V2_MODEL_RUNNER=0 || {
+  step probe-v2 90 python3 benchmarks/gpu_vllm/probe.py
+  grep -q "seeded again" /tmp/step.log || { el "generate still hangs: the rest skipped"; BUDGET=0; }
+}
+step quick 90 python3 -m srollout.cli.app collect --backend vllm --quick --out /tmp/runs/q
+# 2. the default collect (100 groups, G 8, T_max 30)
+step collect 170 python3 -m srollout.cli.app collect --backend vllm --out /tmp/runs/d
+# 3. the gate through vLLM on the shipped policy
+step ab 130 python3 -m srollout.cli.app ab-rollout --backend vllm --quick --repeats 2 --out /tmp/runs/ab
+# 4. a Qwen2-0.5B-shaped model with random weights: throughput and memory only
+step qwen 110 python3 benchmarks/gpu_vllm/qwen_random.py --size 0.5b --prompts 64,256
+# 5. the engine against vLLM alone (replay)
+step replay 120 python3 benchmarks/bench_replay.py --backend vllm --groups 24 --out "$OUT/replay.md"
+for d in q d ab; do echo "## /tmp/runs/$d"; cat /tmp/runs/$d/report.md 2>/dev/null; done > "$OUT/reports.md"
+kill %1 2>/dev/null
 el done
