@@ -309,7 +309,13 @@ class Manifest:
 
 # Config options added after runs were first written, with the value that runs made before them
 # played: a manifest without the option reads as that value, so those runs still resume.
-ADDED_OPTIONS: dict[str, Any] = {"difficulty": "small", "backend": "transformers"}
+ADDED_OPTIONS: dict[str, Any] = {
+    "difficulty": "small",
+    "backend": "transformers",
+    "env": "alfworld",
+    "audit": 0.0,
+    "precision_floor": 0.85,
+}
 
 
 def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what: str) -> None:

@@ -73,6 +73,8 @@ ORDER = (
     "greso_p_explore",
     "interleave",
     "judge_cuts",
+    "audit",
+    "precision_floor",
     "out",
     "overwrite",
     "resume",
@@ -165,6 +167,10 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--interleave/--no-interleave", help=_h("interleave"))
         ] = True,
         judge_cuts: Annotated[bool, typer.Option("--judge-cuts", help=_h("judge_cuts"))] = False,
+        audit: Annotated[float, typer.Option("--audit", help=_h("audit"))] = 0.0,
+        precision_floor: Annotated[
+            float, typer.Option("--precision-floor", help=_h("precision_floor"))
+        ] = 0.85,
         out: Annotated[
             Path | None, typer.Option("--out", help=_h("out"), show_default=False)
         ] = None,
@@ -214,6 +220,8 @@ def register(app: typer.Typer) -> None:
             greso_p_explore=greso_p_explore,
             interleave=interleave,
             judge_cuts=judge_cuts,
+            audit=audit,
+            precision_floor=precision_floor,
             out=out,
             overwrite=overwrite,
             resume=resume,

@@ -264,6 +264,15 @@ class TrainOnpolicyConfig:
         "weights, no gate) and log whether its full outcome was zero-variance (gate/cut_tp, "
         "gate/cut_fp).",
     )
+    audit: float = doc(
+        0.0,
+        "Audited gate: roll this seeded share of the cut groups on to T_max (counted in the "
+        "run's time) and move the gate's d_L so that the Clopper-Pearson bound on its precision "
+        "stays at or above --precision-floor (0 = off; docs/gates.md).",
+    )
+    precision_floor: float = doc(
+        0.85, "Audited gate: the precision its cuts must keep (95 % lower bound), in (0, 1)."
+    )
     out: Path | None = doc(
         None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>)."
     )
@@ -306,6 +315,9 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        from srollout.core.audit import check_audit_options
+
+        check_audit_options(self.audit, self.precision_floor)
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
         _check_backend(self.backend, self.base_url)

@@ -492,3 +492,36 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
     fig.suptitle("Mechanism: zero-variance groups, cuts and dilution over training")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
+    """``--audit``: per gated (seed, arm), the d_L each iteration ran with, the Clopper-Pearson
+    bound on the gate's precision against the floor, and the audited cuts' TP / FP."""
+    from srollout.report.figures import _pyplot, _save
+
+    plt = _pyplot()
+    m = metrics.filter(pl.col("gate/threshold").is_not_nan()).sort("iteration")
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for (arm, seed), part in m.group_by(["arm", "seed"], maintain_order=True):
+        label, x = f"{arm} seed {seed}", part["iteration"].to_list()
+        color = ARM_COLORS.get(str(arm))
+        axes[0].step(x, part["gate/threshold"].to_list(), where="post", label=label, color=color)
+        axes[1].plot(x, part["gate/precision_lb"].to_list(), marker=".", label=label, color=color)
+    totals = (
+        m.group_by("iteration")
+        .agg(pl.col("gate/audit_tp").sum(), pl.col("gate/audit_fp").sum())
+        .sort("iteration")
+    )
+    it, tp = totals["iteration"].to_list(), totals["gate/audit_tp"].to_list()
+    axes[2].bar(it, tp, color="tab:green", label="TP (zero-variance)")
+    axes[2].bar(it, totals["gate/audit_fp"].to_list(), bottom=tp, color="tab:red", label="FP")
+    axes[1].axhline(floor, color="black", ls="--", lw=1, label=f"floor {floor:g}")
+    titles = ("gate d_L each iteration ran with", "precision lower bound (95 %)", "audited cuts")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xlabel("iteration")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Audited gate: threshold, precision bound and audits over training")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -156,6 +156,7 @@ def run_train_onpolicy(
     from srollout.report.onpolicy import (
         aggregate_frame,
         arms_frame,
+        audit_figure,
         mechanism_figure,
         onpolicy_figure,
         paired_test,
@@ -219,6 +220,8 @@ def run_train_onpolicy(
         onpolicy_figure(metrics, evals, run_dir / "onpolicy.png"),
         mechanism_figure(metrics, run_dir / "mechanism.png"),
     ]
+    if config.audit > 0 and "gate/threshold" in metrics.columns:
+        figures.append(audit_figure(metrics, config.precision_floor, run_dir / "audit.png"))
     summary = {
         "per_seed": seeds_table.to_dicts(),
         "aggregate": aggregate.to_dicts(),

@@ -204,6 +204,37 @@ JUDGE_COLUMNS = ("gate/cut_tp", "gate/cut_fp", "gate/cut_prefix_matched", "time/
 
 
 @dataclass(frozen=True)
+class AuditMetrics:
+    """``--audit``: audited (cut groups rolled on to T_max, counted in time/rollout_s and the
+    rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not), precision_lb (the
+    Clopper-Pearson bound over the audit's window at the threshold this iteration ran with; nan
+    with no audited cut in it), threshold (the d_L this iteration ran with; nan in an arm with no
+    gate), audit_s (the audit's seconds, also inside time/rollout_s)."""
+
+    audited: int
+    audit_tp: int
+    audit_fp: int
+    precision_lb: float
+    threshold: float
+    audit_s: float
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "gate/audited": self.audited,
+            "gate/audit_tp": self.audit_tp,
+            "gate/audit_fp": self.audit_fp,
+            "gate/precision_lb": self.precision_lb,
+            "gate/threshold": self.threshold,
+            "time/audit_s": self.audit_s,
+        }
+
+
+# written after the judge's columns, and only by a run with --audit > 0 (every arm)
+AUDIT_COLUMNS = tuple(AuditMetrics(0, 0, 0, 0.0, 0.0, 0.0).columns())
+NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0.0)
+
+
+@dataclass(frozen=True)
 class IterationMetrics:
     """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row."""
 
@@ -215,10 +246,11 @@ class IterationMetrics:
     train: OnpolicyTrain
     time: IterationTimes
     judged: CutJudgement | None = None
+    audited: AuditMetrics | None = None
 
     def row(self) -> dict[str, Any]:
         """The row; its keys in :func:`onpolicy_columns` order, then :data:`JUDGE_COLUMNS` when
-        the cuts were judged."""
+        the cuts were judged, then :data:`AUDIT_COLUMNS` when the gate was audited."""
         rollout = _namespaced("rollout", self.rollout)
         if self.rollout.adapter_iteration is None:
             del rollout["rollout/adapter_iteration"]
@@ -231,6 +263,7 @@ class IterationMetrics:
             **_namespaced("train", self.train),
             **_namespaced("time", self.time),
             **(self.judged.columns() if self.judged is not None else {}),
+            **(self.audited.columns() if self.audited is not None else {}),
         }
 
 

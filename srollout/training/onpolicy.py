@@ -215,6 +215,19 @@ class ArmRunner:
         self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["time/cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.arm.greso else None
+        self.auditor: Any = None
+        if getattr(config, "audit", 0.0) > 0 and spec.arm.gate_rule is not None:
+            from srollout.training.gate_audit import GateAuditor
+
+            self.auditor = GateAuditor(
+                spec.arm.gate_rule,
+                fraction=config.audit,
+                floor=config.precision_floor,
+                seed=spec.seed,
+                ckpt_dir=spec.ckpt_dir,
+                iteration=self.iteration,
+                resume=resume,
+            )
 
     @property
     def on_vllm(self) -> bool:
@@ -369,6 +382,8 @@ class ArmRunner:
             for j, i in enumerate(picked)
         ]
         n_skipped = 0
+        if self.auditor is not None:  # the d_L the audit chose after the last iteration
+            self.settings = dataclasses.replace(self.settings, gate=self.auditor.current_gate())
         if self.greso is not None:
             keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
             specs, n_skipped = [specs[k] for k in keep], len(skip)
@@ -410,6 +425,16 @@ class ArmRunner:
                     r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
                 )
         judged = self._judge(records)  # before the update: the weights that rolled them out
+        audited = None  # --audit: timed, counted in this iteration's rollout
+        if self.auditor is not None:
+            ungated = dataclasses.replace(self.settings, gate=None, gate_K=None)
+            audited = self.auditor.audit(
+                records, lambda s: self._roll(s, totals, ungated), iteration
+            )
+        elif getattr(config, "audit", 0.0) > 0:
+            from srollout.training.metrics import NO_AUDIT
+
+            audited = NO_AUDIT
         outcomes = [
             GroupOutcome(
                 r.group_id,
@@ -482,11 +507,14 @@ class ArmRunner:
                 eval_s=eval_s,
             ),
             judged=judged,
+            audited=audited,
         )
         self.metrics.append(metrics.row())
         # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;
         # greso.json first: on resume its outcomes after state.pt's iteration are dropped)
         self.iteration = iteration
+        if self.auditor is not None:
+            self.auditor.save()
         if self.greso is not None:
             from srollout.atomic import atomic_write_json
 

@@ -455,3 +455,53 @@ def test_judge_cuts_calls_a_cut_of_an_unwinnable_group_a_true_positive(tiny_mode
     assert (gated["time/judge_s"] > 0).all()
     assert res.per_seed["cut_precision"].to_list() == [1.0]
     assert res.per_seed["cut_tp_gated"].to_list() == [6]
+
+
+def test_audit_of_every_cut_agrees_with_the_judge_and_is_counted_in_the_run(tiny_model, tmp_path):
+    import json
+
+    from srollout.training.metrics import AUDIT_COLUMNS
+
+    plain = _run(_config(tiny_model, tmp_path / "plain", d_L=1.0))  # R1: cut iff d_K < 1
+    res = _run(_config(tiny_model, tmp_path / "audit", d_L=1.0, judge_cuts=True, audit=1.0))
+    m = res.metrics
+    assert m.columns[-len(AUDIT_COLUMNS) :] == list(AUDIT_COLUMNS)
+    gated = m.filter(pl.col("arm") == "gated")
+    base = m.filter(pl.col("arm") == "baseline")
+    # --audit 1.0 rolls every cut on, with the judge's seeds and weights: the same verdicts
+    assert gated["gate/cuts"].sum() > 0
+    assert gated["gate/audited"].to_list() == gated["gate/cuts"].to_list()
+    assert gated["gate/audit_tp"].to_list() == gated["gate/cut_tp"].to_list()
+    assert gated["gate/audit_fp"].to_list() == gated["gate/cut_fp"].to_list()
+    # two audited cuts a iteration never reach the 19 the bound needs: d_L holds at its start
+    assert gated["gate/threshold"].to_list() == [1.0, 1.0, 1.0]
+    assert (base["gate/audited"] == 0).all() and base["gate/threshold"].is_nan().all()
+    # the audit is part of the run: iteration 1 (same weights, same groups in both arms, all
+    # cut) rolls the baseline's groups once more, on top of the cut rollout
+    first = {
+        name: r.filter(pl.col("arm") == arm).row(0, named=True)
+        for name, r, arm in (("plain", plain.metrics, "gated"), ("base", base, "baseline"))
+    }
+    g1 = gated.row(0, named=True)
+    assert g1["gate/cuts"] == 2
+    assert (
+        g1["rollout/env_steps"]
+        == first["plain"]["rollout/env_steps"] + first["base"]["rollout/env_steps"]
+    )
+    assert g1["time/audit_s"] > 0 and g1["time/rollout_s"] > g1["time/audit_s"]
+    ledger = json.loads((res.run_dir / "checkpoints" / "seed7-gated" / "audit.json").read_text())
+    assert ledger["thresholds"] == {"1": 1.0, "2": 1.0, "3": 1.0}
+    assert sum(r[3] == "audit" for r in ledger["rows"]) == gated["gate/audited"].sum()
+
+
+def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path):
+    from srollout.errors import SrolloutError
+
+    for kw, msg in (
+        ({"audit": 1.5}, "--audit must be a fraction in [0, 1], got 1.5"),
+        ({"audit": 0.5, "precision_floor": 1.0}, "--precision-floor must lie in (0, 1), got 1.0"),
+    ):
+        with pytest.raises(SrolloutError) as err:
+            _config(tiny_model, tmp_path / "never", **kw)
+        assert str(err.value) == msg
+    assert not (tmp_path / "never").exists()
