@@ -60,7 +60,8 @@ def preflight(
     base_url: str | None = None,
 ) -> None:
     """The checks a stage runs before it writes anything: the model's and the adapter's files,
-    vLLM installed and importable (``vllm``), the server answering (``vllm-server``). Each
+    vLLM installed and importable (``vllm``), the server answering and safe for seeded requests
+    (``vllm-server``, :mod:`srollout.policy.server_probe`). Each
     failure is one line (:class:`SrolloutError`); nothing is loaded."""
     if kind != "lm":
         return
@@ -74,11 +75,12 @@ def preflight(
 
         require_vllm()
     elif backend == "vllm-server":
-        from srollout.policy.vllm_server import served_models
+        from srollout.policy.server_probe import check_server
+        from srollout.policy.vllm_server import ServerClient
 
         if base_url is None:
             raise SrolloutError("--backend vllm-server needs --base-url")
-        served_models(base_url)
+        check_server(ServerClient(base_url))  # one that seeded requests would kill is refused
 
 
 def make_policy(

@@ -333,8 +333,10 @@ def serve_command(
             argv.append("--no-" + key.replace("_", "-"))
         else:
             argv += [flag, str(value)]
-    # the server runs its engine in a process of its own (the in-process default is for `LLM`)
-    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    # the server runs its engine in a process of its own (the in-process default is for `LLM`);
+    # dev mode serves /server_info, where --backend vllm-server reads the device and chunked
+    # prefill before its first seeded request (server_probe.py; it refuses a server that hides them)
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_SERVER_DEV_MODE": "1"}
     if on_cpu():
         env["VLLM_CPU_KVCACHE_SPACE"] = CPU_ENV["VLLM_CPU_KVCACHE_SPACE"]
     if lora:

@@ -30,9 +30,17 @@ from urllib.parse import urlsplit
 
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey
+from srollout.policy.server_probe import PROBE_TIMEOUT_S, check_server, death_line
 
 TIMEOUT_S = 600.0  # one completion; a CPU server under load can take minutes for a long batch
-PROBE_TIMEOUT_S = 5.0
+
+
+class ServerHTTPError(SrolloutError):
+    """The server answered with an HTTP error: ``status`` and its own message (``said``)."""
+
+    def __init__(self, line: str, *, status: int, said: str) -> None:
+        super().__init__(line)
+        self.status, self.said = status, said
 
 
 class ServerClient:
@@ -90,19 +98,27 @@ class ServerClient:
                 msg = msg.get("message", msg) if isinstance(msg, dict) else msg
             except (ValueError, AttributeError):
                 msg = raw[:200].decode(errors="replace")
-            raise SrolloutError(
-                f"vLLM server {self.base_url}{path}: HTTP {resp.status}: "
-                f"{str(msg).splitlines()[0] if msg else ''}"
+            said = str(msg).splitlines()[0] if msg else ""
+            raise ServerHTTPError(
+                f"vLLM server {self.base_url}{path}: HTTP {resp.status}: {said}",
+                status=resp.status,
+                said=said,
             )
         try:
             return json.loads(raw) if raw else None
         except ValueError:
             return raw.decode(errors="replace")
 
-
-def served_models(base_url: str) -> list[dict[str, Any]]:
-    """The server's ``/v1/models`` list (a short timeout: for bad-input checks before a run)."""
-    return ServerClient(base_url).call("GET", "/v1/models", timeout=PROBE_TIMEOUT_S).get("data", [])
+    def health(self) -> int | None:
+        """``/health``'s HTTP status (200: the engine lives; 503: it is dead), None if no
+        answer."""
+        try:
+            self.call("GET", "/health", timeout=PROBE_TIMEOUT_S)
+        except ServerHTTPError as err:
+            return err.status
+        except SrolloutError:
+            return None
+        return 200
 
 
 class VLLMServerPolicy:
@@ -132,10 +148,9 @@ class VLLMServerPolicy:
         self.model_path = Path(model_path)
         check_model_dir(self.model_path)
         self.client = ServerClient(base_url)
-        models = [m for m in served_models(base_url) if not m.get("parent")]
-        if not models:
-            raise SrolloutError(f"--base-url {self.client.base_url}: the server lists no model")
-        self.served = models[0]["id"]
+        # what the server says about itself; refused before any seeded request if they kill it
+        self.facts = check_server(self.client)
+        self.served = self.facts.model
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._check_same_tokenizer()
         self.temperature, self.top_p, self.max_new_tokens = (
@@ -201,7 +216,16 @@ class VLLMServerPolicy:
             "skip_special_tokens": True,
             "logprobs": 0,
         }
-        out = self.client.call("POST", "/v1/completions", body)
+        try:
+            out = self.client.call("POST", "/v1/completions", body)
+        except SrolloutError as err:
+            if getattr(err, "status", 500) < 500:  # this request's own fault: the server lives
+                raise
+            said = getattr(err, "said", None)  # None: no HTTP answer at all
+            line = death_line(self.client.base_url, said, self.client.health())
+            if line is None:
+                raise
+            raise SrolloutError(line) from None
         choice = out["choices"][0]
         if choice.get("token_ids") is None:
             raise SrolloutError(
