@@ -574,7 +574,9 @@ class _Pool:
         actions = [t.actions for t in record.trajs]
         observations = [t.observations for t in record.trajs]
         for k in self.settings.recorded_K:
-            if k <= last:
+            if k == record.gate_K and record.gate_signals is not None:
+                record.signals[k] = record.gate_signals  # the gate's own, from the same prefix
+            elif k <= last:
                 record.signals[k] = with_step_signals(
                     self.compute_signals(actions, k, observations), record.trajs, k
                 )
