@@ -55,6 +55,9 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--out", help=_h("out"), show_default=False)
         ] = None,
         overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
+        objective: Annotated[
+            str, typer.Option("--objective", help=_h("objective"))
+        ] = _DEFAULT.objective,
         learned: Annotated[bool, typer.Option("--learned", help=_g("learned"))] = False,
         adaptive: Annotated[bool, typer.Option("--adaptive", help=_g("adaptive"))] = False,
         check_K: Annotated[str, typer.Option("--check-K", help=_g("check_K"))] = ",".join(
@@ -65,6 +68,7 @@ def register(app: typer.Typer) -> None:
         eval_buffer: Annotated[
             Path | None, typer.Option("--eval-buffer", help=_g("eval_buffer"), show_default=False)
         ] = None,
+        features: Annotated[str, typer.Option("--features", help=_g("features"))] = _GATES.features,
     ) -> None:
         from srollout.config import parse_grid, parse_int_list
         from srollout.stages.sweep import run_sweep
@@ -81,6 +85,7 @@ def register(app: typer.Typer) -> None:
             seed=seed,
             out=out,
             overwrite=overwrite,
+            objective=objective,
         )
         gates = GateFitConfig(
             learned=learned,
@@ -89,9 +94,14 @@ def register(app: typer.Typer) -> None:
             n_folds=n_folds,
             l2=l2,
             eval_buffer=eval_buffer,
+            features=features,
         )
         if eval_buffer is not None and not gates.any:
             raise SrolloutError(
                 "--eval-buffer judges the --learned/--adaptive gates; pass one of them"
+            )
+        if features != _GATES.features and not gates.any:
+            raise SrolloutError(
+                "--features chooses the --learned/--adaptive gates' signals; pass one of them"
             )
         run_sweep(config, gates=gates if gates.any else None)

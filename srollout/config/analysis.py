@@ -51,6 +51,8 @@ class AnalyzeConfig:
 
 
 SWEEP_RULES = ("r1", "r3", "both")
+SWEEP_OBJECTIVES = ("safe", "measured")
+GATE_FEATURES = ("classic", "all")
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,17 @@ class SweepConfig:
     seed: int = doc(0, "Seed of the bootstrap (and of the --learned/--adaptive folds).")
     out: Path | None = doc(None, "Run directory to write (default runs/sweep-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
+    objective: str = doc(
+        "safe",
+        "What the operating point maximises at precision >= the floor: safe (the paper's "
+        "TP·(T_max−K)/(N·T_max)) or measured (the real environment steps the cut groups would "
+        "still have spent, from the ungated outcome; needs step counts). Also reported: the "
+        "measured saving against a random cut of the same size.",
+    )
 
     def __post_init__(self) -> None:
         _check_K(tuple(self.K), "--K")
+        _check_choice(self.objective, SWEEP_OBJECTIVES, "--objective")
         if not self.d_L_grid:
             raise SrolloutError("--d-L-grid: the grid is empty")
         _check_unit(tuple(self.d_L_grid), "--d-L-grid")
@@ -108,7 +118,7 @@ class GateFitConfig:
     learned: bool = doc(
         False,
         "Also fit the learned gate (logistic regression on the seven "
-        "signals) and report it cross-fitted.",
+        "signals, or more with --features all) and report it cross-fitted.",
     )
     adaptive: bool = doc(
         False,
@@ -133,9 +143,15 @@ class GateFitConfig:
         None,
         "Judge the gates on this second buffer (fit on INPUT) instead of k-fold cross-fitting.",
     )
+    features: str = doc(
+        "classic",
+        "Signals the learned/adaptive gates read: classic (the seven agreement signals) or all "
+        "(also action_logprob_mean and invalid_action_rate; the buffer must have them).",
+    )
 
     def __post_init__(self) -> None:
         _check_K(tuple(self.check_K), "--check-K")
+        _check_choice(self.features, GATE_FEATURES, "--features")
         object.__setattr__(self, "check_K", tuple(sorted(set(self.check_K))))
         if isinstance(self.n_folds, bool) or not isinstance(self.n_folds, int) or self.n_folds < 2:
             raise SrolloutError(f"--n-folds must be an integer >= 2, got {self.n_folds!r}")

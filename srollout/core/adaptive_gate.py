@@ -116,7 +116,10 @@ class AdaptiveGate:
     def decide_at(self, K: int, signals: GroupSignals) -> bool:
         """True iff the group is cut at check step K, given its signals at K."""
         t = self.threshold_at(K)
-        return t is not None and float(self.model.proba(np.r_[signals_row(signals), K])[0]) >= t
+        if t is None:
+            return False
+        row = signals_row(signals, self.model.signal_names)
+        return float(self.model.proba(np.r_[row, K])[0]) >= t
 
     def decide(self, signals: GroupSignals) -> bool:
         """:meth:`decide_at` the first check step (the fixed-K protocol)."""
@@ -140,7 +143,7 @@ class AdaptiveGate:
         return self.should_cut_at(self.K, actions, observations)
 
     def decide_matrix(self, signals_by_K: Mapping[int, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised over N groups: signals_by_K[K] [N, 7] for each check K -> (cut bool[N],
+        """Vectorised over N groups: signals_by_K[K] [N, S] for each check K -> (cut bool[N],
         cut_K int[N], 0 where not cut): the first check step whose threshold is reached."""
         N = np.asarray(signals_by_K[self.check_K[0]]).shape[0]
         cut = np.zeros(N, dtype=bool)
@@ -218,15 +221,21 @@ def choose_step_thresholds(
     zero_var: ArrayLike,
     check_K: Sequence[int],
     precision_floor: float,
+    gain_by_K: Mapping[int, ArrayLike] | None = None,
 ) -> tuple[ThresholdChoice, ...]:
     """Per-step thresholds in step order: at K_j, :func:`choose_threshold` on the groups not cut
-    at an earlier step (their scores at K_j). proba_by_K[K]: [N] scores at K."""
+    at an earlier step (their scores at K_j). proba_by_K[K]: [N] scores at K. gain_by_K (the
+    measured objective): K -> [N] real steps after K; each step then maximises Σ gain over every
+    group it cuts instead of TP."""
     zv = np.asarray(zero_var, dtype=bool)
     alive = np.ones(zv.size, dtype=bool)
     choices = []
     for K in check_K:
         p = np.asarray(proba_by_K[K], dtype=np.float64)
-        choice = choose_threshold(np.where(alive, p, np.nan), zv, precision_floor)
+        gain = None if gain_by_K is None else gain_by_K[K]
+        choice = choose_threshold(
+            np.where(alive, p, np.nan), zv, precision_floor, gain, count_fp=gain is not None
+        )
         choices.append(choice)
         if choice.threshold is not None:
             alive &= ~(p >= choice.threshold)
@@ -248,9 +257,12 @@ def fit_adaptive_gate(
     l2: float = DEFAULT_L2,
     seed: int = 0,
     groups: np.ndarray | None = None,
+    gain_by_K: Mapping[int, ArrayLike] | None = None,
 ) -> AdaptiveFit:
     """Fit the pooled model on ``groups`` (default all) at ``check_K`` and the per-step thresholds
-    on k-fold cross-fitted scores; the returned gate's model is refit on all ``groups``."""
+    on k-fold cross-fitted scores; the returned gate's model is refit on all ``groups``.
+    gain_by_K: K -> [N] real steps after K, for the measured objective
+    (:func:`choose_step_thresholds`)."""
     zv_all = np.asarray(zero_var, dtype=bool)
     groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
     Ks = tuple(sorted(set(check_K)))
@@ -260,7 +272,12 @@ def fit_adaptive_gate(
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv, Ks)
     heldout = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2)
     proba = {K: heldout.proba[rows.K == K] for K in Ks}
-    choices = choose_step_thresholds(proba, zv, Ks, precision_floor)
+    gains = (
+        None
+        if gain_by_K is None
+        else {K: np.asarray(gain_by_K[K], dtype=np.float64)[groups] for K in Ks}
+    )
+    choices = choose_step_thresholds(proba, zv, Ks, precision_floor, gains)
     model = LogisticModel.fit(rows.X, rows.y, l2)
     meta = {
         "n_groups": int(zv.size),
@@ -272,6 +289,8 @@ def fit_adaptive_gate(
         "heldout_cuts_per_K": [c.n_cut for c in choices],
         "heldout_tp_per_K": [c.tp for c in choices],
     }
+    if gain_by_K is not None:  # recorded only off the default, so default files stay as they were
+        meta["objective"] = "measured"
     return AdaptiveFit(AdaptiveGate(model, Ks, tuple(c.threshold for c in choices), meta), proba)
 
 
@@ -284,12 +303,22 @@ def adaptive_selector(
     n_folds: int = DEFAULT_FOLDS,
     l2: float = DEFAULT_L2,
     seed: int = 0,
+    gain_by_K: Mapping[int, ArrayLike] | None = None,
 ) -> Selector:
     """The adaptive gate's selection procedure as a Selector for nested_heldout_cuts."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         gate = fit_adaptive_gate(
-            signals_by_K, zero_var, check_K, precision_floor, T_max, n_folds, l2, seed, groups=train
+            signals_by_K,
+            zero_var,
+            check_K,
+            precision_floor,
+            T_max,
+            n_folds,
+            l2,
+            seed,
+            groups=train,
+            gain_by_K=gain_by_K,
         ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

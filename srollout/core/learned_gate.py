@@ -26,6 +26,12 @@ fold are scored — every reported TP/FP is a decision on a group nothing was fi
 
 The saved gate (``gate.json`` kind ``"learned"``) is the model fit on every group, with the
 threshold from the cross-fitted scores.
+
+Features (:data:`FEATURE_SETS`): ``classic`` = the seven signals (the default); ``all`` adds the
+step signals ``action_logprob_mean`` and ``invalid_action_rate`` (s ∈ R^9). The model's
+``features`` list in gate.json says which; a file without the step signals is classic.
+Objective: by default the threshold maximises TP·(T_max − K); with ``gain_by_K`` (the sweep's
+``--objective measured``) it maximises the real steps the cut groups would still have spent.
 """
 
 from __future__ import annotations
@@ -50,11 +56,18 @@ from srollout.core.gate import (
 )
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
-from srollout.schemas import SIGNAL_NAMES
+from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
-# the seven agreement signals (the step signals are not features yet)
+# the seven agreement signals: the classic features (the default, and every gate.json before
+# the step signals)
 SIGNAL_FIELDS: tuple[str, ...] = SIGNAL_NAMES
 FEATURE_NAMES: tuple[str, ...] = (*SIGNAL_FIELDS, "K")
+# feature set -> the signals it reads at K (the model's features are these, then K); "all" adds
+# the step signals of srollout.core.step_signals. A gate.json records its features by name.
+FEATURE_SETS: dict[str, tuple[str, ...]] = {
+    "classic": SIGNAL_FIELDS,
+    "all": SIGNAL_FIELDS + STEP_SIGNAL_NAMES,
+}
 DEFAULT_L2 = 1.0
 DEFAULT_FOLDS = 5
 
@@ -131,18 +144,32 @@ def fit_logistic(
     return LogisticFit(float(beta[0]), beta[1:].copy(), n_iter, converged)
 
 
+def feature_set_of(width: int) -> str:
+    """The feature set whose signals number ``width`` (7: classic, 9: all)."""
+    for name, fields in FEATURE_SETS.items():
+        if len(fields) == width:
+            return name
+    sizes = " or ".join(str(len(f)) for f in FEATURE_SETS.values())
+    raise SrolloutError(f"signals must have {sizes} columns (a feature set), got {width}")
+
+
 def feature_matrix(signals: ArrayLike, K: ArrayLike) -> np.ndarray:
-    """[n, 8] raw features: the seven signals (columns in :data:`SIGNAL_FIELDS` order) and K."""
+    """[n, S + 1] raw features: the S signals (columns in the order of a :data:`FEATURE_SETS`
+    entry: 7 classic or 9 all) and K."""
     s = np.asarray(signals, dtype=np.float64)
-    if s.ndim != 2 or s.shape[1] != len(SIGNAL_FIELDS):
+    if s.ndim != 2:
         raise SrolloutError(f"signals must be [n, {len(SIGNAL_FIELDS)}], got shape {s.shape}")
+    feature_set_of(s.shape[1])
     k = np.broadcast_to(np.asarray(K, dtype=np.float64), (s.shape[0],))
     return np.column_stack([s, k])
 
 
-def signals_row(signals: GroupSignals) -> np.ndarray:
-    """[7] the signals of one group in :data:`SIGNAL_FIELDS` order."""
-    return np.array([getattr(signals, f) for f in SIGNAL_FIELDS], dtype=np.float64)
+def signals_row(signals: GroupSignals, names: Sequence[str] = SIGNAL_FIELDS) -> np.ndarray:
+    """[S] the signals ``names`` of one group (default the seven, :data:`SIGNAL_FIELDS` order);
+    a step signal the caller did not compute (``signals.steps`` lacks it) is nan, which the
+    model imputes with its training mean."""
+    values = signals.as_dict()
+    return np.array([values.get(f, math.nan) for f in names], dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -166,26 +193,39 @@ class LogisticModel:
             object.__setattr__(self, name, value)
         if any(v <= 0 for v in self.std):
             raise SrolloutError("learned gate: std must be > 0")
-        if tuple(self.feature_names) != FEATURE_NAMES:
+        allowed = [(*fields, "K") for fields in FEATURE_SETS.values()]
+        if tuple(self.feature_names) not in allowed:
             raise SrolloutError(
-                f"learned gate: features must be {', '.join(FEATURE_NAMES)}, got "
-                f"{list(self.feature_names)}"
+                f"learned gate: features must be {', '.join(FEATURE_NAMES)} (classic) or "
+                f"{', '.join(allowed[-1])} (all), got {list(self.feature_names)}"
             )
         object.__setattr__(self, "feature_names", tuple(self.feature_names))
         object.__setattr__(self, "intercept", float(self.intercept))
 
+    @property
+    def signal_names(self) -> tuple[str, ...]:
+        """The signals the model reads at K (its features without K)."""
+        return tuple(self.feature_names[:-1])
+
+    @property
+    def feature_set(self) -> str:
+        """The feature set: classic (the seven signals) or all (with the step signals)."""
+        return feature_set_of(len(self.signal_names))
+
     @classmethod
     def fit(cls, X: ArrayLike, y: ArrayLike, l2: float = DEFAULT_L2) -> LogisticModel:
-        """Standardise the raw features X [n, 8] (nan ignored in μ, σ; imputed with μ) and fit."""
+        """Standardise the raw features X [n, S + 1] (:func:`feature_matrix`; nan ignored in μ,
+        σ and imputed with μ) and fit; the feature set follows from the width S."""
         X = np.asarray(X, dtype=np.float64)
+        names = (*FEATURE_SETS[feature_set_of(X.shape[1] - 1)], "K")
         with np.errstate(invalid="ignore"):
             all_nan = np.all(np.isnan(X), axis=0)
             mean = np.where(all_nan, 0.0, np.nanmean(np.where(all_nan, 0.0, X), axis=0))
             std = np.where(all_nan, 0.0, np.nanstd(np.where(all_nan, 0.0, X), axis=0))
         std = np.where(std > 1e-12, std, 1.0)
-        model = cls(tuple(mean), tuple(std), (0.0,) * X.shape[1], 0.0, l2)
+        model = cls(tuple(mean), tuple(std), (0.0,) * X.shape[1], 0.0, l2, names)
         result = fit_logistic(model.standardise(X), y, l2)
-        return cls(tuple(mean), tuple(std), tuple(result.coef), result.intercept, l2)
+        return cls(tuple(mean), tuple(std), tuple(result.coef), result.intercept, l2, names)
 
     def standardise(self, X: ArrayLike) -> np.ndarray:
         """(X − μ)/σ with nan → 0 (the training mean)."""
@@ -193,7 +233,7 @@ class LogisticModel:
         return np.where(np.isnan(Z), 0.0, Z)
 
     def proba(self, X: ArrayLike) -> np.ndarray:
-        """[n] P(zero-variance) for raw features X [n, 8]."""
+        """[n] P(zero-variance) for raw features X [n, S + 1] (the model's features)."""
         Z = self.standardise(np.atleast_2d(X))
         return _sigmoid(self.intercept + Z @ np.asarray(self.coef))
 
@@ -275,22 +315,30 @@ def fold_records(folds: ArrayLike) -> tuple[FoldRecord, ...]:
 class ThresholdChoice(NamedTuple):
     """A threshold on P(zero-variance) and what it does on the scores it was chosen on.
 
-    threshold None: no threshold clears the floor (the gate never cuts)."""
+    threshold None: no threshold clears the floor (the gate never cuts). value: the Σ gain the
+    threshold achieves (nan when None)."""
 
     threshold: float | None
     n_cut: int
     tp: int
     precision: float
+    value: float = math.nan
 
 
 def choose_threshold(
-    scores: ArrayLike, zero_var: ArrayLike, precision_floor: float, gain: ArrayLike | None = None
+    scores: ArrayLike,
+    zero_var: ArrayLike,
+    precision_floor: float,
+    gain: ArrayLike | None = None,
+    count_fp: bool = False,
 ) -> ThresholdChoice:
     """The threshold t (cut iff score ≥ t) with the largest Σ gain over cut zero-variance groups
     among those whose precision TP/cut ≥ floor; ties: higher precision, then higher t.
 
     scores, zero_var, gain: [N] (gain default 1: maximise TP; the sweep passes T_max − K). nan
-    scores never cut. Candidates are the distinct finite scores.
+    scores never cut. Candidates are the distinct finite scores. count_fp: the gain of every cut
+    group counts, FPs' too (the measured objective: gain = the real steps a group spends after
+    K, which a cut saves whatever its label; the floor bounds the FPs' harm).
     """
     s = np.asarray(scores, dtype=np.float64)
     zv = np.asarray(zero_var, dtype=bool)
@@ -303,7 +351,7 @@ def choose_threshold(
     s_sorted, zv_sorted, g_sorted = s[order], zv[order], g[order]
     tp = np.cumsum(zv_sorted)
     cut = np.arange(1, s.size + 1)
-    value = np.cumsum(np.where(zv_sorted, g_sorted, 0.0))
+    value = np.cumsum(g_sorted if count_fp else np.where(zv_sorted, g_sorted, 0.0))
     # a threshold keeps all of a tied block: only the last index of each block is a candidate
     last = np.r_[s_sorted[1:] != s_sorted[:-1], True]
     precision = tp / cut
@@ -314,7 +362,11 @@ def choose_threshold(
     # lexicographic: value, precision, threshold (all larger is better)
     best = idx[np.lexsort((s_sorted[idx], precision[idx], np.round(value[idx], 12)))[-1]]
     return ThresholdChoice(
-        float(s_sorted[best]), int(cut[best]), int(tp[best]), float(precision[best])
+        float(s_sorted[best]),
+        int(cut[best]),
+        int(tp[best]),
+        float(precision[best]),
+        float(value[best]),
     )
 
 
@@ -407,7 +459,8 @@ class LearnedGate:
 
     def proba(self, signals: GroupSignals) -> float:
         """P(zero-variance) of one group from its signals at step K."""
-        return float(self.model.proba(np.r_[signals_row(signals), self.K])[0])
+        row = signals_row(signals, self.model.signal_names)
+        return float(self.model.proba(np.r_[row, self.K])[0])
 
     def decide(self, signals: GroupSignals) -> bool:
         """True iff the group is cut, given its signals at step K."""
@@ -422,7 +475,7 @@ class LearnedGate:
         return self.decide(compute_signals(actions, self.K, observations))
 
     def decide_matrix(self, signals: ArrayLike) -> np.ndarray:
-        """Vectorised decide: signals [N, 7] at step K -> bool[N]."""
+        """Vectorised decide: signals [N, S] at step K (the model's signals) -> bool[N]."""
         s = np.asarray(signals, dtype=np.float64)
         if self.threshold is None:
             return np.zeros(s.shape[0], dtype=bool)
@@ -521,12 +574,15 @@ def fit_learned_gate(
     l2: float = DEFAULT_L2,
     seed: int = 0,
     groups: np.ndarray | None = None,
+    gain_by_K: Mapping[int, ArrayLike] | None = None,
 ) -> LearnedFit:
     """Fit the pooled model on ``groups`` (default all N) at ``train_Ks`` and choose (K, threshold).
 
     K ∈ gate_Ks and the threshold maximise TP·(T_max − K) on k-fold cross-fitted scores with
     precision ≥ floor (ties: the smaller K); the returned gate's model is refit on all ``groups``.
-    signals_by_K[K]: [N, 7]; zero_var: [N].
+    signals_by_K[K]: [N, S] (S = 7 classic or 9 all, :data:`FEATURE_SETS`); zero_var: [N].
+    gain_by_K (the measured objective): K -> [N] the real steps each group spent after K; K and
+    the threshold then maximise Σ gain over every cut group (:func:`choose_threshold` count_fp).
     """
     zv_all = np.asarray(zero_var, dtype=bool)
     groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
@@ -538,8 +594,13 @@ def fit_learned_gate(
     best: tuple[float, int, ThresholdChoice] | None = None
     for K in sorted(gate_Ks):
         at = rows.K == K
-        choice = choose_threshold(heldout.proba[at], zv, precision_floor)
-        value = choice.tp * (T_max - K)
+        if gain_by_K is None:
+            choice = choose_threshold(heldout.proba[at], zv, precision_floor)
+            value = choice.tp * (T_max - K)
+        else:
+            gain = np.asarray(gain_by_K[K], dtype=np.float64)[groups]
+            choice = choose_threshold(heldout.proba[at], zv, precision_floor, gain, count_fp=True)
+            value = 0.0 if choice.threshold is None else choice.value
         if best is None or value > best[0]:
             best = (value, K, choice)
     assert best is not None
@@ -557,6 +618,8 @@ def fit_learned_gate(
         "heldout_tp": choice.tp,
         "heldout_precision": None if math.isnan(choice.precision) else choice.precision,
     }
+    if gain_by_K is not None:  # recorded only off the default, so default files stay as they were
+        meta["objective"] = "measured"
     return LearnedFit(LearnedGate(model, K, choice.threshold, meta), heldout.proba, heldout.folds)
 
 
@@ -570,9 +633,10 @@ def learned_selector(
     n_folds: int = DEFAULT_FOLDS,
     l2: float = DEFAULT_L2,
     seed: int = 0,
+    gain_by_K: Mapping[int, ArrayLike] | None = None,
 ) -> Selector:
     """The learned gate's selection procedure as a :data:`Selector` for
-    :func:`nested_heldout_cuts`."""
+    :func:`nested_heldout_cuts` (gain_by_K: as :func:`fit_learned_gate`)."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
         gate = fit_learned_gate(
@@ -586,6 +650,7 @@ def learned_selector(
             l2,
             seed,
             groups=train,
+            gain_by_K=gain_by_K,
         ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,11 @@ For N groups, a gate is a boolean cut vector; with the full (un-gated) zero-vari
   steps of each group (trajectories that end early save nothing), nan without step data;
 - adv_l2_kept = ||A_kept||₂ / ||A_full||₂ over the concatenated advantages of all groups.
 
+An operating point is the row with the largest savings at precision ≥ a floor
+(:func:`choose_operating_point`); the savings it maximises are the *objective*: ``safe`` (the
+paper's formula, the default) or ``measured`` (the measured step savings: the real steps the cut
+groups, TPs and FPs alike, would still have spent; the floor bounds the FPs' harm).
+
 All shares are fractions (0.113 = 11.3 %).
 """
 
@@ -356,25 +361,36 @@ def _field(row: Any, name: str) -> Any:
     return getattr(row, name, None)
 
 
-def choose_operating_point(rows: Any, precision_floor: float = 0.80) -> int | None:
-    """Index of the operating point: the largest safe_savings among rows with precision >= floor.
+# objective -> the savings column an operating point maximises
+OBJECTIVES: dict[str, str] = {"safe": "safe_savings", "measured": "measured_step_savings"}
 
-    rows: a sequence of mappings or objects with ``precision`` and ``safe_savings`` (and
-    optionally ``d_L``), or a table with ``to_dicts()`` (a Polars DataFrame). Ties: higher
-    precision, then smaller d_L, then the earlier row. None when no row clears the floor (rows
-    with nan precision — nothing cut — never do).
+
+def choose_operating_point(
+    rows: Any, precision_floor: float = 0.80, objective: str = "safe"
+) -> int | None:
+    """Index of the operating point: the largest savings among rows with precision >= floor.
+
+    rows: a sequence of mappings or objects with ``precision`` and the objective's column (and
+    optionally ``d_L``), or a table with ``to_dicts()`` (a Polars DataFrame). objective: a key of
+    :data:`OBJECTIVES` — ``safe`` maximises safe_savings (the paper), ``measured`` maximises
+    measured_step_savings (rows where it is nan never qualify). Ties: higher precision, then
+    smaller d_L, then the earlier row. None when no row clears the floor (rows with nan precision
+    — nothing cut — never do).
     """
     if not 0.0 <= precision_floor <= 1.0:
         raise SrolloutError(f"precision floor must be in [0, 1], got {precision_floor}")
+    if objective not in OBJECTIVES:
+        raise SrolloutError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    column = OBJECTIVES[objective]
     if hasattr(rows, "to_dicts"):
         rows = rows.to_dicts()
     best: tuple[float, float, float] | None = None
     best_i: int | None = None
     for i, row in enumerate(rows):
         p = _field(row, "precision")
-        s = _field(row, "safe_savings")
+        s = _field(row, column)
         if p is None or s is None:
-            raise SrolloutError(f"sweep row {i} lacks precision or safe_savings")
+            raise SrolloutError(f"sweep row {i} lacks precision or {column}")
         p, s = float(p), float(s)
         if math.isnan(p) or math.isnan(s) or p < precision_floor - _FLOOR_TOL:
             continue
@@ -385,6 +401,30 @@ def choose_operating_point(rows: Any, precision_floor: float = 0.80) -> int | No
         if best is None or key > best:
             best, best_i = key, i
     return best_i
+
+
+def measured_share(cut: ArrayLike, remaining: ArrayLike, total: ArrayLike) -> np.ndarray:
+    """Measured savings of M gates from any per-group cost (steps, generated tokens): cut
+    bool[M, N] (or [N]), remaining[N] = the cost the group spent after its cut step, total[N] =
+    the group's whole cost -> [M] Σ remaining[cut] / Σ total (nan when Σ total is 0)."""
+    c = np.atleast_2d(np.asarray(cut, dtype=bool))
+    N = c.shape[1]
+    rem = _float_vector(remaining, "remaining", N)
+    tot = _float_vector(total, "total", N)
+    if np.any(rem < 0) or np.any(rem > tot):
+        raise SrolloutError("a group's remaining cost must lie between 0 and its total")
+    whole = float(tot.sum())
+    return (c @ rem) / whole if whole > 0 else np.full(c.shape[0], np.nan)
+
+
+def random_measured_share(n_cut: int, remaining: ArrayLike, total: ArrayLike) -> float:
+    """The measured savings of a random cut of ``n_cut`` of the N groups, in expectation over all
+    such cuts: each group is cut with probability n_cut/N, so n_cut/N · Σ remaining / Σ total
+    (remaining[N], total[N] as in :func:`measured_share`; nan when Σ total is 0)."""
+    rem = np.asarray(remaining, dtype=np.float64)
+    _check_n_cut(n_cut, rem.size)
+    whole = float(np.sum(np.asarray(total, dtype=np.float64)))
+    return int(n_cut) / rem.size * float(rem.sum()) / whole if whole > 0 else math.nan
 
 
 def useful_groups_lost(precision: float, n_cut: int, n_nonzero_var: int) -> float:

@@ -8,7 +8,9 @@ for every (rule, K, d_L[, t_high]) cut the groups the rule fires on and score th
 TP·(T_max−K)/(N·T_max); raw savings cut·(T_max−K)/(N·T_max); measured savings = real environment
 steps after K of the cut groups / all real steps; share of the ungated advantage L² norm kept)
 next to a random-cut baseline with the same number of cuts and the oracle → choose the row with
-the largest safe savings whose precision clears the floor → bootstrap CIs over groups for it →
+the largest safe savings (``--objective measured``: measured step savings,
+:mod:`srollout.stages.sweep_measured`) whose precision clears the floor → bootstrap CIs over
+groups for it →
 write sweep.parquet, gate.json (only if a row clears the floor), the Pareto PNG and report.md.
 """
 
@@ -183,13 +185,13 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
     )
 
 
-def choose(sweep: pl.DataFrame, precision_floor: float) -> int | None:
-    """Index of the row with the largest safe savings among those with precision ≥ the floor
-    (ties: higher precision, then smaller d_L) —
+def choose(sweep: pl.DataFrame, precision_floor: float, objective: str = "safe") -> int | None:
+    """Index of the row with the largest safe savings (objective "measured": measured step
+    savings) among those with precision ≥ the floor (ties: higher precision, then smaller d_L) —
     :func:`srollout.core.sweep.choose_operating_point`."""
     from srollout.core.sweep import choose_operating_point
 
-    return choose_operating_point(sweep.to_dicts(), precision_floor=precision_floor)
+    return choose_operating_point(sweep.to_dicts(), precision_floor, objective)
 
 
 def bootstrap_operating_point(
@@ -281,6 +283,11 @@ def run_sweep(
                 f"{config.input}: trajectories run up to {longest} steps, more than --T-max "
                 f"{config.T_max}; pass --T-max {longest} or more"
             )
+    measured = config.objective == "measured"
+    if measured:
+        from srollout.stages import sweep_measured
+
+        sweep_measured.require_step_counts(buffer, config)
 
     with bars:
         # a bar over the K values only where one K takes seconds (a million groups)
@@ -289,7 +296,9 @@ def run_sweep(
             config,
             progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None,
         )
-    index = choose(sweep, config.precision_floor)
+    if measured:
+        sweep = sweep_measured.add_columns(sweep, buffer, config)
+    index = choose(sweep, config.precision_floor, config.objective)
     chosen = bootstrap_operating_point(buffer, sweep, index, config) if index is not None else None
     sweep = sweep.with_columns(
         chosen=pl.int_range(pl.len()) == (index if index is not None else -1)
@@ -337,6 +346,8 @@ def run_sweep(
     )
     outputs.append(pareto)
     sections = _report_sections(config, buffer, sweep, chosen, pareto, run_dir)
+    if measured:
+        sections.insert(2, sweep_measured.report_section(sweep, index, config))
     if comparison is not None:
         from srollout.stages import sweep_gates
 
@@ -401,6 +412,10 @@ def _preamble(config: SweepConfig, buffer: Buffer, sweep: pl.DataFrame) -> str:
 
 def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Section]:
     shown = [c for c in _SHOWN if c in sweep.columns]
+    if config.objective == "measured":
+        from srollout.stages.sweep_measured import SHOWN_REPORT
+
+        shown += [c for c in SHOWN_REPORT if c in sweep.columns]
     bold = [chosen.row] if chosen is not None else []
     sections = [
         Section(
@@ -432,7 +447,8 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
             Section(
                 "Operating point",
                 f"Chosen: **{chosen.rule.upper()} at K={chosen.K}: cut iff {rule}** — the largest "
-                f"safe savings with precision ≥ {config.precision_floor:g}. Saved to `gate.json` "
+                f"{'measured step' if config.objective == 'measured' else 'safe'} savings with "
+                f"precision ≥ {config.precision_floor:g}. Saved to `gate.json` "
                 f"(use it with `--gate gate.json`). {chosen.level:.0%} percentile bootstrap "
                 f"intervals over groups ({chosen.n_resamples} resamples, seed {config.seed}):\n\n"
                 + to_markdown(ivs)
@@ -490,12 +506,18 @@ def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
         and c != "random_adv_l2_kept"
         and (c != "t_high" or config.rule != "r1")
     ]
+    headers = _SHORT
+    if config.objective == "measured":
+        from srollout.stages.sweep_measured import SHORT, SHOWN_CONSOLE
+
+        shown += [c for c in SHOWN_CONSOLE if c in sweep.columns]
+        headers = {**_SHORT, **SHORT}
     table = to_rich(
         sweep,
         title="Gate sweep (savings as shares; meas = real steps; rnd = random cut, same #cuts)",
         columns=shown,
         digits={"t_high": 2},
-        headers=_SHORT,
+        headers=headers,
         highlight_rows=[chosen.row] if chosen is not None else [],
     )
     if chosen is None:
@@ -521,6 +543,10 @@ def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
         )
         if _edge_note(chosen, config):
             console.print(f"[yellow]note:[/] {_edge_note(chosen, config)}")
+        if config.objective == "measured":
+            from srollout.stages.sweep_measured import console_line
+
+            console.print(f"objective measured; {console_line(sweep, chosen.row)}")
     console.print(
         f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})"
     )

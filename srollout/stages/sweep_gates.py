@@ -63,6 +63,8 @@ _SHORT = {
     "measured_step_savings": "meas",
     "share_of_oracle": "of oracle",
 }
+# added under --objective measured only (sweep_measured), shown after _SHOWN when present
+_SHOWN_MEASURED = ("random_measured_step_savings", "measured_vs_random")
 _CI_FIELDS = (
     "safe_savings",
     "raw_savings",
@@ -74,7 +76,8 @@ _CI_FIELDS = (
 
 
 class GroupData(NamedTuple):
-    """Per-group arrays of one buffer at the K values used: signals_by_K[K] [N, 7], zero_var [N],
+    """Per-group arrays of one buffer at the K values used: signals_by_K[K] [N, S] (S = 7, or 9
+    with ``--features all``: :data:`srollout.core.learned_gate.FEATURE_SETS`), zero_var [N],
     remaining_by_K[K] [N] real steps after K (None without step counts), total_steps [N] or None,
     advantages (N arrays) or None."""
 
@@ -92,15 +95,30 @@ class GateComparison(NamedTuple):
     protocol: str
 
 
-def group_data(buffer: Buffer, Ks: tuple[int, ...]) -> GroupData:
-    """Arrays of ``buffer`` at every K of ``Ks`` (groups in group_id order at every K)."""
-    from srollout.core.learned_gate import SIGNAL_FIELDS
+def group_data(buffer: Buffer, Ks: tuple[int, ...], features: str = "classic") -> GroupData:
+    """Arrays of ``buffer`` at every K of ``Ks`` (groups in group_id order at every K); the
+    signals of the feature set ``features``. A step signal that ``features`` needs and the buffer
+    lacks (absent, or no finite value at these K) is one SrolloutError."""
+    from srollout.core.learned_gate import FEATURE_SETS, SIGNAL_FIELDS
 
+    fields = FEATURE_SETS[features]
+    for name in fields[len(SIGNAL_FIELDS) :]:
+        values = (
+            buffer.signals.filter(pl.col("K").is_in(list(Ks)))[name].cast(pl.Float64)
+            if name in buffer.signals.columns
+            else pl.Series([], dtype=pl.Float64)
+        )
+        if not values.fill_nan(None).drop_nulls().len():
+            raise SrolloutError(
+                f"{buffer.source}: --features {features} needs the step signal {name}, which this "
+                "buffer lacks (a signals table written before it, or steps without the column it "
+                "reads); use --features classic"
+            )
     signals, remaining = {}, {}
     zero_var = buffer.groups["zero_var"].to_numpy().astype(bool)
     for K in Ks:
         at = buffer.at_K(K)
-        signals[K] = at.select(list(SIGNAL_FIELDS)).to_numpy().astype(np.float64)
+        signals[K] = at.select(list(fields)).to_numpy().astype(np.float64)
         if buffer.has_step_counts:
             remaining[K] = at["remaining_steps"].to_numpy().astype(np.float64)
     total = (
@@ -119,8 +137,9 @@ def group_data(buffer: Buffer, Ks: tuple[int, ...]) -> GroupData:
 def _threshold_selector(
     data: GroupData, eval_data: GroupData, rule: str, config: SweepConfig
 ) -> Callable:
-    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe
-    savings with precision ≥ floor), apply it to the test groups of ``eval_data``."""
+    """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe —
+    or, objective measured, measured step — savings with precision ≥ floor), apply it to the
+    test groups of ``eval_data``."""
     from srollout.core.gate import GateRule
     from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
@@ -134,7 +153,13 @@ def _threshold_selector(
             cuts = threshold_cuts(
                 s[:, D], config.d_L_grid, s[:, TAU] if rule == "r3" else None, t_vals
             )
-            grid = evaluate_grid(cuts, data.zero_var[train], K, config.T_max)
+            steps = {}
+            if config.objective == "measured":
+                steps = dict(
+                    remaining_steps=data.remaining_by_K[K][train],
+                    total_steps=data.total_steps[train],
+                )
+            grid = evaluate_grid(cuts, data.zero_var[train], K, config.T_max, **steps)
             for m in range(cuts.shape[0]):
                 if rule == "r3":
                     d_L, t_high = config.d_L_grid[m // len(t_vals)], t_vals[m % len(t_vals)]
@@ -144,11 +169,12 @@ def _threshold_selector(
                     {
                         "precision": grid.precision[m],
                         "safe_savings": grid.safe_savings[m],
+                        "measured_step_savings": grid.measured_step_savings[m],
                         "d_L": d_L,
                     }
                 )
                 params.append((K, d_L, t_high))
-        i = choose_operating_point(rows, config.precision_floor)
+        i = choose_operating_point(rows, config.precision_floor, config.objective)
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             if i is None:
@@ -226,6 +252,12 @@ def score_row(
             np.column_stack([remaining * cut, total]),
             ratio_of_sums,
         )
+    if config.objective == "measured":
+        from srollout.stages.sweep_measured import random_measured_of_cuts
+
+        rnd = random_measured_of_cuts(cut, cut_K, data.remaining_by_K, data.total_steps)
+        row["random_measured_step_savings"] = rnd
+        row["measured_vs_random"] = out.measured_step_savings / rnd if rnd > 0 else math.nan
     for name in _CI_FIELDS:
         low = high = math.nan
         if name in samples and not (name == "precision" and not cut.any()):
@@ -263,9 +295,9 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     bad = [k for k in gates.check_K if k > config.T_max]
     if bad:
         raise SrolloutError(f"--check-K {bad[0]} is beyond --T-max {config.T_max}")
-    data = group_data(_load(config.input, Ks, config.T_max), Ks)
+    data = group_data(_load(config.input, Ks, config.T_max), Ks, gates.features)
     if gates.eval_buffer is not None:
-        eval_data = group_data(_load(gates.eval_buffer, Ks, config.T_max), Ks)
+        eval_data = group_data(_load(gates.eval_buffer, Ks, config.T_max), Ks, gates.features)
         protocol = f"fit on {config.input}, judged on {gates.eval_buffer}"
         selection = "eval buffer"
     else:
@@ -300,7 +332,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         part = sweep.with_row_index("i").filter(pl.col("rule") == rule)
         from srollout.core.sweep import choose_operating_point
 
-        chosen = choose_operating_point(part.to_dicts(), config.precision_floor)
+        chosen = choose_operating_point(part.to_dicts(), config.precision_floor, config.objective)
         in_sample_cut = np.zeros(data.zero_var.size, dtype=bool)
         K_in = K_ref
         if chosen is not None:
@@ -332,6 +364,10 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
 
     learned = adaptive = None
     common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed)
+    if config.objective == "measured":
+        if data.remaining_by_K is None:
+            raise SrolloutError(f"{config.input}: --objective measured needs real step counts")
+        common["gain_by_K"] = data.remaining_by_K
     if gates.learned:
 
         def fit_learned(groups: np.ndarray | None = None) -> LearnedGate:
@@ -479,7 +515,7 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
         "share_of_oracle = safe savings / the oracle's (cut every zero-variance group at "
         f"K={min(config.K)}); savings count each group's real cut step (T_max − K_cut); precision "
         f"floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
-        to_markdown(t, columns=[c for c in _SHOWN if c in t.columns]),
+        to_markdown(t, columns=[c for c in _SHOWN + _SHOWN_MEASURED if c in t.columns]),
         f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} "
         f"resamples, seed {config.seed}):\n",
         to_markdown(ci),
@@ -487,11 +523,9 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
     for name, gate in (("learned", comparison.learned), ("adaptive", comparison.adaptive)):
         if gate is None:
             continue
-        from srollout.core.learned_gate import FEATURE_NAMES
-
         coef = pl.DataFrame(
             {
-                "feature": list(FEATURE_NAMES),
+                "feature": list(gate.model.feature_names),
                 "coef (standardised)": list(gate.model.coef),
                 "mean": list(gate.model.mean),
                 "std": list(gate.model.std),
@@ -525,7 +559,11 @@ def print_table(console: Any, comparison: GateComparison) -> None:
         to_rich(
             t,
             title=f"Gates judged on held-out groups ({comparison.protocol})",
-            columns=[c for c in _SHOWN if c in t.columns],
-            headers=_SHORT,
+            columns=[c for c in _SHOWN + _SHOWN_MEASURED if c in t.columns],
+            headers={
+                **_SHORT,
+                "random_measured_step_savings": "rnd meas",
+                "measured_vs_random": "meas/rnd",
+            },
         )
     )
