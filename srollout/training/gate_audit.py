@@ -1,13 +1,15 @@
 """``train-onpolicy --audit F --precision-floor P``: the audited gate inside on-policy training
 (the statistics and the threshold rule: :mod:`srollout.core.audit`).
 
-Per iteration of an arm with a rule gate (r1/r3): the gate runs at the current d_L; a seeded
+Per iteration of an arm with a rule gate (r1/r3: its d_L moves) or a learned gate (its decision
+threshold t moves: cut iff P(zero-variance) >= t, run as the score 1 - P below 1 - t): the gate
+runs at the current threshold; a seeded
 share F of its cuts is rolled on to T_max with the same seeds and weights and no gate, through
 the same engine and policy as the rollout, counted in the iteration's rollout time, steps and
 tokens; each audited cut is labelled by its full outcome, each group let through by its own;
-d_L for the next iteration comes from the last window of iterations. The ledger is checkpointed
-as ``audit.json`` beside ``state.pt`` (written before it; on resume the iterations after the
-checkpoint are dropped, and the next d_L is recomputed from what is left).
+the threshold for the next iteration comes from the last window of iterations. The ledger is
+checkpointed as ``audit.json`` beside ``state.pt`` (written before it; on resume the iterations
+after the checkpoint are dropped, and the next threshold is recomputed from what is left).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from srollout.core.audit import AuditLedger, Labelled, audit_pick, next_threshold
 from srollout.core.gate import GateRule
@@ -27,10 +29,40 @@ from srollout.training.metrics import NO_AUDIT, AuditMetrics
 AUDIT_FILE = "audit.json"
 
 
-def _d_K(record: Any) -> float:
-    """The d_K the rule gate read for ``record`` (nan when the gate never ran on it)."""
-    signals = record.gate_signals
-    return math.nan if signals is None else float(signals.prefix_edit_distance_mean)
+class Knob(NamedTuple):
+    """What the audit moves in a gate kind, as "cut iff score < theta" (core.audit's form):
+    ``score(signals)``, ``theta`` at the start, ``gate_at(theta)`` the gate at another theta,
+    ``shown(theta)`` theta in the gate's own units (d_L; or t = 1 - theta for a learned gate)."""
+
+    score: Callable[[Any], float]
+    theta: float
+    gate_at: Callable[[float], Any]
+    shown: Callable[[float], float]
+
+
+def knob(gate: Any) -> Knob:
+    """The audit's handle on ``gate``: a rule gate's d_L or a learned gate's threshold."""
+    from srollout.core.learned_gate import LearnedGate
+
+    if isinstance(gate, GateRule):
+        return Knob(
+            lambda s: float(s.prefix_edit_distance_mean),
+            gate.d_L,
+            lambda t: dataclasses.replace(gate, d_L=t),
+            lambda t: t,
+        )
+    if isinstance(gate, LearnedGate):
+        start = 0.0 if gate.threshold is None else 1.0 - gate.threshold  # None: never cuts
+        return Knob(
+            lambda s: 1.0 - gate.proba(s),
+            start,
+            lambda t: dataclasses.replace(gate, threshold=min(1.0, max(0.0, 1.0 - t))),
+            lambda t: 1.0 - t,
+        )
+    raise SrolloutError(
+        f"--audit moves a rule gate's d_L or a learned gate's threshold; this arm's gate is a "
+        f"{type(gate).__name__}: use --rule/--d-L or a rule or learned gate.json"
+    )
 
 
 class GateAuditor:
@@ -48,15 +80,11 @@ class GateAuditor:
         iteration: int = 0,
         resume: bool = False,
     ) -> None:
-        if not isinstance(gate, GateRule):
-            raise SrolloutError(
-                f"--audit moves a rule gate's d_L (r1/r3); this arm's gate is "
-                f"{type(gate).__name__}: use --rule/--d-L or a rule gate.json"
-            )
-        self.gate, self.fraction, self.floor, self.seed = gate, fraction, floor, seed
+        self.knob = knob(gate)
+        self.fraction, self.floor, self.seed = fraction, floor, seed
         self.path = ckpt_dir / AUDIT_FILE
         self.ledger = AuditLedger()
-        self.threshold = gate.d_L
+        self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         if resume and self.path.exists():
             import json
 
@@ -68,9 +96,14 @@ class GateAuditor:
     def _next(self, iteration: int, theta: float) -> Any:
         return next_threshold(theta, self.ledger.recent(iteration), floor=self.floor)
 
-    def current_gate(self) -> GateRule:
-        """The gate at the d_L this iteration runs with."""
-        return dataclasses.replace(self.gate, d_L=self.threshold)
+    def current_gate(self) -> Any:
+        """The gate at the threshold this iteration runs with."""
+        return self.knob.gate_at(self.threshold)
+
+    def _score(self, record: Any) -> float:
+        """The score the gate read for ``record`` (nan when the gate never ran on it)."""
+        signals = record.gate_signals
+        return math.nan if signals is None else self.knob.score(signals)
 
     def audit(
         self,
@@ -92,11 +125,11 @@ class GateAuditor:
         full = roll([r.spec for r in picked]) if picked else []
         audit_s = time.perf_counter() - start
         rows = [
-            Labelled(iteration, _d_K(r), is_zero_variance(whole.rewards), "audit")
+            Labelled(iteration, self._score(r), is_zero_variance(whole.rewards), "audit")
             for r, whole in zip(picked, full, strict=True)
         ]
         rows += [
-            Labelled(iteration, _d_K(r), is_zero_variance(r.rewards), "through")
+            Labelled(iteration, self._score(r), is_zero_variance(r.rewards), "through")
             for r in records
             if not r.cut and r.gate_signals is not None
         ]
@@ -105,7 +138,8 @@ class GateAuditor:
         step = self._next(iteration, theta)
         self.threshold = step.threshold
         tp = sum(r.zero_var for r in rows if r.source == "audit")
-        return AuditMetrics(len(picked), tp, len(picked) - tp, step.precision_lb, theta, audit_s)
+        shown = self.knob.shown(theta)
+        return AuditMetrics(len(picked), tp, len(picked) - tp, step.precision_lb, shown, audit_s)
 
     def save(self) -> None:
         """audit.json, atomically (before state.pt, as greso.json)."""
@@ -114,4 +148,4 @@ class GateAuditor:
         atomic_write_json(self.ledger.to_dict(), self.path)
 
 
-__all__ = ("AUDIT_FILE", "NO_AUDIT", "GateAuditor")
+__all__ = ("AUDIT_FILE", "NO_AUDIT", "GateAuditor", "Knob", "knob")

@@ -208,8 +208,9 @@ class AuditMetrics:
     """``--audit``: audited (cut groups rolled on to T_max, counted in time/rollout_s and the
     rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not), precision_lb (the
     Clopper-Pearson bound over the audit's window at the threshold this iteration ran with; nan
-    with no audited cut in it), threshold (the d_L this iteration ran with; nan in an arm with no
-    gate), audit_s (the audit's seconds, also inside time/rollout_s)."""
+    with no audited cut in it), threshold (the d_L, or a learned gate's threshold, this iteration
+    ran with; nan in an arm with no gate), audit_s (the audit's seconds, also inside
+    time/rollout_s)."""
 
     audited: int
     audit_tp: int

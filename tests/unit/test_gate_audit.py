@@ -1,0 +1,130 @@
+"""GateAuditor (srollout.training.gate_audit) on hand-made groups: which cuts it audits, what it
+labels, how it moves a rule gate's d_L and a learned gate's threshold, and its checkpoint."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from srollout.core.gate import GateRule
+from srollout.core.learned_gate import LearnedGate, LogisticModel
+from srollout.core.signals import GroupSignals
+from srollout.errors import SrolloutError
+from srollout.training.gate_audit import GateAuditor, knob
+
+ZERO_VAR, MIXED = [0.0, 0.0], [0.0, 1.0]
+
+
+def _sig(d: float) -> GroupSignals:
+    return GroupSignals(d, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _group(index: int, d: float, cut: bool, rewards: list[float]) -> SimpleNamespace:
+    return SimpleNamespace(
+        spec=SimpleNamespace(index=index), gate_signals=_sig(d), cut=cut, rewards=rewards
+    )
+
+
+def _roll(outcomes: dict[int, list[float]]):
+    """A stand-in for the ungated rollout: each group's full rewards, looked up by index."""
+    calls: list[list[int]] = []
+
+    def roll(specs):
+        calls.append([s.index for s in specs])
+        return [SimpleNamespace(rewards=outcomes[s.index]) for s in specs]
+
+    return roll, calls
+
+
+def test_every_cut_is_audited_at_fraction_one_and_labelled_by_its_full_outcome(tmp_path):
+    auditor = GateAuditor(
+        GateRule("r1", K=2, d_L=0.3), fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path
+    )
+    groups = [
+        _group(0, 0.1, True, ZERO_VAR),  # truncated rewards; the full ones below decide
+        _group(1, 0.2, True, ZERO_VAR),
+        _group(2, 0.5, False, MIXED),
+        _group(3, 0.6, False, ZERO_VAR),
+    ]
+    roll, calls = _roll({0: ZERO_VAR, 1: MIXED})
+    m = auditor.audit(groups, roll, iteration=1)
+    assert calls == [[0, 1]]  # the cut groups only, in index order, in one batch
+    assert (m.audited, m.audit_tp, m.audit_fp) == (2, 1, 1)
+    assert m.threshold == 0.3  # the d_L this iteration ran with
+    # 1 of 2 right: the one-sided 95 % bound solves 1 - (1 - p)^2 = 0.05
+    assert m.precision_lb == pytest.approx(1 - math.sqrt(0.95), abs=1e-9)
+    rows = sorted((r.score, r.zero_var, r.source) for r in auditor.ledger.rows)
+    assert rows == [
+        (0.1, True, "audit"),
+        (0.2, False, "audit"),
+        (0.5, False, "through"),
+        (0.6, True, "through"),
+    ]
+    assert auditor.current_gate() == GateRule("r1", K=2, d_L=0.3)  # 2 audits < 19: d_L holds
+
+
+def test_a_bound_below_the_floor_tightens_d_l_and_the_checkpoint_resumes_it(tmp_path):
+    rule = GateRule("r1", K=2, d_L=0.3)
+    auditor = GateAuditor(rule, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path)
+    # 20 cuts at d_K = 0.00 .. 0.19; the 19 most alike were right, the last was not:
+    # 19/20 -> bound 0.78 < 0.85; the prefix of 19 clears it (0.854): d_L -> (0.18 + 0.19) / 2
+    groups = [_group(i, i / 100, True, ZERO_VAR) for i in range(20)]
+    outcomes = {i: (ZERO_VAR if i < 19 else MIXED) for i in range(20)}
+    m = auditor.audit(groups, _roll(outcomes)[0], iteration=1)
+    assert (m.audit_tp, m.audit_fp, m.threshold) == (19, 1, 0.3)
+    assert m.precision_lb < 0.85
+    assert auditor.current_gate().d_L == pytest.approx(0.185)
+    auditor.save()
+    again = GateAuditor(
+        rule, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path, iteration=1, resume=True
+    )
+    assert again.current_gate().d_L == pytest.approx(0.185)
+    assert again.ledger == auditor.ledger
+    # a checkpoint one iteration behind audit.json forgets the later iteration
+    behind = GateAuditor(
+        rule, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path, iteration=0, resume=True
+    )
+    assert behind.ledger.rows == [] and behind.current_gate().d_L == 0.3
+
+
+def test_a_share_of_the_cuts_is_audited_the_same_way_on_every_run(tmp_path):
+    def picked():
+        auditor = GateAuditor(
+            GateRule("r1", K=2, d_L=0.9), fraction=0.3, floor=0.85, seed=13, ckpt_dir=tmp_path
+        )
+        roll, calls = _roll({i: ZERO_VAR for i in range(200)})
+        auditor.audit([_group(i, 0.1, True, ZERO_VAR) for i in range(200)], roll, 1)
+        return calls[0]
+
+    first = picked()
+    assert first == picked() and 40 <= len(first) <= 80  # about 30 % of 200
+
+
+def test_a_learned_gate_threshold_moves_in_its_own_units(tmp_path):
+    # P(zero-variance) = sigmoid(3 - 10 * d_K): the audit's score is 1 - P
+    model = LogisticModel(
+        mean=(0.0,) * 8, std=(1.0,) * 8, coef=(-10.0,) + (0.0,) * 7, intercept=3.0
+    )
+    gate = LearnedGate(model=model, K=2, threshold=0.6)
+    k = knob(gate)
+    assert k.theta == pytest.approx(0.4) and k.shown(k.theta) == pytest.approx(0.6)
+    p = 1 / (1 + math.exp(-2.0))  # d_K = 0.1
+    assert k.score(_sig(0.1)) == pytest.approx(1 - p)
+    auditor = GateAuditor(gate, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path)
+    groups = [_group(i, i / 1000, True, ZERO_VAR) for i in range(20)]
+    outcomes = {i: (ZERO_VAR if i < 19 else MIXED) for i in range(20)}
+    m = auditor.audit(groups, _roll(outcomes)[0], iteration=1)
+    assert m.threshold == pytest.approx(0.6)  # logged as the gate's own threshold
+    # tightened between the 19th and 20th most confident cut: a higher threshold
+    s18, s19 = k.score(_sig(0.018)), k.score(_sig(0.019))
+    assert auditor.current_gate().threshold == pytest.approx(1 - (s18 + s19) / 2)
+    assert auditor.current_gate().threshold > 0.6
+
+
+def test_a_gate_the_audit_cannot_move_is_one_line(tmp_path):
+    from srollout.core.gate import FixedGate
+
+    with pytest.raises(SrolloutError, match="--audit moves a rule gate's d_L or a learned"):
+        GateAuditor(FixedGate(True, K=2), fraction=0.5, floor=0.85, seed=7, ckpt_dir=tmp_path)
