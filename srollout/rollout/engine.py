@@ -112,7 +112,8 @@ class RolloutSettings:
     seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
     step gate_K (None = no gate; a gate with ``check_K`` is applied at each of its check steps
     and gate_K, if given, must be its first); arm: the value of groups.arm ("collect",
-    "baseline", "gated").
+    "baseline", "gated"); audit: group index -> whether a cut of that group is audited (the cut
+    stands, but its trajectories run on to the end for the audit's label; ``--audit``).
     """
 
     G: int = 8
@@ -123,6 +124,7 @@ class RolloutSettings:
     gate: GateLike | None = None
     gate_K: int | None = None
     arm: str = "collect"
+    audit: Callable[[int], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.G < 1:
@@ -219,7 +221,8 @@ class GroupRecord:
     ended before the first check step).
     wall_s: admission to finish wall-clock of the group, seconds.
     gate_checks: every step the gate was evaluated at, in order (one for a fixed-K gate; up to
-    len(check_K) for an adaptive-K gate).
+    len(check_K) for an adaptive-K gate). audited: a cut group whose trajectories ran on to the
+    end for the audit (``RolloutSettings.audit``); its trajectories and rewards are full ones.
     """
 
     spec: GroupSpec
@@ -235,6 +238,7 @@ class GroupRecord:
     started_tick: int = 0
     finished_tick: int = 0
     gate_checks: list[int] = field(default_factory=list)
+    audited: bool = False
 
     @property
     def group_id(self) -> str:
@@ -540,7 +544,7 @@ class _Pool:
                 else:
                     still.append(live)
             g.live = still
-            if g.step in self.gate_steps and g.live:
+            if g.step in self.gate_steps and g.live and not g.record.cut:
                 self.check_gate(g)
 
     def check_gate(self, g: _Group) -> None:
@@ -553,6 +557,10 @@ class _Pool:
         if gate_fires(self.settings.gate, g.step, sig):
             g.record.cut, g.record.cut_step = True, g.step
             self.totals.cut += 1
+            audit = self.settings.audit
+            if audit is not None and audit(g.record.spec.index):
+                g.record.audited = True  # the cut stands; the audit lets it run to the end
+                return
             for live in g.live:
                 self.end(live, "gate")
             g.live = []

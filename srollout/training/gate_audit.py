@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -105,28 +104,22 @@ class GateAuditor:
         signals = record.gate_signals
         return math.nan if signals is None else self.knob.score(signals)
 
-    def audit(
-        self,
-        records: Sequence[Any],
-        roll: Callable[[list[Any]], list[Any]],
-        iteration: int,
-    ) -> AuditMetrics:
-        """Audit ``records`` (this iteration's finished groups, every round): ``roll(specs)``
-        rolls groups on without a gate and returns them in the order given. Moves the
-        threshold for the next iteration; returns the iteration's audit columns."""
+    def picks(self, group_index: int) -> bool:
+        """Whether a cut of ``group_index`` is audited (``RolloutSettings.audit``): a seeded
+        draw, the same on every run."""
+        return audit_pick(self.seed, group_index, self.fraction)
+
+    def audit(self, records: Sequence[Any], iteration: int) -> AuditMetrics:
+        """Label this iteration's finished groups (every round): audited cuts (``r.audited``: the
+        engine let them run to the end) by their full outcome, groups let through by theirs.
+        Moves the threshold for the next iteration; returns the iteration's audit columns."""
         from srollout.core.grpo import is_zero_variance
 
         theta = self.threshold
-        picked = sorted(
-            (r for r in records if r.cut and audit_pick(self.seed, r.spec.index, self.fraction)),
-            key=lambda r: r.spec.index,
-        )
-        start = time.perf_counter()
-        full = roll([r.spec for r in picked]) if picked else []
-        audit_s = time.perf_counter() - start
+        audited = [r for r in records if r.cut and r.audited]
         rows = [
-            Labelled(iteration, self._score(r), is_zero_variance(whole.rewards), "audit")
-            for r, whole in zip(picked, full, strict=True)
+            Labelled(iteration, self._score(r), is_zero_variance(r.rewards), "audit")
+            for r in audited
         ]
         rows += [
             Labelled(iteration, self._score(r), is_zero_variance(r.rewards), "through")
@@ -138,8 +131,10 @@ class GateAuditor:
         step = self._next(iteration, theta)
         self.threshold = step.threshold
         tp = sum(r.zero_var for r in rows if r.source == "audit")
+        # what the audit cost: the steps its groups took after their cut step
+        cost = sum(max(0, len(t.actions) - r.cut_step) for r in audited for t in r.trajs)
         shown = self.knob.shown(theta)
-        return AuditMetrics(len(picked), tp, len(picked) - tp, step.precision_lb, shown, audit_s)
+        return AuditMetrics(len(audited), tp, len(audited) - tp, step.precision_lb, shown, cost)
 
     def save(self) -> None:
         """audit.json, atomically (before state.pt, as greso.json)."""

@@ -205,19 +205,19 @@ JUDGE_COLUMNS = ("gate/cut_tp", "gate/cut_fp", "gate/cut_prefix_matched", "time/
 
 @dataclass(frozen=True)
 class AuditMetrics:
-    """``--audit``: audited (cut groups rolled on to T_max, counted in time/rollout_s and the
-    rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not), precision_lb (the
-    Clopper-Pearson bound over the audit's window at the threshold this iteration ran with; nan
-    with no audited cut in it), threshold (the d_L, or a learned gate's threshold, this iteration
-    ran with; nan in an arm with no gate), audit_s (the audit's seconds, also inside
-    time/rollout_s)."""
+    """``--audit``: audited (cuts the engine let run on to T_max for the audit; counted in
+    time/rollout_s and the rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not),
+    precision_lb (the Clopper-Pearson bound over the audit's window at the threshold this
+    iteration ran with; nan with no audited cut in it), threshold (the d_L, or a learned gate's
+    threshold, this iteration ran with; nan in an arm with no gate), audit_steps (what the audit
+    cost: the environment steps its groups took after their cut step)."""
 
     audited: int
     audit_tp: int
     audit_fp: int
     precision_lb: float
     threshold: float
-    audit_s: float
+    audit_steps: int
 
     def columns(self) -> dict[str, Any]:
         return {
@@ -226,13 +226,13 @@ class AuditMetrics:
             "gate/audit_fp": self.audit_fp,
             "gate/precision_lb": self.precision_lb,
             "gate/threshold": self.threshold,
-            "time/audit_s": self.audit_s,
+            "gate/audit_steps": self.audit_steps,
         }
 
 
 # written after the judge's columns, and only by a run with --audit > 0 (every arm)
-AUDIT_COLUMNS = tuple(AuditMetrics(0, 0, 0, 0.0, 0.0, 0.0).columns())
-NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0.0)
+AUDIT_COLUMNS = tuple(AuditMetrics(0, 0, 0, 0.0, 0.0, 0).columns())
+NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0)
 
 
 @dataclass(frozen=True)

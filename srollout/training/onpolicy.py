@@ -346,7 +346,7 @@ class ArmRunner:
         if not cut:
             return CutJudgement(0, 0, 0, 0.0)
         start, saved = time.perf_counter(), rng_states()
-        ungated = dataclasses.replace(self.settings, gate=None, gate_K=None)
+        ungated = dataclasses.replace(self.settings, gate=None, gate_K=None, audit=None)
         # its own totals: the judging is counted in no rollout/ or time/ column
         full = self._roll([r.spec for r in cut], _RolloutTotals(), ungated)
         restore_rng(saved)
@@ -382,8 +382,10 @@ class ArmRunner:
             for j, i in enumerate(picked)
         ]
         n_skipped = 0
-        if self.auditor is not None:  # the d_L the audit chose after the last iteration
-            self.settings = dataclasses.replace(self.settings, gate=self.auditor.current_gate())
+        if self.auditor is not None:  # the threshold the audit chose after the last iteration
+            self.settings = dataclasses.replace(
+                self.settings, gate=self.auditor.current_gate(), audit=self.auditor.picks
+            )
         if self.greso is not None:
             keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
             specs, n_skipped = [specs[k] for k in keep], len(skip)
@@ -425,12 +427,9 @@ class ArmRunner:
                     r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
                 )
         judged = self._judge(records)  # before the update: the weights that rolled them out
-        audited = None  # --audit: timed, counted in this iteration's rollout
+        audited = None  # --audit: its groups ran on inside this iteration's rollout
         if self.auditor is not None:
-            ungated = dataclasses.replace(self.settings, gate=None, gate_K=None)
-            audited = self.auditor.audit(
-                records, lambda s: self._roll(s, totals, ungated), iteration
-            )
+            audited = self.auditor.audit(records, iteration)
         elif getattr(config, "audit", 0.0) > 0:
             from srollout.training.metrics import NO_AUDIT
 

@@ -21,37 +21,33 @@ def _sig(d: float) -> GroupSignals:
     return GroupSignals(d, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
-def _group(index: int, d: float, cut: bool, rewards: list[float]) -> SimpleNamespace:
+def _group(index, d, cut, rewards, audited=False, steps=(4, 6)) -> SimpleNamespace:
+    """A finished group as the engine hands it over (cut at step 2 when cut)."""
     return SimpleNamespace(
-        spec=SimpleNamespace(index=index), gate_signals=_sig(d), cut=cut, rewards=rewards
+        spec=SimpleNamespace(index=index),
+        gate_signals=_sig(d),
+        cut=cut,
+        cut_step=2 if cut else None,
+        audited=audited,
+        rewards=rewards,
+        trajs=[SimpleNamespace(actions=["go"] * n) for n in steps],
     )
 
 
-def _roll(outcomes: dict[int, list[float]]):
-    """A stand-in for the ungated rollout: each group's full rewards, looked up by index."""
-    calls: list[list[int]] = []
-
-    def roll(specs):
-        calls.append([s.index for s in specs])
-        return [SimpleNamespace(rewards=outcomes[s.index]) for s in specs]
-
-    return roll, calls
-
-
-def test_every_cut_is_audited_at_fraction_one_and_labelled_by_its_full_outcome(tmp_path):
+def test_audited_cuts_are_labelled_by_their_full_outcome_and_priced_in_steps(tmp_path):
     auditor = GateAuditor(
         GateRule("r1", K=2, d_L=0.3), fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path
     )
     groups = [
-        _group(0, 0.1, True, ZERO_VAR),  # truncated rewards; the full ones below decide
-        _group(1, 0.2, True, ZERO_VAR),
-        _group(2, 0.5, False, MIXED),
-        _group(3, 0.6, False, ZERO_VAR),
+        _group(0, 0.1, True, ZERO_VAR, audited=True),  # ran on: 2 + 4 steps after its cut
+        _group(1, 0.2, True, MIXED, audited=True),
+        _group(2, 0.25, True, ZERO_VAR),  # cut, not audited: no label
+        _group(3, 0.5, False, MIXED),
+        _group(4, 0.6, False, ZERO_VAR),
     ]
-    roll, calls = _roll({0: ZERO_VAR, 1: MIXED})
-    m = auditor.audit(groups, roll, iteration=1)
-    assert calls == [[0, 1]]  # the cut groups only, in index order, in one batch
+    m = auditor.audit(groups, iteration=1)
     assert (m.audited, m.audit_tp, m.audit_fp) == (2, 1, 1)
+    assert m.audit_steps == 2 * ((4 - 2) + (6 - 2))
     assert m.threshold == 0.3  # the d_L this iteration ran with
     # 1 of 2 right: the one-sided 95 % bound solves 1 - (1 - p)^2 = 0.05
     assert m.precision_lb == pytest.approx(1 - math.sqrt(0.95), abs=1e-9)
@@ -68,11 +64,10 @@ def test_every_cut_is_audited_at_fraction_one_and_labelled_by_its_full_outcome(t
 def test_a_bound_below_the_floor_tightens_d_l_and_the_checkpoint_resumes_it(tmp_path):
     rule = GateRule("r1", K=2, d_L=0.3)
     auditor = GateAuditor(rule, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path)
-    # 20 cuts at d_K = 0.00 .. 0.19; the 19 most alike were right, the last was not:
+    # 20 audited cuts at d_K = 0.00 .. 0.19; the 19 most alike were right, the last was not:
     # 19/20 -> bound 0.78 < 0.85; the prefix of 19 clears it (0.854): d_L -> (0.18 + 0.19) / 2
-    groups = [_group(i, i / 100, True, ZERO_VAR) for i in range(20)]
-    outcomes = {i: (ZERO_VAR if i < 19 else MIXED) for i in range(20)}
-    m = auditor.audit(groups, _roll(outcomes)[0], iteration=1)
+    groups = [_group(i, i / 100, True, ZERO_VAR if i < 19 else MIXED, True) for i in range(20)]
+    m = auditor.audit(groups, iteration=1)
     assert (m.audit_tp, m.audit_fp, m.threshold) == (19, 1, 0.3)
     assert m.precision_lb < 0.85
     assert auditor.current_gate().d_L == pytest.approx(0.185)
@@ -90,16 +85,12 @@ def test_a_bound_below_the_floor_tightens_d_l_and_the_checkpoint_resumes_it(tmp_
 
 
 def test_a_share_of_the_cuts_is_audited_the_same_way_on_every_run(tmp_path):
-    def picked():
-        auditor = GateAuditor(
-            GateRule("r1", K=2, d_L=0.9), fraction=0.3, floor=0.85, seed=13, ckpt_dir=tmp_path
-        )
-        roll, calls = _roll({i: ZERO_VAR for i in range(200)})
-        auditor.audit([_group(i, 0.1, True, ZERO_VAR) for i in range(200)], roll, 1)
-        return calls[0]
-
-    first = picked()
-    assert first == picked() and 40 <= len(first) <= 80  # about 30 % of 200
+    auditor = GateAuditor(
+        GateRule("r1", K=2, d_L=0.9), fraction=0.3, floor=0.85, seed=13, ckpt_dir=tmp_path
+    )
+    picked = [i for i in range(200) if auditor.picks(i)]
+    assert picked == [i for i in range(200) if auditor.picks(i)]
+    assert 40 <= len(picked) <= 80  # about 30 % of 200
 
 
 def test_a_learned_gate_threshold_moves_in_its_own_units(tmp_path):
@@ -113,9 +104,8 @@ def test_a_learned_gate_threshold_moves_in_its_own_units(tmp_path):
     p = 1 / (1 + math.exp(-2.0))  # d_K = 0.1
     assert k.score(_sig(0.1)) == pytest.approx(1 - p)
     auditor = GateAuditor(gate, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path)
-    groups = [_group(i, i / 1000, True, ZERO_VAR) for i in range(20)]
-    outcomes = {i: (ZERO_VAR if i < 19 else MIXED) for i in range(20)}
-    m = auditor.audit(groups, _roll(outcomes)[0], iteration=1)
+    groups = [_group(i, i / 1000, True, ZERO_VAR if i < 19 else MIXED, True) for i in range(20)]
+    m = auditor.audit(groups, iteration=1)
     assert m.threshold == pytest.approx(0.6)  # logged as the gate's own threshold
     # tightened between the 19th and 20th most confident cut: a higher threshold
     s18, s19 = k.score(_sig(0.018)), k.score(_sig(0.019))
