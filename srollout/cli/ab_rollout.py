@@ -22,6 +22,7 @@ OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
 # the order `ab-rollout --help` lists its options in
 ORDER = (
     "groups",
+    "env",
     "tasks",
     "difficulty",
     "G",

@@ -49,6 +49,7 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
     "t_high",
     "signal_K",
     "concurrency",
+    "env",
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")

@@ -49,6 +49,7 @@ ORDER = (
     "train_tasks",
     "train_set",
     "eval_set",
+    "env",
     "lr",
     "lora_r",
     "lora_alpha",
@@ -122,6 +123,7 @@ def register(app: typer.Typer) -> None:
         eval_set: Annotated[
             str | None, typer.Option("--eval-set", help=_h("eval_set"), show_default=False)
         ] = None,
+        env: Annotated[str, typer.Option("--env", help=_h("env"))] = "alfworld",
         lr: Annotated[float | None, typer.Option("--lr", help=_h("lr"), show_default=False)] = None,
         lora_r: Annotated[
             int | None, typer.Option("--lora-r", help=_h("lora_r"), show_default=False)
@@ -203,6 +205,7 @@ def register(app: typer.Typer) -> None:
             train_tasks=train_tasks,
             train_set=train_set,
             eval_set=eval_set,
+            env=env,
             lr=lr,
             lora_r=lora_r,
             lora_alpha=lora_alpha,

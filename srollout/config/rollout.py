@@ -139,6 +139,12 @@ class RolloutOptions:
     concurrency: int = doc(
         64, "Most trajectories in flight at once (a new group starts when G slots are free)."
     )
+    env: str = doc(
+        "alfworld",
+        "Environment to roll out in: alfworld (built in), a name registered with "
+        "srollout.envs.registry.register_env or an entry point of group srollout.envs, or "
+        "package.module:attr (an EnvSpec); --tasks then names one of its task sets.",
+    )
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -161,6 +167,10 @@ class RolloutOptions:
         from srollout.envs.tasks import OFFICIAL_SPLITS
 
         _check_choice(self.difficulty, DIFFICULTIES, "--difficulty")
+        if not self.env.strip():
+            raise SrolloutError("--env must name an environment (default alfworld)")
+        if self.env != "alfworld" and self.difficulty != "small":
+            raise SrolloutError("--difficulty sizes ALFWorld's generated rooms; not with --env")
         if self.difficulty != "small" and self.tasks in OFFICIAL_SPLITS:
             raise SrolloutError(
                 f"--difficulty sizes the generated task sets; the official split {self.tasks!r} "

@@ -205,6 +205,12 @@ class TrainOnpolicyConfig:
         "Task set of the held-out evaluation: eval (new tasks in the "
         "training scenes, the paper's valid_seen) or heldout (unseen scenes).",
     )
+    env: str = doc(
+        "alfworld",
+        "Environment to train in: alfworld (built in), a registered name or entry point of group "
+        "srollout.envs, or package.module:attr (an EnvSpec); --train-set / --eval-set then name "
+        "its task sets.",
+    )
     lr: float = doc(2e-4, "AdamW learning rate (paper: 5e-5).")
     lora_r: int = doc(16, "LoRA rank (paper Tier 3: 16).")
     lora_alpha: int = doc(32, "LoRA alpha (paper Tier 3: 32).")

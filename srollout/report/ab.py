@@ -449,7 +449,13 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
     )
     return (
         f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of "
-        f"`{config.tasks}`{rooms_note(config.tasks, config.difficulty)} (G={config.G}, "
+        f"`{config.tasks}`"
+        + (
+            rooms_note(config.tasks, config.difficulty)
+            if config.env == "alfworld"
+            else f" of environment `{config.env}`"
+        )
+        + f" (G={config.G}, "
         f"T_max={config.T_max}, temperature {config.temperature}, seed {config.seed}) through the "
         f"same batched engine at concurrency {config.concurrency} trajectories; per-trajectory "
         f"seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "

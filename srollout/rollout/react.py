@@ -1,13 +1,17 @@
 """The engine's :class:`~srollout.rollout.engine.Prompter`, bound to the ReAct protocol of
 :mod:`srollout.envs.prompts` (system prompt, ``Observation: ...`` user turns, the forgiving
-``Thought: ... Action: ...`` parser and action normalisation)."""
+``Thought: ... Action: ...`` parser and action normalisation): :class:`ReactPrompter` for
+ALFWorld, :class:`EnvPrompter` for an environment of your own (:mod:`srollout.envs.registry`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from srollout.envs.base import Task
+from srollout.errors import SrolloutError
 from srollout.rollout.engine import ParsedTurn
 
 
@@ -44,3 +48,96 @@ class ReactPrompter:
 
         parsed = parse_response(text)
         return ParsedTurn(parsed.thought, parsed.action, parsed.action)
+
+
+GENERIC_SYSTEM_PROMPT = (
+    "You are an agent in a text environment. Each turn you see an observation and reply with one "
+    "short thought and one action, exactly:\nThought: <your reasoning>\nAction: <one action>"
+)
+_ACTION = re.compile(r"action\s*[:：]\s*(.*)", re.IGNORECASE)
+_THOUGHT = re.compile(r"thought\s*[:：]\s*(.*?)(?=action\s*[:：]|$)", re.IGNORECASE | re.DOTALL)
+
+
+def normalize_text(action: str) -> str:
+    """The generic action normalisation: the first line, lower case, single spaces, without
+    surrounding quotes / markdown / brackets and trailing punctuation (``"Guess 50."`` ->
+    ``"guess 50"``). Unlike ALFWorld's it knows no verbs and drops no words."""
+    a = action.strip().split("\n")[0].lower()
+    a = re.sub(r"\s+", " ", a).strip("`*\"'<>[]() \t").rstrip(".!?,;: ")
+    return a.strip("`*\"'<>[]() \t")
+
+
+def parse_action(text: str) -> ParsedTurn:
+    """The default parser of an environment of your own: the thought after ``Thought:`` ('' when
+    absent); the action is the rest of the first ``Action:`` line (case-insensitive; the next line
+    when that one is empty), or without any ``Action:`` the last non-empty line; both ``action``
+    (sent to the environment) and ``normalized`` (compared by the signals) are
+    :func:`normalize_text` of it, so the environment plays exactly what the signals compare."""
+    raw = text.replace("```", "\n").replace("\r", "")
+    m = _THOUGHT.search(raw)
+    thought = " ".join(m.group(1).split()) if m else ""
+    am = _ACTION.search(raw)
+    if am:
+        first = am.group(1).strip().split("\n")[0]
+        if not first:
+            rest = raw[am.end() :].strip().split("\n")
+            first = rest[0] if rest else ""
+    else:
+        lines = [line for line in raw.split("\n") if line.strip()]
+        first = lines[-1] if lines else ""
+    action = normalize_text(first)
+    return ParsedTurn(thought, action, action)
+
+
+class EnvPrompter:
+    """The Prompter of an environment of your own (:class:`srollout.envs.registry.EnvSpec`):
+    its system prompt and user template where it gives them, else the model's own
+    (``srollout.json`` in the model directory), else :data:`GENERIC_SYSTEM_PROMPT` and
+    ``Observation: {observation}``; its parser, else :func:`parse_action`."""
+
+    def __init__(
+        self,
+        system: str | Callable[[Task], str],
+        user_template: str | None = None,
+        parse: Callable[[str], Any] | None = None,
+    ) -> None:
+        from srollout.envs.prompts import USER_TEMPLATE
+
+        self._system = system
+        self._user_template = user_template or USER_TEMPLATE
+        self._parse = parse or parse_action
+
+    @classmethod
+    def for_env(cls, spec: Any, model_dir: Any = None) -> EnvPrompter:
+        """The prompter of ``spec`` for the model in ``model_dir`` (None: no model prompt)."""
+        from srollout.envs.prompts import MODEL_PROMPT_FILE, check_user_template, model_prompt
+
+        own = None
+        if model_dir is not None and (Path(model_dir) / MODEL_PROMPT_FILE).is_file():
+            own = model_prompt(model_dir)
+        system = spec.system_prompt
+        if system is None:
+            system = own.system if own is not None else GENERIC_SYSTEM_PROMPT
+        template = spec.user_template
+        if template is None:
+            template = own.user_template if own is not None else None
+        else:
+            check_user_template(template, f"environment {spec.name!r}")
+        return cls(system, template, spec.parse)
+
+    def system(self, task: Task) -> str:
+        return self._system(task) if callable(self._system) else self._system
+
+    def user(self, observation: str, step: int, task: Task, admissible: Sequence[str] = ()) -> str:
+        from srollout.envs.prompts import user_turn
+
+        return user_turn(observation, task.task_text, self._user_template, admissible)
+
+    def parse(self, text: str) -> ParsedTurn:
+        turn = self._parse(text)
+        if not (isinstance(turn, tuple) and len(turn) == 3):
+            raise SrolloutError(
+                "an environment's parse(text) must return (thought, action, normalized), got "
+                f"{type(turn).__name__}"
+            )
+        return ParsedTurn(*(str(x) for x in turn))

@@ -48,6 +48,7 @@ from srollout.stages.rollout_setup import (
     build_gate,
     build_policy,
     build_prompter,
+    check_rollout_env,
     for_workers,
     load_tasks,
 )
@@ -108,6 +109,8 @@ def run_collect(
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
     from srollout.policy import preflight
 
+    # an unknown --env, or one that does not speak the TextEnv protocol, leaves nothing behind
+    check_rollout_env(config)
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
     preflight(
         config.policy,
@@ -123,12 +126,12 @@ def run_collect(
         _check_resumable(run_dir, config)
 
     # 2. tasks and groups
-    tasks = load_tasks(config.tasks, config.difficulty)
+    tasks = load_tasks(config.tasks, config.difficulty, config.env)
     specs = make_specs(tasks, config.groups)
     done_ids = finished_groups(run_dir) if config.resume else []
     todo = select(specs, done_ids)
     manifest = Manifest(run_dir, "collect", config)
-    manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks))
+    manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks), env=config.env)
 
     # 3. policy, environments, the ReAct protocol, the gate
     gate, gate_K = collect_gate(config)
@@ -247,6 +250,8 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
     n = min(cores, config.groups // AUTO_GROUPS_PER_WORKER)
     if config.policy != "lm" or config.backend != "transformers":
         return 1, "one process: only the transformers LM is spread over workers by default"
+    if config.env != "alfworld":  # its module must import on every worker: opt in
+        return 1, f"one process: --env {config.env}; ask for --workers N to spread it"
     if os.environ.get("RAY_ADDRESS"):
         return 1, "one process: $RAY_ADDRESS is set; ask for --workers N to use that cluster"
     if cores < 2:
@@ -378,7 +383,9 @@ def write_collect_report(
         Section("Summary", to_markdown(stats_frame(stats))),
         Section(
             "Settings",
-            f"task set `{config.tasks}`{rooms_note(config.tasks, config.difficulty)}, policy "
+            f"environment `{config.env}`, task set `{config.tasks}`"
+            f"{rooms_note(config.tasks, config.difficulty) if config.env == 'alfworld' else ''}, "
+            f"policy "
             f"`{config.policy}`, G={config.G}, T_max={config.T_max}, temperature "
             f"{config.temperature}, top-p {config.top_p}, seed {config.seed}; gate "
             f"{gate}\n\n{engine}",

@@ -22,9 +22,14 @@ if TYPE_CHECKING:
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
 
-def load_tasks(name: str, difficulty: str = "small") -> list:
+def load_tasks(name: str, difficulty: str = "small", env: str = "alfworld") -> list:
     """The tasks of set ``name`` with rooms of ``difficulty`` (an unknown name is a
-    SrolloutError from the envs package)."""
+    SrolloutError from the envs package); with ``env`` other than alfworld, the split ``name``
+    of that environment (:meth:`srollout.envs.registry.EnvSpec.task_set`)."""
+    if env != "alfworld":
+        from srollout.envs.registry import resolve_env
+
+        return resolve_env(env).task_set(name)
     from srollout.envs import load_task_set
 
     tasks = list(load_task_set(name, difficulty))
@@ -70,9 +75,12 @@ def build_policy(config: RolloutOptions) -> Any:
 def build_prompter(config: RolloutOptions) -> Any:
     """The ReAct prompter, with the LM's own system prompt and user-turn template when its model
     directory names them (the default policy is fine-tuned on a prompt of its own; see
-    ``srollout.envs.prompts.model_prompt``)."""
+    ``srollout.envs.prompts.model_prompt``). With ``--env`` other than alfworld: that
+    environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`)."""
     from srollout.rollout.react import ReactPrompter
 
+    if config.env != "alfworld":
+        return _env_prompter(config)
     if config.policy != "lm":
         return ReactPrompter()
     from srollout.policy import resolve_model
@@ -82,9 +90,39 @@ def build_prompter(config: RolloutOptions) -> Any:
     )
 
 
+def _env_prompter(config: RolloutOptions) -> Any:
+    from srollout.envs.registry import resolve_env
+    from srollout.rollout.react import EnvPrompter
+
+    model_dir = None
+    if config.policy == "lm":
+        from srollout.policy import resolve_model
+
+        model_dir = resolve_model(config.model if config.model is not None else "default")
+    return EnvPrompter.for_env(resolve_env(config.env), model_dir)
+
+
+def check_rollout_env(config: RolloutOptions) -> None:
+    """With ``--env`` other than alfworld: resolve it, load its task set ``--tasks`` and play the
+    TextEnv protocol once (:func:`srollout.envs.registry.check_env`), so that an unknown name or
+    an environment that does not speak the protocol fails before a run directory exists."""
+    if config.env == "alfworld":
+        return
+    from srollout.envs.registry import check_env, resolve_env
+
+    spec = resolve_env(config.env)
+    check_env(spec, spec.task_set(config.tasks))
+
+
 def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
-    """A callable making one real-engine ALFWorld environment (the engine reuses them)."""
+    """A callable making one real-engine ALFWorld environment (the engine reuses them), or with
+    ``--env`` another environment's ``make_env``."""
     from functools import partial
+
+    if config.env != "alfworld":
+        from srollout.envs.registry import resolve_env
+
+        return resolve_env(config.env).make_env
 
     from srollout.envs.alfworld_env import AlfworldEnv
 
@@ -109,6 +147,7 @@ __all__ = (
     "build_gate",
     "build_policy",
     "build_prompter",
+    "check_rollout_env",
     "for_workers",
     "load_tasks",
 )

@@ -69,6 +69,12 @@ def run_train_onpolicy(
 
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    if config.env != "alfworld" and env_factory is None:
+        # --env: its tasks, make_env and prompt; an unknown one or one off the TextEnv protocol
+        # fails here, before the run directory exists
+        env_factory, prompter, train_tasks, eval_tasks = _own_env(
+            config, prompter, train_tasks, eval_tasks
+        )
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
     )
@@ -373,6 +379,25 @@ def write_report(
         else "**Partial run** — continue it with `--resume --out " + str(run_dir) + "`."
     )
     return write(run_dir, "srollout train-onpolicy", sections, preamble=pre)
+
+
+def _own_env(
+    config: TrainOnpolicyConfig, prompter: Any, train_tasks: list | None, eval_tasks: list | None
+) -> tuple[Any, Any, list, list]:
+    """``--env``'s (make_env, prompter, training pool, held-out tasks), its protocol checked
+    (:mod:`srollout.envs.registry`); a prompter or task lists given by the caller are kept."""
+    from srollout.envs.registry import check_env, resolve_env
+    from srollout.policy import resolve_model
+    from srollout.rollout.react import EnvPrompter
+
+    spec = resolve_env(config.env)
+    if train_tasks is None or eval_tasks is None:
+        train_tasks = spec.task_set(config.train_set)[: config.train_tasks]
+        eval_tasks = spec.task_set(config.eval_set)[: config.n_eval]
+    check_env(spec, train_tasks)
+    if prompter is None:
+        prompter = EnvPrompter.for_env(spec, resolve_model(config.model))
+    return spec.make_env, prompter, train_tasks, eval_tasks
 
 
 def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:

@@ -112,3 +112,56 @@ def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
         timeout=900,
     )
     assert pl.read_parquet(out / "collect" / "groups.parquet").equals(groups)
+
+
+def _own_env(tmp_path, *args: str) -> dict:
+    import json
+
+    out = tmp_path / "own"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "your_own_environment.py"),
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_your_own_environment_with_the_expert_wins_every_episode(tmp_path):
+    """examples/your_own_environment.py with the planner expert (no LM, seeded): 4 eval tasks of
+    the key room, G=2; every trajectory wins, so every group is all_succeed, and a gate at K=2
+    with d_L=1 would cut exactly the groups whose two prefixes are not entirely different."""
+    summary = _own_env(
+        tmp_path, "--policy", "expert", "--groups", "4", "--G", "2", "--T-max", "12", "--K", "2",
+        "--d-L", "1.0",
+    )["collect"]  # fmt: skip
+    assert summary["env"] == "key-room" and summary["groups"] == 4
+    assert summary["labels"] == {"all_fail": 0, "mixed": 0, "all_succeed": 4}
+    assert summary["wins"] == summary["trajectories"] == 8
+    # eval/000-003 need at least 5, 6, 6, 5 steps (the shortest plans): 2 x 22 = 44 at the least;
+    # the expert's seeded exploration (pure Python random) adds 17
+    assert summary["env_steps"] == 61 and summary["would_cut_mixed"] == 0
+
+
+@pytest.mark.slow  # ~75 s on 2 loaded cores: the shipped policy rolls out, TRL trains a step
+def test_your_own_environment_with_the_shipped_policy_and_trl(tmp_path):
+    """The shipped ALFWorld policy in the key room (tiny settings), then one TRL GRPO step through
+    GatedRollout.from_env: the policy wins some episodes, and the tables agree with themselves."""
+    summary = _own_env(
+        tmp_path, "--groups", "4", "--G", "4", "--T-max", "12", "--K", "3", "--trl-steps", "1",
+    )  # fmt: skip
+    c = summary["collect"]
+    assert c["env"] == "key-room" and c["groups"] == 4 and c["trajectories"] == 16
+    assert sum(c["labels"].values()) == 4 and c["wins"] > 0
+    assert c["labels"]["all_succeed"] * 4 <= c["wins"] <= 16 - 4 * c["labels"]["all_fail"]
+    assert c["env_steps"] <= 16 * 12
+    trl = summary["trl"]
+    assert trl["steps"] == 1 and trl["groups"] == 2 and 0 <= trl["cut"] <= 2
+    assert 0 < trl["env_steps"] <= 2 * 4 * 12

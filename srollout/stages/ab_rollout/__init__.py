@@ -93,7 +93,7 @@ from srollout.stages.ab_rollout.tables import (
     arms_table,
     blocks_table,
 )
-from srollout.stages.rollout_setup import build_gate, load_tasks
+from srollout.stages.rollout_setup import build_gate, check_rollout_env, load_tasks
 
 # --- arms ---------------------------------------------------------------------------------------
 
@@ -296,7 +296,13 @@ def run_ab_rollout(
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
     # a bad gate.json, task set or GRESO history fails here, before anything is written
     arms = build_arms(config)
-    tasks = list(tasks) if tasks is not None else load_tasks(config.tasks, config.difficulty)
+    if tasks is None and env_factory is None:  # an unknown --env or one off the TextEnv protocol
+        check_rollout_env(config)
+    tasks = (
+        list(tasks)
+        if tasks is not None
+        else load_tasks(config.tasks, config.difficulty, config.env)
+    )
     history = (
         load_greso_history(config.greso_history)
         if config.greso_history is not None and any(a.greso for a in arms)
@@ -327,6 +333,7 @@ def run_ab_rollout(
     manifest.update(
         arms={a.name: describe_gate(a.gate_rule, a.gate_K) for a in arms},
         n_tasks_in_set=len(tasks),
+        env=config.env,
         resumed_blocks=len(schedule) - len(todo),
         workers=dist.workers,
         greso_history=len(history) if history else None,

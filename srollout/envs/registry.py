@@ -1,0 +1,251 @@
+"""Your own multi-turn text environment in srollout: what it provides (:class:`EnvSpec`), how it is
+named (a registry, Python entry points, ``package.module:attr``) and the check that it speaks the
+:class:`~srollout.envs.base.TextEnv` protocol before anything is written.
+
+    from srollout.envs.base import StepResult, Task
+    from srollout.envs.registry import EnvSpec, register_env
+
+    register_env(EnvSpec(
+        name="key-room",
+        make_env=KeyRoom,                                   # () -> a TextEnv
+        tasks={"train": TRAIN, "eval": EVAL},               # or a function split -> tasks
+    ))
+
+    srollout collect --env key-room ...                     # after the module is imported, or
+    srollout collect --env mypkg.game:KEY_ROOM ...          # module:attr, or an entry point:
+
+    # pyproject.toml of your package
+    [project.entry-points."srollout.envs"]
+    key-room = "mypkg.game:KEY_ROOM"
+
+``alfworld`` (the default) is built in and is not an EnvSpec: the stages build it as they always
+have. An EnvSpec holds only what differs between environments; the engine, the seeds
+(``reset(task, seed)`` gets the trajectory's environment seed), the gate and the tables are
+srollout's. The prompt and the parser default to the ReAct protocol; see
+:class:`srollout.rollout.react.EnvPrompter`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from srollout.envs.base import StepResult, Task
+from srollout.errors import SrolloutError
+
+ALFWORLD = "alfworld"
+ENTRY_POINT_GROUP = "srollout.envs"
+# What a StepResult must carry for the engine (reward, done and valid go into the tables).
+_RESULT_FIELDS = ("observation", "reward", "done", "valid", "admissible")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What srollout needs to roll groups out in an environment.
+
+    name: the name ``--env`` and the manifest use.
+    make_env: ``() -> TextEnv``; the engine keeps a free list of environments and ``reset``s one
+        for each trajectory, so one object plays many episodes (make it cheap, or cache the
+        expensive part per process).
+    tasks: the task sets, ``{split: [Task, ...]}`` or a function ``split -> [Task, ...]``
+        (``--tasks`` names the split; the default is ``eval``, TRL's ``train``). Task ids must be
+        unique in a split; ``task_type`` is free text (reports and GRESO group by it).
+    system_prompt: the system message (a string, or ``task -> str``); None: the model's own
+        when its directory names one (``srollout.json``), else a generic ReAct prompt.
+    user_template: the user turn, with ``{observation}`` and optionally ``{task}`` (the goal) and
+        ``{actions}`` (the admissible actions); None: the model's own, else
+        ``Observation: {observation}``.
+    parse: ``response text -> (thought, action, normalized)``: ``action`` is sent to the
+        environment, ``normalized`` is what the divergence signals compare (two responses whose
+        normalized actions are equal are the same action for d_K). None: the ReAct parser
+        (:func:`srollout.rollout.react.parse_action`).
+    description: one line for listings.
+    """
+
+    name: str
+    make_env: Callable[[], Any]
+    tasks: Mapping[str, Sequence[Task]] | Callable[[str], Sequence[Task]]
+    system_prompt: str | Callable[[Task], str] | None = None
+    user_template: str | None = None
+    parse: Callable[[str], Any] | None = None
+    description: str = ""
+
+    def task_set(self, split: str) -> list[Task]:
+        """The tasks of ``split``; an unknown or empty split is a SrolloutError."""
+        if callable(self.tasks):
+            tasks = self.tasks(split)
+        elif split in self.tasks:
+            tasks = self.tasks[split]
+        else:
+            raise SrolloutError(
+                f"environment {self.name!r} has no task set {split!r} "
+                f"(it has: {', '.join(self.tasks)})"
+            )
+        tasks = list(tasks or ())
+        if not tasks:
+            raise SrolloutError(f"environment {self.name!r}: task set {split!r} is empty")
+        bad = next((t for t in tasks if not isinstance(t, Task)), None)
+        if bad is not None:
+            raise SrolloutError(
+                f"environment {self.name!r}: task set {split!r} holds a "
+                f"{type(bad).__name__}, not a srollout.envs.base.Task"
+            )
+        ids = [t.task_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            raise SrolloutError(f"environment {self.name!r}: task ids of {split!r} are not unique")
+        return tasks
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register_env(spec: EnvSpec) -> EnvSpec:
+    """Make ``spec`` known as ``--env spec.name`` in this process (a name registered again is
+    replaced). Returns ``spec``, so a module can write ``KEY_ROOM = register_env(EnvSpec(...))``."""
+    if not isinstance(spec, EnvSpec):
+        raise SrolloutError(f"register_env takes an EnvSpec, got {type(spec).__name__}")
+    if spec.name == ALFWORLD:
+        raise SrolloutError(f"{ALFWORLD!r} is srollout's built-in environment; choose another name")
+    _REGISTRY[spec.name] = spec
+    resolve_env.cache_clear()
+    return spec
+
+
+def env_names() -> list[str]:
+    """Every name ``--env`` accepts as a name: alfworld, registered ones, entry points."""
+    from importlib.metadata import entry_points
+
+    points = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    return sorted({ALFWORLD, *_REGISTRY, *points})
+
+
+@lru_cache(maxsize=32)
+def resolve_env(name: str) -> EnvSpec:
+    """The EnvSpec ``--env name`` means: a registered name, an entry point of group
+    ``srollout.envs``, or ``package.module:attr`` (imported with the working directory on
+    ``sys.path``, as ``uvicorn`` does), where attr is an EnvSpec or a function returning one.
+    ``alfworld`` has no EnvSpec (the stages build it). Anything else is one SrolloutError."""
+    if name == ALFWORLD:
+        raise SrolloutError(f"{ALFWORLD!r} is built in; the stages build it without an EnvSpec")
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    from importlib.metadata import entry_points
+
+    point = next((ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name), None)
+    if point is not None:
+        try:
+            target = point.load()
+        except Exception as e:
+            raise SrolloutError(
+                f"--env {name}: entry point {point.value!r} does not load ({type(e).__name__}: {e})"
+            ) from e
+        return _as_spec(target, f"--env {name} (entry point {point.value})")
+    if ":" in name:
+        return _as_spec(_import_attr(name), f"--env {name}")
+    raise SrolloutError(
+        f"--env {name!r}: no such environment (known: {', '.join(env_names())}; or give "
+        "package.module:attr)"
+    )
+
+
+def _import_attr(ref: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise SrolloutError(f"--env {ref!r}: write package.module:attr")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # the working directory, as `python -m` has it
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SrolloutError(f"--env {ref}: cannot import {module_name!r} ({e})") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SrolloutError(f"--env {ref}: module {module_name!r} has no {attr!r}") from None
+
+
+def _as_spec(target: Any, where: str) -> EnvSpec:
+    if not isinstance(target, EnvSpec) and callable(target):
+        target = target()
+    if not isinstance(target, EnvSpec):
+        raise SrolloutError(
+            f"{where}: not an EnvSpec (nor a function returning one), got {type(target).__name__}"
+        )
+    return target
+
+
+def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
+    """Play the protocol once, before a run writes anything: one environment from
+    ``make_env`` has callable ``reset``, ``step`` and ``close``; ``reset(tasks[0], 0)`` returns
+    ``(str, StepResult)``; when that result names admissible actions, ``step`` of the first one
+    returns a StepResult; then ``close``. A failure is one SrolloutError naming what is wrong."""
+    where = f"environment {spec.name!r}"
+    try:
+        env = spec.make_env()
+    except Exception as e:
+        raise SrolloutError(f"{where}: make_env() failed ({type(e).__name__}: {e})") from e
+    missing = [m for m in ("reset", "step", "close") if not callable(getattr(env, m, None))]
+    if missing:
+        raise SrolloutError(
+            f"{where}: {type(env).__name__} does not implement the TextEnv protocol "
+            f"(no {', '.join(missing)}; see srollout.envs.base.TextEnv)"
+        )
+    try:
+        out = _call(env.reset, where, "reset(task, seed)", tasks[0], 0)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
+            raise SrolloutError(
+                f"{where}: reset(task, seed) must return (observation: str, StepResult), got "
+                f"{_shape(out)}"
+            )
+        check_step_result(out[1], where, "reset")
+        admissible = tuple(out[1].admissible)
+        if admissible:
+            check_step_result(
+                _call(env.step, where, "step(action)", admissible[0]), where, "step(action)"
+            )
+    finally:
+        env.close()
+
+
+def check_step_result(result: Any, where: str, what: str) -> None:
+    """``result`` has what the engine reads from a StepResult (a StepResult, or an object with the
+    same fields); else one SrolloutError."""
+    if isinstance(result, StepResult):
+        return
+    missing = [f for f in _RESULT_FIELDS if not hasattr(result, f)]
+    if missing:
+        raise SrolloutError(
+            f"{where}: {what} must give a srollout.envs.base.StepResult, got {_shape(result)} "
+            f"(no {', '.join(missing)})"
+        )
+
+
+def _call(fn: Callable[..., Any], where: str, what: str, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except SrolloutError:
+        raise
+    except Exception as e:
+        raise SrolloutError(f"{where}: {what} raised {type(e).__name__}: {e}") from e
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} ({', '.join(type(v).__name__ for v in value)})"
+    return type(value).__name__
+
+
+__all__ = (
+    "ALFWORLD",
+    "ENTRY_POINT_GROUP",
+    "EnvSpec",
+    "check_env",
+    "check_step_result",
+    "env_names",
+    "register_env",
+    "resolve_env",
+)
