@@ -247,7 +247,6 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) > 0:
         cores = min(cores, int(omp))
-    n = min(cores, config.groups // AUTO_GROUPS_PER_WORKER)
     if config.policy != "lm" or config.backend != "transformers":
         return 1, "one process: only the transformers LM is spread over workers by default"
     if config.env != "alfworld":  # its module must import on every worker: opt in
@@ -256,11 +255,13 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
         return 1, "one process: $RAY_ADDRESS is set; ask for --workers N to use that cluster"
     if cores < 2:
         return 1, "one process: one usable core"
+    n = min(cores, config.groups // AUTO_GROUPS_PER_WORKER)
     if n < 2:
         return 1, f"one process: {config.groups} groups do not pay for workers' start-up"
     if importlib.util.find_spec("ray") is None:
         return 1, "one process: Ray is not installed (pip install 'srollout[dist]')"
-    return n, f"{n} Ray workers of 1 torch thread, one per core ({config.groups} groups)"
+    per = "one per core" if n == cores else f"{AUTO_GROUPS_PER_WORKER}+ groups each, {cores} cores"
+    return n, f"{n} Ray workers of 1 torch thread, {per} ({config.groups} groups)"
 
 
 def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:

@@ -246,8 +246,14 @@ def test_workers_auto_spreads_the_lm_over_the_cores_when_each_gets_16_groups(mac
     n, why = auto_workers(CollectConfig(groups=31))  # 15 each: start-up not paid for
     assert n == 1 and "31 groups do not pay" in why
     machine(16)
-    assert auto_workers(CollectConfig(groups=100))[0] == 6  # 100 // 16
-    assert auto_workers(CollectConfig(groups=1000))[0] == 16  # one per core
+    assert auto_workers(CollectConfig(groups=100)) == (
+        6,  # 100 // 16: the message says why not one per core
+        "6 Ray workers of 1 torch thread, 16+ groups each, 16 cores (100 groups)",
+    )
+    assert auto_workers(CollectConfig(groups=1000)) == (
+        16,
+        "16 Ray workers of 1 torch thread, one per core (1000 groups)",
+    )
     machine(16, omp="4")  # the user capped the threads: so many cores, no more
     assert auto_workers(CollectConfig(groups=1000))[0] == 4
     machine(1)
