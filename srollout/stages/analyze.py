@@ -70,6 +70,17 @@ class AnalyzeResult(NamedTuple):
     outputs: tuple[Path, ...]
 
 
+def _measured(signals: pl.DataFrame) -> tuple[str, ...]:
+    """The signals to rank: the seven, and each step signal the table holds a value of (a run of
+    the planners records no log-probs: its ``action_logprob_mean`` is all NaN and left out)."""
+    return tuple(
+        m
+        for m in signal_names(signals.columns)
+        if m not in schemas.STEP_SIGNAL_NAMES
+        or signals[m].cast(pl.Float64).fill_nan(None).drop_nulls().len() > 0
+    )
+
+
 def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
     """One row per (K, metric) of a signals table (needs zero_var): n (groups with a finite
     value), Spearman ρ of the signal against σ_r² with its two-sided p-value, and the raw AUROC of
@@ -84,7 +95,7 @@ def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
         variance = part["reward_var"].to_numpy()
         nonzero = ~part["zero_var"].to_numpy()
         variance_ranks = rankdata(variance)
-        for metric in signal_names(signals.columns):
+        for metric in _measured(signals):
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
             r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
             rows.append(
@@ -156,7 +167,7 @@ def task_type_summary(per_type: pl.DataFrame, gate_K: int) -> pl.DataFrame:
 def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
     """Median and inter-quartile range (linear quantiles) of every signal per (K, group label)."""
     aggs = []
-    names = signal_names(signals.columns)
+    names = _measured(signals)
     for i, metric in enumerate(names):
         x = pl.col(metric).cast(pl.Float64)
         x = x.filter(x.is_not_nan().fill_null(False))

@@ -40,9 +40,11 @@ def test_analyze_hand_buffer_numbers(hand_buffer: Path, tmp_path: Path, run_cli)
     assert at4["a"]["obs_unique_ratio"] == pytest.approx(0.25)  # all ended: o_4 = END for each
 
     corr = schemas.read(out / "correlation.parquet", schemas.CORRELATION)
-    # the seven and the two step signals at K = 4 and 10; the hand steps table has no log-probs
-    assert corr.height == 2 * 9
-    assert corr.filter(pl.col("metric") == "action_logprob_mean")["n"].to_list() == [0, 0]
+    # the seven and invalid_action_rate at K = 4 and 10; the hand steps table has no log-probs,
+    # so action_logprob_mean (all NaN) is not ranked
+    assert corr.height == 2 * 8
+    assert "action_logprob_mean" not in corr["metric"].to_list()
+    assert "invalid_action_rate" in corr["metric"].to_list()
     d4 = _row(corr, K=4, metric=D_K)
     # ranks d: a,b tie 1.5, c 3, d 4; ranks σ²: a,c tie 1.5, b 3, d 4 -> ρ = 2.25 / 4.5
     assert d4["n"] == 4
@@ -145,8 +147,8 @@ def test_analyze_g16_panel_on_g8_subsamples(tmp_path: Path, steps_table, run_cli
         == 0
     )
     g8 = schemas.read(out1 / "correlation_g8.parquet", schemas.CORRELATION)
-    logprobs = pl.col("metric") == "action_logprob_mean"  # none in this steps table: n = 0
-    assert g8.height == 2 * 9 and set(g8.filter(~logprobs)["n"].to_list()) == {8}
+    # the seven and invalid_action_rate (no log-probs in this steps table) at K = 5 and 10
+    assert g8.height == 2 * 8 and set(g8["n"].to_list()) == {8}
     assert g8.equals(pl.read_parquet(out2 / "correlation_g8.parquet"))  # same seed, same table
     # identical trajectories stay identical in any subset: their d_K is 0 at G=16 and at G=8;
     # the branching groups have i % 2 rewards, mixed at G=16 and (almost surely) at G=8
