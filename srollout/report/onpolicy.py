@@ -516,8 +516,11 @@ def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
     axes[2].bar(it, tp, color="tab:green", label="TP (zero-variance)")
     axes[2].bar(it, totals["gate/audit_fp"].to_list(), bottom=tp, color="tab:red", label="FP")
     axes[1].axhline(floor, color="black", ls="--", lw=1, label=f"floor {floor:g}")
-    titles = ("gate d_L each iteration ran with", "precision lower bound (95 %)", "audited cuts")
+    from matplotlib.ticker import MaxNLocator
+
+    titles = ("gate threshold each iteration ran with", "precision lower bound (95 %)", "audits")
     for ax, title in zip(axes, titles, strict=True):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("iteration")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
@@ -525,3 +528,20 @@ def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
     fig.suptitle("Audited gate: threshold, precision bound and audits over training")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def audit_frame(metrics: pl.DataFrame) -> pl.DataFrame:
+    """``--audit``: per audited (arm, seed), the audits' totals, the last precision bound and
+    how the threshold moved (first and last value it ran with)."""
+    m = metrics.filter(pl.col("gate/threshold").is_not_nan()).sort("iteration")
+    return m.group_by(["arm", "seed"], maintain_order=True).agg(
+        pl.col("gate/cuts").sum().alias("cuts"),
+        pl.col("gate/audited").sum().alias("audited"),
+        pl.col("gate/audit_tp").sum().alias("audit_tp"),
+        pl.col("gate/audit_fp").sum().alias("audit_fp"),
+        pl.col("gate/precision_lb").last().alias("last_precision_lb"),
+        pl.col("gate/threshold").first().alias("first_threshold"),
+        pl.col("gate/threshold").last().alias("last_threshold"),
+        pl.col("gate/audit_steps").sum().alias("audit_steps"),
+        pl.col("rollout/env_steps").sum().alias("env_steps"),
+    )

@@ -163,6 +163,7 @@ def run_train_onpolicy(
         aggregate_frame,
         arms_frame,
         audit_figure,
+        audit_frame,
         mechanism_figure,
         onpolicy_figure,
         paired_test,
@@ -247,6 +248,7 @@ def run_train_onpolicy(
         complete,
         arms=arms_table,
         success=success_by_eval(evals),
+        audit=audit_frame(metrics) if "gate/threshold" in metrics.columns else None,
     )
     if complete:
         manifest.complete([*paths, *figures, report], summary=summary)
@@ -300,6 +302,7 @@ def write_report(
     complete: bool,
     arms: pl.DataFrame | None = None,
     success: pl.DataFrame | None = None,
+    audit: pl.DataFrame | None = None,
 ) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
@@ -361,6 +364,17 @@ def write_report(
             to_markdown(tests)
             if tests.height
             else "No paired outcomes (a single arm or no evaluation).",
+        ),
+        *(
+            [
+                Section(
+                    f"Audited gate (--audit {config.audit}, floor {config.precision_floor}; "
+                    "docs/gates.md)",
+                    to_markdown(audit),
+                )
+            ]
+            if audit is not None and audit.height
+            else []
         ),
         Section("Settings", settings),
         Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),

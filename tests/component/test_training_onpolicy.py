@@ -491,6 +491,9 @@ def test_audit_of_every_cut_agrees_with_the_judge_and_is_counted_in_the_run(tiny
     ledger = json.loads((res.run_dir / "checkpoints" / "seed7-gated" / "audit.json").read_text())
     assert ledger["thresholds"] == {"1": 1.0, "2": 1.0, "3": 1.0}
     assert sum(r[3] == "audit" for r in ledger["rows"]) == gated["gate/audited"].sum()
+    report = (res.run_dir / "report.md").read_text()
+    assert "## Audited gate (--audit 1.0, floor 0.85" in report
+    assert (res.run_dir / "audit.png").stat().st_size > 10_000
 
 
 def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path):
