@@ -13,7 +13,8 @@ print(f"engine up {time.perf_counter() - t0:.1f} s", flush=True)
 prompts = [{"prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8 + i]} for i in range(8)]
 for label, seed in (("unseeded", None), ("seeded", 5), ("seeded again", 6)):
     t0 = time.perf_counter()
-    out = llm.generate(prompts, [SamplingParams(temperature=0.7, max_tokens=16, seed=seed)] * 8,
-                       use_tqdm=False)
+    out = llm.generate(
+        prompts, [SamplingParams(temperature=0.7, max_tokens=16, seed=seed)] * 8, use_tqdm=False
+    )
     n = sum(len(o.outputs[0].token_ids) for o in out)
     print(f"{label}: {time.perf_counter() - t0:.2f} s, {n} tokens", flush=True)
