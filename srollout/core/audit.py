@@ -11,8 +11,10 @@ gate on the run itself:
    rollouts are part of the run's cost (its time, steps and tokens);
 3. every group the gate let through ran to the end anyway: its (d_K, zero-variance) is known
    for free;
-4. θ for the next iteration comes from the last ``window`` iterations of both
-   (:func:`next_threshold`).
+4. θ for the next iteration comes from the evidence since the ``window``-th latest audited cut
+   (:func:`next_threshold`). A window counted in audits rather than iterations keeps enough
+   evidence when cuts are rare (one a iteration, an audit every few) and forgets old evidence
+   as fast as new audits come in when they are many, which is what tracking drift needs.
 
 The bound. ``gate/precision_lb`` is the one-sided Clopper–Pearson lower bound, at ``confidence``,
 on the precision of the gate's cuts, from the audited cuts below the current θ. The audited cuts
@@ -49,7 +51,7 @@ from srollout.errors import SrolloutError
 
 DEFAULT_FLOOR = 0.85
 DEFAULT_CONFIDENCE = 0.95
-DEFAULT_WINDOW = 20  # iterations of evidence
+DEFAULT_WINDOW = 50  # audited cuts of evidence (and the groups let through since the oldest)
 AUDIT_STREAM = 0xA0D1  # keeps the audit's draws apart from every other seeded stream
 
 
@@ -166,7 +168,8 @@ def next_threshold(
 @dataclass
 class AuditLedger:
     """The audit's memory: every labelled group, the θ each iteration ran with, and the window
-    of iterations :func:`next_threshold` reads. Checkpointed as JSON (:meth:`to_dict`)."""
+    :func:`next_threshold` reads: the iterations from the one of the ``window``-th latest audited
+    cut on (all of them while there are fewer audits). Checkpointed as JSON (:meth:`to_dict`)."""
 
     window: int = DEFAULT_WINDOW
     rows: list[Labelled] = field(default_factory=list)
@@ -176,8 +179,12 @@ class AuditLedger:
         self.rows.extend(rows)
 
     def recent(self, iteration: int) -> list[Labelled]:
-        """The rows of iterations (iteration - window, iteration]."""
-        return [r for r in self.rows if iteration - self.window < r.iteration <= iteration]
+        """The rows up to ``iteration`` from the iteration of the ``window``-th latest audited cut
+        on (every row while there are fewer audited cuts)."""
+        rows = [r for r in self.rows if r.iteration <= iteration]
+        audits = sorted(r.iteration for r in rows if r.source == "audit")
+        start = audits[-self.window] if len(audits) >= self.window else -math.inf
+        return [r for r in rows if r.iteration >= start]
 
     def truncate(self, iteration: int) -> None:
         """Forget everything after ``iteration`` (resume: audit.json may be one iteration ahead

@@ -123,12 +123,26 @@ def test_ledger_window_truncate_and_json_round_trip():
     ledger = AuditLedger(window=2)
     for it in (1, 2, 3):
         ledger.add(_audit([0.01 * it], [True], it))
+        ledger.add(_through([0.5], [False], it))
         ledger.thresholds[it] = 0.1 * it
-    assert [r.iteration for r in ledger.recent(3)] == [2, 3]
+    ledger.add(_through([0.6], [True], 4))  # an iteration without an audit
+    # the window starts at the iteration of the 2nd latest audited cut: 2
+    assert [r.iteration for r in ledger.recent(4)] == [2, 2, 3, 3, 4]
+    assert [r.iteration for r in ledger.recent(2)] == [1, 1, 2, 2]
+    assert [r.iteration for r in AuditLedger(window=9, rows=ledger.rows).recent(4)] == [
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+        4,
+    ]  # fewer audits than the window: everything
     again = AuditLedger.from_dict(ledger.to_dict())
     assert again == ledger
     again.truncate(2)
-    assert [r.iteration for r in again.rows] == [1, 2] and sorted(again.thresholds) == [1, 2]
+    assert [r.iteration for r in again.rows] == [1, 1, 2, 2]
+    assert sorted(again.thresholds) == [1, 2]
 
 
 def _drifting_run(audited: bool, seed: int, iters: int = 60, n: int = 40):
@@ -136,7 +150,7 @@ def _drifting_run(audited: bool, seed: int, iters: int = 60, n: int = 40):
     d_K < 0.2 ends zero-variance 97 % of the time; after it only those with d_K < 0.08 do, those
     in [0.08, 0.2) 40 %. Returns (cuts, right cuts) over iterations 36..60 and the last θ."""
     rng = np.random.default_rng(seed)
-    ledger, theta, cuts, right = AuditLedger(window=10), 0.2, 0, 0
+    ledger, theta, cuts, right = AuditLedger(), 0.2, 0, 0
     for it in range(1, iters + 1):
         d = rng.uniform(0.0, 0.5, n)
         p = np.where(d < 0.2, 0.97, 0.1)
@@ -162,6 +176,6 @@ def test_the_audited_gate_holds_its_floor_where_a_fixed_threshold_falls_below_it
     cuts, right, _ = _drifting_run(False, seed)
     assert right / cuts < 0.70  # the fixed θ = 0.2: about (0.08 * 0.97 + 0.12 * 0.4) / 0.2 = 0.63
     cuts, right, theta = _drifting_run(True, seed)
-    assert cuts >= 30  # it still cuts, and what it cuts clears the floor
+    assert cuts >= 10  # it still cuts, and what it cuts clears the floor
     assert right / cuts >= 0.85
     assert theta < 0.12

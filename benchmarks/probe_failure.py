@@ -1,0 +1,142 @@
+"""Offline probe (issue 35): where a cut's measured saving lies, and whether the signals at K,
+the policy's own log-probs included, can find the groups that hold it.
+
+On a collected buffer (no gate) with the step signals (`collect` after 2026-11-27):
+
+- the oracle's measured saving (every zero-variance group cut at K; saving = the real environment
+  steps its trajectories would still have taken after K, over all real steps), split into
+  all-fail and all-succeed groups;
+- AUROC of each signal at K for all-fail vs the rest and zero-variance vs the rest (0.5 = no
+  information; below 0.5: lower values mean the positive class);
+- a logistic model on the seven classic signals, then on all nine, cross-fitted over groups
+  (5 folds), its threshold chosen on the held-out scores by MEASURED saving at precision >= the
+  floor: the share of the oracle's measured saving it captures, and from which groups. The
+  threshold is chosen on the same held-out scores it is scored on (slightly optimistic; the
+  sweep's nested protocol is the strict one).
+
+    python benchmarks/probe_failure.py runs/results/buffer-500-logprob --K 10,15,20
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CLASSIC = (
+    "prefix_edit_distance_mean",
+    "action_bigram_jaccard_mean",
+    "unique_prefix_ratio",
+    "unique_action_ratio",
+    "action_entropy",
+    "obs_unique_ratio",
+    "termination_fraction",
+)
+STEP = ("action_logprob_mean", "invalid_action_rate")
+
+
+def cross_fit_scores(X: np.ndarray, y: np.ndarray, folds: np.ndarray) -> np.ndarray:
+    """Held-out P(y) per row from a standardised, L2-regularised logistic fit on the other folds."""
+    from srollout.core.learned_gate import _sigmoid, fit_logistic
+
+    out = np.full(y.size, np.nan)
+    for f in np.unique(folds):
+        tr, te = folds != f, folds == f
+        mu, sd = X[tr].mean(0), X[tr].std(0)
+        sd[sd == 0] = 1.0
+        fit = fit_logistic((X[tr] - mu) / sd, y[tr], 1.0)
+        out[te] = _sigmoid(((X[te] - mu) / sd) @ np.asarray(fit.coef) + fit.intercept)
+    return out
+
+
+def best_cut(score: np.ndarray, positive: np.ndarray, gain: np.ndarray, floor: float):
+    """Cut iff score >= t: the t with the largest Σ gain over ALL cut groups whose precision
+    (positives / cut) >= floor; returns the cut mask (nothing when no t clears the floor)."""
+    order = np.argsort(-score, kind="stable")
+    s, pos, g = score[order], positive[order], gain[order]
+    prec = np.cumsum(pos) / np.arange(1, s.size + 1)
+    value = np.cumsum(g)
+    last = np.r_[s[1:] != s[:-1], True]
+    ok = last & (prec >= floor - 1e-12)
+    cut = np.zeros(score.size, dtype=bool)
+    if ok.any():
+        j = np.flatnonzero(ok)[np.argmax(value[ok])]
+        cut[order[: j + 1]] = True
+    return cut
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--K", default="10,15,20")
+    ap.add_argument("--floor", type=float, default=0.9)
+    args = ap.parse_args()
+    from srollout.core.learned_gate import assign_folds
+    from srollout.core.stats import auroc
+
+    groups = pl.read_parquet(args.run / "groups.parquet").sort("group_id")
+    trajs = pl.read_parquet(args.run / "trajectories.parquet")
+    signals = pl.read_parquet(args.run / "signals.parquet")
+    label = groups["label"].to_numpy()
+    zv, fail, win = groups["zero_var"].to_numpy(), label == "all_fail", label == "all_succeed"
+    total = float(trajs["n_steps"].sum())
+    print(
+        f"{args.run}: {groups.height} groups, all-fail {fail.sum()}, all-succeed {win.sum()}, "
+        f"mixed {(label == 'mixed').sum()}; {total:.0f} environment steps\n"
+    )
+    for K in (int(k) for k in args.K.split(",")):
+        rem = (
+            trajs.with_columns((pl.col("n_steps") - K).clip(lower_bound=0).alias("r"))
+            .group_by("group_id")
+            .agg(pl.col("r").sum())
+            .sort("group_id")["r"]
+            .to_numpy()
+        ).astype(float)
+        sig = signals.filter(pl.col("K") == K).sort("group_id")
+        assert sig["group_id"].to_list() == groups["group_id"].to_list()
+        oracle = rem[zv].sum() / total
+        print(
+            f"## K = {K}: oracle measured saving {100 * oracle:.1f} % of all steps "
+            f"(all-fail {100 * rem[fail].sum() / total:.1f} %, "
+            f"all-succeed {100 * rem[win].sum() / total:.1f} %)"
+        )
+        print("| signal | AUROC all-fail vs rest | AUROC zero-variance vs rest | n |")
+        print("|---|---|---|---|")
+        for name in CLASSIC + STEP:
+            x = sig[name].to_numpy().astype(float)
+            ok = np.isfinite(x)
+            print(
+                f"| {name} | {auroc(x[ok], fail[ok]):.3f} | {auroc(x[ok], zv[ok]):.3f} | "
+                f"{ok.sum()} |"
+            )
+        print(
+            "\n| features | target | cut | precision | all-fail / all-succeed / mixed cut "
+            "| measured saving | share of oracle |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for feats, fname in ((CLASSIC, "classic 7"), (CLASSIC + STEP, "all 9")):
+            X = sig.select(feats).to_numpy().astype(float)
+            keep = np.isfinite(X).all(1)
+            X = np.where(np.isfinite(X), X, np.nanmean(X, 0))
+            for target, tname in ((zv, "zero-variance"), (fail, "all-fail")):
+                score = cross_fit_scores(X, target.astype(float), assign_folds(target, 5, 0))
+                score[~keep] = -np.inf
+                cut = best_cut(score, zv, rem, args.floor)  # a right cut: zero-variance
+                saved = rem[cut].sum() / total
+                prec = zv[cut].mean() if cut.any() else float("nan")
+                print(
+                    f"| {fname} | {tname} | {cut.sum()} | {prec:.3f} | {(cut & fail).sum()} / "
+                    f"{(cut & win).sum()} / {(cut & ~zv).sum()} | {100 * saved:.2f} % | "
+                    f"{100 * saved / oracle:.1f} % |"
+                )
+        print()
+
+
+if __name__ == "__main__":
+    main()
