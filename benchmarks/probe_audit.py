@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def replay(d, zv, rem, steps, *, theta0, fraction, floor, batch, seed=7):
+def replay(d, zv, rem, total, *, theta0, fraction, floor, batch, seed=7):
     """The audited (fraction > 0) or fixed (fraction = 0) gate over the groups in order."""
     from srollout.core.audit import AuditLedger, Labelled, audit_pick, next_threshold
 
@@ -50,7 +50,6 @@ def replay(d, zv, rem, steps, *, theta0, fraction, floor, batch, seed=7):
         if fraction > 0:
             ledger.add(rows)
             theta = next_threshold(theta, ledger.recent(it), floor=floor).threshold
-    total = steps.sum()
     n = cut_all.sum()
     return {
         "cut": int(n),
@@ -84,12 +83,9 @@ def main() -> None:
         .to_numpy()
         .astype(float)
     )
-    per = trajs.group_by("group_id").agg(
-        pl.col("n_steps").sum().alias("steps"),
-        (pl.col("n_steps") - args.K).clip(lower_bound=0).sum().alias("rem"),
-    )
-    per = pl.DataFrame({"group_id": order}).join(per, on="group_id", how="left")
-    steps, rem = per["steps"].to_numpy().astype(float), per["rem"].to_numpy().astype(float)
+    from probe_failure import remaining_steps  # benchmarks/ is on the path of a script here
+
+    rem, total = remaining_steps(trajs, args.K, order), float(trajs["n_steps"].sum())
     zv = groups["zero_var"].to_numpy()
     print(
         f"{args.run}: {d.size} groups in order, {args.batch} an iteration, R1 at K {args.K}, "
@@ -110,7 +106,7 @@ def main() -> None:
             d,
             zv,
             rem,
-            steps,
+            total,
             theta0=args.d_L,
             fraction=fraction,
             floor=args.floor,

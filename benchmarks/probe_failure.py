@@ -29,29 +29,24 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CLASSIC = (
-    "prefix_edit_distance_mean",
-    "action_bigram_jaccard_mean",
-    "unique_prefix_ratio",
-    "unique_action_ratio",
-    "action_entropy",
-    "obs_unique_ratio",
-    "termination_fraction",
-)
-STEP = ("action_logprob_mean", "invalid_action_rate")
+
+def remaining_steps(trajs: pl.DataFrame, K: int, order: pl.Series) -> np.ndarray:
+    """Per group of ``order``: the steps its trajectories took after K (what a cut at K saves)."""
+    rem = trajs.group_by("group_id").agg((pl.col("n_steps") - K).clip(lower_bound=0).sum())
+    joined = pl.DataFrame({"group_id": order}).join(rem, on="group_id", how="left")
+    return joined["n_steps"].to_numpy().astype(float)
 
 
-def cross_fit_scores(X: np.ndarray, y: np.ndarray, folds: np.ndarray) -> np.ndarray:
-    """Held-out P(y) per row from a standardised, L2-regularised logistic fit on the other folds."""
-    from srollout.core.learned_gate import _sigmoid, fit_logistic
+def cross_fit_scores(X: np.ndarray, K: int, y: np.ndarray, folds: np.ndarray) -> np.ndarray:
+    """Held-out P(y) per row from srollout's learned-gate model (standardised logistic, NaN
+    imputed with the training mean) fit on the other folds."""
+    from srollout.core.learned_gate import LogisticModel, feature_matrix
 
+    F = feature_matrix(X, K)
     out = np.full(y.size, np.nan)
     for f in np.unique(folds):
         tr, te = folds != f, folds == f
-        mu, sd = X[tr].mean(0), X[tr].std(0)
-        sd[sd == 0] = 1.0
-        fit = fit_logistic((X[tr] - mu) / sd, y[tr], 1.0)
-        out[te] = _sigmoid(((X[te] - mu) / sd) @ np.asarray(fit.coef) + fit.intercept)
+        out[te] = LogisticModel.fit(F[tr], y[tr]).proba(F[te])
     return out
 
 
@@ -79,6 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     from srollout.core.learned_gate import assign_folds
     from srollout.core.stats import auroc
+    from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
     groups = pl.read_parquet(args.run / "groups.parquet").sort("group_id")
     trajs = pl.read_parquet(args.run / "trajectories.parquet")
@@ -91,13 +87,7 @@ def main() -> None:
         f"mixed {(label == 'mixed').sum()}; {total:.0f} environment steps\n"
     )
     for K in (int(k) for k in args.K.split(",")):
-        rem = (
-            trajs.with_columns((pl.col("n_steps") - K).clip(lower_bound=0).alias("r"))
-            .group_by("group_id")
-            .agg(pl.col("r").sum())
-            .sort("group_id")["r"]
-            .to_numpy()
-        ).astype(float)
+        rem = remaining_steps(trajs, K, groups["group_id"])
         sig = signals.filter(pl.col("K") == K).sort("group_id")
         assert sig["group_id"].to_list() == groups["group_id"].to_list()
         oracle = rem[zv].sum() / total
@@ -108,7 +98,7 @@ def main() -> None:
         )
         print("| signal | AUROC all-fail vs rest | AUROC zero-variance vs rest | n |")
         print("|---|---|---|---|")
-        for name in CLASSIC + STEP:
+        for name in SIGNAL_NAMES + STEP_SIGNAL_NAMES:
             x = sig[name].to_numpy().astype(float)
             ok = np.isfinite(x)
             print(
@@ -120,12 +110,14 @@ def main() -> None:
             "| measured saving | share of oracle |"
         )
         print("|---|---|---|---|---|---|---|")
-        for feats, fname in ((CLASSIC, "classic 7"), (CLASSIC + STEP, "all 9")):
+        for feats, fname in (
+            (SIGNAL_NAMES, "classic 7"),
+            (SIGNAL_NAMES + STEP_SIGNAL_NAMES, "all 9"),
+        ):
             X = sig.select(feats).to_numpy().astype(float)
             keep = np.isfinite(X).all(1)
-            X = np.where(np.isfinite(X), X, np.nanmean(X, 0))
             for target, tname in ((zv, "zero-variance"), (fail, "all-fail")):
-                score = cross_fit_scores(X, target.astype(float), assign_folds(target, 5, 0))
+                score = cross_fit_scores(X, K, target.astype(float), assign_folds(target, 5, 0))
                 score[~keep] = -np.inf
                 cut = best_cut(score, zv, rem, args.floor)  # a right cut: zero-variance
                 saved = rem[cut].sum() / total
