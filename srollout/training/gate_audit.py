@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from srollout.core.audit import AuditLedger, Labelled, audit_pick, next_threshold
 from srollout.core.gate import GateRule
 from srollout.errors import SrolloutError
-from srollout.training.metrics import NO_AUDIT, AuditMetrics
+from srollout.training.metrics import AuditMetrics
 
 AUDIT_FILE = "audit.json"
 
@@ -143,4 +143,4 @@ class GateAuditor:
         atomic_write_json(self.ledger.to_dict(), self.path)
 
 
-__all__ = ("AUDIT_FILE", "NO_AUDIT", "GateAuditor", "Knob", "knob")
+__all__ = ("AUDIT_FILE", "GateAuditor", "Knob", "knob")

@@ -216,7 +216,9 @@ class ArmRunner:
         self.cum_s = self.metrics[-1]["time/cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.arm.greso else None
         self.auditor: Any = None
-        if getattr(config, "audit", 0.0) > 0 and spec.arm.gate_rule is not None:
+        # --audit: every arm writes the audit's columns; an arm with a gate has an auditor
+        self.audit_on = getattr(config, "audit", 0.0) > 0
+        if self.audit_on and spec.arm.gate_rule is not None:
             from srollout.training.gate_audit import GateAuditor
 
             self.auditor = GateAuditor(
@@ -430,7 +432,7 @@ class ArmRunner:
         audited = None  # --audit: its groups ran on inside this iteration's rollout
         if self.auditor is not None:
             audited = self.auditor.audit(records, iteration)
-        elif getattr(config, "audit", 0.0) > 0:
+        elif self.audit_on:
             from srollout.training.metrics import NO_AUDIT
 
             audited = NO_AUDIT
