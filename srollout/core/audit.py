@@ -28,7 +28,12 @@ How θ moves (each step certified by its own bound):
 - fewer audited cuts below θ in the window than the bound needs to clear the floor at all
   (``min_n``, by default the n at which n right of n clears it: 19 for 0.85 at 95 %): θ stays
   (the start, from gate.json or a conservative default, is trusted until the audit can say
-  something; a smaller n would tighten on every run's first audits, however good the gate);
+  something; a smaller n would tighten on every run's first audits, however good the gate),
+  unless those few audits already *refute* the floor: their one-sided Clopper–Pearson upper
+  bound lies below it (3 wrong of 6 at 0.85: upper bound 0.847). θ then falls to the largest
+  prefix of the audited cuts that is not refuted, else below every audited cut. Without this a
+  gate of precision 0.5 would cut unchecked until its 19th audit, which at a fraction of 0.5
+  and two cuts an iteration is the whole of a 40-iteration run;
 - the bound at θ is below the floor: θ tightens to the largest value whose audited cuts below it
   still clear the floor (a prefix of the audited cuts ordered by d_K), or, if none does, to the
   smallest audited d_K (the gate then cuts only groups more alike than every audited one);
@@ -69,6 +74,16 @@ def clopper_pearson_lower(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE
     return float(beta.ppf(1.0 - confidence, k, n - k + 1))
 
 
+def clopper_pearson_upper(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """One-sided Clopper–Pearson upper bound: the p with P(X <= k | n, p) = 1 - confidence
+    (1 when k = n; nan when n = 0). Equals 1 - the lower bound of the n - k failures."""
+    if n == 0:
+        return math.nan
+    if not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    return 1.0 - clopper_pearson_lower(n - k, n, confidence)
+
+
 def certifiable_n(floor: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
     """The fewest audited cuts whose bound can clear ``floor`` (all of them right):
     the smallest n with (1 - confidence)^(1/n) >= floor."""
@@ -106,7 +121,8 @@ class Labelled(NamedTuple):
 
 class ThresholdStep(NamedTuple):
     """:func:`next_threshold`'s answer: the new θ, the bound at the old θ (nan: no audited cut
-    below it), the audited cuts it rests on, and why θ moved (hold / tighten / loosen / keep)."""
+    below it), the audited cuts it rests on, and why θ moved (hold / refute / tighten / loosen /
+    keep)."""
 
     threshold: float
     precision_lb: float
@@ -138,6 +154,22 @@ def _largest_certified(
     return best
 
 
+def _largest_unrefuted(
+    ordered: Sequence[tuple[float, bool]], floor: float, confidence: float
+) -> float | None:
+    """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ is not shown below
+    ``floor`` (its Clopper–Pearson upper bound at or above it); None when every prefix is."""
+    best, k = None, 0
+    for j, (score, ok) in enumerate(ordered, start=1):
+        k += bool(ok)
+        nxt = ordered[j][0] if j < len(ordered) else None
+        if nxt is not None and nxt == score:
+            continue
+        if clopper_pearson_upper(k, j, confidence) >= floor:
+            best = _midpoint(score, nxt)
+    return best
+
+
 def next_threshold(
     theta: float,
     labelled: Iterable[Labelled],
@@ -154,7 +186,12 @@ def next_threshold(
     n = len(below)
     lb = clopper_pearson_lower(sum(ok for _, ok in below), n, confidence) if n else math.nan
     if 0 < n < min_n:
-        return ThresholdStep(theta, lb, n, "hold")
+        k = sum(ok for _, ok in below)
+        if clopper_pearson_upper(k, n, confidence) >= floor:
+            return ThresholdStep(theta, lb, n, "hold")
+        # already shown below the floor on few audits: keep only what is not
+        unrefuted = _largest_unrefuted(below, floor, confidence)
+        return ThresholdStep(unrefuted if unrefuted is not None else below[0][0], lb, n, "refute")
     if n and lb < floor:
         certified = _largest_certified(below, floor, confidence, min_n)
         return ThresholdStep(certified if certified is not None else below[0][0], lb, n, "tighten")
@@ -218,5 +255,6 @@ __all__ = (
     "certifiable_n",
     "check_audit_options",
     "clopper_pearson_lower",
+    "clopper_pearson_upper",
     "next_threshold",
 )

@@ -14,6 +14,7 @@ from srollout.core.audit import (
     certifiable_n,
     check_audit_options,
     clopper_pearson_lower,
+    clopper_pearson_upper,
     next_threshold,
 )
 from srollout.errors import SrolloutError
@@ -81,6 +82,32 @@ def test_too_few_audited_cuts_hold_the_threshold():
     step = next_threshold(0.12, _audit([0.01, 0.05, 0.10], [True, True, False]))
     assert step.threshold == 0.12 and step.move == "hold" and step.n_audited == 3
     assert step.precision_lb == pytest.approx(clopper_pearson_lower(2, 3))
+
+
+def test_clopper_pearson_upper_by_hand():
+    # no failure: 1; all n wrong: the bound solves (1 - p)^n = 1 - confidence
+    assert clopper_pearson_upper(6, 6) == 1.0
+    assert clopper_pearson_upper(0, 5) == pytest.approx(1 - 0.05 ** (1 / 5), abs=1e-12)  # 0.451
+    # 3 of 6: the p with P(X <= 3 | 6, p) = 0.05, by the binomial sum itself
+    p = clopper_pearson_upper(3, 6)
+    assert sum(math.comb(6, i) * p**i * (1 - p) ** (6 - i) for i in range(4)) == pytest.approx(0.05)
+    assert p == pytest.approx(0.8468, abs=1e-4)
+    assert clopper_pearson_upper(9, 10) == pytest.approx(1 - clopper_pearson_lower(1, 10))
+    assert math.isnan(clopper_pearson_upper(0, 0))
+
+
+def test_few_audits_that_refute_the_floor_tighten_before_the_bound_can_certify():
+    # 6 audited cuts, 3 wrong: upper bound 0.847 < 0.85, so the floor is refuted on 6 audits.
+    # Prefixes by d_K: 1/1 (upper 1), 2/2 (1), 2/3 (0.98), 3/4 (0.99), 3/5 (0.97), 3/6 (0.847):
+    # the largest unrefuted prefix ends at 0.08, so θ goes between 0.08 and 0.11
+    scores = [0.01, 0.02, 0.05, 0.06, 0.08, 0.11]
+    step = next_threshold(0.12, _audit(scores, [True, True, False, True, False, False]))
+    assert step.move == "refute" and step.n_audited == 6
+    assert step.threshold == pytest.approx(0.095)
+    # 0 of 5 right: 0 of 1 has upper bound 0.95 (unrefuted), 0 of 2 has 1 - 0.05^(1/2) = 0.776
+    # (refuted), and so on: θ keeps the most alike cut only, between 0.01 and 0.03
+    step = next_threshold(0.12, _audit([0.01, 0.03, 0.05, 0.07, 0.09], [False] * 5))
+    assert step.move == "refute" and step.threshold == pytest.approx(0.02)
 
 
 def test_a_bound_below_the_floor_tightens_to_the_largest_certified_prefix():
