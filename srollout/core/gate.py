@@ -254,6 +254,7 @@ _GATE_KINDS: dict[str, Callable[[Mapping[str, Any], str], Gate]] = {
 _LAZY_GATE_KINDS = {
     "learned": "srollout.core.learned_gate",
     "adaptive": "srollout.core.adaptive_gate",
+    "audited": "srollout.core.audited_gate",
 }
 
 

@@ -75,11 +75,7 @@ def run_train_onpolicy(
         env_factory, prompter, train_tasks, eval_tasks = _own_env(
             config, prompter, train_tasks, eval_tasks
         )
-    run_dir = prepare_run_dir(
-        config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
-    )
-    if config.resume:
-        _check_resumable(run_dir, config)
+    # a bad gate.json fails here, before the run directory exists
     gate, K = resolve_gate(
         config.gate,
         K=config.K,
@@ -88,6 +84,11 @@ def run_train_onpolicy(
         t_high=config.t_high,
         T_max=config.T_max,
     )
+    run_dir = prepare_run_dir(
+        config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
+    )
+    if config.resume:
+        _check_resumable(run_dir, config)
     if env_factory is None:
         from functools import partial
 

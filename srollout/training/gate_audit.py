@@ -20,12 +20,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from srollout.core.audit import AuditLedger, Labelled, audit_pick, next_threshold
+from srollout.core.audit import (
+    DEFAULT_CONFIDENCE,
+    AuditLedger,
+    Labelled,
+    audit_pick,
+    next_threshold,
+)
 from srollout.core.gate import GateRule
 from srollout.errors import SrolloutError
 from srollout.training.metrics import AuditMetrics
 
 AUDIT_FILE = "audit.json"
+AUDITED_GATE_FILE = "gate-audited.json"  # the calibrated gate, for the next run's --gate
 
 
 class Knob(NamedTuple):
@@ -65,8 +72,10 @@ def knob(gate: Any) -> Knob:
 
 
 class GateAuditor:
-    """The audit of one (seed, arm): ``gate`` the arm's rule gate as it starts, ``fraction`` /
-    ``floor`` the CLI's --audit / --precision-floor, ``seed`` the run's seed (the audit draws)."""
+    """The audit of one (seed, arm): ``gate`` the arm's gate as it starts (a rule or learned
+    gate, or an audited gate.json: its base at the calibrated threshold, its evidence carried
+    over as the oldest in the window), ``fraction`` / ``floor`` the CLI's --audit /
+    --precision-floor, ``seed`` the run's seed (the audit draws)."""
 
     def __init__(
         self,
@@ -79,10 +88,16 @@ class GateAuditor:
         iteration: int = 0,
         resume: bool = False,
     ) -> None:
-        self.knob = knob(gate)
+        from srollout.core.audited_gate import AuditedGate
+
+        base = gate.base if isinstance(gate, AuditedGate) else gate
+        self.knob = knob(base)
         self.fraction, self.floor, self.seed = fraction, floor, seed
+        self.confidence = gate.confidence if isinstance(gate, AuditedGate) else DEFAULT_CONFIDENCE
         self.path = ckpt_dir / AUDIT_FILE
         self.ledger = AuditLedger()
+        if isinstance(gate, AuditedGate) and gate.ledger is not None:
+            self.ledger = carried_over(gate.ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         if resume and self.path.exists():
             import json
@@ -93,7 +108,9 @@ class GateAuditor:
                 self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
 
     def _next(self, iteration: int, theta: float) -> Any:
-        return next_threshold(theta, self.ledger.recent(iteration), floor=self.floor)
+        return next_threshold(
+            theta, self.ledger.recent(iteration), floor=self.floor, confidence=self.confidence
+        )
 
     def current_gate(self) -> Any:
         """The gate at the threshold this iteration runs with."""
@@ -136,11 +153,40 @@ class GateAuditor:
         shown = self.knob.shown(theta)
         return AuditMetrics(len(audited), tp, len(audited) - tp, step.precision_lb, shown, cost)
 
+    def export(self, iteration: int) -> Any:
+        """The calibrated gate after ``iteration``, as an audited gate.json holds it: the base
+        gate at the threshold the next iteration would run with, this audit's settings, the
+        bound at that threshold, and the evidence."""
+        from srollout.core.audited_gate import AuditedGate
+
+        lb = self._next(iteration, self.threshold).precision_lb
+        return AuditedGate(
+            self.current_gate(),
+            self.fraction,
+            self.floor,
+            self.confidence,
+            self.ledger.window,
+            None if math.isnan(lb) else lb,
+            AuditLedger(self.ledger.window, list(self.ledger.rows), dict(self.ledger.thresholds)),
+        )
+
     def save(self) -> None:
-        """audit.json, atomically (before state.pt, as greso.json)."""
+        """audit.json, atomically (before state.pt, as greso.json), and beside it the gate as
+        calibrated so far (``gate-audited.json``, :meth:`export`): ``--gate`` takes it."""
         from srollout.atomic import atomic_write_json
 
         atomic_write_json(self.ledger.to_dict(), self.path)
+        if self.ledger.thresholds:
+            self.export(max(self.ledger.thresholds)).save(self.path.parent / AUDITED_GATE_FILE)
 
 
-__all__ = ("AUDIT_FILE", "GateAuditor", "Knob", "knob")
+def carried_over(ledger: AuditLedger) -> AuditLedger:
+    """A saved ledger renumbered to end at iteration 0, so a new run's iterations (1, 2, ...)
+    come after it and its window reads the saved rows as the oldest evidence. The saved
+    thresholds are history of another run and are not carried."""
+    last = max((r.iteration for r in ledger.rows), default=0)
+    rows = [r._replace(iteration=r.iteration - last) for r in ledger.rows]
+    return AuditLedger(ledger.window, rows, {})
+
+
+__all__ = ("AUDITED_GATE_FILE", "AUDIT_FILE", "GateAuditor", "Knob", "carried_over", "knob")

@@ -473,8 +473,19 @@ def test_audit_of_every_cut_agrees_with_the_judge_and_is_counted_in_the_run(tiny
     assert gated["gate/audited"].to_list() == gated["gate/cuts"].to_list()
     assert gated["gate/audit_tp"].to_list() == gated["gate/cut_tp"].to_list()
     assert gated["gate/audit_fp"].to_list() == gated["gate/cut_fp"].to_list()
-    # two audited cuts a iteration never reach the 19 the bound needs: d_L holds at its start
-    assert gated["gate/threshold"].to_list() == [1.0, 1.0, 1.0]
+    # two audited cuts an iteration never reach the 19 the bound needs to certify the floor, but
+    # they can refute it: every move is next_threshold's on the ledger as it stood, and the
+    # first is a refutation (this run's first two cuts include a wrong one)
+    from srollout.core.audit import AuditLedger, next_threshold
+
+    thresholds = gated["gate/threshold"].to_list()
+    saved_ledger = AuditLedger.from_dict(
+        json.loads((res.run_dir / "checkpoints" / "seed7-gated" / "audit.json").read_text())
+    )
+    steps = [next_threshold(t, saved_ledger.recent(i)) for i, t in enumerate(thresholds, 1)]
+    assert thresholds[0] == 1.0 and steps[0].move == "refute" and thresholds[1] < 1.0
+    assert gated.row(0, named=True)["gate/audit_fp"] >= 1
+    assert [s.threshold for s in steps[:-1]] == pytest.approx(thresholds[1:])
     assert (base["gate/audited"] == 0).all() and base["gate/threshold"].is_nan().all()
     # the audit is part of the run: at iteration 1 (same weights and groups in both arms) every
     # group is cut at K and audited, so it runs on to the end: the gated arm takes exactly the
@@ -489,11 +500,60 @@ def test_audit_of_every_cut_agrees_with_the_judge_and_is_counted_in_the_run(tiny
     assert g1["gate/audit_steps"] == g1["rollout/env_steps"] - first["plain"]["rollout/env_steps"]
     assert g1["gate/audit_steps"] > 0
     ledger = json.loads((res.run_dir / "checkpoints" / "seed7-gated" / "audit.json").read_text())
-    assert ledger["thresholds"] == {"1": 1.0, "2": 1.0, "3": 1.0}
+    assert ledger["thresholds"] == {str(i): t for i, t in enumerate(thresholds, 1)}
     assert sum(r[3] == "audit" for r in ledger["rows"]) == gated["gate/audited"].sum()
     report = (res.run_dir / "report.md").read_text()
     assert "## Audited gate (--audit 1.0, floor 0.85" in report
     assert (res.run_dir / "audit.png").stat().st_size > 10_000
+    # the calibrated gate, for the next run's --gate: d_L as it stands, with the evidence
+    from srollout.core.audited_gate import AuditedGate
+    from srollout.core.gate import load_gate
+
+    saved = load_gate(res.run_dir / "checkpoints" / "seed7-gated" / "gate-audited.json")
+    assert isinstance(saved, AuditedGate) and saved.base.K == 2
+    assert saved.base.d_L == pytest.approx(steps[-1].threshold)  # the 4th iteration's d_L
+    assert (saved.fraction, saved.floor) == (1.0, 0.85)
+    assert len(saved.ledger.rows) == len(ledger["rows"])
+    # a run started from it: the same d_L, the saved audits carried in as the oldest evidence
+    again = _run(
+        _config(
+            tiny_model,
+            tmp_path / "again",
+            gate=saved.save(tmp_path / "g"),
+            audit=1.0,
+            arms=("gated",),
+            iterations=1,
+        )
+    )
+    assert again.metrics["gate/threshold"].to_list() == [pytest.approx(saved.base.d_L)]
+    carried = json.loads(
+        (again.run_dir / "checkpoints" / "seed7-gated" / "audit.json").read_text()
+    )["rows"]
+    old_rows = [r for r in carried if r[0] <= 0]
+    assert len(old_rows) == len(ledger["rows"]) and len(carried) > len(old_rows)
+
+
+def test_a_bad_audited_gate_json_is_one_line_and_writes_nothing(tiny_model, tmp_path):
+    import json
+
+    from srollout.errors import SrolloutError
+
+    bad = tmp_path / "gate-audited.json"
+    bad.write_text(
+        json.dumps(
+            {
+                "kind": "audited",
+                "base": {"kind": "threshold", "rule": "r1", "K": 2, "d_L": 0.1},
+                "audit": 0.5,
+                "precision_floor": float("nan"),
+            }
+        )
+    )
+    config = _config(tiny_model, tmp_path / "never", gate=bad, audit=0.5)
+    with pytest.raises(SrolloutError) as err:
+        _run(config)
+    assert str(err.value) == f"{bad}: precision_floor must be a number in (0.0, 1.0], got nan"
+    assert not (tmp_path / "never").exists()
 
 
 def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path):
