@@ -226,6 +226,8 @@ GROUPS = Artifact(
         Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
         Rule("cut_step", "K >= 1 (null when not cut)", 1, missing=True),
     ),
+    # written by a run with --audit > 0 only: a cut the audit let run on to T_max
+    optional={"audited": pl.Boolean},
 )
 
 SIGNALS = Artifact(
@@ -567,3 +569,35 @@ AB_ARMS = Artifact(
     },
 )
 ARTIFACTS[AB_ARMS.name] = AB_ARMS
+
+# --- collect --audit: appended -----------------------------------------------------------------
+
+AUDIT = Artifact(
+    "audit",
+    "one chunk of groups of an audited collect (collect --audit F)",
+    {
+        "chunk": pl.Int64,
+        "first_group": pl.Int64,
+        "groups": pl.Int64,
+        "gate/cuts": pl.Int64,
+        "gate/audited": pl.Int64,
+        "gate/audit_tp": pl.Int64,
+        "gate/audit_fp": pl.Int64,
+        "gate/precision_lb": pl.Float64,
+        "gate/threshold": pl.Float64,
+        "gate/audit_steps": pl.Int64,
+    },
+    (
+        Rule("chunk", "1-based: chunk >= 1", 1),
+        _count("first_group"),
+        _count("groups", 1),
+        _count("gate/cuts"),
+        _count("gate/audited"),
+        _count("gate/audit_tp"),
+        _count("gate/audit_fp"),
+        _unit("gate/precision_lb", "a precision bound", missing=True),
+        _unit("gate/threshold", "the threshold (d_L, or a learned gate's t)"),
+        _count("gate/audit_steps"),
+    ),
+)
+ARTIFACTS[AUDIT.name] = AUDIT

@@ -32,6 +32,8 @@ ORDER = (
     "rule",
     "t_high",
     "gate",
+    "audit",
+    "precision_floor",
     "repeats",
     "blocks",
     "concurrency",

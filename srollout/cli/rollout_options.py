@@ -50,6 +50,8 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
     "signal_K",
     "concurrency",
     "env",
+    "audit",
+    "precision_floor",
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")

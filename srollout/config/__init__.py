@@ -13,6 +13,7 @@ from srollout.config.analysis import (  # noqa: F401
     SweepConfig,
 )
 from srollout.config.common import (  # noqa: F401
+    AUDIT_PRECISION_FLOOR,
     PAPER_D_L,
     PAPER_G,
     PAPER_K,

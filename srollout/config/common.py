@@ -26,6 +26,31 @@ def doc(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help}, **kw)
 
 
+# The audited gate's options (srollout.core.audit), declared once for train-onpolicy, collect
+# and ab-rollout; the floor's default is core.audit.DEFAULT_FLOOR (a test checks they agree).
+AUDIT_PRECISION_FLOOR = 0.85
+
+
+def audit_field(between: str) -> Any:
+    """``--audit F``: the share of the gate's cuts rolled on to T_max; ``between``: the stage's
+    unit the threshold moves between ("iterations", ...)."""
+    return doc(
+        0.0,
+        "Audited gate: roll this seeded share of the cut groups on to T_max (counted in the "
+        f"run's time) and move the gate's d_L (or a learned gate's threshold) between {between} "
+        "so that the Clopper-Pearson bound on its precision stays at or above --precision-floor "
+        "(0 = off; docs/gates.md).",
+    )
+
+
+def precision_floor_field() -> Any:
+    """``--precision-floor P``: the precision the audited gate's cuts must keep."""
+    return doc(
+        AUDIT_PRECISION_FLOOR,
+        "Audited gate: the precision its cuts must keep (95 % lower bound), in (0, 1).",
+    )
+
+
 def help_for(config_cls: type, name: str) -> str:
     """The help text of ``config_cls.name`` (used by the CLI option of the same name)."""
     for f in dataclasses.fields(config_cls):

@@ -16,7 +16,9 @@ from srollout.config.common import (
     _check_choice,
     _check_K,
     _check_unit,
+    audit_field,
     doc,
+    precision_floor_field,
 )
 from srollout.errors import SrolloutError
 
@@ -145,6 +147,8 @@ class RolloutOptions:
         "srollout.envs.registry.register_env or an entry point of group srollout.envs, or "
         "package.module:attr (an EnvSpec); --tasks then names one of its task sets.",
     )
+    audit: float = audit_field("chunks of groups")
+    precision_floor: float = precision_floor_field()
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -197,6 +201,9 @@ class RolloutOptions:
             _check_unit((self.t_high,), "--t-high")
         if self.rule == "r3" and self.t_high is None and self.gate is None:
             raise SrolloutError("--rule r3 needs --t-high")
+        from srollout.core.audit import check_audit_options
+
+        check_audit_options(self.audit, self.precision_floor)
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,10 @@ class CollectConfig(RolloutOptions):
         _check_concurrency(self.concurrency, self.G)
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
+        if self.audit > 0 and not self.gate_on:
+            raise SrolloutError(
+                "--audit audits the gate's cuts: turn the gate on (--gate, --K or --d-L)"
+            )
 
     @property
     def gate_on(self) -> bool:
@@ -318,6 +329,7 @@ class AbRolloutConfig(RolloutOptions):
         "Arms to compare (comma list of baseline, gated, dapo, "
         "greso, gated+dapo, gated+greso); baseline is required.",
     )
+    audit: float = audit_field("a gated arm's timed runs, in schedule order")
     dapo_max_rounds: int = doc(
         3,
         "DAPO arms: most extra rollout rounds per block, after which the "
@@ -353,15 +365,21 @@ class AbRolloutConfig(RolloutOptions):
         from srollout.core.arms import parse_arms
 
         try:
-            names = tuple(a.name for a in parse_arms(tuple(self.arms)))
+            parsed = parse_arms(tuple(self.arms))
         except SrolloutError as err:
             raise SrolloutError(f"--arms: {err}") from None
+        names = tuple(a.name for a in parsed)
         if "baseline" not in names:
             raise SrolloutError(
                 "--arms must include baseline (every arm is judged against it), got "
                 f"{','.join(names)!r}"
             )
         object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
+        if self.audit > 0 and not any(a.gate for a in parsed):
+            raise SrolloutError(
+                "--audit audits a gated arm's cuts: --arms has none (add gated, gated+dapo or "
+                "gated+greso)"
+            )
         if self.dapo_max_rounds < 0:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:

@@ -15,7 +15,9 @@ from srollout.config.common import (
     _check_choice,
     _check_K,
     _check_unit,
+    audit_field,
     doc,
+    precision_floor_field,
 )
 from srollout.config.rollout import GATE_RULES, _check_backend, _check_group_size
 from srollout.errors import SrolloutError
@@ -270,15 +272,8 @@ class TrainOnpolicyConfig:
         "weights, no gate) and log whether its full outcome was zero-variance (gate/cut_tp, "
         "gate/cut_fp).",
     )
-    audit: float = doc(
-        0.0,
-        "Audited gate: roll this seeded share of the cut groups on to T_max (counted in the "
-        "run's time) and move the gate's d_L so that the Clopper-Pearson bound on its precision "
-        "stays at or above --precision-floor (0 = off; docs/gates.md).",
-    )
-    precision_floor: float = doc(
-        0.85, "Audited gate: the precision its cuts must keep (95 % lower bound), in (0, 1)."
-    )
+    audit: float = audit_field("iterations")
+    precision_floor: float = precision_floor_field()
     out: Path | None = doc(
         None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>)."
     )

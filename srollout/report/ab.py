@@ -190,7 +190,7 @@ def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
         c
         for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers")
         if c in blocks.columns
-    ]
+    ] + [c for c in blocks.columns if c.startswith("audit")]  # --audit's, in their order
     return blocks.select(
         "order",
         "arm",
@@ -210,8 +210,22 @@ def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _audit_cell(r: dict[str, Any]) -> str:
+    """``--audit``: audited cuts (TP / FP), the last bound, the threshold the audit ended on."""
+    if r.get("audited") is None:
+        return "—"
+    lb = r["audit_precision_lb"]
+    return (
+        f"{r['audited']} ({r['audit_tp']} / {r['audit_fp']}), bound "
+        f"{'—' if lb is None or math.isnan(lb) else f'{lb:.2f}'}, "
+        f"threshold {r['audit_threshold']:.3g} → {r['audit_next_threshold']:.3g}"
+    )
+
+
 def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
-    """arms.parquet as strings for the console and report.md: one row per arm."""
+    """arms.parquet as strings for the console and report.md: one row per arm (with ``--audit``,
+    the audit's totals of each gated arm)."""
+    audited = "audited" in arms.columns
     rows = []
     for r in arms.iter_rows(named=True):
         base = r["arm"] == "baseline"
@@ -231,6 +245,7 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
                 f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
                 f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
                 "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
+                *((_audit_cell(r),) if audited else ()),
             )
         )
     names = [
@@ -245,6 +260,7 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
         "skips (TP/FP)",
         "DAPO extra rounds/groups, caps",
         "seed match",
+        *(("audit (TP/FP), last bound, threshold last run → next",) if audited else ()),
     ]
     return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
 
@@ -292,6 +308,17 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
                     "foretells the outcome (an optimistic GRESO); a history from another run "
                     "(`srollout collect --seed 1`) is the realistic one."
                 )
+    if "audited" in arms.columns and config.audit > 0:
+        text += (
+            f"\n\n**Audited gate** (`--audit {config.audit:g} --precision-floor "
+            f"{config.precision_floor:g}`): each gated arm audits its own gate. A seeded share of "
+            "its cuts ran on to T_max inside the timed run (their steps and tokens are the arm's "
+            "cost) and was labelled by its full outcome; the arm's d_L moved from one of its timed "
+            "runs to the next (schedule order) so that the 95 % Clopper–Pearson bound on its "
+            "precision stays at or above the floor (docs/gates.md). The audit's TP / FP are its "
+            "own; the cuts' TP / FP beside them are judged by the baseline (they agree on an "
+            "audited cut whose trajectories match their baseline twin)."
+        )
     return text
 
 

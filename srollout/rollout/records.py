@@ -10,7 +10,8 @@ signals), with the required columns of :mod:`srollout.schemas` plus these extra 
 - groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
   saw; null when no gate ran), ``n_stopped`` (trajectories the gate ended), ``n_steps`` (env
   steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,
-  ``wall_s`` (admission to finish), ``started_tick``/``finished_tick``.
+  ``wall_s`` (admission to finish), ``started_tick``/``finished_tick``; with ``--audit`` only,
+  ``audited`` (a cut the audit let run on to T_max: cut, with full trajectories and outcome).
 - signals: ``task_id``, ``zero_var``, ``arm``.
 
 ``reward_var`` and ``label`` come from the rewards the engine observed: the full outcome for an
@@ -99,6 +100,9 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "signals": SIGNAL_SCHEMA,
 }
 
+# groups.parquet of a run with --audit > 0 (every arm): which cuts the audit let run on
+AUDIT_GROUP_SCHEMA: dict[str, pl.DataType] = {**GROUP_SCHEMA, "audited": pl.Boolean}
+
 # Columns that hold measured time: they differ between two runs of the same seed.
 TIMING_COLUMNS: frozenset[str] = frozenset(
     {"gen_s", "env_s", "reset_s", "wall_s", "started_tick", "finished_tick"}
@@ -117,8 +121,9 @@ class GroupTables(NamedTuple):
         return dict(self._asdict())
 
 
-def group_tables(record: GroupRecord) -> GroupTables:
-    """Turn one finished :class:`GroupRecord` into its four tables (schemas above)."""
+def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
+    """Turn one finished :class:`GroupRecord` into its four tables (schemas above); ``audit``:
+    the run audits its gate, so the groups row has ``audited`` (:data:`AUDIT_GROUP_SCHEMA`)."""
     from srollout.core.grpo import group_label, is_zero_variance, reward_variance
 
     spec = record.spec
@@ -217,7 +222,9 @@ def group_tables(record: GroupRecord) -> GroupTables:
         if step_rows
         else pl.DataFrame(schema=STEP_SCHEMA),
         trajectories=pl.DataFrame(traj_rows, schema=TRAJ_SCHEMA),
-        groups=pl.DataFrame([group_row], schema=GROUP_SCHEMA),
+        groups=pl.DataFrame([{**group_row, "audited": record.audited}], schema=AUDIT_GROUP_SCHEMA)
+        if audit
+        else pl.DataFrame([group_row], schema=GROUP_SCHEMA),
         signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA)
         if signal_rows
         else pl.DataFrame(schema=SIGNAL_SCHEMA),

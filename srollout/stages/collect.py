@@ -8,10 +8,12 @@ The story, top to bottom (:func:`run_collect`):
 4. roll out the groups that are not finished yet through the batched engine, with the gate at
    step K when one is asked for (off by default, so outcomes are complete); with ``--workers N``
    (N > 1) the same engine runs on N Ray workers (:mod:`srollout.rollout.ray_pool`) and the groups
-   stream back here, so steps 5-6 and ``--resume`` are the same whatever N;
+   stream back here, so steps 5-6 and ``--resume`` are the same whatever N; with ``--audit F``
+   the groups go chunk by chunk in this process, the gate's threshold moving between chunks
+   (:mod:`srollout.stages.collect_audit`);
 5. write each finished group atomically as a part (that is what makes ``--resume`` exact);
 6. merge the parts in group order into steps / trajectories / groups / signals.parquet, and
-   write the summary table, ``report.md`` and the manifest.
+   write the summary table, ``report.md`` and the manifest (with ``--audit``: ``audit.parquet``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
 from srollout.rollout.engine import (
     GroupRecord,
+    GroupSpec,
     RolloutSettings,
     RolloutSummary,
     TickStats,
@@ -43,7 +46,9 @@ from srollout.rollout.parts import finished_groups, merge_parts, write_part
 from srollout.rollout.records import group_tables
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import LABELS
+from srollout.stages.collect_audit import ONE_PROCESS, AuditSummary, CollectAudit
 from srollout.stages.rollout_setup import (
+    build_auditor,
     build_env_factory,
     build_gate,
     build_policy,
@@ -80,12 +85,14 @@ class CollectStats(NamedTuple):
 
 class CollectResult(NamedTuple):
     """run_dir: the run directory; paths: table name -> Parquet path; stats; summary: the
-    engine's totals for the groups this process rolled out."""
+    engine's totals for the groups this process rolled out; audit: with ``--audit``, the audit's
+    totals (all chunks, resumed ones included)."""
 
     run_dir: Path
     paths: dict[str, Path]
     stats: CollectStats
     summary: RolloutSummary
+    audit: AuditSummary | None = None
 
 
 def run_collect(
@@ -97,10 +104,11 @@ def run_collect(
     """Run ``collect`` as configured; return where the files are and the headline numbers.
 
     dist: ``--workers`` (None or 1 worker: in this process, Ray never imported). The number of
-    workers is not part of the resume key: a run may be resumed with another N.
+    workers is not part of the resume key: a run may be resumed with another N. With ``--audit``
+    the run is in this process whatever N (:data:`srollout.stages.collect_audit.ONE_PROCESS`).
     """
     t0 = time.perf_counter()
-    dist = dist or DistConfig()
+    dist = dist if dist is not None and config.audit <= 0 else DistConfig()
     if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
         from srollout.rollout.ray_pool import require_ray
 
@@ -111,6 +119,10 @@ def run_collect(
 
     # an unknown --env, or one that does not speak the TextEnv protocol, leaves nothing behind
     check_rollout_env(config)
+    # a bad gate.json, or a gate --audit cannot move, leaves nothing behind
+    gate, gate_K = collect_gate(config)
+    if config.audit > 0:
+        build_auditor(config, gate)
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
     preflight(
         config.policy,
@@ -129,12 +141,15 @@ def run_collect(
     tasks = load_tasks(config.tasks, config.difficulty, config.env)
     specs = make_specs(tasks, config.groups)
     done_ids = finished_groups(run_dir) if config.resume else []
+    # --audit: the finished chunks are kept, every later one is rolled out again whole
+    audit = CollectAudit.start(config, gate, run_dir) if config.audit > 0 else None
+    if audit is not None:
+        done_ids = audit.done_ids(specs)
     todo = select(specs, done_ids)
     manifest = Manifest(run_dir, "collect", config)
     manifest.update(resumed_groups=len(done_ids), n_tasks_in_set=len(tasks), env=config.env)
 
     # 3. policy, environments, the ReAct protocol, the gate
-    gate, gate_K = collect_gate(config)
     settings = RolloutSettings(
         G=config.G,
         T_max=config.T_max,
@@ -170,10 +185,31 @@ def run_collect(
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
-        write_part(run_dir, record.group_id, group_tables(record))
+        write_part(run_dir, record.group_id, group_tables(record, audit=audit is not None))
 
+    prompter = build_prompter(config) if audit is not None and todo else None
     with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
-        if distributed:
+
+        def roll_chunk(
+            batch: Sequence[GroupSpec], chunk_settings: RolloutSettings
+        ) -> tuple[list[GroupRecord], RolloutSummary]:
+            records: list[GroupRecord] = []
+            summary = run_groups(
+                batch,
+                policy,
+                env_factory,
+                prompter,
+                chunk_settings,
+                on_group=lambda r: (records.append(r), on_group(r), show.advance(1)),
+                on_tick=show.tick,
+            )
+            return records, summary
+
+        if audit is not None:
+            chunks = audit.run(todo, settings, roll_chunk)
+            wall = sum(c.wall_s for c in chunks)
+            summary = RolloutSummary.total(chunks, wall) if chunks else _empty_summary()
+        elif distributed:
             summary = _run_distributed(
                 todo,
                 config,
@@ -204,8 +240,22 @@ def run_collect(
         raise SrolloutError(f"{run_dir}: groups {missing[:3]} have no part after the rollout")
     paths = merge_parts(run_dir, [s.group_id for s in specs])
     stats = summarise(paths, summary, len(done_ids))
+    audited = None
+    if audit is not None:
+        from srollout.schemas import AUDIT
+        from srollout.schemas import write as write_parquet
+
+        paths["audit"] = write_parquet(audit.table(), run_dir / AUDIT.filename, AUDIT)
+        audited = audit.summary()
+        manifest.update(audit={"chunk_groups": audit.chunk_groups, **audited._asdict()})
     report = write_collect_report(
-        run_dir, config, stats, summary, paths, workers=dist.workers if distributed else 1
+        run_dir,
+        config,
+        stats,
+        summary,
+        paths,
+        workers=dist.workers if distributed else 1,
+        audit=audited,
     )
     manifest.data["timings_s"].update(
         rollout=round(summary.wall_s, 3),
@@ -215,12 +265,12 @@ def run_collect(
         overhead=round(summary.overhead_s, 3),
     )
     manifest.complete(
-        [*paths.values(), report],
+        [*paths.values(), report, *(audit.files() if audit is not None else [])],
         stats=stats._asdict(),
         rollout=summary._asdict(),
         wall_s_process=round(time.perf_counter() - t0, 3),
     )
-    return CollectResult(run_dir, paths, stats, summary)
+    return CollectResult(run_dir, paths, stats, summary, audited)
 
 
 # --- building blocks the story uses ------------------------------------------------------------
@@ -237,8 +287,12 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
     """What ``--workers auto`` (collect's default) runs on, and why: one Ray worker per usable
     core (capped by ``$OMP_NUM_THREADS`` when set) for the language model on the transformers
     backend, when Ray is installed, ``$RAY_ADDRESS`` is unset and every worker gets at least
-    :data:`AUTO_GROUPS_PER_WORKER` groups; otherwise 1 (this process, torch on every core)."""
+    :data:`AUTO_GROUPS_PER_WORKER` groups; otherwise 1 (this process, torch on every core).
+    With ``--audit``: 1 (:data:`srollout.stages.collect_audit.ONE_PROCESS`)."""
     import importlib.util
+
+    if config.audit > 0:
+        return 1, ONE_PROCESS
 
     try:
         cores = len(os.sched_getaffinity(0))
@@ -330,8 +384,10 @@ def write_collect_report(
     summary: RolloutSummary,
     paths: dict[str, Path],
     workers: int = 1,
+    audit: AuditSummary | None = None,
 ) -> Path:
-    """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files.
+    """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files
+    (with ``--audit``, the audit per chunk).
 
     workers: Ray rollout workers of this process's rollout (1: in process); with several, the
     engine's times are summed over workers and "other" is worker-seconds spent on neither."""
@@ -395,6 +451,18 @@ def write_collect_report(
     ]
     if d_by_label is not None:
         sections.append(Section("Prefix edit distance d_K by label", to_markdown(d_by_label)))
+    if audit is not None and "audit" in paths:
+        sections.append(
+            Section(
+                f"Audited gate (--audit {config.audit:g}, floor {config.precision_floor:g})",
+                f"{audit.line()}.\n\nThe threshold moves between chunks of {audit.chunk_groups} "
+                "groups (by group index). An audited cut is counted as cut (`cut` = true) but ran "
+                "on to T_max: its row in groups.parquet has `audited` = true and its full outcome "
+                "(label, zero_var), and its steps are in the totals above. Per chunk "
+                "(`audit.parquet`; docs/gates.md):\n\n"
+                + to_markdown(pl.read_parquet(paths["audit"])),
+            )
+        )
     sections.append(Section("Files", "\n".join(f"- `{p.name}`" for p in paths.values())))
     return write_report(run_dir, "srollout collect", sections)
 

@@ -1,6 +1,6 @@
 """What every stage that rolls groups out builds the same way from its rollout options
 (:class:`srollout.config.RolloutOptions`): the task set, the policy, the ReAct prompter, the
-environment factory and the gate.
+environment factory, the gate and its audit (``--audit``).
 
 Not a stage: ``collect`` and ``ab-rollout`` both build their rollouts from here, so neither
 calls the other's internals. Heavy imports (torch, transformers, alfworld) stay inside the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from srollout.config import RolloutOptions
@@ -18,6 +19,7 @@ from srollout.errors import SrolloutError
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
+    from srollout.training.gate_audit import GateAuditor
 
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
@@ -51,6 +53,33 @@ def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
         rule=config.rule,
         t_high=config.t_high,
         T_max=config.T_max,
+    )
+
+
+def build_auditor(
+    config: RolloutOptions,
+    gate: Gate,
+    ckpt_dir: Path | None = None,
+    iteration: int = 0,
+    resume: bool = False,
+) -> GateAuditor:
+    """The audit of ``gate`` under ``--audit`` / ``--precision-floor``, seeded by ``--seed``, its
+    ledger ``audit.json`` in ``ckpt_dir`` (:class:`srollout.training.gate_audit.GateAuditor`;
+    ``iteration`` / ``resume``: continue from the ledger, cut back to that iteration).
+
+    With ``ckpt_dir`` None it only checks that the audit can move this gate (a gate of another
+    kind is one line), reading and writing nothing: a stage calls it so before its run
+    directory exists."""
+    from srollout.training.gate_audit import GateAuditor
+
+    return GateAuditor(
+        gate,
+        fraction=config.audit,
+        floor=config.precision_floor,
+        seed=config.seed,
+        ckpt_dir=Path(ckpt_dir) if ckpt_dir is not None else Path(),
+        iteration=iteration,
+        resume=resume and ckpt_dir is not None,
     )
 
 
@@ -143,6 +172,7 @@ def for_workers(config: OptionsT) -> OptionsT:
 
 
 __all__ = (
+    "build_auditor",
     "build_env_factory",
     "build_gate",
     "build_policy",

@@ -270,6 +270,38 @@ def test_sweep_bad_options(hand_buffer: Path, tmp_path: Path, run_cli, args, fra
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("invalid_action_rate", 1.5, "invalid_action_rate"),
+        ("action_logprob_mean", 0.7, "a mean log-probability <= 0"),
+    ],
+)
+def test_a_signals_table_whose_step_signals_are_out_of_range_is_one_line(
+    tmp_path: Path, run_cli, column: str, value: float, says: str
+) -> None:
+    signals = pl.DataFrame(
+        {
+            "group_id": [f"g{i}" for i in range(4)],
+            "task_type": ["x"] * 4,
+            "K": [10] * 4,
+            **{name: [0.0, 0.1, 0.3, 0.5] for name in schemas.SIGNAL_NAMES},
+            "reward_var": [0.0, 0.0, 0.25, 0.25],
+            "label": ["all_fail", "all_succeed", "mixed", "mixed"],
+            "action_logprob_mean": [-0.1, -0.2, -0.9, -1.2],
+            "invalid_action_rate": [0.0, 0.1, 0.5, 1.0],
+        }
+    ).with_columns(
+        pl.when(pl.col("group_id") == "g2").then(value).otherwise(pl.col(column)).alias(column)
+    )
+    path = tmp_path / "signals.parquet"
+    signals.write_parquet(path)
+    for args in (("sweep", path, "--features", "all", "--learned"), ("analyze", path)):
+        out = tmp_path / f"never-{args[0]}"
+        _assert_one_line_error(run_cli(*args, "--out", out), "signals.parquet", says)
+        assert not out.exists()
+
+
 def test_sweep_bad_files(hand_buffer: Path, tmp_path: Path, run_cli) -> None:
     _assert_one_line_error(
         run_cli("sweep", tmp_path / "missing.parquet"), "missing.parquet", "no such file"

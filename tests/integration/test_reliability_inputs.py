@@ -72,6 +72,15 @@ GATE_DAMAGE: dict[str, tuple[str | bytes, str]] = {
         '{"kind": "threshold", "version": 1, "rule": "r1", "K": 10, "d_L": 5, "t_high": null}',
         "d_L must be in [0, 1]",
     ),
+    "audited-nan-floor": (
+        '{"kind": "audited", "version": 1, "audit": 0.5, "precision_floor": NaN, "base": '
+        '{"kind": "threshold", "rule": "r1", "K": 10, "d_L": 0.1, "t_high": null}}',
+        "precision_floor must be a number in (0.0, 1.0], got nan",
+    ),
+    "audited-no-base": (
+        '{"kind": "audited", "version": 1, "audit": 0.5, "precision_floor": 0.85}',
+        "gate is missing 'base'",
+    ),
     "newer-version": (
         '{"kind": "threshold", "version": 99, "rule": "r1", "K": 10, "d_L": 0.1, "t_high": null}',
         "version 99 is not supported",

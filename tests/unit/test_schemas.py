@@ -32,6 +32,7 @@ def test_every_artifact_of_the_design_is_declared() -> None:
         "eval",
         "ab",
         "arms",
+        "audit",
     }
     for name, artifact in schemas.ARTIFACTS.items():
         assert artifact.filename == f"{name}.parquet"

@@ -18,6 +18,8 @@ The story, top to bottom (:func:`run_ab_rollout`):
    first, DAPO adds extra rounds), its records written after its clock stops, its totals saved
    as ``<arm>/r<repeat>/block-<b>.json`` (what makes ``--resume`` work); with ``--workers N``
    (N > 1) every rollout call runs on N Ray workers (:mod:`srollout.stages.ab_rollout.roller`);
+   with ``--audit F`` each gated arm's threshold moves from one of its timed runs to the next
+   (:mod:`srollout.stages.ab_rollout.audit`);
 6. merge each (arm, repeat) into steps/trajectories/groups/signals.parquet under
    ``<arm>/r<repeat>/``
    (each a collect-format buffer ``srollout analyze`` reads);
@@ -52,6 +54,7 @@ Ray, and the warm-up), ``tables`` (ab / blocks / arms tables from the files); th
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -77,6 +80,13 @@ from srollout.core.gate import describe_gate
 from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
 from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSummary, make_specs
+from srollout.stages.ab_rollout.audit import (
+    arm_auditors,
+    arm_iterations,
+    audit_block,
+    audited_block,
+    check_auditable,
+)
 from srollout.stages.ab_rollout.roller import Roller, ray_workers, require_workers
 from srollout.stages.ab_rollout.schedule import (
     Block,
@@ -294,8 +304,10 @@ def run_ab_rollout(
     )  # before the run directory exists: a missing extra leaves nothing behind
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    # a bad gate.json, task set or GRESO history fails here, before anything is written
+    # a bad gate.json (or one --audit cannot move), task set or GRESO history fails here, before
+    # anything is written
     arms = build_arms(config)
+    check_auditable(config, arms)
     if tasks is None and env_factory is None:  # an unknown --env or one off the TextEnv protocol
         check_rollout_env(config)
     tasks = (
@@ -345,6 +357,9 @@ def run_ab_rollout(
     for b in schedule:
         if b not in todo and b.arm.name in skippers:
             _record_greso(skippers[b.arm.name], b, json.loads(block_file(run_dir, b).read_text()))
+    # --audit: one auditor per gated arm, its ledger cut back to the arm's finished timed runs
+    auditors = arm_auditors(config, arms, schedule, todo, run_dir)
+    iterations = arm_iterations(schedule)
 
     # 3-5. policy, environments, warm-up, the timed runs
     distributed = dist.workers > 1 and bool(todo)
@@ -378,9 +393,14 @@ def run_ab_rollout(
         show.advance(sum(len(b.specs) for b in schedule if b not in todo))
         for block in todo:
             show.update(run=f"{block.arm.name} r{block.repeat} b{block.block}")
+            auditor = auditors.get(block.arm.name)
+            roll = roller.roll
+            if auditor is not None:  # the gate the audit chose after the arm's last timed run
+                block = audited_block(block, auditor)
+                roll = functools.partial(roller.roll, audit=auditor.picks)
             run = run_block(
                 block,
-                roller.roll,
+                roll,
                 config,
                 tasks,
                 skippers.get(block.arm.name),
@@ -392,9 +412,11 @@ def run_ab_rollout(
                 write_part(
                     arm_dir(run_dir, block.arm.name, block.repeat),
                     record.group_id,
-                    group_tables(record),
+                    group_tables(record, audit=config.audit > 0),
                 )
             data = block_data(block, run, roller.workers, roller.take_dist())
+            if auditor is not None:  # audit.json first: on resume it is cut back to the blocks
+                data["audit"] = audit_block(auditor, run.records, iterations[block.order])
             write_json(data, block_file(run_dir, block))
             if block.arm.name in skippers:
                 _record_greso(skippers[block.arm.name], block, data)
@@ -438,8 +460,11 @@ def run_ab_rollout(
         *(ArmMatch(arm.name, arm_seed_match(tables, arm, config)) for arm in arms[1:] if arm.dapo),
     ]
     table = with_seed_match(table, matches, config.G)
-    older_columns = [c for c in table.columns if c not in ARMS_AB_COLUMNS]
-    table = table.select([*older_columns, *ARMS_AB_COLUMNS])
+    # the arms' columns after the older ones, then --audit's
+    audit_columns = [c for c in ("audited",) if c in table.columns]
+    later = (*ARMS_AB_COLUMNS, *audit_columns)
+    older_columns = [c for c in table.columns if c not in later]
+    table = table.select([*older_columns, *later])
     summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config)
     paths = write_ab_outputs(run_dir, config, table, blocks, comparisons, tables, arms=summary)
     manifest.data["timings_s"].update(
@@ -447,6 +472,7 @@ def run_ab_rollout(
         timed_runs=round(float(blocks["wall_s"].sum()), 3),
     )
     outputs = [*paths.values(), *(p for t in tables.values() for p in t.values())]
+    outputs += [a.path for a in auditors.values() if a.path.exists()]  # --audit: the ledgers
     manifest.complete(
         outputs,
         comparisons=[c.headline() for c in comparisons],

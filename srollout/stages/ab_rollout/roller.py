@@ -30,8 +30,11 @@ from srollout.stages.rollout_setup import (
 )
 
 
-def arm_settings(arm: ArmSpec, config: AbRolloutConfig) -> RolloutSettings:
-    """The engine settings of ``arm``: everything but the gate is the same in every arm."""
+def arm_settings(
+    arm: ArmSpec, config: AbRolloutConfig, audit: Callable[[int], bool] | None = None
+) -> RolloutSettings:
+    """The engine settings of ``arm``: everything but the gate (and, with ``--audit``, which of
+    its cuts run on: ``audit``) is the same in every arm."""
     return RolloutSettings(
         G=config.G,
         T_max=config.T_max,
@@ -41,6 +44,7 @@ def arm_settings(arm: ArmSpec, config: AbRolloutConfig) -> RolloutSettings:
         gate=arm.gate_rule,
         gate_K=arm.gate_K,
         arm=arm.name,
+        audit=audit,
     )
 
 
@@ -116,11 +120,16 @@ class Roller:
         return keep
 
     def roll(
-        self, specs: Sequence[GroupSpec], arm: ArmSpec
+        self,
+        specs: Sequence[GroupSpec],
+        arm: ArmSpec,
+        audit: Callable[[int], bool] | None = None,
     ) -> tuple[list[GroupRecord], RolloutSummary]:
+        """One timed engine call of ``arm`` (its gate as the arm carries it) over ``specs``;
+        ``audit``: which of its cuts run on to T_max (``RolloutSettings.audit``)."""
         records: list[GroupRecord] = []
         self.show.extend(sum(s.group_id not in self.planned for s in specs))
-        settings = arm_settings(arm, self.config)
+        settings = arm_settings(arm, self.config, audit)
         if self.workers == 1:
             summary = run_groups(
                 list(specs),

@@ -20,6 +20,7 @@ import polars as pl
 from srollout.config import AbRolloutConfig
 from srollout.core.ab_scoring import BASELINE, SeedMatch, attribute_wall, merge_matches, seed_match
 from srollout.core.arms import ArmSpec, arm_summary
+from srollout.stages.ab_rollout.audit import AUDIT_BLOCK_COLUMNS, AUDIT_DTYPES, arm_audit_totals
 from srollout.stages.ab_rollout.schedule import Block, block_file
 
 # the columns ab.parquet gained with --arms; written last (after n_traj_matched) so the older
@@ -37,7 +38,10 @@ def read_blocks(run_dir: Path, schedule: Sequence[Block]) -> pl.DataFrame:
 def blocks_table(schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]) -> pl.DataFrame:
     """One row per timed run (schedule order): the engine's totals (summed over DAPO's rounds;
     ``groups`` = groups rolled out), ``workers``, and what the arms did: n_skipped (GRESO),
-    n_extra / extra_rounds / hit_cap (DAPO), n_useful (groups not cut with σ_r > 0)."""
+    n_extra / extra_rounds / hit_cap (DAPO), n_useful (groups not cut with σ_r > 0); with
+    ``--audit``, the audit of each gated arm's run (:data:`AUDIT_BLOCK_COLUMNS`, null on the
+    others)."""
+    audited = any("audit" in data for data in block_jsons)
     rows = []
     for b, data in zip(schedule, block_jsons, strict=True):
         rounds = data.get("rounds", [])
@@ -55,9 +59,14 @@ def blocks_table(schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]
                 "extra_rounds": max(len(rounds) - 1, 0),
                 "hit_cap": bool(data.get("hit_cap", False)),
                 "n_useful": data.get("n_useful"),
+                **(
+                    {c: data.get("audit", {}).get(c) for c in AUDIT_BLOCK_COLUMNS}
+                    if audited
+                    else {}
+                ),
             }
         )
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides=AUDIT_DTYPES if audited else None)
 
 
 # --- scoring: pure functions of the tables --------------------------------------------------------
@@ -197,6 +206,8 @@ def ab_table(
         (~pl.col("skipped") & ~pl.col("cut") & ~pl.col("zero_var"))
         .fill_null(False)
         .alias("useful"),
+        # --audit: the cut ran on to T_max (its own outcome is then full, not truncated)
+        *([pl.col("audited").fill_null(False)] if "audited" in df.columns else []),
     ).sort("group_index", "arm", "repeat")
 
 
@@ -267,8 +278,10 @@ def arms_table(
     (cuts of DAPO's extra groups have no twin and are in neither); skipped with skip_tp / skip_fp
     (GRESO: the skipped task's baseline group was / was not zero-variance); extra_groups,
     extra_rounds and cap_hits (timed runs whose DAPO was still short at --dapo-max-rounds);
-    traj_compared / traj_matched: the seed-match proof (null on the baseline).
+    traj_compared / traj_matched: the seed-match proof (null on the baseline). With ``--audit``,
+    then: the audit's totals of each gated arm (:func:`arm_audit_totals`; null on the others).
     """
+    audited = config.audit > 0 and "audited" in blocks.columns
     rows = []
     for arm in arms:
         mine = table.filter(pl.col("arm") == arm.name)
@@ -309,7 +322,18 @@ def arms_table(
                 "traj_matched": match.n_match if match is not None else None,
             }
         )
-    df = pl.DataFrame(rows, schema_overrides={"traj_compared": pl.Int64, "traj_matched": pl.Int64})
+        if audited:
+            mine_runs = runs.sort("order").to_dicts() if arm.gate else []
+            totals = arm_audit_totals(mine_runs) if mine_runs else {}
+            rows[-1].update({c: totals.get(c) for c in AUDIT_BLOCK_COLUMNS})
+    df = pl.DataFrame(
+        rows,
+        schema_overrides={
+            "traj_compared": pl.Int64,
+            "traj_matched": pl.Int64,
+            **(AUDIT_DTYPES if audited else {}),
+        },
+    )
     base = df.filter(pl.col("arm") == BASELINE).row(0, named=True)
 
     def ratio(col: str) -> pl.Expr:
@@ -320,4 +344,4 @@ def arms_table(
     return df.with_columns(
         ratio("wall_s").alias("wall_vs_baseline"),
         ratio("useful_per_s").alias("useful_per_s_vs_baseline"),
-    ).select(ARMS_COLUMNS)
+    ).select([*ARMS_COLUMNS, *(AUDIT_BLOCK_COLUMNS if audited else ())])

@@ -1,0 +1,180 @@
+"""``collect --audit F --precision-floor P``: the audited gate over a collect's groups.
+
+The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
+by group index (twice the groups the engine holds in flight, the size of a Ray worker's chunk),
+fixed when the run starts. Chunk c is one engine call with the gate at the threshold the audits of
+chunks 1 .. c-1 chose (:class:`srollout.training.gate_audit.GateAuditor`, chunk c playing
+train-onpolicy's iteration c): a seeded share F of its cuts runs on to T_max, counted in the
+run's time, steps and tokens; after the chunk its audited cuts and the groups it let through move
+the threshold for chunk c+1. The engine drains between chunks (the next chunk's gate is not known
+before), which costs the tail of each chunk; two pool fills a chunk keep that small.
+
+One process: a chunk's gate depends on every chunk before it, so Ray workers, which take chunks
+side by side, would all run with the first gate (:data:`ONE_PROCESS`).
+
+Files, after each chunk: ``audit.json`` (the ledger, :meth:`GateAuditor.save`, with the gate as
+calibrated so far beside it) and then ``audit_chunks.json`` (the chunk size and one row per
+finished chunk); at the end ``audit.parquet`` (:data:`srollout.schemas.AUDIT`). ``--resume``: the
+finished chunks are those in ``audit_chunks.json``; the ledger is cut back to them, and every
+later chunk is rolled out again whole, the groups whose parts a killed run left included (the
+same seeds and threshold give the same parts, and the audit needs their records).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from srollout.config import CollectConfig
+from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSettings, RolloutSummary
+from srollout.stages.rollout_setup import build_auditor
+
+CHUNKS_FILE = "audit_chunks.json"
+ONE_PROCESS = (
+    "one process: --audit moves the gate's threshold from one chunk of groups to the next, in order"
+)
+
+# roll(specs, settings) -> (records, summary): one engine call of the stage (parts written)
+RollChunk = Callable[
+    [Sequence[GroupSpec], RolloutSettings], tuple[list[GroupRecord], RolloutSummary]
+]
+
+
+def chunk_size(config: CollectConfig) -> int:
+    """Groups per chunk: twice the groups the engine holds in flight."""
+    return 2 * max(1, config.concurrency // config.G)
+
+
+class AuditSummary(NamedTuple):
+    """The audit of a whole collect: chunks run (and their size), the gate's cuts, the audited
+    ones with TP / FP (by their full outcome) and the steps they took after the cut, the bound
+    after the last chunk (nan: no audited cut below its threshold) against the floor, and the
+    threshold (d_L, or a learned gate's t) of the first chunk and the one the audit ends on."""
+
+    chunks: int
+    chunk_groups: int
+    cuts: int
+    audited: int
+    tp: int
+    fp: int
+    audit_steps: int
+    precision_lb: float
+    floor: float
+    start_threshold: float
+    final_threshold: float
+
+    def line(self) -> str:
+        bound = (
+            "no audited cut below the threshold yet"
+            if math.isnan(self.precision_lb)
+            else f"precision bound {self.precision_lb:.3f} "
+            f"{'>=' if self.precision_lb >= self.floor else '<'} floor {self.floor:g}"
+        )
+        return (
+            f"audit: {self.audited} of {self.cuts} cuts audited (TP {self.tp}, FP {self.fp}; "
+            f"{self.audit_steps} steps after the cut); {bound}; threshold "
+            f"{self.start_threshold:.3g} -> {self.final_threshold:.3g} over {self.chunks} "
+            f"chunk(s) of {self.chunk_groups} groups"
+        )
+
+
+class CollectAudit:
+    """The audit of one collect run (module docstring): its :class:`GateAuditor`, the chunk size
+    and the rows of the chunks finished so far."""
+
+    def __init__(
+        self, auditor: Any, chunk_groups: int, rows: list[dict[str, Any]], path: Path
+    ) -> None:
+        self.auditor, self.chunk_groups, self.rows, self.path = auditor, chunk_groups, rows, path
+
+    @classmethod
+    def start(cls, config: CollectConfig, gate: Any, run_dir: Path) -> CollectAudit:
+        """The audit of ``run_dir``: a new one, or with ``--resume`` the one its files hold."""
+        path = Path(run_dir) / CHUNKS_FILE
+        saved = json.loads(path.read_text()) if config.resume and path.exists() else None
+        chunk_groups = int(saved["chunk_groups"]) if saved else chunk_size(config)
+        rows = list(saved["chunks"]) if saved else []
+        auditor = build_auditor(config, gate, run_dir, iteration=len(rows), resume=config.resume)
+        audit = cls(auditor, chunk_groups, rows, path)
+        audit._save_rows()  # the chunk size is fixed from the first start on
+        return audit
+
+    def chunk_of(self, spec: GroupSpec) -> int:
+        """The 1-based chunk of group ``spec``."""
+        return spec.index // self.chunk_groups + 1
+
+    def done_ids(self, specs: Sequence[GroupSpec]) -> list[str]:
+        """The groups of the finished chunks (the rest is rolled out, again if need be)."""
+        return [s.group_id for s in specs if self.chunk_of(s) <= len(self.rows)]
+
+    def run(
+        self, todo: Sequence[GroupSpec], settings: RolloutSettings, roll: RollChunk
+    ) -> list[RolloutSummary]:
+        """Roll ``todo`` (whole chunks, in group order) chunk by chunk, each at the threshold the
+        audit chose after the one before; audit and save after each. One summary a chunk."""
+        summaries = []
+        for chunk, batch in itertools.groupby(todo, key=self.chunk_of):
+            batch = list(batch)
+            gate, picks = self.auditor.current_gate(), self.auditor.picks
+            records, summary = roll(batch, dataclasses.replace(settings, gate=gate, audit=picks))
+            summaries.append(summary)
+            metrics = self.auditor.audit(records, chunk)
+            self.rows.append(
+                {
+                    "chunk": chunk,
+                    "first_group": batch[0].index,
+                    "groups": len(batch),
+                    "gate/cuts": sum(r.cut for r in records),
+                    **metrics.columns(),
+                }
+            )
+            # the ledger first: on resume it is cut back to the rows saved after it
+            self.auditor.save()
+            self._save_rows()
+        return summaries
+
+    def files(self) -> list[Path]:
+        """The audit's files in the run directory: the ledger, the chunk rows and, when the
+        auditor writes one, the gate as calibrated (for the next run's ``--gate``)."""
+        from srollout.training import gate_audit
+
+        names = [self.auditor.path.name, self.path.name]
+        names += [n for n in (getattr(gate_audit, "AUDITED_GATE_FILE", None),) if n]
+        return [p for p in (self.path.parent / n for n in names) if p.exists()]
+
+    def _save_rows(self) -> None:
+        from srollout.atomic import atomic_write_json
+
+        atomic_write_json({"chunk_groups": self.chunk_groups, "chunks": self.rows}, self.path)
+
+    def table(self) -> pl.DataFrame:
+        """audit.parquet: one row per chunk (:data:`srollout.schemas.AUDIT`)."""
+        from srollout.schemas import AUDIT
+
+        return pl.DataFrame(self.rows, schema=dict(AUDIT.columns))
+
+    def summary(self) -> AuditSummary:
+        rows = self.rows
+        return AuditSummary(
+            chunks=len(rows),
+            chunk_groups=self.chunk_groups,
+            cuts=sum(r["gate/cuts"] for r in rows),
+            audited=sum(r["gate/audited"] for r in rows),
+            tp=sum(r["gate/audit_tp"] for r in rows),
+            fp=sum(r["gate/audit_fp"] for r in rows),
+            audit_steps=sum(r["gate/audit_steps"] for r in rows),
+            precision_lb=float(rows[-1]["gate/precision_lb"]) if rows else math.nan,
+            floor=self.auditor.floor,
+            start_threshold=float(rows[0]["gate/threshold"]) if rows else math.nan,
+            final_threshold=float(self.auditor.knob.shown(self.auditor.threshold)),
+        )
+
+
+__all__ = ("CHUNKS_FILE", "ONE_PROCESS", "AuditSummary", "CollectAudit", "chunk_size")
