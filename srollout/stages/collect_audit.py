@@ -141,12 +141,11 @@ class CollectAudit:
         return summaries
 
     def files(self) -> list[Path]:
-        """The audit's files in the run directory: the ledger, the chunk rows and, when the
-        auditor writes one, the gate as calibrated (for the next run's ``--gate``)."""
-        from srollout.training import gate_audit
+        """The audit's files in the run directory: the ledger, the chunk rows and the gate as
+        calibrated (for the next run's ``--gate``)."""
+        from srollout.training.gate_audit import AUDITED_GATE_FILE
 
-        names = [self.auditor.path.name, self.path.name]
-        names += [n for n in (getattr(gate_audit, "AUDITED_GATE_FILE", None),) if n]
+        names = [self.auditor.path.name, self.path.name, AUDITED_GATE_FILE]
         return [p for p in (self.path.parent / n for n in names) if p.exists()]
 
     def _save_rows(self) -> None:

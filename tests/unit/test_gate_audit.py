@@ -118,3 +118,16 @@ def test_a_gate_the_audit_cannot_move_is_one_line(tmp_path):
 
     with pytest.raises(SrolloutError, match="--audit moves a rule gate's d_L or a learned"):
         GateAuditor(FixedGate(True, K=2), fraction=0.5, floor=0.85, seed=7, ckpt_dir=tmp_path)
+
+
+def test_the_audit_draw_travels_to_ray_workers_unchanged(tmp_path):
+    # ab-rollout --workers N ships RolloutSettings.audit (the auditor's bound `picks`) to Ray
+    # workers with Ray's cloudpickle: the copy must draw the same groups as the driver
+    ray = pytest.importorskip("ray")
+    auditor = GateAuditor(
+        GateRule("r1", K=2, d_L=0.3), fraction=0.5, floor=0.85, seed=7, ckpt_dir=tmp_path
+    )
+    copy = ray.cloudpickle.loads(ray.cloudpickle.dumps(auditor.picks))
+    draws = [copy(i) for i in range(200)]
+    assert draws == [auditor.picks(i) for i in range(200)]
+    assert 70 < sum(draws) < 130  # about half, so the comparison is not all-False
