@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
+from test_gate_audit import MIXED, _group, _sig  # the same hand-made groups
 
 from srollout.core.audit import AuditLedger, Labelled, clopper_pearson_lower
 from srollout.core.audited_gate import AuditedGate, unwrap
 from srollout.core.gate import GateRule, load_gate, resolve_gate
 from srollout.core.learned_gate import LearnedGate, LogisticModel
-from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
 from srollout.training.gate_audit import AUDITED_GATE_FILE, GateAuditor, carried_over
-
-ZERO_VAR, MIXED = [0.0, 0.0], [0.0, 1.0]
-
-
-def _sig(d: float) -> GroupSignals:
-    return GroupSignals(d, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def _ledger() -> AuditLedger:
@@ -108,18 +101,6 @@ def _broken(tmp_path, edit) -> str:
 )
 def test_every_bad_field_of_an_audited_gate_is_one_line(tmp_path, edit, says):
     assert says in _broken(tmp_path, edit)
-
-
-def _group(index, d, cut, rewards, audited=False):
-    return SimpleNamespace(
-        spec=SimpleNamespace(index=index),
-        gate_signals=_sig(d),
-        cut=cut,
-        cut_step=2 if cut else None,
-        audited=audited,
-        rewards=rewards,
-        trajs=[SimpleNamespace(actions=["go"] * 4) for _ in range(2)],
-    )
 
 
 def test_an_audit_starts_from_a_saved_calibration_and_exports_the_next(tmp_path):
