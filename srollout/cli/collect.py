@@ -62,7 +62,14 @@ def register(app: typer.Typer) -> None:
             to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups")
         )
         if result.audit is not None:
+            from srollout.training.gate_audit import AUDITED_GATE_FILE
+
             console.print(result.audit.line(), highlight=False)
+            console.print(
+                f"the gate as calibrated: {result.run_dir / AUDITED_GATE_FILE} "
+                "(--gate takes it; docs/gates.md)",
+                highlight=False,
+            )
         console.print(f"[bold]run directory:[/] {result.run_dir}")
         for path in (
             *result.paths.values(),

@@ -115,8 +115,15 @@ def test_collect_audits_every_cut_and_moves_d_L_between_chunks(run_cli, tmp_path
     assert f"threshold 1 -> {theta:.3g} over 3 chunk(s) of 4 groups" in proc.stdout
     assert "## Audited gate (--audit 1, floor 0.95)" in (out / "report.md").read_text()
     manifest = json.loads((out / "manifest.json").read_text())
-    assert {"audit.parquet", "audit.json", "audit_chunks.json"} <= set(manifest["outputs"])
+    assert {"audit.parquet", "audit.json", "audit_chunks.json", "gate-audited.json"} <= set(
+        manifest["outputs"]
+    )
     assert manifest["audit"]["audited"] == cut.height and manifest["workers"] == 1
+    # the calibrated gate: named on the console, at the d_L the next chunk would have run with
+    assert f"the gate as calibrated: {out / 'gate-audited.json'}" in proc.stdout
+    from srollout.core.gate import load_gate
+
+    assert load_gate(out / "gate-audited.json").base.d_L == pytest.approx(theta)
 
 
 def test_collect_resume_with_the_ledger_a_chunk_ahead_equals_one_run(run_cli, tmp_path):
