@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import field
 from typing import Any
 
+from srollout.core.audit import DEFAULT_FLOOR
 from srollout.errors import SrolloutError
 
 # The paper's operating point and rollout settings (Table "Hyperparameters").
@@ -27,8 +28,8 @@ def doc(default: Any, help: str, **kw: Any) -> Any:
 
 
 # The audited gate's options (srollout.core.audit), declared once for train-onpolicy, collect
-# and ab-rollout; the floor's default is core.audit.DEFAULT_FLOOR (a test checks they agree).
-AUDIT_PRECISION_FLOOR = 0.85
+# and ab-rollout; the floor's default is core.audit's own.
+AUDIT_PRECISION_FLOOR = DEFAULT_FLOOR
 
 
 def audit_field(between: str) -> Any:
