@@ -43,7 +43,7 @@ from srollout.core.gate import (
     _check_header,
     _check_keys,
     _write_json_atomic,
-    load_gate,
+    load_kind,
     register_gate_kind,
 )
 from srollout.core.learned_gate import (
@@ -190,12 +190,7 @@ class AdaptiveGate:
 
     @classmethod
     def load(cls, path: str | Path) -> AdaptiveGate:
-        gate = load_gate(path)
-        if not isinstance(gate, cls):
-            raise SrolloutError(
-                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected an adaptive gate"
-            )
-        return gate
+        return load_kind(path, cls, "an adaptive gate")
 
 
 register_gate_kind("adaptive", AdaptiveGate.from_dict)

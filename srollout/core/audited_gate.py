@@ -45,7 +45,7 @@ from srollout.core.gate import (
     _check_keys,
     _write_json_atomic,
     gate_from_dict,
-    load_gate,
+    load_kind,
     register_gate_kind,
 )
 from srollout.core.signals import GroupSignals
@@ -178,12 +178,7 @@ class AuditedGate:
 
     @classmethod
     def load(cls, path: str | Path) -> AuditedGate:
-        gate = load_gate(path)
-        if not isinstance(gate, cls):
-            raise SrolloutError(
-                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected an audited gate"
-            )
-        return gate
+        return load_kind(path, cls, "an audited gate")
 
 
 def unwrap(gate: Any) -> tuple[Any, AuditLedger | None]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -49,6 +49,9 @@ class Gate(Protocol):
     def decide(self, signals: GroupSignals) -> bool: ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+
+G = TypeVar("G")
 
 
 def _as_unit_float(value: Any, name: str) -> float:
@@ -177,12 +180,7 @@ class GateRule:
     @classmethod
     def load(cls, path: str | Path) -> GateRule:
         """Read a threshold gate.json (SrolloutError if the file holds another kind)."""
-        gate = load_gate(path)
-        if not isinstance(gate, cls):
-            raise SrolloutError(
-                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a threshold gate"
-            )
-        return gate
+        return load_kind(path, cls, "a threshold gate")
 
     @classmethod
     def never(cls, K: int = 10) -> GateRule:
@@ -234,12 +232,7 @@ class FixedGate:
 
     @classmethod
     def load(cls, path: str | Path) -> FixedGate:
-        gate = load_gate(path)
-        if not isinstance(gate, cls):
-            raise SrolloutError(
-                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a fixed gate"
-            )
-        return gate
+        return load_kind(path, cls, "a fixed gate")
 
 
 # kind -> from_dict(d, source). A new gate kind registers itself here.
@@ -296,6 +289,15 @@ def load_gate(path: str | Path) -> Gate:
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
     return gate_from_dict(d, str(path))
+
+
+def load_kind(path: str | Path, cls: type[G], what: str) -> G:
+    """Read a gate.json that must hold one kind (``cls``; ``what`` names it in the error, e.g.
+    "a learned gate"): every kind's ``load`` is this."""
+    gate = load_gate(path)
+    if not isinstance(gate, cls):
+        raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected {what}")
+    return gate
 
 
 def resolve_gate(

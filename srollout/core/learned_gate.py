@@ -51,7 +51,7 @@ from srollout.core.gate import (
     _check_header,
     _check_keys,
     _write_json_atomic,
-    load_gate,
+    load_kind,
     register_gate_kind,
 )
 from srollout.core.signals import GroupSignals
@@ -511,12 +511,7 @@ class LearnedGate:
 
     @classmethod
     def load(cls, path: str | Path) -> LearnedGate:
-        gate = load_gate(path)
-        if not isinstance(gate, cls):
-            raise SrolloutError(
-                f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected a learned gate"
-            )
-        return gate
+        return load_kind(path, cls, "a learned gate")
 
 
 register_gate_kind("learned", LearnedGate.from_dict)

@@ -99,6 +99,7 @@ class GateAuditor:
         if isinstance(gate, AuditedGate) and gate.ledger is not None:
             self.ledger = carried_over(gate.ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
+        self.step: tuple[int, float, Any] | None = None  # the last (iteration, θ, ThresholdStep)
         if resume and self.path.exists():
             import json
 
@@ -108,9 +109,13 @@ class GateAuditor:
                 self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
 
     def _next(self, iteration: int, theta: float) -> Any:
-        return next_threshold(
+        """θ after ``iteration`` from ``theta``; the answer is kept (``self.step``): when θ did
+        not move, :meth:`export` reads the bound at it from there instead of a second run."""
+        step = next_threshold(
             theta, self.ledger.recent(iteration), floor=self.floor, confidence=self.confidence
         )
+        self.step = (iteration, theta, step)
+        return step
 
     def current_gate(self) -> Any:
         """The gate at the threshold this iteration runs with."""
@@ -159,7 +164,11 @@ class GateAuditor:
         bound at that threshold, and the evidence."""
         from srollout.core.audited_gate import AuditedGate
 
-        lb = self._next(iteration, self.threshold).precision_lb
+        # the bound at the θ it exports: the audit's own when θ did not move, else anew
+        if self.step is not None and self.step[:2] == (iteration, self.threshold):
+            lb = self.step[2].precision_lb
+        else:
+            lb = self._next(iteration, self.threshold).precision_lb
         return AuditedGate(
             self.current_gate(),
             self.fraction,

@@ -59,6 +59,7 @@ def test_audited_cuts_are_labelled_by_their_full_outcome_and_priced_in_steps(tmp
         (0.6, True, "through"),
     ]
     assert auditor.current_gate() == GateRule("r1", K=2, d_L=0.3)  # 2 audits < 19: d_L holds
+    assert auditor.export(1).precision_lb == m.precision_lb  # θ held: the same bound
 
 
 def test_a_bound_below_the_floor_tightens_d_l_and_the_checkpoint_resumes_it(tmp_path):
@@ -71,6 +72,9 @@ def test_a_bound_below_the_floor_tightens_d_l_and_the_checkpoint_resumes_it(tmp_
     assert (m.audit_tp, m.audit_fp, m.threshold) == (19, 1, 0.3)
     assert m.precision_lb < 0.85
     assert auditor.current_gate().d_L == pytest.approx(0.185)
+    # the exported gate carries the bound at the θ it exports, not at the one the iteration ran
+    # with: its 19 audits below 0.185 are all right, 0.05 ** (1 / 19)
+    assert auditor.export(1).precision_lb == pytest.approx(0.05 ** (1 / 19), abs=1e-9)
     auditor.save()
     again = GateAuditor(
         rule, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path, iteration=1, resume=True
