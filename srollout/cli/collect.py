@@ -42,7 +42,6 @@ def register(app: typer.Typer) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.collect import auto_workers, run_collect, stats_frame
-        from srollout.stages.collect_audit import ONE_PROCESS
 
         config = CollectConfig(**config_values(CollectConfig, options))
         console = make_console()
@@ -53,9 +52,6 @@ def register(app: typer.Typer) -> None:
             n = int(workers)
         else:
             raise SrolloutError(f"--workers {workers!r}: a number of workers >= 1, or auto")
-        if n > 1 and config.audit > 0:
-            console.print(f"--workers {n}: {ONE_PROCESS}", style="dim", highlight=False)
-            n = 1
         dist = DistConfig(workers=n)
         result = run_collect(config, console=console, dist=dist)
         console.print(

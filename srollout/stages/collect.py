@@ -108,7 +108,11 @@ def run_collect(
     the run is in this process whatever N (:data:`srollout.stages.collect_audit.ONE_PROCESS`).
     """
     t0 = time.perf_counter()
-    dist = dist if dist is not None and config.audit <= 0 else DistConfig()
+    if dist is not None and dist.workers > 1 and config.audit > 0:
+        if console is not None:
+            console.print(f"--workers {dist.workers}: {ONE_PROCESS}", style="dim", highlight=False)
+        dist = None
+    dist = dist if dist is not None else DistConfig()
     if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
         from srollout.rollout.ray_pool import require_ray
 
