@@ -90,6 +90,13 @@ class StageBar:
             if self.plain_lines:
                 self._plain_line()
 
+    def resumed(self, n: int) -> None:
+        """``n`` steps an earlier run finished (``--resume``): taken off the total, so the count
+        and the ETA are this run's own work."""
+        if n > 0:
+            self.total -= n
+            self.update(total=self.total)
+
     def _plain_line(self) -> None:
         """Off a terminal: one line of text, at most every LOG_EVERY_S seconds and at the end."""
         task = self.bar.tasks[0]

@@ -147,6 +147,7 @@ def run_train_onpolicy(
                         resume=config.resume,
                         stop_after=stop_after,
                         on_iteration=bar.iteration,
+                        on_resume=bar.resumed,
                         initial_evals=initial,
                     )
                     initial = initial or results[arm].evals
@@ -274,6 +275,7 @@ def _interleaved(
     runners = {}
     for arm, spec in specs.items():
         runners[arm] = ArmRunner(config, spec, resume=config.resume, initial_evals=initial)
+        bar.resumed(runners[arm].iteration)
         initial = initial or runners[arm].evals
     stopped = False
     while not all(r.done for r in runners.values()):

@@ -556,10 +556,14 @@ def train_arm(
     stop_after: int | None = None,
     on_iteration: Callable[[IterationMetrics], None] | None = None,
     initial_evals: Sequence[dict[str, Any]] | None = None,
+    on_resume: Callable[[int], None] | None = None,
 ) -> ArmResult:
     """Run (or, with ``resume``, continue) one arm to the end; checkpoint after every iteration.
-    ``stop_after``: return after checkpointing that iteration (what a kill leaves on disk)."""
+    ``stop_after``: return after checkpointing that iteration (what a kill leaves on disk);
+    ``on_resume``: told how many iterations the checkpoint had finished."""
     runner = ArmRunner(config, spec, resume=resume, initial_evals=initial_evals)
+    if on_resume is not None:
+        on_resume(runner.iteration)
     while not runner.done:
         metrics = runner.step()
         if on_iteration is not None:

@@ -4,6 +4,7 @@ real ALFWorld engine (both arms, one seed), and the one-line errors of bad optio
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -204,6 +205,10 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(run_cli, real_model, tmp
     assert json.loads((killed / "manifest.json").read_text())["status"] == "partial"
     res = run_cli(*args, "--out", killed, "--resume")
     assert res.exit_code == 0, res.stderr[-2000:]
+    # the resumed run's bar counts only what the kill left: 8 arm-iterations less those done
+    closing = [ln for ln in res.stdout.splitlines() if ln.startswith("train-onpolicy: ")][-1]
+    done, total = map(int, re.match(r"train-onpolicy: (\d+)/(\d+)", closing).groups())
+    assert done == total and 0 < total <= 8 - 2
     full = tmp_path / "full"
     res = run_cli(*args, "--out", full)
     assert res.exit_code == 0, res.stderr[-2000:]

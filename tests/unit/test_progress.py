@@ -145,3 +145,23 @@ def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatc
     none = stats._replace(n_gen_tokens=0, tok_per_s=float("nan"), gen_tok_per_s=float("nan"))
     speed = dict(stats_frame(none).iter_rows())["generation speed (tokens ÷ time inside generate)"]
     assert speed == "—"
+
+
+def test_a_resumed_run_counts_and_times_only_its_own_work(monkeypatch):
+    import srollout.progress as progress
+
+    clock = iter([0.0, 0.0, 40.0])  # t0, the resume's line, one step 40 s in
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    bar = StageBar(
+        Console(file=out, force_terminal=False, width=200), "train-onpolicy", 80, enabled=True
+    )
+    bar.resumed(0)  # nothing finished before: no change, no line
+    bar.resumed(62)  # two arms' checkpoints at 31 of 40
+    bar.update(advance=1)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("train-onpolicy:")]
+    # 18 left of this run: one took 40 s, so 17 more take 680 s (not 17 x 40 / 63 s)
+    assert lines == [
+        "train-onpolicy: 0/18, elapsed 0:00",
+        "train-onpolicy: 1/18, elapsed 0:40, ETA 11:20",
+    ]
