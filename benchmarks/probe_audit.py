@@ -10,6 +10,9 @@ taken after K; an audited cut runs on to the end (as `train-onpolicy --audit` do
 nothing: the audit costs the saving it forgoes; net = what the unaudited cuts save.
 
     python benchmarks/probe_audit.py runs/results/buffer-500-logprob --K 10 --d-L 0.12
+
+``--d-L 0`` replays the evidence-first start: the gate cuts nothing until the groups it let
+through certify a band of d_K (core.audit's loosen move), as ``--d-L 0 --audit F`` runs.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,21 +73,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="groups per iteration")
     ap.add_argument("--floor", type=float, default=0.85)
     args = ap.parse_args()
-    groups = pl.read_parquet(args.run / "groups.parquet").sort("group_index")
-    trajs = pl.read_parquet(args.run / "trajectories.parquet")
-    sig = pl.read_parquet(args.run / "signals.parquet").filter(pl.col("K") == args.K)
-    order = groups["group_id"]
-    d = (
-        pl.DataFrame({"group_id": order})
-        .join(sig.select("group_id", "prefix_edit_distance_mean"), on="group_id", how="left")[
-            "prefix_edit_distance_mean"
-        ]
-        .to_numpy()
-        .astype(float)
-    )
-    from probe_failure import remaining_steps  # benchmarks/ is on the path of a script here
+    from probe_failure import load_buffer  # benchmarks/ is on the path of a script here
 
-    rem, total = remaining_steps(trajs, args.K, order), float(trajs["n_steps"].sum())
+    buf = load_buffer(args.run, args.K, ["prefix_edit_distance_mean"])
+    groups, d, rem, total = buf.groups, buf.signals[:, 0], buf.remaining, buf.total
     zv = groups["zero_var"].to_numpy()
     print(
         f"{args.run}: {d.size} groups in order, {args.batch} an iteration, R1 at K {args.K}, "

@@ -21,13 +21,44 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+class Buffer(NamedTuple):
+    """A collected buffer read for a probe: groups in run order (``group_index``), trajectories,
+    the named signals at K as an [n, len(names)] array in that order (nan: no signal), the steps
+    each group would still take after K, and all the buffer's steps."""
+
+    groups: pl.DataFrame
+    trajs: pl.DataFrame
+    signals: np.ndarray
+    remaining: np.ndarray
+    total: float
+
+
+def load_buffer(run: Path, K: int, names: Sequence[str]) -> Buffer:
+    """``run``'s groups/trajectories/signals tables, the signals ``names`` at ``K`` joined in
+    group order (what probe_audit and probe_history read)."""
+    groups = pl.read_parquet(run / "groups.parquet").sort("group_index")
+    trajs = pl.read_parquet(run / "trajectories.parquet")
+    sig = pl.read_parquet(run / "signals.parquet").filter(pl.col("K") == K)
+    order = groups["group_id"]
+    S = (
+        pl.DataFrame({"group_id": order})
+        .join(sig.select("group_id", *names), on="group_id", how="left")
+        .select(names)
+        .to_numpy()
+        .astype(float)
+    )
+    return Buffer(groups, trajs, S, remaining_steps(trajs, K, order), float(trajs["n_steps"].sum()))
 
 
 def remaining_steps(trajs: pl.DataFrame, K: int, order: pl.Series) -> np.ndarray:

@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,24 +70,15 @@ def main() -> None:
     ap.add_argument("--K", type=int, default=10)
     ap.add_argument("--floor", type=float, default=0.9)
     args = ap.parse_args()
-    from probe_failure import best_cut, remaining_steps
+    from probe_failure import best_cut, load_buffer
 
     from srollout.core.learned_gate import assign_folds
     from srollout.core.stats import auroc
     from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
-    groups = pl.read_parquet(args.run / "groups.parquet").sort("group_index")
-    trajs = pl.read_parquet(args.run / "trajectories.parquet")
-    sig = pl.read_parquet(args.run / "signals.parquet").filter(pl.col("K") == args.K)
-    order = groups["group_id"]
     names = [*SIGNAL_NAMES, *STEP_SIGNAL_NAMES]
-    S = (
-        pl.DataFrame({"group_id": order})
-        .join(sig.select("group_id", *names), on="group_id", how="left")
-        .select(names)
-        .to_numpy()
-        .astype(float)
-    )
+    buf = load_buffer(args.run, args.K, names)
+    groups, S = buf.groups, buf.signals
     zv = groups["zero_var"].to_numpy().astype(bool)
     all_fail = (groups["label"] == "all_fail").to_numpy()
     tasks = groups["task_id"].to_list()
@@ -96,7 +86,7 @@ def main() -> None:
     _, af_share = task_history(tasks, all_fail)
     H = np.column_stack([n_past, zv_share, af_share])
     has = n_past > 0
-    rem, total = remaining_steps(trajs, args.K, order), float(trajs["n_steps"].sum())
+    rem, total = buf.remaining, buf.total
     oracle = rem[zv].sum() / total
     print(
         f"{args.run}: {len(tasks)} groups, {len(set(tasks))} tasks, {int(has.sum())} with a "
