@@ -202,6 +202,37 @@ def next_threshold(
     return ThresholdStep(theta, lb, n, "keep")
 
 
+class Band(NamedTuple):
+    """The best band the loosen move saw: the ``n`` groups let through nearest the threshold,
+    ``zero_var`` of them zero-variance, and their bound (:func:`best_band`)."""
+
+    n: int
+    zero_var: int
+    precision_lb: float
+
+
+def best_band(
+    theta: float,
+    labelled: Iterable[Labelled],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    min_n: int,
+) -> Band | None:
+    """Of the groups let through at or above ``theta``, ordered by score, the prefix of at least
+    ``min_n`` with the highest bound: why the gate did (or did not) loosen. None when fewer than
+    ``min_n`` were let through."""
+    band = sorted((r.score, r.zero_var) for r in labelled if r.source == "through")
+    band = [ok for score, ok in band if score >= theta]
+    best, k = None, 0
+    for j, ok in enumerate(band, start=1):
+        k += bool(ok)
+        if j >= min_n:
+            lb = clopper_pearson_lower(k, j, confidence)
+            if best is None or lb > best.precision_lb:
+                best = Band(j, k, lb)
+    return best
+
+
 @dataclass
 class AuditLedger:
     """The audit's memory: every labelled group, the θ each iteration ran with, and the window
@@ -249,9 +280,11 @@ __all__ = (
     "DEFAULT_CONFIDENCE",
     "DEFAULT_FLOOR",
     "AuditLedger",
+    "Band",
     "Labelled",
     "ThresholdStep",
     "audit_pick",
+    "best_band",
     "certifiable_n",
     "check_audit_options",
     "clopper_pearson_lower",

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from srollout.config import CollectConfig
+from srollout.core.audit import Band
 from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSettings, RolloutSummary
 from srollout.stages.rollout_setup import build_auditor
 
@@ -69,6 +70,7 @@ class AuditSummary(NamedTuple):
     floor: float
     start_threshold: float
     final_threshold: float
+    band: Band | None = None  # with no cut: the best band of the groups let through
 
     def line(self) -> str:
         bound = (
@@ -81,7 +83,18 @@ class AuditSummary(NamedTuple):
             f"audit: {self.audited} of {self.cuts} cuts audited (TP {self.tp}, FP {self.fp}; "
             f"{self.audit_steps} steps after the cut); {bound}; threshold "
             f"{self.start_threshold:.3g} -> {self.final_threshold:.3g} over {self.chunks} "
-            f"chunk(s) of {self.chunk_groups} groups"
+            f"chunk(s) of {self.chunk_groups} groups" + self._closed()
+        )
+
+    def _closed(self) -> str:
+        """Why a gate that cut nothing stayed shut: its best band against the floor."""
+        if self.cuts or self.band is None:
+            return ""
+        b = self.band
+        return (
+            f"; no cut: the best band of the groups let through (the {b.n} nearest the "
+            f"threshold, {b.zero_var} zero-variance) bounds precision at {b.precision_lb:.3f} "
+            f"< floor {self.floor:g}"
         )
 
 
@@ -173,6 +186,7 @@ class CollectAudit:
             floor=self.auditor.floor,
             start_threshold=float(rows[0]["gate/threshold"]) if rows else math.nan,
             final_threshold=float(self.auditor.knob.shown(self.auditor.threshold)),
+            band=self.auditor.band(),
         )
 
 

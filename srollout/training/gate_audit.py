@@ -25,6 +25,8 @@ from srollout.core.audit import (
     AuditLedger,
     Labelled,
     audit_pick,
+    best_band,
+    certifiable_n,
     next_threshold,
 )
 from srollout.core.gate import GateRule
@@ -157,6 +159,19 @@ class GateAuditor:
         cost = sum(max(0, len(t.actions) - r.cut_step) for r in audited for t in r.trajs)
         shown = self.knob.shown(theta)
         return AuditMetrics(len(audited), tp, len(audited) - tp, step.precision_lb, shown, cost)
+
+    def band(self) -> Any:
+        """The best band of the groups let through since the window's start, against the floor
+        (core.audit.best_band): what the gate needs to loosen. None before any iteration."""
+        if not self.ledger.thresholds:
+            return None
+        last = max(self.ledger.thresholds)
+        return best_band(
+            self.threshold,
+            self.ledger.recent(last),
+            confidence=self.confidence,
+            min_n=certifiable_n(self.floor, self.confidence),
+        )
 
     def export(self, iteration: int) -> Any:
         """The calibrated gate after ``iteration``, as an audited gate.json holds it: the base

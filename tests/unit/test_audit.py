@@ -172,18 +172,20 @@ def test_ledger_window_truncate_and_json_round_trip():
     assert sorted(again.thresholds) == [1, 2]
 
 
-def _drifting_run(audited: bool, seed: int, iters: int = 60, n: int = 40):
+def _drifting_run(audited: bool, seed: int, iters: int = 60, n: int = 40, start: float = 0.2):
     """A synthetic policy whose d_K-to-outcome relation drifts: for 20 iterations a group with
     d_K < 0.2 ends zero-variance 97 % of the time; after it only those with d_K < 0.08 do, those
-    in [0.08, 0.2) 40 %. Returns (cuts, right cuts) over iterations 36..60 and the last θ."""
+    in [0.08, 0.2) 40 %. Returns (cuts, right cuts) over iterations 36..60, the last θ and the
+    first iteration that cut."""
     rng = np.random.default_rng(seed)
-    ledger, theta, cuts, right = AuditLedger(), 0.2, 0, 0
+    ledger, theta, cuts, right, opened = AuditLedger(), start, 0, 0, None
     for it in range(1, iters + 1):
         d = rng.uniform(0.0, 0.5, n)
         p = np.where(d < 0.2, 0.97, 0.1)
         if it > 20:
             p = np.where(d < 0.08, 0.97, np.where(d < 0.2, 0.4, 0.1))
         zero_var, cut = rng.random(n) < p, d < theta
+        opened = it if opened is None and cut.any() else opened
         if it > 35:
             cuts, right = cuts + int(cut.sum()), right + int((cut & zero_var).sum())
         if audited:
@@ -195,14 +197,40 @@ def _drifting_run(audited: bool, seed: int, iters: int = 60, n: int = 40):
                     rows.append(Labelled(it, float(d[g]), bool(zero_var[g]), "audit"))
             ledger.add(rows)
             theta = next_threshold(theta, ledger.recent(it), floor=0.85).threshold
-    return cuts, right, theta
+    return cuts, right, theta, opened
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_audited_gate_holds_its_floor_where_a_fixed_threshold_falls_below_it(seed):
-    cuts, right, _ = _drifting_run(False, seed)
+    cuts, right, _, _ = _drifting_run(False, seed)
     assert right / cuts < 0.70  # the fixed θ = 0.2: about (0.08 * 0.97 + 0.12 * 0.4) / 0.2 = 0.63
-    cuts, right, theta = _drifting_run(True, seed)
+    cuts, right, theta, _ = _drifting_run(True, seed)
     assert cuts >= 10  # it still cuts, and what it cuts clears the floor
     assert right / cuts >= 0.85
     assert theta < 0.12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_closed_start_cuts_nothing_until_the_groups_let_through_certify_a_band(seed):
+    # d_L 0 cuts nothing; an iteration's 40 groups, all let through, carry ~16 with d_K < 0.2
+    # (zero-variance at 0.97), too few for a band of 19 whose bound clears 0.85; two iterations'
+    # ~32 are enough: the gate opens at iteration 3
+    cuts, right, theta, opened = _drifting_run(True, seed, start=0.0)
+    assert opened == 3
+    assert cuts >= 10 and right / cuts >= 0.85  # after the drift it still holds the floor
+    assert theta < 0.12
+
+
+def test_best_band_is_the_prefix_of_groups_let_through_with_the_highest_bound():
+    from srollout.core.audit import best_band
+
+    rows = _through([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [True, True, False, True, True, True])
+    rows += _audit([0.25], [False])  # an audited cut is no part of the band
+    band = best_band(0.15, rows, min_n=3)  # from 0.2 on: T F T T T
+    # prefixes of 3, 4, 5 hold 2, 3, 4 zero-variance; the bound grows with each: 4 of 5 is best
+    assert (band.n, band.zero_var) == (5, 4)
+    p = band.precision_lb  # P(X >= 4 | 5, p) = 5 p^4 (1 - p) + p^5 = 0.05
+    assert 5 * p**4 - 4 * p**5 == pytest.approx(0.05, abs=1e-9) and p == pytest.approx(
+        0.3426, abs=1e-4
+    )
+    assert best_band(0.45, rows, min_n=3) is None  # 2 let through at or above 0.45

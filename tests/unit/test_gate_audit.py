@@ -135,3 +135,25 @@ def test_the_audit_draw_travels_to_ray_workers_unchanged(tmp_path):
     draws = [copy(i) for i in range(200)]
     assert draws == [auditor.picks(i) for i in range(200)]
     assert 70 < sum(draws) < 130  # about half, so the comparison is not all-False
+
+
+def test_a_closed_gate_says_which_band_kept_it_shut(tmp_path):
+    from srollout.stages.collect_audit import AuditSummary
+
+    auditor = GateAuditor(
+        GateRule("r1", K=2, d_L=0.0), fraction=0.5, floor=0.85, seed=7, ckpt_dir=tmp_path
+    )
+    assert auditor.band() is None  # no iteration yet
+    # 20 groups let through, the nearest 19 of them 17 zero-variance: bound below 0.85
+    zero_var = [i not in (3, 7, 19) for i in range(20)]
+    groups = [_group(i, i / 100, False, ZERO_VAR if z else MIXED) for i, z in enumerate(zero_var)]
+    m = auditor.audit(groups, iteration=1)
+    assert auditor.current_gate().d_L == 0.0 and m.audited == 0  # still shut
+    band = auditor.band()
+    assert (band.n, band.zero_var) == (19, 17)  # 17 of 19 bounds higher than 17 of 20
+    summary = AuditSummary(1, 20, 0, 0, 0, 0, 0, math.nan, 0.85, 0.0, 0.0, band)
+    assert summary.line().endswith(
+        f"no cut: the best band of the groups let through (the 19 nearest the threshold, "
+        f"17 zero-variance) bounds precision at {band.precision_lb:.3f} < floor 0.85"
+    )
+    assert "no cut" not in summary._replace(cuts=1).line()
