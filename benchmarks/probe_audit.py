@@ -34,12 +34,13 @@ def replay(d, zv, rem, total, *, theta0, fraction, floor, batch, seed=7):
     ledger, theta = AuditLedger(), theta0
     cut_all = np.zeros(d.size, dtype=bool)
     audited = np.zeros(d.size, dtype=bool)
-    thetas = []
+    thetas, first_cut = [], None
     for it, start in enumerate(range(0, d.size, batch), start=1):
         idx = np.arange(start, min(start + batch, d.size))
         thetas.append(theta)
         cut = d[idx] < theta
         cut_all[idx] = cut
+        first_cut = it if first_cut is None and cut.any() else first_cut
         rows = []
         for i, c in zip(idx, cut, strict=True):
             if not np.isfinite(d[i]):
@@ -61,6 +62,7 @@ def replay(d, zv, rem, total, *, theta0, fraction, floor, batch, seed=7):
         "audit cost %": 100 * rem[audited].sum() / total,
         "net %": 100 * rem[cut_all & ~audited].sum() / total,
         "last d_L": thetas[-1],
+        "first cut": "-" if first_cut is None else str(first_cut),
         "d_L path": " ".join(f"{t:.3f}" for t in thetas[:: max(1, len(thetas) // 8)]),
     }
 
@@ -84,9 +86,9 @@ def main() -> None:
     )
     print(
         "| gate | cut | precision (all cuts, full outcome) | audited | cuts' saving | audit cost | "
-        "net saving | last d_L | d_L along the run |"
+        "net saving | first cut (iteration) | last d_L | d_L along the run |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, fraction in (
         ("fixed", 0.0),
         ("audited F=0.25", 0.25),
@@ -106,7 +108,7 @@ def main() -> None:
         print(
             f"| {label} | {r['cut']} | {r['precision']:.3f} | {r['audited']} | "
             f"{r['saved %']:.2f} % | {r['audit cost %']:.2f} % | {r['net %']:.2f} % | "
-            f"{r['last d_L']:.3f} | {r['d_L path']} |"
+            f"{r['first cut']} | {r['last d_L']:.3f} | {r['d_L path']} |"
         )
 
 
