@@ -502,11 +502,13 @@ def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
     plt = _pyplot()
     m = metrics.filter(pl.col("gate/threshold").is_not_nan()).sort("iteration")
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    seeds = sorted(set(m["seed"].to_list()))  # an arm's colour, a seed's line style and marker
     for (arm, seed), part in m.group_by(["arm", "seed"], maintain_order=True):
         label, x = f"{arm} seed {seed}", part["iteration"].to_list()
-        color = ARM_COLORS.get(str(arm))
-        axes[0].step(x, part["gate/threshold"].to_list(), where="post", label=label, color=color)
-        axes[1].plot(x, part["gate/precision_lb"].to_list(), marker=".", label=label, color=color)
+        i = seeds.index(seed)
+        look = dict(color=ARM_COLORS.get(str(arm)), ls=("-", "--", ":", "-.")[i % 4], label=label)
+        axes[0].step(x, part["gate/threshold"].to_list(), where="post", **look)
+        axes[1].plot(x, part["gate/precision_lb"].to_list(), marker="o^sDv"[i % 5], ms=3, **look)
     totals = (
         m.group_by("iteration")
         .agg(pl.col("gate/audit_tp").sum(), pl.col("gate/audit_fp").sum())
