@@ -102,6 +102,27 @@ def ray_session(workers: int) -> Iterator[str]:
         level = notice.level
         notice.setLevel(logging.ERROR)
         try:
+            _start_local(ray, workers)
+        finally:
+            notice.setLevel(level)
+        where = f"local Ray ({workers} CPUs)"
+    try:
+        yield where
+    finally:
+        ray.shutdown()
+
+
+# Ray waits a fixed 30 s for its raylet to register (ray._private.node); on a loaded machine
+# (CI beside a training run) that can pass while the raylet is still starting: one more try.
+STARTUP_TRIES = 2
+_STARTUP_TIMEOUT = "timed out during startup"
+
+
+def _start_local(ray: ModuleType, workers: int) -> None:
+    """A new local cluster of ``workers`` CPUs; a start that times out is tried once more, then
+    is one line."""
+    for attempt in range(1, STARTUP_TRIES + 1):
+        try:
             ray.init(
                 address="local",  # a new cluster, even when a `ray start` one runs on this machine
                 num_cpus=workers,
@@ -110,13 +131,16 @@ def ray_session(workers: int) -> Iterator[str]:
                 logging_level=logging.WARNING,
                 log_to_driver=False,
             )
-        finally:
-            notice.setLevel(level)
-        where = f"local Ray ({workers} CPUs)"
-    try:
-        yield where
-    finally:
-        ray.shutdown()
+            return
+        except Exception as err:  # Ray raises a bare Exception for this
+            if _STARTUP_TIMEOUT not in str(err):
+                raise
+            ray.shutdown()
+            if attempt == STARTUP_TRIES:
+                raise SrolloutError(
+                    f"local Ray did not start: its node {_STARTUP_TIMEOUT} {STARTUP_TRIES} times "
+                    "(Ray waits 30 s; is the machine overloaded?)"
+                ) from None
 
 
 def _cpus(ray: ModuleType) -> int:

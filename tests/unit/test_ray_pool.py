@@ -283,3 +283,42 @@ def test_workers_that_is_not_a_number_is_one_line(run_cli, tmp_path):
                   "--out", tmp_path / "r")  # fmt: skip
     assert res.exit_code == 2 and "--workers 'two': a number of workers >= 1, or auto" in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+class _SlowRay:
+    """Stands in for the ray module's init/shutdown only: its node start times out ``fails``
+    times (Ray's own message), then starts. Tests srollout's retry, not Ray."""
+
+    TIMEOUT = (
+        "The current node timed out during startup. This could happen because some of the "
+        "raylet failed to startup or the GCS has become overloaded."
+    )
+
+    def __init__(self, fails: int, error: Exception | None = None) -> None:
+        self.fails, self.error, self.inits, self.shutdowns = fails, error, 0, 0
+
+    def init(self, **_: object) -> None:
+        self.inits += 1
+        if self.error is not None:
+            raise self.error
+        if self.inits <= self.fails:
+            raise Exception(self.TIMEOUT)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_a_local_start_that_times_out_is_tried_once_more_then_is_one_line():
+    from srollout.rollout.ray_pool import _start_local
+
+    once = _SlowRay(fails=1)
+    _start_local(once, 2)
+    assert (once.inits, once.shutdowns) == (2, 1)
+    twice = _SlowRay(fails=2)
+    with pytest.raises(SrolloutError, match="local Ray did not start: its node timed out during"):
+        _start_local(twice, 2)
+    assert (twice.inits, twice.shutdowns) == (2, 2)
+    other = _SlowRay(fails=0, error=ValueError("object_store_memory is too small"))
+    with pytest.raises(ValueError, match="too small"):  # any other failure is Ray's own
+        _start_local(other, 2)
+    assert other.inits == 1
