@@ -138,19 +138,27 @@ def _midpoint(a: float, b: float | None) -> float:
     return (a + b) / 2.0
 
 
+def _prefixes(ordered: Sequence[tuple[float, bool]]) -> Iterable[tuple[int, int, float]]:
+    """Over d_K-ordered (score, ok) pairs, every prefix a threshold can cut: (its length, how
+    many are ok, the θ that takes it in and leaves the rest out). Equal d_K values fall on the
+    same side of any θ, so a prefix never ends inside a tie."""
+    k = 0
+    for j, (score, ok) in enumerate(ordered, start=1):
+        k += bool(ok)
+        nxt = ordered[j][0] if j < len(ordered) else None
+        if nxt is None or nxt != score:
+            yield j, k, _midpoint(score, nxt)
+
+
 def _largest_certified(
     ordered: Sequence[tuple[float, bool]], floor: float, confidence: float, min_n: int
 ) -> float | None:
     """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ (at least ``min_n``
     long) has its Clopper–Pearson bound at or above ``floor``; None when no prefix does."""
-    best, k = None, 0
-    for j, (score, ok) in enumerate(ordered, start=1):
-        k += bool(ok)
-        nxt = ordered[j][0] if j < len(ordered) else None
-        if nxt is not None and nxt == score:
-            continue  # equal d_K values fall on the same side of any θ
+    best = None
+    for j, k, theta in _prefixes(ordered):
         if j >= min_n and clopper_pearson_lower(k, j, confidence) >= floor:
-            best = _midpoint(score, nxt)
+            best = theta
     return best
 
 
@@ -159,14 +167,10 @@ def _largest_unrefuted(
 ) -> float | None:
     """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ is not shown below
     ``floor`` (its Clopper–Pearson upper bound at or above it); None when every prefix is."""
-    best, k = None, 0
-    for j, (score, ok) in enumerate(ordered, start=1):
-        k += bool(ok)
-        nxt = ordered[j][0] if j < len(ordered) else None
-        if nxt is not None and nxt == score:
-            continue
+    best = None
+    for j, k, theta in _prefixes(ordered):
         if clopper_pearson_upper(k, j, confidence) >= floor:
-            best = _midpoint(score, nxt)
+            best = theta
     return best
 
 
@@ -222,10 +226,9 @@ def best_band(
     ``min_n`` with the highest bound: why the gate did (or did not) loosen. None when fewer than
     ``min_n`` were let through."""
     band = sorted((r.score, r.zero_var) for r in labelled if r.source == "through")
-    band = [ok for score, ok in band if score >= theta]
-    best, k = None, 0
-    for j, ok in enumerate(band, start=1):
-        k += bool(ok)
+    band = [(score, ok) for score, ok in band if score >= theta]
+    best = None
+    for j, k, _ in _prefixes(band):
         if j >= min_n:
             lb = clopper_pearson_lower(k, j, confidence)
             if best is None or lb > best.precision_lb:

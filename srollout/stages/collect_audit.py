@@ -94,7 +94,7 @@ class AuditSummary(NamedTuple):
         return (
             f"; no cut: the best band of the groups let through (the {b.n} nearest the "
             f"threshold, {b.zero_var} zero-variance) bounds precision at {b.precision_lb:.3f} "
-            f"< floor {self.floor:g}"
+            f"{'>=' if b.precision_lb >= self.floor else '<'} floor {self.floor:g}"
         )
 
 
