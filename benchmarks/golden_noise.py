@@ -12,6 +12,14 @@ which is what a different CPU does: ATen's SIMD family (``ATEN_CPU_CAPABILITY``)
 choice: exact columns must be equal, and every float column reports its largest relative
 difference. ``--collect-groups N`` adds a default-size collect (G 8, T_max 30) of N groups per
 setting, to see whether kernel noise ever changes a sampled token.
+
+    python benchmarks/golden_noise.py --logits   # appends the log-prob section to the same page
+
+``--logits`` measures what the log-prob tolerance (``LOGPROB_ATOL``) rests on: the shipped
+policy's logits and log-probs on 8 x 200 seeded random tokens under each kernel setting against
+the native ones (largest absolute difference), then the golden collects rerun with the logits
+perturbed by seeded noise of growing amplitude (golden_runs.logit_noise): the largest absolute
+log-prob difference against golden.json, and whether any sampled token changed.
 """
 
 from __future__ import annotations
@@ -28,7 +36,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "golden"))
 
-from golden_runs import FLOAT_ATOL, FLOAT_RTOL, flat_cells, table_record  # noqa: E402
+from golden_runs import (  # noqa: E402
+    FLOAT_ATOL,
+    FLOAT_RTOL,
+    LOGPROB_ATOL,
+    compare,
+    flat_cells,
+    float_kind,
+    load_golden,
+    logit_noise,
+    run_all,
+    table_record,
+)
 
 # setting name -> environment (on top of the golden runs' OMP_NUM_THREADS=1)
 SETTINGS: dict[str, dict[str, str]] = {
@@ -79,14 +98,107 @@ def _rel(a, b) -> float:
     return abs(a - b) / max(abs(a), 1e-12)
 
 
-def main() -> None:
-    from golden_runs import run_all
+# One process per kernel setting: the shipped policy's float32 logits on seeded random tokens.
+LOGITS_SNIPPET = """
+import sys, numpy, torch
+from srollout.policy.shipped import default_policy
+from srollout.policy.transformers_backend import load_model
+torch.set_num_threads(1)
+model, _ = load_model(default_policy())
+ids = torch.randint(model.config.vocab_size, (8, 200), generator=torch.Generator().manual_seed(0))
+with torch.inference_mode():
+    numpy.save(sys.argv[1], model(input_ids=ids).logits.float().numpy())
+"""
+NOISE_AMPLITUDES = (2e-5, 2e-4, 2e-3, 2e-2)
+COLLECTS = ["collect-lm", "collect-lm-gated"]
 
+
+def _logits_under(setting: dict[str, str], path: Path):
+    import subprocess
+
+    import numpy as np
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **setting}
+    cmd = [sys.executable, "-c", LOGITS_SNIPPET, str(path)]
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=600)
+    return np.load(path)
+
+
+def _log_softmax(x):
+    import numpy as np
+
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def logits_section(settings: dict[str, dict[str, str]]) -> list[str]:
+    """The log-prob tolerance's two measurements, as markdown lines."""
+    import numpy as np
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="golden-logits-") as tmp:
+        native = _logits_under({}, Path(tmp) / "native.npy")
+        lp_native = _log_softmax(native)
+        top = native.argmax(-1)[..., None]
+        for name, env in settings.items():
+            if name == "native":
+                continue
+            other = _logits_under(env, Path(tmp) / "other.npy")
+            lp = _log_softmax(other)
+            top_lp = np.abs(np.take_along_axis(lp - lp_native, top, -1)).max()
+            rows.append(
+                f"| {name} | {np.abs(other - native).max():.2g} | {top_lp:.2g} | "
+                f"{np.abs(lp - lp_native).max():.2g} |"
+            )
+            print(rows[-1], flush=True)
+    golden = load_golden()
+    noise_rows = []
+    for amplitude in NOISE_AMPLITUDES:
+        with tempfile.TemporaryDirectory(prefix="golden-logit-noise-") as tmp:
+            now = run_all(Path(tmp), only=COLLECTS, prelude=logit_noise(amplitude))
+        worst = 0.0
+        for table, rec in now.items():
+            for column, values in golden[table]["floats"].items():
+                if float_kind(column) != "logprob":
+                    continue
+                pairs = zip(flat_cells(values), flat_cells(rec["floats"][column]), strict=True)
+                worst = max([worst] + [abs(a - b) for a, b in pairs if a == a and b == b])
+        changed = sorted({f"{d.table.split('/')[-1]}:{d.column}" for d in compare(
+            {k: v for k, v in golden.items() if k in now}, now) if d.row is None})  # fmt: skip
+        noise_rows.append(
+            f"| ±{amplitude:g} | {worst:.2g} | {', '.join(changed) or 'none (every token kept)'} |"
+        )
+        print(noise_rows[-1], flush=True)
+    return [
+        "### The log-prob tolerance (`--logits`)",
+        "",
+        "The shipped policy's logits on 8 × 200 seeded random tokens (float32, 1 thread) under "
+        "each setting, against the native kernels (largest absolute difference):",
+        "",
+        "| setting | logits | log-prob of the top token | any log-prob |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        "The golden collects (`collect-lm`, `collect-lm-gated`) rerun with every forward's logits "
+        "perturbed by seeded uniform noise (`golden_runs.logit_noise`), against golden.json:",
+        "",
+        "| logit noise | largest log-prob difference | exact columns that differ |",
+        "|---|---|---|",
+        *noise_rows,
+        "",
+        f"The golden runs compare log-prob columns within **{LOGPROB_ATOL:g} absolute**.",
+        "",
+    ]
+
+
+def main() -> None:
     from srollout.rundir import machine_info
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collect-groups", type=int, default=0)
     ap.add_argument("--settings", help="comma list of setting names (native is always run)")
+    ap.add_argument("--logits", action="store_true", help="measure the log-prob tolerance only")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "golden_noise.md")
     args = ap.parse_args()
     import torch  # noqa: F401  (loaded, so machine_info names torch's native kernels)
@@ -99,6 +211,23 @@ def main() -> None:
         for k, v in SETTINGS.items()
         if k in chosen and ("avx512" not in str(v) or _has_avx512())
     }
+    if args.logits:
+        info = machine_info()
+        lines = [
+            "",
+            f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; "
+            f"machine: {info['cpu_model']}, {info['cpu_count']} CPUs, torch's native kernels "
+            f"{info.get('torch_cpu_capability', '?')}; command: `python benchmarks/golden_noise.py "
+            "--logits`",
+            "",
+            *logits_section(settings),
+        ]
+        text = args.out.read_text() if args.out.exists() else ""
+        cut = text.find("\n### The log-prob tolerance")
+        text = text if cut < 0 else text[: text.rfind("\n- date:", 0, cut)]
+        args.out.write_text(text.rstrip("\n") + "\n" + "\n".join(lines))
+        print("\n".join(lines))
+        return
     started = datetime.now(timezone.utc)
     records: dict[str, dict[str, dict]] = {}
     seconds: dict[str, float] = {}

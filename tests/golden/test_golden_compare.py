@@ -7,7 +7,15 @@ from __future__ import annotations
 import math
 
 import polars as pl
-from golden_runs import FLOAT_ATOL, FLOAT_RTOL, compare, floats_agree, table_record
+from golden_runs import (
+    FLOAT_ATOL,
+    FLOAT_RTOL,
+    LOGPROB_ATOL,
+    compare,
+    float_kind,
+    floats_agree,
+    table_record,
+)
 
 
 def _record(tmp_path, **columns):
@@ -25,6 +33,40 @@ def test_tolerance_is_the_measured_one_and_between_noise_and_real_changes():
     assert floats_agree(math.nan, math.nan) and not floats_agree(math.nan, 0.0)
     assert floats_agree(None, None) and not floats_agree(None, 0.0)
     assert floats_agree(math.inf, math.inf) and not floats_agree(math.inf, 1e308)
+
+
+def test_log_probs_are_compared_absolutely_whatever_their_size():
+    kinds = ["logprob_mean", "logprob_min", "action_logprob_mean", "train/mean_logp"]
+    assert [float_kind(c) for c in kinds] == ["logprob"] * 4
+    others = ["train/loss", "train/grad_l2", "reward", "auroc", "p_value", "d_L"]
+    assert {float_kind(c) for c in others} == {"float"}
+    # the row that failed on an Intel Xeon (issue 44): 3.2e-7 apart, 3.3e-4 relative
+    was, now = -0.0009798190655731429, -0.0009801417756014935
+    assert not floats_agree(was, now) and floats_agree(was, now, "logprob")
+    # absolute: 1.5e-4 passes at -3e-4 and at -9.2, 2.5e-4 fails at both
+    for lp in (-3e-4, -9.2):
+        assert floats_agree(lp, lp - 1.5e-4, "logprob")
+        assert not floats_agree(lp, lp - 2.5e-4, "logprob")
+    assert LOGPROB_ATOL == 2e-4
+    assert floats_agree(math.nan, math.nan, "logprob") and not floats_agree(
+        math.nan, -1.0, "logprob"
+    )
+    assert floats_agree(None, None, "logprob") and not floats_agree(None, -1.0, "logprob")
+
+
+def test_a_log_prob_column_takes_its_own_tolerance_and_still_names_the_cell(tmp_path):
+    was = _record(tmp_path, step=[1, 2], logprob_mean=[-0.00098, -0.5], loss=[0.5, 0.25])
+    noise = _record(tmp_path, step=[1, 2], logprob_mean=[-0.0009803, -0.50001], loss=[0.5, 0.25])
+    assert compare({"s.parquet": was}, {"s.parquet": noise}) == []
+    real = _record(tmp_path, step=[1, 2], logprob_mean=[-0.00098, -0.5003], loss=[0.5, 0.25])
+    (d,) = compare({"s.parquet": was}, {"s.parquet": real})
+    assert (d.table, d.column, d.row, d.recorded, d.now) == (
+        "s.parquet",
+        "logprob_mean",
+        1,
+        -0.5,
+        -0.5003,
+    )
 
 
 def test_records_split_exact_columns_from_floats_and_drop_timings(tmp_path):

@@ -1,12 +1,15 @@
-"""The golden runs' float tolerance does not hide a real change: one-line changes to the advantage
-and to the loss, made in the source of the running process, still fail the comparison with
-golden.json by a float beyond FLOAT_RTOL (the measured kernel noise is 11x below the tolerance,
-the smallest of these changes 11x above it).
+"""The golden runs' float tolerances do not hide a real change: one-line changes to the advantage,
+to the loss and to the policy's log-probs, made in the source of the running process, still fail
+the comparison with golden.json by a float beyond its kind's tolerance (FLOAT_RTOL: the measured
+kernel noise is 11x below it, the smallest of these changes 11x above it; LOGPROB_ATOL for the
+log-prob columns).
 
 Each mutation edits one line of srollout's source in the run's own process (``prelude``) and
 reruns one golden training run; the unmutated runs are test_golden_runs.py."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from golden_runs import compare, load_golden, run_all
@@ -28,6 +31,13 @@ MUTATIONS = [
         "srollout.core.grpo",
         "def group_advantages(rewards: ArrayLike, eps: float = 1e-6)",
         "def group_advantages(rewards: ArrayLike, eps: float = 1e-4)",
+    ),
+    (
+        "log-probs: taken after the temperature, not before it (the raw distribution)",
+        "collect-lm",
+        "srollout.policy.transformers_backend",
+        "raw = torch.log_softmax(logits, dim=-1)",
+        "raw = torch.log_softmax(logits / self.temperature, dim=-1)",
     ),
     (
         "loss: each sequence's action tokens counted one too many (seq_mean denominator)",
@@ -60,10 +70,12 @@ def test_a_one_line_change_fails_the_golden_comparison(
     buffer_root, tmp_path, name, run, module, old, new
 ):
     out = tmp_path
-    (out / "collect-lm").symlink_to(buffer_root / "collect-lm")
+    if run != "collect-lm":
+        (out / "collect-lm").symlink_to(buffer_root / "collect-lm")
     now = run_all(out, only=[run], prelude=PRELUDE.format(module=module, old=old, new=new))
     golden = {k: v for k, v in load_golden().items() if k.startswith(run + "/")}
     differences = compare(golden, {k: v for k, v in now.items() if k in golden})
     float_changes = [d for d in differences if d.row is not None]
     assert float_changes, f"{name}: no float of {run} moved beyond the tolerance"
-    assert any("loss" in d.column or "grad" in d.column for d in float_changes), differences
+    moved = "logprob" if run.startswith("collect") else "loss|grad"
+    assert any(re.search(moved, d.column) for d in float_changes), differences
