@@ -315,6 +315,8 @@ ADDED_OPTIONS: dict[str, Any] = {
     "env": "alfworld",
     "audit": 0.0,
     "precision_floor": 0.85,
+    "stall": 0,
+    "stall_from": 10,
 }
 
 

@@ -48,7 +48,7 @@ def signal_names(columns: Sequence[str]) -> tuple[str, ...]:
 
 
 LABELS: tuple[str, ...] = ("all_fail", "mixed", "all_succeed")
-ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate")
+ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate", "stalled")
 
 # dtype families a reader accepts for a declared dtype: an int column may hold any int width,
 # a float column accepts ints too (a hand-made table with reward 0/1 stays valid).
@@ -112,6 +112,9 @@ def _logprob(column: str) -> Rule:
 # The policy's own log-probabilities of a step's response (srollout.policy.base.ActResponse):
 # written since 2026-11-27, optional for tables made before.
 STEP_LOGPROB_COLUMNS: tuple[str, ...] = ("logprob_mean", "logprob_min")
+# The trajectory's own signals after the step (srollout.core.trajectory_signals): written since
+# 2026-12-01, optional for tables made before.
+STEP_TRAJECTORY_COLUMNS: tuple[str, ...] = ("steps_since_new", "rejected_run")
 
 
 def _seconds(column: str) -> Rule:
@@ -175,8 +178,12 @@ STEPS = Artifact(
         _seconds("gen_s"),
         _seconds("env_s"),
         *(_logprob(c) for c in STEP_LOGPROB_COLUMNS),
+        *(_count(c, missing=True) for c in STEP_TRAJECTORY_COLUMNS),
     ),
-    optional={c: pl.Float64 for c in STEP_LOGPROB_COLUMNS},
+    optional={
+        **{c: pl.Float64 for c in STEP_LOGPROB_COLUMNS},
+        **{c: pl.Int64 for c in STEP_TRAJECTORY_COLUMNS},
+    },
 )
 
 TRAJECTORIES = Artifact(

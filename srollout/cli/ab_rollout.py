@@ -34,6 +34,8 @@ ORDER = (
     "gate",
     "audit",
     "precision_floor",
+    "stall",
+    "stall_from",
     "repeats",
     "blocks",
     "concurrency",

@@ -52,6 +52,8 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
     "env",
     "audit",
     "precision_floor",
+    "stall",
+    "stall_from",
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")

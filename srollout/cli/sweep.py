@@ -8,11 +8,12 @@ from typing import Annotated
 
 import typer
 
-from srollout.config import GateFitConfig, SweepConfig, help_for
+from srollout.config import GateFitConfig, StallFitConfig, SweepConfig, help_for
 from srollout.errors import SrolloutError
 
 _DEFAULT = SweepConfig()
 _GATES = GateFitConfig()
+_STALL = StallFitConfig()
 
 HELP = (
     "Sweep gate thresholds, choose an operating point under a precision floor, write gate.json.\n\n"
@@ -21,7 +22,9 @@ HELP = (
     "pareto.png and report.md.\n\n"
     "--learned / --adaptive also fit a logistic-regression gate and an adaptive-K gate, judged on "
     "held-out groups (k-fold cross-fitting, or --eval-buffer), reported beside R1/R3 "
-    "(gates.parquet, gate-learned.json, gate-adaptive.json)."
+    "(gates.parquet, gate-learned.json, gate-adaptive.json).\n\n"
+    "--stall also sweeps the trajectory gate's stall rule (W, k0) on an ungated collect, held out "
+    "by cross-fitting over groups (stall.parquet, gate-stall.json)."
 )
 
 
@@ -31,6 +34,10 @@ def _h(name: str) -> str:
 
 def _g(name: str) -> str:
     return help_for(GateFitConfig, name)
+
+
+def _s(name: str) -> str:
+    return help_for(StallFitConfig, name)
 
 
 def register(app: typer.Typer) -> None:
@@ -69,6 +76,13 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--eval-buffer", help=_g("eval_buffer"), show_default=False)
         ] = None,
         features: Annotated[str, typer.Option("--features", help=_g("features"))] = _GATES.features,
+        stall: Annotated[bool, typer.Option("--stall", help=_s("stall"))] = False,
+        stall_W_grid: Annotated[str, typer.Option("--stall-W-grid", help=_s("W_grid"))] = ",".join(
+            map(str, _STALL.W_grid)
+        ),
+        stall_from_grid: Annotated[
+            str, typer.Option("--stall-from-grid", help=_s("from_grid"))
+        ] = ",".join(map(str, _STALL.from_grid)),
     ) -> None:
         from srollout.config import parse_grid, parse_int_list
         from srollout.stages.sweep import run_sweep
@@ -104,4 +118,9 @@ def register(app: typer.Typer) -> None:
             raise SrolloutError(
                 "--features chooses the --learned/--adaptive gates' signals; pass one of them"
             )
-        run_sweep(config, gates=gates if gates.any else None)
+        stalls = StallFitConfig(
+            stall=stall,
+            W_grid=parse_int_list(stall_W_grid, "--stall-W-grid"),
+            from_grid=parse_int_list(stall_from_grid, "--stall-from-grid"),
+        )
+        run_sweep(config, gates=gates, stall=stalls if stall else None)

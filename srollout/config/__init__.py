@@ -10,6 +10,7 @@ from srollout.config.analysis import (  # noqa: F401
     SWEEP_RULES,
     AnalyzeConfig,
     GateFitConfig,
+    StallFitConfig,
     SweepConfig,
 )
 from srollout.config.common import (  # noqa: F401

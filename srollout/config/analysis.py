@@ -161,3 +161,30 @@ class GateFitConfig:
     @property
     def any(self) -> bool:
         return self.learned or self.adaptive
+
+
+@dataclass(frozen=True)
+class StallFitConfig:
+    """`srollout sweep --stall`: the trajectory gate's stall rule over a grid, held out."""
+
+    stall: bool = doc(
+        False,
+        "Also sweep the trajectory gate's stall rule (end a trajectory once its last W "
+        "observations were all seen before, from step k0) on an ungated collect: held out by "
+        "cross-fitting over groups (--n-folds), chosen at --precision-floor; writes stall.parquet "
+        "and gate-stall.json.",
+    )
+    W_grid: tuple[int, ...] = doc(
+        tuple(range(4, 13)), "Grid of the stall rule's W (steps without news): a comma list."
+    )
+    from_grid: tuple[int, ...] = doc(
+        (1, 5, 8, 10, 12, 15), "Grid of the stall rule's k0 (first step it may fire): a comma list."
+    )
+
+    def __post_init__(self) -> None:
+        for name, grid in (("--stall-W-grid", self.W_grid), ("--stall-from-grid", self.from_grid)):
+            if not grid:
+                raise SrolloutError(f"{name}: the grid is empty")
+            bad = [v for v in grid if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+            if bad:
+                raise SrolloutError(f"{name}: every value must be an integer >= 1, got {bad[0]!r}")

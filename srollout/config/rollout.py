@@ -149,6 +149,14 @@ class RolloutOptions:
     )
     audit: float = audit_field("chunks of groups")
     precision_floor: float = precision_floor_field()
+    stall: int = doc(
+        0,
+        "Trajectory gate: end a trajectory once none of its last W observations (W = --stall) "
+        "was new to it, from step --stall-from; it keeps the reward it earned so far and its "
+        "slot goes to the next group (0, the default, is off; `sweep --stall` chooses W). "
+        "--gate also takes a gate-stall.json.",
+    )
+    stall_from: int = doc(10, "First step k0 at which --stall may end a trajectory, in [1, T_max].")
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -204,6 +212,30 @@ class RolloutOptions:
         from srollout.core.audit import check_audit_options
 
         check_audit_options(self.audit, self.precision_floor)
+        self._check_stall()
+
+    def _check_stall(self) -> None:
+        for name, value in (("--stall", self.stall), ("--stall-from", self.stall_from)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SrolloutError(f"{name} must be an integer, got {value!r}")
+        if self.stall < 0:
+            raise SrolloutError(f"--stall W must be >= 1 (0 turns it off), got {self.stall}")
+        # the default k0 (10) may exceed a short --T-max while the trajectory gate is off
+        if self.stall_from < 1 or (self.stall and self.stall_from > self.T_max):
+            raise SrolloutError(
+                f"--stall-from must lie in [1, --T-max {self.T_max}], got {self.stall_from}"
+            )
+        if self.stall and self.gate is not None and self.gate_scope == "trajectory":
+            raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
+
+    @property
+    def gate_scope(self) -> str | None:
+        """What --gate's file ends: "group" or "trajectory" (None without --gate)."""
+        if self.gate is None:
+            return None
+        from srollout.core.gate import gate_scope, load_gate
+
+        return gate_scope(load_gate(self.gate))
 
 
 @dataclass(frozen=True)
@@ -236,7 +268,9 @@ class CollectConfig(RolloutOptions):
     def gate_on(self) -> bool:
         """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
         explicit = self.K is not None or self.d_L is not None or self.t_high is not None
-        return self.gate is not None or explicit or self.rule != "r1"
+        return (
+            (self.gate is not None and self.gate_scope == "group") or explicit or self.rule != "r1"
+        )
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume to continue a run (all but where/how to write)."""

@@ -248,6 +248,7 @@ _LAZY_GATE_KINDS = {
     "learned": "srollout.core.learned_gate",
     "adaptive": "srollout.core.adaptive_gate",
     "audited": "srollout.core.audited_gate",
+    "stall": "srollout.core.trajectory_gate",
 }
 
 
@@ -289,6 +290,12 @@ def load_gate(path: str | Path) -> Gate:
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
     return gate_from_dict(d, str(path))
+
+
+def gate_scope(gate: Any) -> str:
+    """What a gate ends: "group" (a group gate at its step K: every kind but the trajectory
+    gates) or "trajectory" (:mod:`srollout.core.trajectory_gate`, which declare ``scope``)."""
+    return getattr(gate, "scope", "group")
 
 
 def load_kind(path: str | Path, cls: type[G], what: str) -> G:

@@ -7,7 +7,10 @@ One *tick* of :func:`run_groups`:
 2. one batched ``policy.act`` over every live trajectory of every group in flight;
 3. parse each response into (thought, action) and step that trajectory's environment;
 4. a trajectory whose episode is won (``done``) or that just took step T_max ends
-   (``policy.finish``) and frees its slot;
+   (``policy.finish``) and frees its slot; so does one the trajectory gate stops
+   (``ended_by="stalled"``: :mod:`srollout.core.trajectory_gate`, shown each live trajectory's
+   :class:`~srollout.core.trajectory_signals.TrajectoryState` after every step), keeping the
+   reward it earned so far; its group goes on with the others and ends with its last one;
 5. a group that has just taken one of the gate's check steps (K for a fixed-K rule; every
    K_j of ``gate.check_K`` for an adaptive-K gate) and still has live trajectories is shown to
    the gate; when it fires, every live trajectory of the group ends at once
@@ -37,10 +40,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
 from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
 from srollout.rollout.seeding import traj_seeds
+from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
+    GateLike,
+    RolloutSettings,
+    TrajectoryGateLike,
+    gate_fires,
+)
 
 if TYPE_CHECKING:
     from srollout.core.signals import GroupSignals
@@ -72,19 +82,6 @@ class Prompter(Protocol):
     def parse(self, text: str) -> ParsedTurn: ...
 
 
-class GateLike(Protocol):
-    """Any gate of ``srollout.core`` (GateRule, FixedGate, LearnedGate, AdaptiveGate, a loaded
-    gate.json).
-
-    ``decide(signals)`` is all a fixed-K gate needs (evaluated at ``RolloutSettings.gate_K``).
-    A gate that checks at several steps also has ``check_K`` (ascending steps) and
-    ``decide_at(K, signals)``; the engine then evaluates it after each of those steps and cuts
-    at the first one where it fires (see ``RolloutSettings.gate_steps`` and :func:`gate_fires`).
-    """
-
-    def decide(self, signals: GroupSignals) -> bool: ...
-
-
 @dataclass(frozen=True)
 class GroupSpec:
     """One group to roll out: ``index`` is its position in the run (seeds derive from it)."""
@@ -100,88 +97,6 @@ class GroupSpec:
 def group_id_of(index: int) -> str:
     """Stable group id of the group at position ``index`` (same in both arms of an A/B)."""
     return f"g{index:05d}"
-
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """How the engine rolls out.
-
-    G: trajectories per group (1 only without signals or gate: independent trajectories, as a
-    greedy evaluation plays them); T_max: step limit per trajectory; seed: the run seed;
-    concurrency: most trajectories in flight at once (>= G); signal_K: K values at which the
-    seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
-    step gate_K (None = no gate; a gate with ``check_K`` is applied at each of its check steps
-    and gate_K, if given, must be its first); arm: the value of groups.arm ("collect",
-    "baseline", "gated"); audit: group index -> whether a cut of that group is audited (the cut
-    stands, but its trajectories run on to the end for the audit's label; ``--audit``).
-    """
-
-    G: int = 8
-    T_max: int = 30
-    seed: int = 0
-    concurrency: int = 64
-    signal_K: tuple[int, ...] = (5, 10, 15, 20)
-    gate: GateLike | None = None
-    gate_K: int | None = None
-    arm: str = "collect"
-    audit: Callable[[int], bool] | None = None
-
-    def __post_init__(self) -> None:
-        if self.G < 1:
-            raise SrolloutError(f"G must be >= 1, got {self.G}")
-        if self.G < 2 and (self.signal_K or self.gate is not None):
-            # one trajectory per "group" (a greedy evaluation) is fine; agreement needs two
-            raise SrolloutError(
-                f"G must be >= 2 for signals or a gate (a group of one has no variance), "
-                f"got {self.G}"
-            )
-        if self.T_max < 1:
-            raise SrolloutError(f"T_max must be >= 1, got {self.T_max}")
-        if self.concurrency < self.G:
-            raise SrolloutError(
-                f"concurrency ({self.concurrency}) must be >= G ({self.G}): "
-                "a group starts only when all G of its trajectories fit"
-            )
-        if any(k < 1 for k in self.signal_K):
-            raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
-        if self.gate is not None:
-            checks = getattr(self.gate, "check_K", None)
-            if checks:
-                checks = tuple(int(k) for k in checks)
-                if self.gate_K is None:
-                    object.__setattr__(self, "gate_K", checks[0])
-                elif self.gate_K != checks[0]:
-                    raise SrolloutError(
-                        f"gate K={self.gate_K} is not the first check step of a gate "
-                        f"checking at K = {list(checks)}"
-                    )
-            if self.gate_K is None:
-                raise SrolloutError("a gate needs its step K")
-            if not 1 <= self.gate_K <= self.T_max:
-                raise SrolloutError(f"gate K={self.gate_K} must lie in [1, T_max={self.T_max}]")
-
-    @property
-    def recorded_K(self) -> tuple[int, ...]:
-        """signal_K ∩ [1, T_max], sorted, without duplicates."""
-        return tuple(sorted({k for k in self.signal_K if k <= self.T_max}))
-
-    @property
-    def gate_steps(self) -> tuple[int, ...]:
-        """The steps the gate is evaluated after: ``gate.check_K`` ∩ [1, T_max] for a multi-step
-        gate, (gate_K,) for a fixed-K one, () without a gate."""
-        if self.gate is None:
-            return ()
-        checks = getattr(self.gate, "check_K", None)
-        if not checks:
-            return (int(self.gate_K),)
-        return tuple(int(k) for k in checks if int(k) <= self.T_max)
-
-
-def gate_fires(gate: GateLike, K: int, signals: GroupSignals) -> bool:
-    """The gate's decision after step K: ``decide_at(K, signals)`` when the gate has it (gates
-    that check at several steps), else ``decide(signals)`` (a fixed-K gate, called at its K)."""
-    decide_at = getattr(gate, "decide_at", None)
-    return bool(decide_at(K, signals)) if decide_at is not None else bool(gate.decide(signals))
 
 
 # --- what the engine hands back ---------------------------------------------------------------
@@ -208,6 +123,11 @@ class TrajRecord:
     n_prompt_tokens: int = 0
     reset_s: float = 0.0
     tokens: TrajectoryTokens | None = None
+
+    @property
+    def stalled(self) -> bool:
+        """Ended by the trajectory gate."""
+        return self.ended_by == "stalled"
 
 
 @dataclass
@@ -281,6 +201,7 @@ class RolloutSummary(NamedTuple):
     n_gen_tokens: int
     n_prompt_tokens: int
     n_cut: int
+    n_stalled: int = 0
 
     @classmethod
     def total(
@@ -308,6 +229,7 @@ class RolloutSummary(NamedTuple):
             n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
             n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
             n_cut=sum(s.n_cut for s in summaries),
+            n_stalled=sum(s.n_stalled for s in summaries),
         )
 
 
@@ -324,6 +246,8 @@ class _Live:
     observation: str
     admissible: tuple[str, ...]
     expert_plan: tuple[str, ...]
+    novelty: NoveltyTracker
+    state: TrajectoryState = TrajectoryState(0, 0, 0)
 
 
 @dataclass
@@ -347,6 +271,7 @@ class _Totals:
     gen_tokens: int = 0
     prompt_tokens: int = 0
     cut: int = 0
+    stalled: int = 0
     done: int = 0
 
     def summary(self, wall_s: float) -> RolloutSummary:
@@ -363,6 +288,7 @@ class _Totals:
             n_gen_tokens=self.gen_tokens,
             n_prompt_tokens=self.prompt_tokens,
             n_cut=self.cut,
+            n_stalled=self.stalled,
         )
 
 
@@ -377,11 +303,16 @@ class _TickResult(NamedTuple):
 
 
 def _step_row(
-    step: int, turn: ParsedTurn, resp: ActResponse, result: StepResult, gen_s: float, env_s: float
+    state: TrajectoryState,
+    turn: ParsedTurn,
+    resp: ActResponse,
+    result: StepResult,
+    gen_s: float,
+    env_s: float,
 ) -> dict[str, Any]:
     """One step row: the columns of schemas.STEPS but the group's task columns (records.py)."""
     return {
-        "step": step,
+        "step": state.step,
         "thought": turn.thought,
         "action": turn.normalized,
         "response": resp.text,
@@ -393,6 +324,8 @@ def _step_row(
         "n_gen_tokens": int(resp.n_gen_tokens),
         "logprob_mean": float(resp.logprob_mean),
         "logprob_min": float(resp.logprob_min),
+        "steps_since_new": state.since_new,
+        "rejected_run": state.rejected_run,
         "gen_s": gen_s,
         "env_s": env_s,
     }
@@ -465,7 +398,8 @@ class _Pool:
             record.trajs.append(rec)
             key = TrajKey(spec.group_id, i)
             admissible, plan = tuple(info.admissible), tuple(info.expert_plan)
-            group.live.append(_Live(rec, key, env, observation, admissible, plan))
+            novelty = NoveltyTracker(observation)
+            group.live.append(_Live(rec, key, env, observation, admissible, plan, novelty))
         return group
 
     def admit_queued(self, queue: deque[GroupSpec], tick: int) -> None:
@@ -520,7 +454,10 @@ class _Pool:
             rec.reward += float(result.reward)
             rec.n_gen_tokens += int(resp.n_gen_tokens)
             rec.n_prompt_tokens += int(resp.n_prompt_tokens)
-            rec.steps.append(_step_row(g.step + 1, turn, resp, result, gen_s * share, env_s))
+            rejected = 0 if result.valid else live.state.rejected_run + 1
+            since_new = live.novelty.step(result.observation)
+            live.state = TrajectoryState(g.step + 1, since_new, rejected)
+            rec.steps.append(_step_row(live.state, turn, resp, result, gen_s * share, env_s))
             live.observation = result.observation
             live.admissible = tuple(result.admissible)
             live.expert_plan = tuple(result.expert_plan)
@@ -532,7 +469,9 @@ class _Pool:
     # 4-5. end finished trajectories, show groups at a check step to the gate
 
     def advance(self) -> None:
-        """Count the step taken by every group in flight; end won and T_max trajectories; gate."""
+        """Count the step taken by every group in flight; end won, T_max and stalled
+        trajectories; gate."""
+        traj_gate = self.settings.traj_gate
         for g in self.in_flight:
             g.step += 1
             still = []
@@ -541,6 +480,9 @@ class _Pool:
                     self.end(live, "done")
                 elif g.step >= self.settings.T_max:
                     self.end(live, "max_steps")
+                elif traj_gate is not None and traj_gate.stops(live.state):
+                    self.end(live, "stalled")
+                    self.totals.stalled += 1
                 else:
                     still.append(live)
             g.live = still

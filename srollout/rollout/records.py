@@ -8,7 +8,8 @@ signals), with the required columns of :mod:`srollout.schemas` plus these extra 
   ``action_mask`` (list columns: the whole multi-turn sequence and which tokens the policy
   generated; empty for the non-LLM policies), ``arm``.
 - groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
-  saw; null when no gate ran), ``n_stopped`` (trajectories the gate ended), ``n_steps`` (env
+  saw; null when no gate ran), ``n_stopped`` (trajectories the group gate ended),
+  ``n_stalled`` (trajectories the trajectory gate ended), ``n_steps`` (env
   steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,
   ``wall_s`` (admission to finish), ``started_tick``/``finished_tick``; with ``--audit`` only,
   ``audited`` (a cut the audit let run on to T_max: cut, with full trajectories and outcome).
@@ -69,6 +70,7 @@ GROUP_SCHEMA: dict[str, pl.DataType] = {
     "gate_K": pl.Int64,
     "gate_d_K": pl.Float64,
     "n_stopped": pl.Int64,
+    "n_stalled": pl.Int64,
     "arm": pl.Utf8,
     "n_steps": pl.Int64,
     "n_gen_tokens": pl.Int64,
@@ -192,6 +194,7 @@ def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
         "gate_K": record.gate_K,
         "gate_d_K": gate_d_K,
         "n_stopped": sum(t.ended_by == "gate" for t in record.trajs),
+        "n_stalled": sum(t.stalled for t in record.trajs),
         "arm": record.arm,
         "n_steps": sum(r["n_steps"] for r in traj_rows),
         "n_gen_tokens": sum(r["n_gen_tokens"] for r in traj_rows),

@@ -53,6 +53,7 @@ from srollout.stages.rollout_setup import (
     build_gate,
     build_policy,
     build_prompter,
+    build_traj_gate,
     check_rollout_env,
     for_workers,
     load_tasks,
@@ -75,6 +76,7 @@ class CollectStats(NamedTuple):
     success_rate: float
     valid_rate: float
     n_cut: int
+    n_stalled: int
     n_steps: int
     n_gen_tokens: int
     wall_s: float
@@ -125,6 +127,7 @@ def run_collect(
     check_rollout_env(config)
     # a bad gate.json, or a gate --audit cannot move, leaves nothing behind
     gate, gate_K = collect_gate(config)
+    traj_gate = build_traj_gate(config)
     if config.audit > 0:
         build_auditor(config, gate)
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
@@ -162,7 +165,8 @@ def run_collect(
         signal_K=tuple(config.signal_K),
         gate=gate,
         gate_K=gate_K,
-        arm="gated" if gate is not None else "collect",
+        arm="gated" if gate is not None or traj_gate is not None else "collect",
+        traj_gate=traj_gate,
     )
     distributed = dist.workers > 1 and bool(todo)
     # --- workers > 1: each Ray worker builds its own policy replica from the recipe
@@ -174,7 +178,10 @@ def run_collect(
         raise
     env_factory = build_env_factory(config)
     manifest.update(
-        policy=getattr(policy, "name", None), gate=describe_gate(gate, gate_K), workers=dist.workers
+        policy=getattr(policy, "name", None),
+        gate=describe_gate(gate, gate_K),
+        traj_gate=traj_gate.to_dict() if traj_gate is not None else None,
+        workers=dist.workers,
     )
     if config.policy == "lm":
         from srollout.policy import resolve_model
@@ -330,7 +337,9 @@ def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:
 def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> CollectStats:
     """Headline numbers from the merged tables (all groups) and this process's engine totals."""
     groups = pl.read_parquet(paths["groups"])
-    trajs = pl.read_parquet(paths["trajectories"], columns=["success", "n_gen_tokens", "n_steps"])
+    trajs = pl.read_parquet(
+        paths["trajectories"], columns=["success", "n_gen_tokens", "n_steps", "ended_by"]
+    )
     steps = pl.read_parquet(paths["steps"], columns=["valid"])
     counts = {label: int((groups["label"] == label).sum()) for label in LABELS}
     return CollectStats(
@@ -340,6 +349,7 @@ def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> 
         success_rate=float(trajs["success"].mean()),
         valid_rate=float(steps["valid"].mean()) if steps.height else float("nan"),
         n_cut=int(groups["cut"].sum()),
+        n_stalled=int((trajs["ended_by"] == "stalled").sum()),
         n_steps=int(trajs["n_steps"].sum()),
         n_gen_tokens=int(trajs["n_gen_tokens"].sum()),
         wall_s=summary.wall_s,
@@ -366,6 +376,11 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
         ("success rate (trajectories)", f"{stats.success_rate:.1%}"),
         ("valid-action rate (steps)", f"{stats.valid_rate:.1%}"),
         ("groups cut by the gate", str(stats.n_cut)),
+        *(
+            [("trajectories stopped by the stall gate", str(stats.n_stalled))]
+            if stats.n_stalled
+            else []
+        ),
         ("environment steps", str(stats.n_steps)),
         ("generated tokens", str(stats.n_gen_tokens)),
         ("rollout wall-clock (this process)", f"{stats.wall_s:.1f} s"),

@@ -19,6 +19,7 @@ from srollout.errors import SrolloutError
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
+    from srollout.core.trajectory_gate import StallGate
     from srollout.training.gate_audit import GateAuditor
 
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
@@ -54,6 +55,22 @@ def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
         t_high=config.t_high,
         T_max=config.T_max,
     )
+
+
+def build_traj_gate(config: RolloutOptions) -> StallGate | None:
+    """The trajectory gate of ``config``: --stall W from --stall-from, or a gate.json of a
+    trajectory kind in --gate; None when neither (checked against --T-max)."""
+    from srollout.core.gate import gate_scope, load_gate
+    from srollout.core.trajectory_gate import StallGate
+
+    if config.stall > 0:
+        gate = StallGate(W=config.stall, k0=config.stall_from)
+    elif config.gate is not None and gate_scope(loaded := load_gate(config.gate)) == "trajectory":
+        gate = loaded
+    else:
+        return None
+    gate.check(config.T_max)
+    return gate
 
 
 def build_auditor(

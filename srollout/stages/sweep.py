@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from srollout import schemas
-from srollout.config import GateFitConfig, SweepConfig
+from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
@@ -256,13 +256,16 @@ def run_sweep(
     console: Any | None = None,
     gates: GateFitConfig | None = None,
     progress: bool = True,
+    stall: StallFitConfig | None = None,
 ) -> SweepResult:
     """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
 
     gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
     (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
     report section; without it the outputs are exactly the plain sweep's. progress: show bars for
-    the long parts (the signals computed from steps, the gates at each K)."""
+    the long parts (the signals computed from steps, the gates at each K). stall (``--stall``):
+    also sweep the trajectory gate's stall rule (:mod:`srollout.stages.sweep_stall`):
+    stall.parquet, gate-stall.json and a report section."""
     from srollout.console import make_console
     from srollout.core.gate import GateRule
 
@@ -321,6 +324,13 @@ def run_sweep(
 
         comparison = compare_gates(config, gates, sweep)
 
+    stalls = None
+    if stall is not None and stall.stall:
+        from srollout.stages.sweep_stall import sweep_stall
+
+        n_folds = gates.n_folds if gates is not None else GateFitConfig().n_folds
+        stalls = sweep_stall(config, stall, n_folds=n_folds)
+
     t_compute = time.perf_counter() - t0 - t_load
 
     # every check passed: only now create the run directory
@@ -353,6 +363,13 @@ def run_sweep(
 
         outputs.extend(sweep_gates.write_gates(run_dir, comparison))
         sections.append(sweep_gates.report_section(comparison, config))
+    if stalls is not None:
+        from srollout.rundir import _jsonable
+        from srollout.stages import sweep_stall
+
+        outputs.extend(sweep_stall.write(run_dir, stalls))
+        sections.append(sweep_stall.report_section(stalls, config))
+        manifest.data["stall_config"] = _jsonable(stall)
     outputs.append(
         write_report(run_dir, "srollout sweep", sections, _preamble(config, buffer, sweep))
     )
@@ -375,6 +392,10 @@ def run_sweep(
         from srollout.stages.sweep_gates import print_table
 
         print_table(console, comparison)
+    if stalls is not None:
+        from srollout.stages.sweep_stall import print_table as print_stalls
+
+        print_stalls(console, stalls, config)
     _print(console, sweep, chosen, config, run_dir, outputs)
     return SweepResult(run_dir, sweep, chosen, tuple(outputs))
 

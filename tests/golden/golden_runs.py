@@ -348,6 +348,31 @@ def dumps(records: dict[str, dict]) -> str:
     return "\n".join(lines + ["}"]) + "\n"
 
 
+def add_columns(recorded: dict[str, dict], now: dict[str, dict]) -> tuple[dict, list]:
+    """golden.json with the columns a change added to its tables, every recorded value kept:
+    (the merged records, the differences of the recorded columns, which must be none)."""
+    merged, problems = {}, []
+    for table in sorted(set(recorded) | set(now)):
+        old, new = recorded.get(table), now.get(table)
+        if old is None or new is None:
+            problems.extend(compare_table(table, old, new))
+            continue
+        kept = {
+            "rows": new["rows"],
+            "columns": {c: t for c, t in new["columns"].items() if c in old["columns"]},
+            "exact": {c: v for c, v in new["exact"].items() if c in old["exact"]},
+            "floats": {c: v for c, v in new["floats"].items() if c in old["floats"]},
+        }
+        problems.extend(compare_table(table, old, kept))
+        merged[table] = {
+            "rows": old["rows"],
+            "columns": new["columns"],
+            "exact": {c: old["exact"].get(c, v) for c, v in new["exact"].items()},
+            "floats": {c: old["floats"].get(c, v) for c, v in new["floats"].items()},
+        }
+    return merged, problems
+
+
 def load_golden() -> dict[str, dict]:
     return json.loads(GOLDEN.read_text())
 
@@ -357,6 +382,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write tests/golden/golden.json")
+    parser.add_argument(
+        "--add-columns",
+        action="store_true",
+        help="record only the columns added since golden.json, if every recorded one still agrees",
+    )
     parser.add_argument("--keep", type=Path, help="run under this directory and keep it")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="srollout-golden-"))
@@ -365,6 +395,14 @@ def main() -> None:
         GOLDEN.write_text(dumps(records))
         print(f"recorded {len(records)} tables in {GOLDEN}")
         return
+    if args.add_columns:
+        merged, problems = add_columns(load_golden(), records)
+        for d in problems:
+            print(d)
+        if not problems:
+            GOLDEN.write_text(dumps(merged))
+            print(f"added columns to {GOLDEN}; every recorded value kept")
+        sys.exit(1 if problems else 0)
     differences = compare(load_golden(), records)
     for d in differences:
         print(d)

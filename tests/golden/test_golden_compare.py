@@ -11,6 +11,7 @@ from golden_runs import (
     FLOAT_ATOL,
     FLOAT_RTOL,
     LOGPROB_ATOL,
+    add_columns,
     compare,
     float_kind,
     floats_agree,
@@ -107,3 +108,17 @@ def test_exact_columns_rows_and_dtypes_allow_no_change(tmp_path):
     one_row = _record(tmp_path, tokens=[[1, 2]], loss=[0.5])
     assert "1 rows" in str(compare({"t": was}, {"t": one_row})[0])
     assert str(compare({"t": was}, {})[0]) == "t: recorded 'present' now 'absent'"
+
+
+def test_added_columns_are_recorded_and_every_recorded_value_kept(tmp_path):
+    was = _record(tmp_path, step=[1, 2], loss=[0.5, 0.25])
+    now = _record(tmp_path, step=[1, 2], loss=[0.5, 0.25 * (1 + 1e-6)], since=[0, 1])
+    merged, problems = add_columns({"t": was}, {"t": now})
+    assert problems == []
+    assert merged["t"]["floats"]["loss"] == [0.5, 0.25]  # the recorded values, not the new ones
+    assert merged["t"]["exact"]["since"] == now["exact"]["since"]
+    assert list(merged["t"]["columns"]) == ["step", "loss", "since"]
+    assert compare(merged, {"t": now}) == []
+    moved = _record(tmp_path, step=[1, 3], loss=[0.5, 0.25], since=[0, 1])
+    (d,) = add_columns({"t": was}, {"t": moved})[1]
+    assert d.column == "step"

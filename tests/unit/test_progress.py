@@ -136,7 +136,7 @@ def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatc
     assert "600 tok/s since the start, 8 in flight" in out.getvalue()
     stats = CollectStats(
         n_groups=1, label_counts={}, zero_var_rate=0.0, success_rate=0.0, valid_rate=1.0,
-        n_cut=0, n_steps=8, n_gen_tokens=1200, wall_s=2.0, tok_per_s=1200 / 2.0,
+        n_cut=0, n_stalled=0, n_steps=8, n_gen_tokens=1200, wall_s=2.0, tok_per_s=1200 / 2.0,
         gen_tok_per_s=1200 / 1.5, resumed_groups=0,
     )  # fmt: skip
     rows = dict(stats_frame(stats).iter_rows())

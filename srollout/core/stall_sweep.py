@@ -1,0 +1,192 @@
+"""Scoring trajectory stops offline: what the stall rule (W, k0) would have stopped in an ungated
+collect, how often wrongly, what it saves, what the stops do to the GRPO batch, and a held-out
+choice of the rule under a precision floor (beyond the paper; DESIGN.md, "Trajectory gate").
+
+Every number is judged by the trajectories' full outcomes, which an ungated collect holds:
+
+- a **stop** is the stall rule firing after step t of a trajectory that would have gone on
+  (t < its real number of steps; a trajectory that is won or reaches T_max at t ends anyway);
+- it is **false** when the trajectory would have succeeded; precision = true stops / stops
+  ("stopped ⇒ would have failed");
+- its **measured saving** is the real environment steps after t (n_steps − t) and the tokens
+  those steps generated, over all steps and tokens of the buffer;
+- **in the batch** a stopped trajectory keeps the reward it earned up to t (as one cut by T_max
+  does): the groups it turns zero-variance or mixed, and the share of the batch's advantage L²
+  (:func:`srollout.core.grpo.group_advantages`, summed over groups) that moves;
+- the **random reference** stops as many trajectories at the same steps, each one drawn
+  uniformly from the trajectories still live after that step (seeded).
+
+Shapes: N trajectories, T = the longest one's steps. ``since_new`` [N, T] is
+:func:`srollout.core.trajectory_signals.steps_since_new` padded with −1 past each trajectory's end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from srollout.core.grpo import group_advantages, is_zero_variance
+
+
+class Trajectories(NamedTuple):
+    """An ungated collect's trajectories as arrays (N trajectories, T steps).
+
+    group: [N] int, the group each belongs to (0..n_groups-1); n_steps: [N] real steps taken;
+    success: [N] bool, the full outcome; since_new: [N, T] int (−1 past the end); step_reward:
+    [N, T] float and step_tokens: [N, T] int (0 past the end).
+    """
+
+    group: np.ndarray
+    n_steps: np.ndarray
+    success: np.ndarray
+    since_new: np.ndarray
+    step_reward: np.ndarray
+    step_tokens: np.ndarray
+
+
+class StopScore(NamedTuple):
+    """What a set of stops did, judged by the full outcomes."""
+
+    n_stops: int
+    n_false: int
+    precision: float  # nan without stops
+    step_savings: float  # steps after the stops / all steps
+    token_savings: float  # tokens of those steps / all tokens
+    to_zero_var: int  # mixed groups the stops made zero-variance
+    to_mixed: int  # zero-variance groups the stops made mixed
+    adv_l2_moved: float  # ||A' - A||² / ||A||² over the batch (0 when ||A||² is 0)
+    groups_ended_early: int  # groups whose last trajectory ends earlier than it would have
+
+
+def stall_stops(trajs: Trajectories, W: int, k0: int) -> np.ndarray:
+    """[N] the step after which the stall rule (W, k0) stops each trajectory, 0 where it does
+    not: the first t >= k0, t < n_steps, with since_new after step t >= W."""
+    N, T = trajs.since_new.shape
+    t = np.arange(1, T + 1)
+    fire = (trajs.since_new >= W) & (t >= k0) & (t < trajs.n_steps[:, None])
+    first = fire.argmax(axis=1) + 1
+    return np.where(fire.any(axis=1), first, 0)
+
+
+def _rewards(trajs: Trajectories, stop: np.ndarray) -> np.ndarray:
+    T = trajs.step_reward.shape[1]
+    keep = np.where(stop > 0, stop, T)
+    upto = np.arange(1, T + 1)[None, :] <= keep[:, None]
+    return (trajs.step_reward * upto).sum(axis=1)
+
+
+def score_stops(trajs: Trajectories, stop: np.ndarray) -> StopScore:
+    """Score the stops ``stop`` ([N], 0 = not stopped) by the full outcomes."""
+    stopped = stop > 0
+    n_stops = int(stopped.sum())
+    n_false = int((stopped & trajs.success).sum())
+    T = trajs.step_tokens.shape[1]
+    after = np.arange(1, T + 1)[None, :] > np.where(stopped, stop, T)[:, None]
+    steps_total = float(trajs.n_steps.sum())
+    tokens_total = float(trajs.step_tokens.sum())
+    steps_saved = float(np.where(stopped, trajs.n_steps - stop, 0).sum())
+    tokens_saved = float((trajs.step_tokens * after).sum())
+    full, kept = _rewards(trajs, np.zeros_like(stop)), _rewards(trajs, stop)
+    to_zero, to_mixed, moved, norm, early = 0, 0, 0.0, 0.0, 0
+    for g in np.unique(trajs.group):
+        rows = trajs.group == g
+        a, b = group_advantages(full[rows]), group_advantages(kept[rows])
+        moved += float(np.sum((b - a) ** 2))
+        norm += float(np.sum(a * a))
+        was, now = is_zero_variance(full[rows]), is_zero_variance(kept[rows])
+        to_zero += int(now and not was)
+        to_mixed += int(was and not now)
+        ends = np.where(stopped[rows], stop[rows], trajs.n_steps[rows])
+        early += int(ends.max() < trajs.n_steps[rows].max())
+    return StopScore(
+        n_stops=n_stops,
+        n_false=n_false,
+        precision=(n_stops - n_false) / n_stops if n_stops else math.nan,
+        step_savings=steps_saved / steps_total if steps_total else 0.0,
+        token_savings=tokens_saved / tokens_total if tokens_total else 0.0,
+        to_zero_var=to_zero,
+        to_mixed=to_mixed,
+        adv_l2_moved=moved / norm if norm else 0.0,
+        groups_ended_early=early,
+    )
+
+
+def random_stops(trajs: Trajectories, stop: np.ndarray, seed: int) -> np.ndarray:
+    """As many stops as ``stop`` makes, at the same steps, each on a trajectory drawn uniformly
+    from those still live after that step and not drawn yet (latest steps first, so a draw is
+    always possible)."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros_like(stop)
+    free = np.ones(len(stop), dtype=bool)
+    for t in sorted(stop[stop > 0].tolist(), reverse=True):
+        live = np.flatnonzero(free & (trajs.n_steps > t))
+        i = int(rng.choice(live))
+        out[i], free[i] = t, False
+    return out
+
+
+class RandomScore(NamedTuple):
+    """The random reference, averaged over ``n_draws`` seeded draws."""
+
+    precision: float
+    step_savings: float
+    token_savings: float
+
+
+def random_reference(trajs: Trajectories, stop: np.ndarray, seed: int, n_draws: int = 20):
+    """The mean score of ``n_draws`` random stop sets matching ``stop`` (:func:`random_stops`)."""
+    scores = [score_stops(trajs, random_stops(trajs, stop, seed + d)) for d in range(n_draws)]
+    return RandomScore(
+        precision=float(np.nanmean([s.precision for s in scores])) if stop.any() else math.nan,
+        step_savings=float(np.mean([s.step_savings for s in scores])),
+        token_savings=float(np.mean([s.token_savings for s in scores])),
+    )
+
+
+def choose_rule(scores: dict[tuple[int, int], StopScore], floor: float) -> tuple[int, int] | None:
+    """The rule (W, k0) with the largest measured step saving whose precision is at least
+    ``floor``; ties to the larger W, then the larger k0 (the more cautious rule). None if no rule
+    with a stop clears the floor."""
+    ok = [(s.step_savings, r) for r, s in scores.items() if s.n_stops and s.precision >= floor]
+    return max(ok)[1] if ok else None
+
+
+class HeldOut(NamedTuple):
+    """A cross-fitted choice: every fold's stops come from the rule chosen on the other folds."""
+
+    stop: np.ndarray  # [N] held-out stops
+    rules: list[tuple[int, int] | None]  # the rule each fold got (None: no rule cleared)
+    fold_of_group: np.ndarray  # [n_groups]
+
+
+def crossfit(
+    trajs: Trajectories,
+    grid: Sequence[tuple[int, int]],
+    floor: float,
+    n_folds: int = 5,
+    seed: int = 0,
+) -> HeldOut:
+    """Choose the rule on n_folds − 1 folds of the groups (seeded split), stop the held-out
+    fold's trajectories with it; every group is held out once."""
+    n_groups = int(trajs.group.max()) + 1 if len(trajs.group) else 0
+    n_folds = max(1, min(n_folds, n_groups))  # no empty fold
+    fold = np.random.default_rng(seed).permutation(n_groups) % n_folds
+    stops = {rule: stall_stops(trajs, *rule) for rule in grid}
+    out = np.zeros(len(trajs.group), dtype=np.int64)
+    rules: list[tuple[int, int] | None] = []
+    for f in range(n_folds):
+        held = fold[trajs.group] == f
+        train = _subset(trajs, ~held)
+        scores = {rule: score_stops(train, s[~held]) for rule, s in stops.items()}
+        rule = choose_rule(scores, floor)
+        rules.append(rule)
+        if rule is not None:
+            out[held] = stops[rule][held]
+    return HeldOut(out, rules, fold)
+
+
+def _subset(trajs: Trajectories, rows: np.ndarray) -> Trajectories:
+    return Trajectories(*(a[rows] for a in trajs))

@@ -1,0 +1,226 @@
+"""`srollout sweep --stall`: the trajectory gate's stall rule on an ungated collect.
+
+Story: read the collect's steps and trajectories → each trajectory's ``steps_since_new`` after
+every step (recorded in steps.parquet, or computed from its observations) → for every (W, k0) of
+the grid, the stops the rule makes, scored by the full outcomes
+(:func:`srollout.core.stall_sweep.score_stops`) beside a random reference that stops as many live
+trajectories at the same steps → held out: every fold of the groups stopped by the rule chosen
+on the others at --precision-floor (:func:`~srollout.core.stall_sweep.crossfit`) → the rule
+chosen on all the groups, written as gate-stall.json; stall.parquet, a report section and a table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+
+from srollout.config import StallFitConfig, SweepConfig
+from srollout.core.stall_sweep import (
+    HeldOut,
+    RandomScore,
+    StopScore,
+    Trajectories,
+    choose_rule,
+    crossfit,
+    random_reference,
+    score_stops,
+    stall_stops,
+)
+from srollout.core.trajectory_gate import StallGate
+from srollout.core.trajectory_signals import steps_since_new
+from srollout.errors import SrolloutError
+from srollout.report.markdown import Section
+
+STALL_FILE = "stall.parquet"
+GATE_FILE = "gate-stall.json"
+SINCE_NEW = "steps_since_new"
+# the columns the stall sweep reads, and why
+NEEDS = {
+    "steps.parquet": ("group_id", "traj_idx", "step", "reward", "n_gen_tokens"),
+    "trajectories.parquet": ("group_id", "traj_idx", "success", "n_steps", "ended_by"),
+}
+
+
+class StallSweep(NamedTuple):
+    """The grid, the held-out result and the rule chosen on all groups."""
+
+    table: pl.DataFrame
+    held_out: StopScore
+    held_out_random: RandomScore
+    crossfit: HeldOut
+    gate: StallGate | None
+    n_groups: int
+    n_trajs: int
+
+
+def _run_dir(path: Path) -> Path:
+    if path.is_file():
+        path = path.parent
+    for name in NEEDS:
+        if not (path / name).is_file():
+            raise SrolloutError(f"--stall needs a collect's run directory: no {name} in {path}")
+    return path
+
+
+def load_trajectories(path: Path) -> Trajectories:
+    """A collect's trajectories as :class:`Trajectories` (groups in order of group_id)."""
+    run = _run_dir(path)
+    steps = pl.read_parquet(run / "steps.parquet")
+    trajs = pl.read_parquet(run / "trajectories.parquet")
+    for name, df in (("steps.parquet", steps), ("trajectories.parquet", trajs)):
+        missing = [c for c in NEEDS[name] if c not in df.columns]
+        if missing:
+            raise SrolloutError(f"--stall: {run / name} has no column(s) {', '.join(missing)}")
+    if SINCE_NEW not in steps.columns:
+        missing = [c for c in ("observation",) if c not in steps.columns]
+        missing += [c for c in ("initial_observation",) if c not in trajs.columns]
+        if missing:
+            raise SrolloutError(
+                f"--stall: {run} has neither steps' {SINCE_NEW} nor what it is computed from "
+                f"(no column(s) {', '.join(missing)})"
+            )
+    cut = trajs.filter(~pl.col("ended_by").is_in(["done", "max_steps"]))
+    if cut.height:
+        raise SrolloutError(
+            f"--stall: {run} is not an ungated collect: {cut.height} trajectories ended by "
+            f"{', '.join(sorted(set(cut['ended_by'])))}, so their full outcomes are unknown"
+        )
+    trajs = trajs.sort("group_id", "traj_idx")
+    steps = steps.sort("group_id", "traj_idx", "step")
+    keys = ["group_id", "traj_idx"]
+    per = steps.group_by(keys, maintain_order=True).agg(
+        pl.col("reward"),
+        pl.col("n_gen_tokens"),
+        pl.col(SINCE_NEW if SINCE_NEW in steps.columns else "observation").alias("since"),
+    )
+    joined = trajs.join(per, on=keys, how="left", maintain_order="left")
+    N = joined.height
+    T = int(joined["n_steps"].max() or 0)
+    since = np.full((N, T), -1, dtype=np.int64)
+    reward = np.zeros((N, T))
+    tokens = np.zeros((N, T), dtype=np.int64)
+    initial = joined["initial_observation"] if "initial_observation" in joined.columns else None
+    for i, row in enumerate(joined.select("since", "reward", "n_gen_tokens").iter_rows()):
+        seq, rew, tok = row
+        n = len(seq or [])
+        if n:
+            values = steps_since_new(initial[i], seq) if SINCE_NEW not in steps.columns else seq
+            since[i, :n] = values
+            reward[i, :n] = rew
+            tokens[i, :n] = tok
+    group = joined["group_id"].rank("dense").cast(pl.Int64).to_numpy() - 1
+    return Trajectories(
+        group=group,
+        n_steps=joined["n_steps"].to_numpy().astype(np.int64),
+        success=joined["success"].to_numpy().astype(bool),
+        since_new=since,
+        step_reward=reward,
+        step_tokens=tokens,
+    )
+
+
+def sweep_stall(
+    config: SweepConfig, stall: StallFitConfig, n_folds: int = 5, trajs: Trajectories | None = None
+) -> StallSweep:
+    """Score every rule of the grid, cross-fit the choice, choose on all groups."""
+    trajs = load_trajectories(config.input) if trajs is None else trajs
+    grid = [(W, k0) for W in stall.W_grid for k0 in stall.from_grid]
+    rows, scores = [], {}
+    for W, k0 in grid:
+        stop = stall_stops(trajs, W, k0)
+        s = score_stops(trajs, stop)
+        r = random_reference(trajs, stop, seed=config.seed)
+        scores[(W, k0)] = s
+        rows.append(
+            {"W": W, "k0": k0, **s._asdict(), **{f"random_{k}": v for k, v in r._asdict().items()}}
+        )
+    table = pl.DataFrame(rows)
+    held = crossfit(trajs, grid, config.precision_floor, n_folds=n_folds, seed=config.seed)
+    chosen = choose_rule(scores, config.precision_floor)
+    table = table.with_columns(
+        chosen=pl.struct("W", "k0").map_elements(
+            lambda r: chosen is not None and (r["W"], r["k0"]) == chosen, return_dtype=pl.Boolean
+        )
+    )
+    return StallSweep(
+        table=table,
+        held_out=score_stops(trajs, held.stop),
+        held_out_random=random_reference(trajs, held.stop, seed=config.seed),
+        crossfit=held,
+        gate=StallGate(*chosen) if chosen is not None else None,
+        n_groups=int(trajs.group.max()) + 1 if len(trajs.group) else 0,
+        n_trajs=len(trajs.group),
+    )
+
+
+def write(run_dir: Path, result: StallSweep) -> list[Path]:
+    """stall.parquet (one row per rule) and gate-stall.json (only if a rule cleared the floor)."""
+    from srollout import schemas
+
+    out = [schemas.write(result.table, run_dir / STALL_FILE)]
+    if result.gate is not None:
+        out.append(result.gate.save(run_dir / GATE_FILE))
+    return out
+
+
+def _held_out_line(result: StallSweep, config: SweepConfig) -> str:
+    h, r = result.held_out, result.held_out_random
+    rules = ", ".join("none" if x is None else f"W {x[0]} k0 {x[1]}" for x in result.crossfit.rules)
+    n_folds = len(result.crossfit.rules)
+    head = f"held out ({n_folds} folds over {result.n_groups} groups; rules {rules})"
+    if not h.n_stops:
+        return f"{head}: no stop (no rule cleared precision {config.precision_floor:g} on a fold)"
+    return (
+        f"{head}: {h.n_stops} stops of {result.n_trajs} trajectories, precision "
+        f"{h.precision:.3f} (random {r.precision:.3f}), steps saved {h.step_savings:.1%} "
+        f"(random {r.step_savings:.1%}), tokens saved {h.token_savings:.1%}; groups turned "
+        f"zero-variance {h.to_zero_var}, turned mixed {h.to_mixed}, advantage L² moved "
+        f"{h.adv_l2_moved:.1%}, groups ended earlier {h.groups_ended_early}"
+    )
+
+
+def report_section(result: StallSweep, config: SweepConfig) -> Section:
+    from srollout.report.tables import to_markdown
+
+    shown = result.table.select(
+        "W", "k0", "n_stops", "n_false", "precision", "step_savings", "token_savings",
+        "random_precision", "random_step_savings", "to_zero_var", "to_mixed", "adv_l2_moved",
+    )  # fmt: skip
+    gate = result.gate
+    chosen = (
+        f"chosen on all groups: W {gate.W}, k0 {gate.k0} (`{GATE_FILE}`)"
+        if gate is not None
+        else f"no rule reaches precision {config.precision_floor:g}: no gate-stall.json"
+    )
+    body = "\n\n".join(
+        [
+            "A stop ends one trajectory after step t once its last W observations were all seen "
+            "before (from step k0); judged by the full outcome (precision: stopped ⇒ would have "
+            "failed); savings are the real steps and tokens after the stop; random: as many "
+            "stops at the same steps on live trajectories.",
+            f"- {_held_out_line(result, config)}\n- {chosen}",
+            to_markdown(shown),
+        ]
+    )
+    return Section("Trajectory gate: the stall rule (`--stall`)", body)
+
+
+def print_table(console: Any, result: StallSweep, config: SweepConfig) -> None:
+    from rich.table import Table
+
+    best = result.table.sort("step_savings", descending=True)
+    ok = best.filter(pl.col("precision") >= config.precision_floor).head(8)
+    table = Table(title=f"stall rules at precision >= {config.precision_floor:g} (best 8)")
+    for c in ("W", "k0", "stops", "prec", "steps", "tokens", "rnd prec", "rnd steps"):
+        table.add_column(c, justify="right")
+    for r in ok.iter_rows(named=True):
+        table.add_row(
+            str(r["W"]), str(r["k0"]), str(r["n_stops"]), f"{r['precision']:.3f}",
+            f"{r['step_savings']:.1%}", f"{r['token_savings']:.1%}",
+            f"{r['random_precision']:.3f}", f"{r['random_step_savings']:.1%}",
+        )  # fmt: skip
+    console.print(table)
+    console.print(_held_out_line(result, config))

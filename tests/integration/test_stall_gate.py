@@ -1,0 +1,145 @@
+"""The trajectory gate end to end on the real ALFWorld engine (the noisy expert: fast, no LM):
+`collect --stall W --stall-from K0` stops exactly the trajectories, at exactly the steps, that the
+offline evaluator (`sweep --stall`) finds in the ungated run with the same seed; a stopped
+trajectory is its ungated twin's prefix; `sweep --stall` chooses a rule and its gate-stall.json
+drives `collect --gate`; bad input is one line and exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from test_cli_collect import srollout
+
+from srollout.core.stall_sweep import stall_stops
+from srollout.schemas import STEPS, TRAJECTORIES, read
+from srollout.stages.sweep_stall import load_trajectories
+
+RUN = ["--policy", "noisy-expert", "--eps", "0.6", "--groups", "12", "--G", "4", "--T-max", "20"]
+RUN += ["--seed", "5", "--signal-K", "5,10"]
+
+
+@pytest.fixture(scope="module")
+def ungated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stall") / "ungated"
+    proc = srollout("collect", *RUN, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_the_engine_stops_what_the_offline_rule_finds_and_keeps_the_prefix(ungated, tmp_path):
+    W, k0 = 3, 6
+    out = tmp_path / "stalled"
+    proc = srollout("collect", *RUN, "--stall", str(W), "--stall-from", str(k0), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    full = read(ungated / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    cut = read(out / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    expected = stall_stops(load_trajectories(ungated), W, k0)
+    assert expected.sum() > 0 and (expected > 0).sum() < full.height  # some stop, not all
+    stalled = (cut["ended_by"] == "stalled").to_numpy()
+    assert np.array_equal(stalled, expected > 0)
+    assert np.array_equal(
+        cut["n_steps"].to_numpy(), np.where(expected > 0, expected, full["n_steps"])
+    )
+    # a stopped trajectory keeps the reward it earned so far (0 here: none of them had won)
+    assert (cut.filter(pl.col("ended_by") == "stalled")["reward"] == 0).all()
+    # its steps are its ungated twin's first steps, actions, observations and signals included
+    keys = ["group_id", "traj_idx", "step"]
+    cols = keys + ["action", "observation", "valid", "steps_since_new", "rejected_run"]
+    a = read(out / "steps.parquet", STEPS).select(cols).sort(keys)
+    b = read(ungated / "steps.parquet", STEPS).select(cols).sort(keys)
+    assert a.equals(b.join(a.select(keys), on=keys, how="semi").sort(keys))
+    # the stall rule in the recorded signal: at the stop, W steps without news, from step k0
+    last = a.join(cut.filter(pl.col("ended_by") == "stalled").select(
+        "group_id", "traj_idx", pl.col("n_steps").alias("step")), on=keys)  # fmt: skip
+    assert (last["steps_since_new"] >= W).all() and (last["step"] >= k0).all()
+    groups = pl.read_parquet(out / "groups.parquet")
+    assert groups["n_stalled"].sum() == stalled.sum()
+    assert json.loads((out / "manifest.json").read_text())["traj_gate"] == {
+        "kind": "stall", "version": 1, "W": W, "k0": k0
+    }  # fmt: skip
+
+
+def test_sweep_stall_chooses_a_rule_whose_gate_file_collect_runs(ungated, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = srollout("sweep", str(ungated), "--K", "5", "--T-max", "20", "--n-boot", "50",
+                    "--stall", "--stall-W-grid", "2,3,4", "--stall-from-grid", "3,6",
+                    "--precision-floor", "0.5", "--n-folds", "3", "--out", str(sweep))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = pl.read_parquet(sweep / "stall.parquet")
+    assert table.height == 6 and table["chosen"].sum() == 1
+    chosen = table.filter("chosen").row(0, named=True)
+    ok = table.filter(pl.col("precision") >= 0.5)
+    assert chosen["step_savings"] == ok["step_savings"].max()
+    gate = json.loads((sweep / "gate-stall.json").read_text())
+    assert (gate["W"], gate["k0"]) == (chosen["W"], chosen["k0"])
+    assert "held out (3 folds over 12 groups" in " ".join(proc.stdout.split())
+    assert "Trajectory gate" in (sweep / "report.md").read_text()
+    out = tmp_path / "from-file"
+    proc = srollout("collect", *RUN, "--gate", str(sweep / "gate-stall.json"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stalled = (pl.read_parquet(out / "trajectories.parquet")["ended_by"] == "stalled").sum()
+    assert stalled == chosen["n_stops"]
+    assert not pl.read_parquet(out / "groups.parquet")["cut"].any()  # no group gate with it
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--stall", "-1"], "--stall W must be >= 1 (0 turns it off)"),
+        (["--stall", "3", "--stall-from", "0"], "--stall-from must lie in [1, --T-max 20]"),
+        (["--stall", "3", "--stall-from", "21"], "--stall-from must lie in [1, --T-max 20]"),
+    ],
+)
+def test_bad_stall_options_are_one_line(tmp_path, args, message):
+    out = tmp_path / "run"
+    proc = srollout("collect", *RUN, *args, "--out", str(out))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "gate,message",
+    [
+        ({"kind": "stall", "version": 1, "W": 8}, "gate is missing 'k0'"),
+        ({"kind": "stall", "version": 1, "W": float("nan"), "k0": 10}, "stall W is NaN"),
+        ({"kind": "stall", "version": 1, "W": 0, "k0": 10}, "stall W must be an integer >= 1"),
+        ({"kind": "stall", "version": 1, "W": 8, "k0": 25}, "larger than --T-max 20"),
+    ],
+)
+def test_a_bad_stall_gate_file_is_one_line(tmp_path, gate, message):
+    path = tmp_path / "gate-stall.json"
+    path.write_text(json.dumps(gate))
+    out = tmp_path / "run"
+    proc = srollout("collect", *RUN, "--gate", str(path), "--out", str(out))
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_sweep_stall_refuses_a_gated_run_and_a_table_without_its_columns(ungated, tmp_path):
+    gated = tmp_path / "stalled"
+    assert srollout("collect", *RUN, "--stall", "3", "--out", str(gated)).returncode == 0
+    proc = srollout("sweep", str(gated), "--K", "5", "--T-max", "20", "--stall",
+                    "--out", str(tmp_path / "s1"))  # fmt: skip
+    assert proc.returncode == 2 and "not an ungated collect" in proc.stderr, proc.stderr
+    assert not (tmp_path / "s1").exists()
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    steps = pl.read_parquet(ungated / "steps.parquet").drop("steps_since_new")
+    steps.write_parquet(bare / "steps.parquet")
+    trajs = pl.read_parquet(ungated / "trajectories.parquet").drop("initial_observation")
+    trajs.write_parquet(bare / "trajectories.parquet")
+    proc = srollout("sweep", str(bare), "--K", "5", "--T-max", "20", "--stall",
+                    "--out", str(tmp_path / "s2"))  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "neither steps' steps_since_new nor" in proc.stderr
+    assert "no column(s) initial_observation" in proc.stderr
+    # a table written before the column existed: computed from the observations, same stops
+    old = tmp_path / "old"
+    old.mkdir()
+    steps.write_parquet(old / "steps.parquet")
+    (ungated / "trajectories.parquet").link_to(old / "trajectories.parquet")
+    a, b = load_trajectories(old), load_trajectories(ungated)
+    assert np.array_equal(a.since_new, b.since_new) and np.array_equal(a.group, b.group)
