@@ -73,6 +73,8 @@ TRAIN_ROLLOUT_OPTIONS: tuple[str, ...] = (
     "backend",
     "base_url",
     "concurrency",
+    "stall",
+    "stall_from",
 )
 
 

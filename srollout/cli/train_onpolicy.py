@@ -76,6 +76,8 @@ ORDER = (
     "judge_cuts",
     "audit",
     "precision_floor",
+    "stall",
+    "stall_from",
     "out",
     "overwrite",
     "resume",

@@ -52,6 +52,36 @@ def precision_floor_field() -> Any:
     )
 
 
+def stall_field() -> Any:
+    """``--stall W``: the trajectory gate's W (0 = off)."""
+    return doc(
+        0,
+        "Trajectory gate: end a trajectory once none of its last W observations (W = --stall) "
+        "was new to it, from step --stall-from; it keeps the reward it earned so far and its "
+        "slot goes to the next group (0 = off; `sweep --stall` chooses W; docs/gates.md). In "
+        "ab-rollout and train-onpolicy it is the rule of the stall arms (stall, gated+stall, "
+        "stall+dapo, stall+greso; W 8 from step 10 when not given). --gate also takes a "
+        "gate-stall.json.",
+    )
+
+
+def stall_from_field() -> Any:
+    """``--stall-from K0``: the first step the trajectory gate may fire at."""
+    return doc(10, "First step k0 at which --stall may end a trajectory, in [1, T_max].")
+
+
+def check_stall(stall: Any, stall_from: Any, T_max: int) -> None:
+    """--stall / --stall-from: integers, W >= 0 (0 = off), k0 in [1, T_max] while it is on."""
+    for name, value in (("--stall", stall), ("--stall-from", stall_from)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SrolloutError(f"{name} must be an integer, got {value!r}")
+    if stall < 0:
+        raise SrolloutError(f"--stall W must be >= 1 (0 turns it off), got {stall}")
+    # the default k0 (10) may exceed a short --T-max while the trajectory gate is off
+    if stall_from < 1 or (stall and stall_from > T_max):
+        raise SrolloutError(f"--stall-from must lie in [1, --T-max {T_max}], got {stall_from}")
+
+
 def help_for(config_cls: type, name: str) -> str:
     """The help text of ``config_cls.name`` (used by the CLI option of the same name)."""
     for f in dataclasses.fields(config_cls):

@@ -17,8 +17,11 @@ from srollout.config.common import (
     _check_K,
     _check_unit,
     audit_field,
+    check_stall,
     doc,
     precision_floor_field,
+    stall_field,
+    stall_from_field,
 )
 from srollout.errors import SrolloutError
 
@@ -149,14 +152,8 @@ class RolloutOptions:
     )
     audit: float = audit_field("chunks of groups")
     precision_floor: float = precision_floor_field()
-    stall: int = doc(
-        0,
-        "Trajectory gate: end a trajectory once none of its last W observations (W = --stall) "
-        "was new to it, from step --stall-from; it keeps the reward it earned so far and its "
-        "slot goes to the next group (0, the default, is off; `sweep --stall` chooses W). "
-        "--gate also takes a gate-stall.json.",
-    )
-    stall_from: int = doc(10, "First step k0 at which --stall may end a trajectory, in [1, T_max].")
+    stall: int = stall_field()
+    stall_from: int = stall_from_field()
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -215,18 +212,17 @@ class RolloutOptions:
         self._check_stall()
 
     def _check_stall(self) -> None:
-        for name, value in (("--stall", self.stall), ("--stall-from", self.stall_from)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise SrolloutError(f"{name} must be an integer, got {value!r}")
-        if self.stall < 0:
-            raise SrolloutError(f"--stall W must be >= 1 (0 turns it off), got {self.stall}")
-        # the default k0 (10) may exceed a short --T-max while the trajectory gate is off
-        if self.stall_from < 1 or (self.stall and self.stall_from > self.T_max):
-            raise SrolloutError(
-                f"--stall-from must lie in [1, --T-max {self.T_max}], got {self.stall_from}"
-            )
+        check_stall(self.stall, self.stall_from, self.T_max)
         if self.stall and self.gate is not None and self.gate_scope == "trajectory":
             raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
+
+    @property
+    def gate_on(self) -> bool:
+        """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
+        explicit = self.K is not None or self.d_L is not None or self.t_high is not None
+        return (
+            (self.gate is not None and self.gate_scope == "group") or explicit or self.rule != "r1"
+        )
 
     @property
     def gate_scope(self) -> str | None:
@@ -263,14 +259,6 @@ class CollectConfig(RolloutOptions):
             raise SrolloutError(
                 "--audit audits the gate's cuts: turn the gate on (--gate, --K or --d-L)"
             )
-
-    @property
-    def gate_on(self) -> bool:
-        """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
-        explicit = self.K is not None or self.d_L is not None or self.t_high is not None
-        return (
-            (self.gate is not None and self.gate_scope == "group") or explicit or self.rule != "r1"
-        )
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume to continue a run (all but where/how to write)."""
@@ -360,8 +348,8 @@ class AbRolloutConfig(RolloutOptions):
     )
     arms: tuple[str, ...] = doc(
         AB_ARMS,
-        "Arms to compare (comma list of baseline, gated, dapo, "
-        "greso, gated+dapo, gated+greso); baseline is required.",
+        "Arms to compare (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso, "
+        "stall, gated+stall, stall+dapo, stall+greso); baseline is required.",
     )
     audit: float = audit_field("a gated arm's timed runs, in schedule order")
     dapo_max_rounds: int = doc(
@@ -407,6 +395,13 @@ class AbRolloutConfig(RolloutOptions):
             raise SrolloutError(
                 "--arms must include baseline (every arm is judged against it), got "
                 f"{','.join(names)!r}"
+            )
+        stall_set = self.stall > 0 or self.gate_scope == "trajectory"
+        if stall_set and not any(a.stall for a in parsed):
+            raise SrolloutError(
+                f"--stall / a stall gate.json sets the trajectory gate of the stall arms; none of "
+                f"--arms {','.join(names)} is one: add stall, gated+stall, stall+dapo or "
+                "stall+greso (e.g. --arms baseline,stall)"
             )
         object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
         if self.audit > 0 and not any(a.gate for a in parsed):

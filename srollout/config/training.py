@@ -16,8 +16,11 @@ from srollout.config.common import (
     _check_K,
     _check_unit,
     audit_field,
+    check_stall,
     doc,
     precision_floor_field,
+    stall_field,
+    stall_from_field,
 )
 from srollout.config.rollout import GATE_RULES, _check_backend, _check_group_size
 from srollout.errors import SrolloutError
@@ -248,8 +251,8 @@ class TrainOnpolicyConfig:
     micro_batch: int = doc(8, "Trajectories per forward/backward chunk.")
     arms: tuple[str, ...] = doc(
         TRAIN_ARMS,
-        "Arms to run (comma list of baseline, gated, dapo, "
-        "greso, gated+dapo, gated+greso; docs/training.md).",
+        "Arms to run (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso, "
+        "stall, gated+stall, stall+dapo, stall+greso; docs/training.md).",
     )
     dapo_max_rounds: int = doc(
         3,
@@ -274,6 +277,8 @@ class TrainOnpolicyConfig:
     )
     audit: float = audit_field("iterations")
     precision_floor: float = precision_floor_field()
+    stall: int = stall_field()
+    stall_from: int = stall_from_field()
     out: Path | None = doc(
         None, "Run directory to write (default runs/train-onpolicy-<UTC timestamp>)."
     )
@@ -312,6 +317,12 @@ class TrainOnpolicyConfig:
             object.__setattr__(self, "arms", tuple(a.name for a in parse_arms(tuple(self.arms))))
         except SrolloutError as err:
             raise SrolloutError(f"--arms: {err}") from None
+        check_stall(self.stall, self.stall_from, self.T_max)
+        if self.stall and not any(a.stall for a in parse_arms(self.arms)):
+            raise SrolloutError(
+                f"--stall sets the trajectory gate of the stall arms; none of --arms "
+                f"{','.join(self.arms)} is one: add stall, gated+stall, stall+dapo or stall+greso"
+            )
         if self.dapo_max_rounds < 0:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:

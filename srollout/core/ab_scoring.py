@@ -121,9 +121,10 @@ class Mismatch(NamedTuple):
 
 class SeedMatch(NamedTuple):
     """The proof that both arms drew the same samples: n_traj gated trajectories compared with their
-    baseline twins up to step K (the group's cut step, or the gate's K; fewer if they ended
-    earlier); n_match identical in actions, responses and generated token ids; ``tokens_checked``
-    False when the policy records no token ids (non-LLM policies)."""
+    baseline twins up to step K (the group's cut step, or the gate's K; a trajectory the
+    trajectory gate stopped, up to its stop; fewer if they ended earlier); n_match identical in
+    actions, responses and generated token ids; ``tokens_checked`` False when the policy records
+    no token ids (non-LLM policies)."""
 
     n_traj: int
     n_match: int
@@ -159,11 +160,15 @@ def seed_match(
     tokens_checked = any(len(t) for t, _ in btok.values())
     mismatches = []
     n = 0
-    for gid, ti, tok, mask in (
-        arm["trajectories"].select("group_id", "traj_idx", "token_ids", "action_mask").iter_rows()
-    ):
+    trajs = arm["trajectories"]
+    if "ended_by" not in trajs.columns:  # a table without it: nothing was stalled
+        trajs = trajs.with_columns(ended_by=pl.lit(None, pl.Utf8), n_steps=pl.lit(None, pl.Int64))
+    columns = ("group_id", "traj_idx", "token_ids", "action_mask", "ended_by", "n_steps")
+    for gid, ti, tok, mask, ended_by, n_steps in trajs.select(columns).iter_rows():
         n += 1
         k = cut_step.get(gid) or gate_K
+        if ended_by == "stalled":  # the trajectory gate stopped it: the same up to its stop
+            k = min(k, n_steps)
         mine, twin = gs.get((gid, ti), [])[:k], bs.get((gid, ti), [])[:k]
         if mine != twin:
             first = next(
@@ -182,6 +187,25 @@ def seed_match(
         tokens_checked,
         mismatches,
     )
+
+
+class StopJudgment(NamedTuple):
+    """An arm's trajectory-gate stops judged by their baseline twins (same task and seeds, so the
+    same prefix): tp = the twin failed (the stop was right), fp = the twin succeeded."""
+
+    stops: int
+    tp: int
+    fp: int
+
+
+def judge_stops(base_trajs: pl.DataFrame, arm_trajs: pl.DataFrame) -> StopJudgment:
+    """Judge the arm's stalled trajectories (``ended_by == "stalled"``) by the success of their
+    baseline twins (the same group_id and traj_idx); stops without a twin count in neither."""
+    keys = ["group_id", "traj_idx"]
+    stopped = arm_trajs.filter(pl.col("ended_by") == "stalled").select(keys)
+    twins = stopped.join(base_trajs.select(*keys, "success"), on=keys, how="inner")
+    tp = int((~twins["success"]).sum())
+    return StopJudgment(stopped.height, tp, twins.height - tp)
 
 
 def with_seed_match(table: pl.DataFrame, comparisons: Sequence[Any], G: int) -> pl.DataFrame:

@@ -7,18 +7,20 @@ Three filters act at three stages of a GRPO iteration (paper §"Composition with
   its recent groups were zero-variance, except with an exploration probability
   (:class:`GresoSkipper`);
 - **the gate** (this paper) stops a group *during* its rollout at step K (``srollout.core.gate``);
+- **the trajectory gate** (beyond the paper) ends single stalled trajectories *during* the rollout
+  (``srollout.core.trajectory_gate``), alone or beside the group gate;
 - **DAPO dynamic sampling** (Yu et al. 2025) drops zero-variance groups *after* their rollouts and
   keeps sampling new prompts until the batch holds the wanted number of useful groups
   (:func:`dapo_fill`), with a cap on extra rounds that degrades gracefully.
 
-An arm is a name from :data:`ARM_NAMES`; :func:`parse_arm` turns it into an :class:`ArmSpec` of
-three switches. Pure Python (numpy at most): no torch, no engine, no I/O, so a trainer or the
-``ab-rollout`` stage can reuse the same logic::
+An arm is a name from :data:`ARM_NAMES` (its parts joined by ``+``); :func:`parse_arm` turns it
+into an :class:`ArmSpec` of four switches. Pure Python (numpy at most): no torch, no engine, no
+I/O, so a trainer or the ``ab-rollout`` stage can reuse the same logic::
 
     from srollout.core.arms import GresoSkipper, dapo_fill, parse_arms
 
     for arm in parse_arms("baseline,gated+dapo"):
-        ...  # arm.gate / arm.dapo / arm.greso say which filters run
+        ...  # arm.gate / arm.stall / arm.dapo / arm.greso say which filters run
 """
 
 from __future__ import annotations
@@ -37,19 +39,34 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ARM_NAMES: tuple[str, ...] = ("baseline", "gated", "dapo", "greso", "gated+dapo", "gated+greso")
+ARM_NAMES: tuple[str, ...] = (
+    "baseline",
+    "gated",
+    "dapo",
+    "greso",
+    "gated+dapo",
+    "gated+greso",
+    "stall",
+    "gated+stall",
+    "stall+dapo",
+    "stall+greso",
+)
 
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One arm, the one arm type of srollout: ``name`` (one of :data:`ARM_NAMES`), its three
-    switches and, on a gated arm, the gate it applies.
+    """One arm, the one arm type of srollout: ``name`` (one of :data:`ARM_NAMES`), its four
+    switches and, on a gated arm, the gates it applies.
 
-    gate: the gate cuts groups at step K (cut groups leave the GRPO batch); dapo: zero-variance
+    gate: the gate cuts groups at step K (cut groups leave the GRPO batch); stall: the trajectory
+    gate ends stalled trajectories (they keep their reward so far and stay in the batch); dapo:
+    zero-variance
     groups are dropped after the rollout and new prompts sampled until the batch is full;
     greso: prompts whose recent groups were zero-variance are skipped before the rollout.
     gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
-    attached by :meth:`with_gate` (None until then, and always None on an arm without the gate).
+    attached by :meth:`with_gate` (None until then, and always None on an arm without the gate);
+    traj_gate: the trajectory gate of a stall arm (:class:`srollout.core.trajectory_gate
+    .StallGate`), attached by :meth:`with_gate` (None on an arm without it).
     The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
     loop needs besides its arm (seed, tasks, environments) is
     ``srollout.training.onpolicy.ArmContext``.
@@ -59,19 +76,33 @@ class ArmSpec:
     gate: bool
     dapo: bool
     greso: bool
+    stall: bool = False
     gate_rule: Gate | None = None
     gate_K: int | None = None
+    traj_gate: Any = None
 
-    def with_gate(self, gate_rule: Gate | None, gate_K: int | None) -> ArmSpec:
-        """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm; an arm
-        without the gate is returned as it is (it never carries one)."""
-        return replace(self, gate_rule=gate_rule, gate_K=gate_K) if self.gate else self
+    def with_gate(
+        self, gate_rule: Gate | None, gate_K: int | None, traj_gate: Any = None
+    ) -> ArmSpec:
+        """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm, and
+        ``traj_gate`` if it is a stall arm; an arm never carries a gate it does not apply."""
+        if self.gate:
+            self = replace(self, gate_rule=gate_rule, gate_K=gate_K)
+        return replace(self, traj_gate=traj_gate) if self.stall else self
 
 
-_ARMS: dict[str, ArmSpec] = {
-    name: ArmSpec(name, gate="gated" in name, dapo="dapo" in name, greso="greso" in name)
-    for name in ARM_NAMES
-}
+def _arm(name: str) -> ArmSpec:
+    parts = name.split("+")
+    return ArmSpec(
+        name,
+        gate="gated" in parts,
+        dapo="dapo" in parts,
+        greso="greso" in parts,
+        stall="stall" in parts,
+    )
+
+
+_ARMS: dict[str, ArmSpec] = {name: _arm(name) for name in ARM_NAMES}
 
 
 def parse_arm(name: str) -> ArmSpec:

@@ -16,15 +16,7 @@ import numpy as np
 import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
-
-ARM_COLORS = {
-    "baseline": "#7f7f7f",
-    "gated": "#1f77b4",
-    "dapo": "#ff7f0e",
-    "greso": "#2ca02c",
-    "gated+dapo": "#d62728",
-    "gated+greso": "#9467bd",
-}
+from srollout.report.palette import ARM_COLORS
 
 
 def _pct(x: float) -> str:
@@ -226,6 +218,7 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
     """arms.parquet as strings for the console and report.md: one row per arm (with ``--audit``,
     the audit's totals of each gated arm)."""
     audited = "audited" in arms.columns
+    stalled = "stalls" in arms.columns and bool(arms["stalls"].sum())
     rows = []
     for r in arms.iter_rows(named=True):
         base = r["arm"] == "baseline"
@@ -245,6 +238,7 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
                 f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
                 f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
                 "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
+                *((_stall_cell(r),) if stalled else ()),
                 *((_audit_cell(r),) if audited else ()),
             )
         )
@@ -260,9 +254,19 @@ def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
         "skips (TP/FP)",
         "DAPO extra rounds/groups, caps",
         "seed match",
+        *(("trajectories stopped (TP/FP by twin), precision",) if stalled else ()),
         *(("audit (TP/FP), last bound, threshold last run → next",) if audited else ()),
     ]
     return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
+
+
+def _stall_cell(r: dict) -> str:
+    """An arm's trajectory-gate stops judged by their baseline twins: count (TP / FP), precision."""
+    if not r["stalls"]:
+        return "—"
+    judged = r["stall_tp"] + r["stall_fp"]
+    precision = f"{r['stall_tp'] / judged:.2f}" if judged else "—"
+    return f"{r['stalls']} ({r['stall_tp']} / {r['stall_fp']}), {precision}"
 
 
 def arms_text(config: Any, arms: pl.DataFrame) -> str:

@@ -22,14 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-ARM_COLORS = {
-    "baseline": "#1f77b4",
-    "gated": "#ff7f0e",
-    "dapo": "#2ca02c",
-    "greso": "#9467bd",
-    "gated+dapo": "#d62728",
-    "gated+greso": "#8c564b",
-}
+from srollout.report.palette import ARM_COLORS
 
 
 def _arms_in(frame: pl.DataFrame) -> list[str]:

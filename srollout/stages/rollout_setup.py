@@ -47,8 +47,9 @@ def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
     (:func:`srollout.core.gate.resolve_gate`)."""
     from srollout.core.gate import resolve_gate
 
+    # a trajectory gate's file (gate-stall.json) is the stall arms'; the group gate is the options'
     return resolve_gate(
-        config.gate,
+        config.gate if config.gate_scope != "trajectory" else None,
         K=config.K,
         d_L=config.d_L,
         rule=config.rule,

@@ -56,7 +56,8 @@ class StallSweep(NamedTuple):
     n_trajs: int
 
 
-def _run_dir(path: Path) -> Path:
+def _run_dir(path: Path | str) -> Path:
+    path = Path(path)
     if path.is_file():
         path = path.parent
     for name in NEEDS:
@@ -91,9 +92,10 @@ def load_trajectories(path: Path) -> Trajectories:
     trajs = trajs.sort("group_id", "traj_idx")
     steps = steps.sort("group_id", "traj_idx", "step")
     keys = ["group_id", "traj_idx"]
+    # named apart from trajectories' own reward and n_gen_tokens, which the join keeps
     per = steps.group_by(keys, maintain_order=True).agg(
-        pl.col("reward"),
-        pl.col("n_gen_tokens"),
+        pl.col("reward").alias("step_reward"),
+        pl.col("n_gen_tokens").alias("step_tokens"),
         pl.col(SINCE_NEW if SINCE_NEW in steps.columns else "observation").alias("since"),
     )
     joined = trajs.join(per, on=keys, how="left", maintain_order="left")
@@ -103,7 +105,7 @@ def load_trajectories(path: Path) -> Trajectories:
     reward = np.zeros((N, T))
     tokens = np.zeros((N, T), dtype=np.int64)
     initial = joined["initial_observation"] if "initial_observation" in joined.columns else None
-    for i, row in enumerate(joined.select("since", "reward", "n_gen_tokens").iter_rows()):
+    for i, row in enumerate(joined.select("since", "step_reward", "step_tokens").iter_rows()):
         seq, rew, tok = row
         n = len(seq or [])
         if n:

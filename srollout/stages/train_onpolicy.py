@@ -84,6 +84,12 @@ def run_train_onpolicy(
         t_high=config.t_high,
         T_max=config.T_max,
     )
+    traj_gate = None
+    if any(parse_arm(a).stall for a in config.arms):
+        from srollout.core.trajectory_gate import StallGate
+
+        traj_gate = StallGate(config.stall, config.stall_from) if config.stall else StallGate()
+        traj_gate.check(config.T_max)
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
     )
@@ -112,7 +118,10 @@ def run_train_onpolicy(
         )
     manifest = Manifest(run_dir, "train-onpolicy", config)
     manifest.update(
-        gate=gate_description(gate, K), n_train_tasks=len(train_tasks), n_eval_tasks=len(eval_tasks)
+        gate=gate_description(gate, K),
+        traj_gate=traj_gate.to_dict() if traj_gate is not None else None,
+        n_train_tasks=len(train_tasks),
+        n_eval_tasks=len(eval_tasks),
     )
 
     metrics_rows: list[dict[str, Any]] = []
@@ -127,7 +136,7 @@ def run_train_onpolicy(
             specs = {
                 arm: ArmContext(
                     seed=seed,
-                    arm=parse_arm(arm).with_gate(gate, K),
+                    arm=parse_arm(arm).with_gate(gate, K, traj_gate),
                     train_tasks=train_tasks,
                     eval_tasks=eval_tasks,
                     env_factory=env_factory,

@@ -144,7 +144,8 @@ class GateMetrics:
     """``gate/…`` of one iteration: cuts (groups the gate stopped at K); kept (groups in the GRPO
     batch); zero_var_kept (of those, zero-variance); useful = kept - zero_var_kept; skipped
     (prompts GRESO skipped before the rollout); dapo_rounds (1, or 1 + DAPO's extra rounds);
-    dapo_hit_cap (DAPO was still short of useful groups after its last extra round)."""
+    dapo_hit_cap (DAPO was still short of useful groups after its last extra round); stalled
+    (trajectories the trajectory gate ended, all rounds; they stay in the batch)."""
 
     cuts: int
     kept: int
@@ -153,6 +154,7 @@ class GateMetrics:
     skipped: int
     dapo_rounds: int
     dapo_hit_cap: bool
+    stalled: int = 0
 
 
 @dataclass(frozen=True)

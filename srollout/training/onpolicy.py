@@ -89,6 +89,7 @@ class _RolloutTotals:
     rollout_s: float = 0.0
     env_steps: int = 0
     gen_tokens: int = 0
+    stalled: int = 0
 
 
 def _mean_reward(records: Sequence[Any]) -> float:
@@ -182,6 +183,7 @@ class ArmRunner:
             gate=spec.arm.gate_rule,
             gate_K=spec.arm.gate_K,
             arm=spec.arm.name,
+            traj_gate=spec.arm.traj_gate,
         )
         state = load_state(spec.ckpt_dir) if resume else None
         if state is not None:
@@ -331,6 +333,7 @@ class ArmRunner:
         totals.rollout_s += summary.wall_s
         totals.env_steps += summary.rows
         totals.gen_tokens += summary.n_gen_tokens
+        totals.stalled += summary.n_stalled
         records.sort(key=lambda r: r.spec.index)
         return records
 
@@ -348,7 +351,9 @@ class ArmRunner:
         if not cut:
             return CutJudgement(0, 0, 0, 0.0)
         start, saved = time.perf_counter(), rng_states()
-        ungated = dataclasses.replace(self.settings, gate=None, gate_K=None, audit=None)
+        ungated = dataclasses.replace(
+            self.settings, gate=None, gate_K=None, audit=None, traj_gate=None
+        )
         # its own totals: the judging is counted in no rollout/ or time/ column
         full = self._roll([r.spec for r in cut], _RolloutTotals(), ungated)
         restore_rng(saved)
@@ -494,6 +499,7 @@ class ArmRunner:
                 skipped=n_skipped,
                 dapo_rounds=n_rounds,
                 dapo_hit_cap=dapo_hit_cap,
+                stalled=totals.stalled,
             ),
             train=OnpolicyTrain(
                 **TrainMetrics.fields_of(stats, config.denominator), reward=_mean_reward(kept)

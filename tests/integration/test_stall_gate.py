@@ -29,6 +29,20 @@ def ungated(tmp_path_factory):
     return out
 
 
+def test_the_offline_loader_reads_each_step_in_place(ungated):
+    trajs = load_trajectories(ungated)
+    table = read(ungated / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    steps = read(ungated / "steps.parquet", STEPS).sort("group_id", "traj_idx", "step")
+    assert np.array_equal(trajs.n_steps, table["n_steps"].to_numpy())
+    assert np.allclose(trajs.step_reward.sum(axis=1), table["reward"].to_numpy())
+    # one reward per won trajectory, on its last step: not the final reward on every step
+    assert trajs.step_reward.sum() == table["success"].sum()
+    assert trajs.step_tokens.sum() == steps["n_gen_tokens"].sum()
+    first = steps.filter((pl.col("group_id") == "g00003") & (pl.col("traj_idx") == 2))
+    assert trajs.since_new[3 * 4 + 2, : first.height].tolist() == first["steps_since_new"].to_list()
+    assert (trajs.since_new[3 * 4 + 2, first.height :] == -1).all()
+
+
 def test_the_engine_stops_what_the_offline_rule_finds_and_keeps_the_prefix(ungated, tmp_path):
     W, k0 = 3, 6
     out = tmp_path / "stalled"
@@ -143,3 +157,38 @@ def test_sweep_stall_refuses_a_gated_run_and_a_table_without_its_columns(ungated
     (ungated / "trajectories.parquet").link_to(old / "trajectories.parquet")
     a, b = load_trajectories(old), load_trajectories(ungated)
     assert np.array_equal(a.since_new, b.since_new) and np.array_equal(a.group, b.group)
+
+
+def test_ab_rollout_judges_each_stop_by_its_baseline_twin(tmp_path):
+    W, k0 = 3, 6
+    out = tmp_path / "ab"
+    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--eps", "0.6", "--groups", "8",
+                    "--G", "4", "--T-max", "20", "--stall", str(W), "--stall-from", str(k0),
+                    "--arms", "baseline,stall",
+                    "--repeats", "1", "--blocks", "2", "--no-warmup", "--no-figures",
+                    "--n-boot", "100", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    arms = pl.read_parquet(out / "arms.parquet")
+    base, gated = arms.row(0, named=True), arms.row(1, named=True)
+    assert (base["arm"], gated["arm"], gated["stall"], gated["gate"]) == (
+        "baseline", "stall", True, False
+    )  # fmt: skip
+    # the stops are the ones the offline rule finds in the baseline arm (same seeds, same
+    # prefixes), judged by whether that baseline trajectory failed
+    baseline = load_trajectories(out / "baseline" / "r0")
+    expected = stall_stops(baseline, W, k0)
+    assert gated["stalls"] == (expected > 0).sum() > 0 and base["stalls"] == 0
+    assert gated["stall_tp"] == ((expected > 0) & ~baseline.success).sum()
+    assert gated["stall_fp"] == ((expected > 0) & baseline.success).sum()
+    # every trajectory matches its twin up to its stop; no group gate ran
+    assert gated["traj_matched"] == gated["traj_compared"] == 32 and gated["cuts"] == 0
+    saved = 1 - gated["n_steps"] / base["n_steps"]
+    assert saved > 0 and "trajectories stopped" in proc.stdout
+
+
+def test_ab_rollout_refuses_a_stall_rule_no_arm_applies(tmp_path):
+    out = tmp_path / "ab"
+    proc = srollout("ab-rollout", "--policy", "noisy-expert", "--groups", "4", "--G", "4",
+                    "--T-max", "12", "--stall", "3", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 2 and "add stall, gated+stall" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -28,8 +28,14 @@ class Grp(NamedTuple):
     n_gen_tokens: int = 10
 
 
-def test_arm_names_parse_into_three_switches():
-    assert ARM_NAMES == ("baseline", "gated", "dapo", "greso", "gated+dapo", "gated+greso")
+def test_arm_names_parse_into_four_switches():
+    assert ARM_NAMES[:6] == ("baseline", "gated", "dapo", "greso", "gated+dapo", "gated+greso")
+    assert ARM_NAMES[6:] == ("stall", "gated+stall", "stall+dapo", "stall+greso")
+    assert parse_arm("stall+dapo") == ArmSpec(
+        "stall+dapo", gate=False, dapo=True, greso=False, stall=True
+    )
+    assert parse_arm("gated+stall").gate and parse_arm("gated+stall").stall
+    assert not any(parse_arm(n).stall for n in ARM_NAMES[:6])
     assert parse_arm("baseline") == ArmSpec("baseline", gate=False, dapo=False, greso=False)
     assert parse_arm("gated+dapo") == ArmSpec("gated+dapo", gate=True, dapo=True, greso=False)
     assert parse_arm(" Gated+GRESO ") == ArmSpec("gated+greso", gate=True, dapo=False, greso=True)
@@ -194,3 +200,17 @@ def test_arm_summary_counts_useful_groups_per_second():
     ]
     assert arm_summary(rows) == {"wall_s": 5.0, "gen_tokens": 150, "useful": 5, "useful_per_s": 1.0}
     assert arm_summary([])["useful_per_s"] != arm_summary([])["useful_per_s"]  # NaN without time
+
+
+def test_an_arm_carries_only_the_gates_it_applies():
+    from srollout.core.gate import GateRule
+    from srollout.core.trajectory_gate import StallGate
+
+    rule, stall = GateRule(K=10, d_L=0.12), StallGate(8, 10)
+    both = parse_arm("gated+stall").with_gate(rule, 10, stall)
+    assert (both.gate_rule, both.gate_K, both.traj_gate) == (rule, 10, stall)
+    alone = parse_arm("stall").with_gate(rule, 10, stall)
+    assert (alone.gate_rule, alone.gate_K, alone.traj_gate) == (None, None, stall)
+    gated = parse_arm("gated+dapo").with_gate(rule, 10, stall)
+    assert (gated.gate_rule, gated.traj_gate) == (rule, None)
+    assert parse_arm("baseline").with_gate(rule, 10, stall) == parse_arm("baseline")

@@ -100,10 +100,16 @@ from srollout.stages.ab_rollout.tables import (
     ARMS_AB_COLUMNS,
     ab_table,
     arm_seed_match,
+    arm_stops,
     arms_table,
     blocks_table,
 )
-from srollout.stages.rollout_setup import build_gate, check_rollout_env, load_tasks
+from srollout.stages.rollout_setup import (
+    build_gate,
+    build_traj_gate,
+    check_rollout_env,
+    load_tasks,
+)
 
 # --- arms ---------------------------------------------------------------------------------------
 
@@ -112,10 +118,15 @@ def build_arms(config: AbRolloutConfig) -> tuple[ArmSpec, ...]:
     """The arms of ``--arms`` in schedule order; the first is the baseline every other arm is
     judged against. The arms with the gate share one gate object: --gate gate.json, or rule
     --rule at (--K, --d-L) (paper default (10, 0.12));
-    see :func:`srollout.core.gate.resolve_gate`."""
+    see :func:`srollout.core.gate.resolve_gate`. The stall arms share one trajectory gate:
+    --stall W --stall-from K0, or a gate-stall.json in --gate, or the default rule
+    (:class:`srollout.core.trajectory_gate.StallGate`)."""
+    from srollout.core.trajectory_gate import StallGate
+
     arms = [parse_arm(name) for name in config.arms]
     gate, K = build_gate(config) if any(a.gate for a in arms) else (None, None)
-    return tuple(a.with_gate(gate, K) for a in arms)
+    traj_gate = (build_traj_gate(config) or StallGate()) if any(a.stall for a in arms) else None
+    return tuple(a.with_gate(gate, K, traj_gate) for a in arms)
 
 
 # --- DAPO and GRESO inside one timed run ----------------------------------------------------------
@@ -344,6 +355,7 @@ def run_ab_rollout(
     todo = [b for b in schedule if not block_file(run_dir, b).exists()]
     manifest.update(
         arms={a.name: describe_gate(a.gate_rule, a.gate_K) for a in arms},
+        traj_gates={a.name: a.traj_gate.to_dict() for a in arms if a.traj_gate is not None},
         n_tasks_in_set=len(tasks),
         env=config.env,
         resumed_blocks=len(schedule) - len(todo),
@@ -446,7 +458,8 @@ def run_ab_rollout(
             blocks,
             arm.name,
             arm_seed_match(tables, arm, config),
-            gate=describe_gate(arm.gate_rule, arm.gate_K),
+            gate=describe_gate(arm.gate_rule, arm.gate_K)
+            or (arm.traj_gate.to_dict() if arm.traj_gate is not None else None),
             T_max=config.T_max,
             repeats=config.repeats,
             n_boot=config.n_boot,
@@ -465,7 +478,8 @@ def run_ab_rollout(
     later = (*ARMS_AB_COLUMNS, *audit_columns)
     older_columns = [c for c in table.columns if c not in later]
     table = table.select([*older_columns, *later])
-    summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config)
+    stops = {a.name: arm_stops(tables, a, config) for a in arms[1:] if a.traj_gate is not None}
+    summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config, stops)
     paths = write_ab_outputs(run_dir, config, table, blocks, comparisons, tables, arms=summary)
     manifest.data["timings_s"].update(
         warmup=round(roller.warm_s if roller else 0.0, 3),

@@ -89,7 +89,8 @@ def arm_auditors(
 
 def audited_block(block: Block, auditor: Any) -> Block:
     """``block`` with its arm at the gate the audit chose for it."""
-    return block._replace(arm=block.arm.with_gate(auditor.current_gate(), block.arm.gate_K))
+    arm = block.arm.with_gate(auditor.current_gate(), block.arm.gate_K, block.arm.traj_gate)
+    return block._replace(arm=arm)
 
 
 def audit_block(auditor: Any, records: Sequence[Any], iteration: int) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def arm_settings(
         gate_K=arm.gate_K,
         arm=arm.name,
         audit=audit,
+        traj_gate=arm.traj_gate,
     )
 
 

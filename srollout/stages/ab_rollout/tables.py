@@ -18,7 +18,15 @@ import numpy as np
 import polars as pl
 
 from srollout.config import AbRolloutConfig
-from srollout.core.ab_scoring import BASELINE, SeedMatch, attribute_wall, merge_matches, seed_match
+from srollout.core.ab_scoring import (
+    BASELINE,
+    SeedMatch,
+    StopJudgment,
+    attribute_wall,
+    judge_stops,
+    merge_matches,
+    seed_match,
+)
 from srollout.core.arms import ArmSpec, arm_summary
 from srollout.stages.ab_rollout.audit import AUDIT_BLOCK_COLUMNS, AUDIT_DTYPES, arm_audit_totals
 from srollout.stages.ab_rollout.schedule import Block, block_file
@@ -232,9 +240,25 @@ def arm_seed_match(
     return merge_matches(matches)
 
 
+def arm_stops(
+    tables: dict[tuple[str, int], dict[str, Path]], arm: ArmSpec, config: AbRolloutConfig
+) -> StopJudgment:
+    """The arm's trajectory-gate stops over every repeat, judged by their baseline twins
+    (:func:`srollout.core.ab_scoring.judge_stops`)."""
+    judged = [
+        judge_stops(
+            pl.read_parquet(tables[(BASELINE, r)]["trajectories"]),
+            pl.read_parquet(tables[(arm.name, r)]["trajectories"]),
+        )
+        for r in range(config.repeats)
+    ]
+    return StopJudgment(*(sum(j[i] for j in judged) for i in range(3)))
+
+
 ARMS_COLUMNS = (
     "arm",
     "gate",
+    "stall",
     "dapo",
     "greso",
     "repeats",
@@ -258,6 +282,9 @@ ARMS_COLUMNS = (
     "cap_hits",
     "traj_compared",
     "traj_matched",
+    "stalls",
+    "stall_tp",
+    "stall_fp",
 )
 
 
@@ -267,6 +294,7 @@ def arms_table(
     arms: Sequence[ArmSpec],
     matches: dict[str, SeedMatch],
     config: AbRolloutConfig,
+    stops: dict[str, StopJudgment] | None = None,
 ) -> pl.DataFrame:
     """arms.parquet: one row per arm, totals over every repeat (the same seeds each repeat; only
     timing differs), from ab.parquet (``table``) and blocks.parquet (``blocks``).
@@ -278,7 +306,9 @@ def arms_table(
     (cuts of DAPO's extra groups have no twin and are in neither); skipped with skip_tp / skip_fp
     (GRESO: the skipped task's baseline group was / was not zero-variance); extra_groups,
     extra_rounds and cap_hits (timed runs whose DAPO was still short at --dapo-max-rounds);
-    traj_compared / traj_matched: the seed-match proof (null on the baseline). With ``--audit``,
+    traj_compared / traj_matched: the seed-match proof (null on the baseline); stalls with
+    stall_tp / stall_fp: the trajectory gate's stops judged by their baseline twins (``stops``;
+    0 without a trajectory gate). With ``--audit``,
     then: the audit's totals of each gated arm (:func:`arm_audit_totals`; null on the others).
     """
     audited = config.audit > 0 and "audited" in blocks.columns
@@ -299,6 +329,7 @@ def arms_table(
             {
                 "arm": arm.name,
                 "gate": arm.gate,
+                "stall": arm.stall,
                 "dapo": arm.dapo,
                 "greso": arm.greso,
                 "repeats": config.repeats,
@@ -320,6 +351,13 @@ def arms_table(
                 "cap_hits": int(runs["hit_cap"].sum()),
                 "traj_compared": match.n_traj if match is not None else None,
                 "traj_matched": match.n_match if match is not None else None,
+                **dict(
+                    zip(
+                        ("stalls", "stall_tp", "stall_fp"),
+                        (stops or {}).get(arm.name, StopJudgment(0, 0, 0)),
+                        strict=True,
+                    )
+                ),
             }
         )
         if audited:
