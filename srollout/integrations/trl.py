@@ -101,7 +101,8 @@ class RolloutCounts:
     groups / cut: groups rolled out and groups the gate stopped; trajectories_cut: trajectories
     still live when their group was cut; env_steps / gen_tokens: environment steps taken and
     tokens generated; steps_saved_max: an upper bound on the steps the cuts saved (each
-    trajectory live at a cut at step K could have taken T_max - K more).
+    trajectory live at a cut at step K could have taken T_max - K more); stalled: trajectories
+    the trajectory gate ended (they stay in the batch with the reward earned so far).
     """
 
     calls: int = 0
@@ -111,6 +112,7 @@ class RolloutCounts:
     env_steps: int = 0
     gen_tokens: int = 0
     steps_saved_max: int = 0
+    stalled: int = 0
 
     def add(self, other: RolloutCounts) -> None:
         for f in fields(self):
@@ -123,7 +125,9 @@ class GatedRollout:
 
     tasks: the task set the dataset is made from (ids must be unique). G: trajectories per group;
     must equal the trainer's ``num_generations``. gate: any srollout gate (``GateRule``, a loaded
-    gate.json, ...) or None for plain GRPO through the same engine. T_max: step limit per
+    gate.json, ...) or None for plain GRPO through the same engine; traj_gate: a trajectory gate
+    (``srollout.core.trajectory_gate.StallGate``, or a gate-stall.json passed as ``gate``) that
+    ends stalled trajectories, alone or beside ``gate``. T_max: step limit per
     episode. temperature / max_new_tokens: sampling of each response. seed: the run seed; group
     n of the run (counted over calls) gets the engine's seeds for (seed, n, traj), so a gated
     and an ungated run see the same episodes up to step K. env_factory / prompter: the
@@ -135,6 +139,7 @@ class GatedRollout:
     env_factory: Callable[[], Any]
     prompter: Prompter | None = None
     gate: GateLike | None = None
+    traj_gate: Any = None
     T_max: int = 30
     temperature: float = 0.7
     max_new_tokens: int = 64
@@ -151,6 +156,14 @@ class GatedRollout:
     def __post_init__(self) -> None:
         check_trl_version()
         _quiet_cut_rows()
+        from srollout.core.gate import gate_scope
+
+        if self.gate is not None and gate_scope(self.gate) == "trajectory":
+            if self.traj_gate is not None:
+                raise SrolloutError("give the trajectory gate once: as gate or as traj_gate")
+            self.gate, self.traj_gate = None, self.gate
+        if self.traj_gate is not None:
+            self.traj_gate.check(self.T_max)
         self._by_id = {t.task_id: t for t in self.tasks}
         if len(self._by_id) != len(self.tasks):
             raise SrolloutError(
@@ -262,7 +275,8 @@ class GatedRollout:
             signal_K=(),
             gate=self.gate,
             gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
-            arm="gated" if self.gate is not None else "baseline",
+            arm="gated" if self.gate is not None or self.traj_gate is not None else "baseline",
+            traj_gate=self.traj_gate,
         )
 
     def groups_of(self, prompts: Sequence[Any], G: int) -> list[Task]:
@@ -372,6 +386,7 @@ class GatedRollout:
             for i, traj in enumerate(record.trajs):
                 counts.env_steps += len(traj.steps)
                 counts.gen_tokens += traj.n_gen_tokens
+                counts.stalled += int(traj.stalled)
                 if traj.tokens is None:
                     raise SrolloutError(
                         "the policy returned no tokens for a "
@@ -427,6 +442,7 @@ class GatedRollout:
             "gate/cut_fraction": counts.cut / counts.groups if counts.groups else 0.0,
             "gate/trajectories_cut": float(counts.trajectories_cut),
             "gate/steps_saved_max": float(counts.steps_saved_max),
+            "gate/trajectories_stalled": float(counts.stalled),
             "rollout/env_steps": float(counts.env_steps),
             "rollout/gen_tokens": float(counts.gen_tokens),
         }

@@ -205,3 +205,39 @@ def test_bad_inputs_are_clear_errors():
     assert check_trl_version("1.16.3") == "1.16.3"
     two = rollout.groups_of([p] * G + [task_prompt(rollout.tasks[1])] * G, G)
     assert [t.task_id for t in two] == [rollout.tasks[0].task_id, rollout.tasks[1].task_id]
+
+
+@pytest.mark.slow
+def test_the_trajectory_gate_inside_trl_keeps_stopped_trajectories_in_the_batch(
+    default_model, tmp_path
+):
+    from srollout.core.trajectory_gate import StallGate
+
+    # W 1 from step 2, T_max 10: a trajectory ends after any step from the second on that showed
+    # it nothing new ("Nothing happens." twice, or back where it was)
+    rollout = GatedRollout.alfworld(
+        "train", n_tasks=GROUPS, G=G, gate=StallGate(W=1, k0=2), T_max=10, seed=3,
+        max_new_tokens=48,
+    )  # fmt: skip
+    assert rollout.gate is None and rollout.traj_gate == StallGate(W=1, k0=2)
+    before, after, logged = _train_one_step(default_model, rollout, tmp_path)
+    trajs = [t for r in rollout.last_records for t in r.trajs]
+    stalled = [t for t in trajs if t.ended_by == "stalled"]
+    assert 0 < len(stalled) < len(trajs)
+    assert rollout.last.stalled == len(stalled) and rollout.last.cut == 0
+    assert logged["gate/trajectories_stalled"] == len(stalled)
+    for t in stalled:  # stopped after step t >= 2 with no news; the reward it had (0: not won)
+        assert len(t.steps) >= 2 and t.steps[-1]["steps_since_new"] >= 1 and t.reward == 0
+    assert logged["rollout/env_steps"] == sum(len(t.steps) for t in trajs)
+    assert not _same(before, after)  # stopped trajectories stay in the batch: the step trains
+
+
+def test_a_trajectory_gate_is_given_once():
+    from srollout.core.trajectory_gate import StallGate
+
+    with pytest.raises(SrolloutError, match="once"):
+        GatedRollout.alfworld(
+            "train", n_tasks=GROUPS, G=G, gate=StallGate(), traj_gate=StallGate(), T_max=12
+        )
+    with pytest.raises(SrolloutError, match="larger than --T-max 4"):
+        _rollout(StallGate(W=2, k0=10))
