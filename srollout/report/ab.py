@@ -346,6 +346,37 @@ def dapo_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
     )
 
 
+def stops_figure(tables: dict, arms: Sequence[str], path: Path) -> Path | None:
+    """Where the stall arms stopped trajectories (repeat 0; repeats share their seeds): stops per
+    step, right (the baseline twin failed) and wrong (it won) stacked; None without a stop."""
+    base = pl.read_parquet(tables[("baseline", 0)]["trajectories"]).select(
+        "group_id", "traj_idx", "success"
+    )
+    stops = {}
+    for arm in arms:
+        trajs = pl.read_parquet(tables[(arm, 0)]["trajectories"])
+        stalled = trajs.filter(pl.col("ended_by") == "stalled").select(
+            "group_id", "traj_idx", "n_steps"
+        )
+        stops[arm] = stalled.join(base, on=["group_id", "traj_idx"], how="inner")
+    if not any(df.height for df in stops.values()):
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(stops), figsize=(5.5 * len(stops), 3.4), squeeze=False)
+    for ax, (arm, df) in zip(axes[0], stops.items(), strict=True):
+        steps = sorted(set(df["n_steps"].to_list())) or [0]
+        right = [df.filter((pl.col("n_steps") == t) & ~pl.col("success")).height for t in steps]
+        wrong = [df.filter((pl.col("n_steps") == t) & pl.col("success")).height for t in steps]
+        ax.bar(steps, right, color=ARM_COLORS.get(arm, "C0"), label="right (twin failed)")
+        ax.bar(steps, wrong, bottom=right, color="#d62728", label="wrong (twin won)")
+        n = df.height
+        ax.set_title(f"{arm}: {n} stops, precision {sum(right) / n:.2f}" if n else arm)
+        ax.set_xlabel("step of the stop")
+        ax.set_ylabel("trajectories stopped")
+        ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
 def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Path:
     """Per-task wall-clock (attributed, mean over repeats) by arm; tasks in baseline-time order,
     cut tasks of the gated arm hatched."""
@@ -541,6 +572,11 @@ def write_ab_outputs(
             paths["decomposition"] = decomposition_figure(
                 comparisons, run_dir / "figures" / "ab_saving_decomposition.png"
             )
+        stall_arms = [] if arms is None else arms.filter(pl.col("stall"))["arm"].to_list()
+        if stall_arms:
+            stops = stops_figure(tables, stall_arms, run_dir / "figures" / "ab_stops.png")
+            if stops is not None:
+                paths["stops"] = stops
     sections = []
     if arms is not None:
         sections.append(
@@ -588,6 +624,15 @@ def write_ab_outputs(
         if "decomposition" in paths:
             body += "\n\n" + figure(paths["decomposition"], run_dir, "Wall-clock saving by source")
         sections.append(Section(f"Where the saving comes from ({c.arm})", body))
+    if "stops" in paths:
+        sections.append(
+            Section(
+                "Trajectories stopped by the trajectory gate",
+                figure(paths["stops"], run_dir, "Stops by step, judged by the baseline twin")
+                + "\n\nA stop is right when the same trajectory in the baseline arm (same task "
+                "and seeds, so the same prefix) went on to fail.",
+            )
+        )
     if "task_time" in paths:
         sections.append(
             Section(

@@ -165,7 +165,7 @@ def test_ab_rollout_judges_each_stop_by_its_baseline_twin(tmp_path):
     proc = srollout("ab-rollout", "--policy", "noisy-expert", "--eps", "0.6", "--groups", "8",
                     "--G", "4", "--T-max", "20", "--stall", str(W), "--stall-from", str(k0),
                     "--arms", "baseline,stall",
-                    "--repeats", "1", "--blocks", "2", "--no-warmup", "--no-figures",
+                    "--repeats", "1", "--blocks", "2", "--no-warmup",
                     "--n-boot", "100", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     arms = pl.read_parquet(out / "arms.parquet")
@@ -184,6 +184,8 @@ def test_ab_rollout_judges_each_stop_by_its_baseline_twin(tmp_path):
     assert gated["traj_matched"] == gated["traj_compared"] == 32 and gated["cuts"] == 0
     saved = 1 - gated["n_steps"] / base["n_steps"]
     assert saved > 0 and "trajectories stopped" in proc.stdout
+    assert (out / "figures" / "ab_stops.png").stat().st_size > 0
+    assert "Trajectories stopped by the trajectory gate" in (out / "report.md").read_text()
 
 
 def test_ab_rollout_refuses_a_stall_rule_no_arm_applies(tmp_path):
