@@ -266,6 +266,7 @@ def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str,
         "groups": total("rollout/groups"),
         "cuts": total("gate/cuts"),
         "skipped": total("gate/skipped"),
+        "stalled": total("gate/stalled"),
         "extra_rounds": total("gate/dapo_rounds") - m.height,
         "cap_hits": total("gate/dapo_hit_cap"),
         "eval0": _success_at(e, 0),
@@ -281,6 +282,7 @@ ARM_QUANTITIES = (
     "groups",
     "cuts",
     "skipped",
+    "stalled",
     "extra_rounds",
     "cap_hits",
     "eval0",
@@ -297,7 +299,8 @@ def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) ->
 
     Per (seed, arm): wall_s = Σ iter_s (rollout + update + sync, s); gen_tokens = Σ generated
     tokens (all rounds); useful_groups = Σ n_useful; useful_per_s = useful_groups / wall_s;
-    groups / cuts / skipped = groups rolled out / cut by the gate / skipped by GRESO;
+    groups / cuts / skipped = groups rolled out / cut by the gate / skipped by GRESO; stalled =
+    trajectories the trajectory gate ended (stall arms);
     extra_rounds = DAPO rounds beyond the first; cap_hits = iterations that hit DAPO's cap;
     eval0 / eval_last = held-out success at iteration 0 / the last evaluation; against the
     baseline arm of the same seed: wall_saving = 1 - wall_s / wall_s(baseline), token_saving
@@ -359,6 +362,11 @@ def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
             "useful groups": ms(r, "useful_groups"),
             "useful groups / s": ms(r, "useful_per_s", digits=3),
             "cut / skipped": f"{r['cuts']:.1f} / {r['skipped']:.1f}",
+            **(
+                {"trajectories stopped": ms(r, "stalled")}
+                if any((x["stalled"] or 0) > 0 for x in arms.iter_rows(named=True))
+                else {}
+            ),
             "DAPO extra rounds (cap hits)": f"{r['extra_rounds']:.1f} ({r['cap_hits']:.1f})",
             "held-out success, last (%)": ms(r, "eval_last", 100),
             "vs baseline (pp)": ms(r, "eval_delta", 100),

@@ -72,13 +72,20 @@ OFFPOLICY_RENAMES: dict[str, str] = {
 }
 
 
+# Columns added after the namespacing (no old name), with the value an older row stands for.
+ONPOLICY_ADDED: dict[str, Any] = {"gate/stalled": 0}
+
+
 def upgrade_onpolicy_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """An on-policy metrics row under the current names and in the current column order: a row
     written before the namespacing (a checkpoint of an older run) is renamed, reordered and loses
-    its ``step`` (a copy of ``iteration``); a current row comes back unchanged."""
-    if "train/loss" in row:
+    its ``step`` (a copy of ``iteration``); a row without a column added since
+    (:data:`ONPOLICY_ADDED`) gets it; a current row comes back unchanged."""
+    if "train/loss" in row and all(k in row for k in ONPOLICY_ADDED):
         return dict(row)
     renamed = {ONPOLICY_RENAMES.get(k, k): v for k, v in row.items() if k != "step"}
+    for name, value in ONPOLICY_ADDED.items():
+        renamed.setdefault(name, value)
     order = {name: i for i, name in enumerate(onpolicy_columns())}
     return dict(sorted(renamed.items(), key=lambda kv: order.get(kv[0], len(order))))
 
