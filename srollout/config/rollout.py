@@ -218,7 +218,8 @@ class RolloutOptions:
 
     @property
     def gate_on(self) -> bool:
-        """The gate runs when a gate.json or any of --K / --d-L / --t-high / --rule r3 is given."""
+        """The group gate runs when a group gate.json (not a gate-stall.json) or any of --K /
+        --d-L / --t-high / --rule r3 is given."""
         explicit = self.K is not None or self.d_L is not None or self.t_high is not None
         return (
             (self.gate is not None and self.gate_scope == "group") or explicit or self.rule != "r1"
