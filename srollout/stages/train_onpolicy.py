@@ -75,9 +75,14 @@ def run_train_onpolicy(
         env_factory, prompter, train_tasks, eval_tasks = _own_env(
             config, prompter, train_tasks, eval_tasks
         )
-    # a bad gate.json fails here, before the run directory exists
+    # a bad gate.json fails here, before the run directory exists; a gate-stall.json in --gate
+    # is the stall arms' rule (the group gate then comes from --K / --d-L / --rule)
+    from srollout.core.gate import gate_scope, load_gate
+
+    file_gate = load_gate(config.gate) if config.gate is not None else None
+    stall_file = file_gate is not None and gate_scope(file_gate) == "trajectory"
     gate, K = resolve_gate(
-        config.gate,
+        None if stall_file else config.gate,
         K=config.K,
         d_L=config.d_L,
         rule=config.rule,
@@ -85,10 +90,20 @@ def run_train_onpolicy(
         T_max=config.T_max,
     )
     traj_gate = None
+    if stall_file and config.stall:
+        raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
+    if stall_file and not any(parse_arm(a).stall for a in config.arms):
+        raise SrolloutError(
+            f"--gate {config.gate} is a trajectory gate: it is the rule of the stall arms; add "
+            "stall, gated+stall, stall+dapo or stall+greso to --arms"
+        )
     if any(parse_arm(a).stall for a in config.arms):
         from srollout.core.trajectory_gate import StallGate
 
-        traj_gate = StallGate(config.stall, config.stall_from) if config.stall else StallGate()
+        if stall_file:
+            traj_gate = file_gate
+        else:
+            traj_gate = StallGate(config.stall, config.stall_from) if config.stall else StallGate()
         traj_gate.check(config.T_max)
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume

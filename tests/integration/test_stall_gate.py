@@ -194,3 +194,30 @@ def test_ab_rollout_refuses_a_stall_rule_no_arm_applies(tmp_path):
                     "--T-max", "12", "--stall", "3", "--out", str(out))  # fmt: skip
     assert proc.returncode == 2 and "add stall, gated+stall" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_train_onpolicy_stall_arm_from_a_gate_file(tmp_path):
+    path = tmp_path / "gate-stall.json"
+    path.write_text(json.dumps({"kind": "stall", "version": 1, "W": 1, "k0": 3}))
+    out = tmp_path / "train"
+    base = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12"]
+    proc = srollout(*base, "--arms", "baseline,stall", "--gate", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["traj_gate"] == {"kind": "stall", "version": 1, "W": 1, "k0": 3}
+    m = pl.read_parquet(out / "metrics.parquet")
+    per_arm = {a: m.filter(pl.col("arm") == a) for a in ("baseline", "stall")}
+    assert per_arm["baseline"]["gate/stalled"].sum() == 0
+    assert per_arm["stall"]["gate/stalled"].sum() > 0
+    # stopped trajectories stay in the batch: as many trajectories trained on in both arms
+    assert per_arm["stall"]["train/trajectories"].to_list() == (
+        per_arm["baseline"]["train/trajectories"].to_list()
+    )
+    assert (
+        per_arm["stall"]["rollout/env_steps"].sum() < per_arm["baseline"]["rollout/env_steps"].sum()
+    )
+    bad = srollout(
+        *base, "--arms", "baseline,gated", "--gate", str(path), "--out", str(tmp_path / "x")
+    )
+    assert bad.returncode == 2 and "it is the rule of the stall arms" in bad.stderr, bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
