@@ -12,7 +12,7 @@ Every number is judged by the trajectories' full outcomes, which an ungated coll
   those steps generated, over all steps and tokens of the buffer;
 - **in the batch** a stopped trajectory keeps the reward it earned up to t (as one cut by T_max
   does): the groups it turns zero-variance or mixed, and the share of the batch's advantage L²
-  (:func:`srollout.core.grpo.group_advantages`, summed over groups) that moves;
+  (as :func:`srollout.core.grpo.group_advantages`, summed over groups) that moves;
 - the **random reference** stops as many trajectories at the same steps, each one drawn
   uniformly from the trajectories still live after that step (seeded).
 
@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-
-from srollout.core.grpo import group_advantages, is_zero_variance
 
 
 class Trajectories(NamedTuple):
@@ -78,6 +76,26 @@ def _rewards(trajs: Trajectories, stop: np.ndarray) -> np.ndarray:
     return (trajs.step_reward * upto).sum(axis=1)
 
 
+def _per_group(values: np.ndarray, group: np.ndarray, n: int, ufunc: np.ufunc, start: float):
+    out = np.full(n, start)
+    ufunc.at(out, group, values)
+    return out
+
+
+def _advantages(rewards: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every trajectory's GRPO advantage within its group, vectorised over groups ([N] -> [N]),
+    as :func:`srollout.core.grpo.group_advantages` computes it one group at a time; and [n] each
+    group's zero variance (:func:`srollout.core.grpo.is_zero_variance`: max - min <= 1e-12)."""
+    size = np.bincount(group, minlength=n)
+    centred = rewards - (np.bincount(group, rewards, n) / np.maximum(size, 1))[group]
+    std = np.sqrt(np.bincount(group, centred * centred, n) / np.maximum(size, 1))
+    spread = _per_group(rewards, group, n, np.maximum, -np.inf)
+    spread -= _per_group(rewards, group, n, np.minimum, np.inf)
+    zero = spread <= 1e-12
+    adv = np.where(zero[group], 0.0, centred / (std[group] + 1e-6))
+    return adv, zero & (size > 0)
+
+
 def score_stops(trajs: Trajectories, stop: np.ndarray) -> StopScore:
     """Score the stops ``stop`` ([N], 0 = not stopped) by the full outcomes."""
     stopped = stop > 0
@@ -89,28 +107,25 @@ def score_stops(trajs: Trajectories, stop: np.ndarray) -> StopScore:
     tokens_total = float(trajs.step_tokens.sum())
     steps_saved = float(np.where(stopped, trajs.n_steps - stop, 0).sum())
     tokens_saved = float((trajs.step_tokens * after).sum())
-    full, kept = _rewards(trajs, np.zeros_like(stop)), _rewards(trajs, stop)
-    to_zero, to_mixed, moved, norm, early = 0, 0, 0.0, 0.0, 0
-    for g in np.unique(trajs.group):
-        rows = trajs.group == g
-        a, b = group_advantages(full[rows]), group_advantages(kept[rows])
-        moved += float(np.sum((b - a) ** 2))
-        norm += float(np.sum(a * a))
-        was, now = is_zero_variance(full[rows]), is_zero_variance(kept[rows])
-        to_zero += int(now and not was)
-        to_mixed += int(was and not now)
-        ends = np.where(stopped[rows], stop[rows], trajs.n_steps[rows])
-        early += int(ends.max() < trajs.n_steps[rows].max())
+    g = trajs.group
+    n = int(g.max()) + 1 if len(g) else 0
+    present = np.bincount(g, minlength=n) > 0
+    a, was = _advantages(_rewards(trajs, np.zeros_like(stop)), g, n)
+    b, now = _advantages(_rewards(trajs, stop), g, n)
+    norm = float(np.sum(a * a))
+    ends = np.where(stopped, stop, trajs.n_steps).astype(float)
+    longest = _per_group(trajs.n_steps.astype(float), g, n, np.maximum, -np.inf)
+    early = _per_group(ends, g, n, np.maximum, -np.inf) < longest
     return StopScore(
         n_stops=n_stops,
         n_false=n_false,
         precision=(n_stops - n_false) / n_stops if n_stops else math.nan,
         step_savings=steps_saved / steps_total if steps_total else 0.0,
         token_savings=tokens_saved / tokens_total if tokens_total else 0.0,
-        to_zero_var=to_zero,
-        to_mixed=to_mixed,
-        adv_l2_moved=moved / norm if norm else 0.0,
-        groups_ended_early=early,
+        to_zero_var=int((now & ~was).sum()),
+        to_mixed=int((was & ~now & present).sum()),
+        adv_l2_moved=float(np.sum((b - a) ** 2)) / norm if norm else 0.0,
+        groups_ended_early=int((early & present).sum()),
     )
 
 

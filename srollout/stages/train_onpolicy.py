@@ -78,9 +78,14 @@ def run_train_onpolicy(
     # a bad gate.json fails here, before the run directory exists; a gate-stall.json in --gate
     # is the stall arms' rule (the group gate then comes from --K / --d-L / --rule)
     from srollout.core.gate import gate_scope, load_gate
+    from srollout.core.trajectory_gate import StallGate
+    from srollout.stages.rollout_setup import build_traj_gate
 
-    file_gate = load_gate(config.gate) if config.gate is not None else None
-    stall_file = file_gate is not None and gate_scope(file_gate) == "trajectory"
+    file_scope = gate_scope(load_gate(config.gate)) if config.gate is not None else None
+    stall_file = file_scope == "trajectory"
+    if stall_file and config.stall:
+        raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
+    traj_gate = build_traj_gate(config)  # --stall W, or the trajectory gate's file in --gate
     gate, K = resolve_gate(
         None if stall_file else config.gate,
         K=config.K,
@@ -89,21 +94,15 @@ def run_train_onpolicy(
         t_high=config.t_high,
         T_max=config.T_max,
     )
-    traj_gate = None
-    if stall_file and config.stall:
-        raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
-    if stall_file and not any(parse_arm(a).stall for a in config.arms):
-        raise SrolloutError(
-            f"--gate {config.gate} is a trajectory gate: it is the rule of the stall arms; add "
-            "stall, gated+stall, stall+dapo or stall+greso to --arms"
-        )
-    if any(parse_arm(a).stall for a in config.arms):
-        from srollout.core.trajectory_gate import StallGate
-
+    if not any(parse_arm(a).stall for a in config.arms):
         if stall_file:
-            traj_gate = file_gate
-        else:
-            traj_gate = StallGate(config.stall, config.stall_from) if config.stall else StallGate()
+            raise SrolloutError(
+                f"--gate {config.gate} is a trajectory gate: it is the rule of the stall arms; "
+                "add stall, gated+stall, stall+dapo or stall+greso to --arms"
+            )
+        traj_gate = None
+    elif traj_gate is None:
+        traj_gate = StallGate()
         traj_gate.check(config.T_max)
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
