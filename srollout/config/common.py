@@ -32,15 +32,21 @@ def doc(default: Any, help: str, **kw: Any) -> Any:
 AUDIT_PRECISION_FLOOR = DEFAULT_FLOOR
 
 
-def audit_field(between: str) -> Any:
+def audit_field(between: str, stops: bool = False) -> Any:
     """``--audit F``: the share of the gate's cuts rolled on to T_max; ``between``: the stage's
-    unit the threshold moves between ("iterations", ...)."""
+    unit the threshold moves between ("iterations", ...); ``stops``: the stage audits the
+    trajectory gate's stops too."""
+    also = (
+        "; in the stall arms the same share of the trajectory gate's stops plays on, and W moves"
+        if stops
+        else ""
+    )
     return doc(
         0.0,
         "Audited gate: roll this seeded share of the cut groups on to T_max (counted in the "
         f"run's time) and move the gate's d_L (or a learned gate's threshold) between {between} "
-        "so that the Clopper-Pearson bound on its precision stays at or above --precision-floor "
-        "(0 = off; docs/gates.md).",
+        "so that the Clopper-Pearson bound on its precision stays at or above --precision-floor"
+        f"{also} (0 = off; docs/gates.md).",
     )
 
 

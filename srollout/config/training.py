@@ -275,7 +275,7 @@ class TrainOnpolicyConfig:
         "weights, no gate) and log whether its full outcome was zero-variance (gate/cut_tp, "
         "gate/cut_fp).",
     )
-    audit: float = audit_field("iterations")
+    audit: float = audit_field("iterations", stops=True)
     precision_floor: float = precision_floor_field()
     stall: int = stall_field()
     stall_from: int = stall_from_field()

@@ -58,6 +58,7 @@ DEFAULT_FLOOR = 0.85
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_WINDOW = 50  # audited cuts of evidence (and the groups let through since the oldest)
 AUDIT_STREAM = 0xA0D1  # keeps the audit's draws apart from every other seeded stream
+STOP_AUDIT_STREAM = 0xA0D2  # the trajectory gate's audit: one draw per (group, trajectory)
 
 
 def clopper_pearson_lower(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
@@ -98,6 +99,18 @@ def audit_pick(seed: int, group_index: int, fraction: float) -> bool:
     if fraction <= 0.0:
         return False
     return bool(np.random.default_rng([AUDIT_STREAM, seed, group_index]).random() < fraction)
+
+
+def audit_pick_stop(seed: int, group_index: int, traj_idx: int, fraction: float) -> bool:
+    """Whether a stop of trajectory ``traj_idx`` of group ``group_index`` is audited (the
+    trajectory gate's audit): a uniform draw from (seed, group index, trajectory index) below
+    ``fraction``, on a stream of its own."""
+    if fraction >= 1.0:
+        return True
+    if fraction <= 0.0:
+        return False
+    rng = np.random.default_rng([STOP_AUDIT_STREAM, seed, group_index, traj_idx])
+    return bool(rng.random() < fraction)
 
 
 def check_audit_options(fraction: float, floor: float) -> None:
@@ -287,6 +300,7 @@ __all__ = (
     "Labelled",
     "ThresholdStep",
     "audit_pick",
+    "audit_pick_stop",
     "best_band",
     "certifiable_n",
     "check_audit_options",

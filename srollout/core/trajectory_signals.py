@@ -97,3 +97,12 @@ def stall_step(since_new: Sequence[int], W: int, k0: int) -> int | None:
         if since_new[t - 1] >= W:
             return t
     return None
+
+
+def longest_stall(since_new: Sequence[int], k0: int) -> int | None:
+    """The longest run without a new observation the stall gate saw in a trajectory of
+    n = len(since_new) steps: max since_new[t-1] over the steps t in [k0, n-1] after which it
+    went on (the gate is not asked after its last step); None when there is none. The stall
+    rule (W, k0) fires on it iff this is >= W: the score the trajectory gate's audit reads."""
+    seen = since_new[max(k0, 1) - 1 : len(since_new) - 1]
+    return max(seen) if len(seen) else None

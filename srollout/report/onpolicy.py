@@ -548,3 +548,41 @@ def audit_frame(metrics: pl.DataFrame) -> pl.DataFrame:
         pl.col("gate/audit_steps").sum().alias("audit_steps"),
         pl.col("rollout/env_steps").sum().alias("env_steps"),
     )
+
+
+def stops_frame(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The trajectory gate, per (arm, seed) of an arm that stopped or audited a trajectory:
+    stops (trajectories ended), judged TP / FP and precision (``--judge-cuts``: a stop is right
+    iff its twin failed; nan when not judged), audited stops with their TP / FP, the W the arm
+    ran with first and last (``--audit``), and the last bound on stop precision."""
+    cols = set(metrics.columns)
+    judged, audited = "gate/stop_tp" in cols, "gate/stall_W" in cols
+    active = pl.col("gate/stalled") > 0
+    if audited:
+        active = active | (pl.col("gate/stall_W") > 0)
+    arms = sorted(set(metrics.filter(active)["arm"].to_list())) if metrics.height else []
+
+    def col(name: str, how: str, default: float) -> pl.Expr:
+        return getattr(pl.col(name), how)() if name in cols else pl.lit(default)
+
+    out = (
+        metrics.filter(pl.col("arm").is_in(arms))
+        .sort("iteration")
+        .group_by(["arm", "seed"], maintain_order=True)
+        .agg(
+            pl.col("gate/stalled").sum().alias("stops"),
+            col("gate/stop_tp", "sum", 0).alias("stop_tp"),
+            col("gate/stop_fp", "sum", 0).alias("stop_fp"),
+            col("gate/stop_audited", "sum", 0).alias("audited"),
+            col("gate/stop_audit_tp", "sum", 0).alias("audit_tp"),
+            col("gate/stop_audit_fp", "sum", 0).alias("audit_fp"),
+            col("gate/stall_W", "first", 0).alias("first_W"),
+            col("gate/stall_W", "last", 0).alias("last_W"),
+            col("gate/stop_precision_lb", "last", float("nan")).alias("last_precision_lb"),
+        )
+    )
+    n = pl.col("stop_tp") + pl.col("stop_fp")
+    precision = (
+        pl.when(pl.lit(judged) & (n > 0)).then(pl.col("stop_tp") / n).otherwise(float("nan"))
+    )
+    return out.with_columns(precision.alias("stop_precision"))

@@ -108,6 +108,8 @@ class TrajRecord:
 
     steps: one dict per step with the columns of schemas.STEPS but the group's task columns.
     actions / observations: normalised a_1..a_n and the observations o_1..o_n acted on.
+    audited_stop: the step the trajectory gate fired at when the audit let the trajectory run
+    on (``RolloutSettings.traj_audit``; None otherwise): it played to its end for its label.
     """
 
     traj_idx: int
@@ -123,6 +125,7 @@ class TrajRecord:
     n_prompt_tokens: int = 0
     reset_s: float = 0.0
     tokens: TrajectoryTokens | None = None
+    audited_stop: int | None = None
 
     @property
     def stalled(self) -> bool:
@@ -471,7 +474,7 @@ class _Pool:
     def advance(self) -> None:
         """Count the step taken by every group in flight; end won, T_max and stalled
         trajectories; gate."""
-        traj_gate = self.settings.traj_gate
+        traj_gate, traj_audit = self.settings.traj_gate, self.settings.traj_audit
         for g in self.in_flight:
             g.step += 1
             still = []
@@ -480,9 +483,20 @@ class _Pool:
                     self.end(live, "done")
                 elif g.step >= self.settings.T_max:
                     self.end(live, "max_steps")
-                elif traj_gate is not None and traj_gate.stops(live.state):
-                    self.end(live, "stalled")
-                    self.totals.stalled += 1
+                elif (
+                    traj_gate is not None
+                    and live.rec.audited_stop is None
+                    and traj_gate.stops(live.state)
+                ):
+                    picked = traj_audit is not None and traj_audit(
+                        g.record.spec.index, live.rec.traj_idx
+                    )
+                    if picked:
+                        live.rec.audited_stop = g.step  # the audit lets it run on for its label
+                        still.append(live)
+                    else:
+                        self.end(live, "stalled")
+                        self.totals.stalled += 1
                 else:
                     still.append(live)
             g.live = still

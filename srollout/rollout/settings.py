@@ -48,7 +48,9 @@ class RolloutSettings:
     "baseline", "gated"); audit: group index -> whether a cut of that group is audited (the cut
     stands, but its trajectories run on to the end for the audit's label; ``--audit``);
     traj_gate: the trajectory gate (None = off), asked after every step of every trajectory
-    that goes on.
+    that goes on; traj_audit: (group index, trajectory index) -> whether a stop of that
+    trajectory is audited (it is recorded as ``TrajRecord.audited_stop`` and the trajectory runs
+    on to its end for the audit's label; ``train-onpolicy --audit`` on a stall arm).
     """
 
     G: int = 8
@@ -61,6 +63,7 @@ class RolloutSettings:
     arm: str = "collect"
     audit: Callable[[int], bool] | None = None
     traj_gate: TrajectoryGateLike | None = None
+    traj_audit: Callable[[int, int], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.G < 1:

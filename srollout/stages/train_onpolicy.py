@@ -193,6 +193,7 @@ def run_train_onpolicy(
         onpolicy_figure,
         paired_test,
         per_seed,
+        stops_frame,
         success_by_eval,
         tests_frame,
     )
@@ -274,6 +275,7 @@ def run_train_onpolicy(
         arms=arms_table,
         success=success_by_eval(evals),
         audit=audit_frame(metrics) if "gate/threshold" in metrics.columns else None,
+        stops=stops_frame(metrics),
     )
     if complete:
         manifest.complete([*paths, *figures, report], summary=summary)
@@ -329,6 +331,7 @@ def write_report(
     arms: pl.DataFrame | None = None,
     success: pl.DataFrame | None = None,
     audit: pl.DataFrame | None = None,
+    stops: pl.DataFrame | None = None,
 ) -> Path:
     from srollout.report.markdown import Section, figure
     from srollout.report.markdown import write_report as write
@@ -400,6 +403,23 @@ def write_report(
                 )
             ]
             if audit is not None and audit.height
+            else []
+        ),
+        *(
+            [
+                Section(
+                    "Trajectory gate: stops (judged by each stopped trajectory's twin rolled "
+                    "on with the same seeds: right iff it failed"
+                    + (
+                        f"; audited, --audit {config.audit}, floor {config.precision_floor}"
+                        if config.audit > 0
+                        else ""
+                    )
+                    + ")",
+                    to_markdown(stops),
+                )
+            ]
+            if stops is not None and stops.height
             else []
         ),
         Section("Settings", settings),

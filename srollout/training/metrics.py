@@ -81,12 +81,18 @@ def upgrade_onpolicy_row(row: Mapping[str, Any]) -> dict[str, Any]:
     written before the namespacing (a checkpoint of an older run) is renamed, reordered and loses
     its ``step`` (a copy of ``iteration``); a row without a column added since
     (:data:`ONPOLICY_ADDED`) gets it; a current row comes back unchanged."""
-    if "train/loss" in row and all(k in row for k in ONPOLICY_ADDED):
+    added = dict(ONPOLICY_ADDED)
+    if "gate/cut_tp" in row:  # judged before the trajectory gate's stops were
+        added.update({"gate/stop_tp": 0, "gate/stop_fp": 0})
+    if "gate/audited" in row:  # audited before the trajectory gate's audit
+        added.update(NO_STOP_AUDIT.columns())
+    if "train/loss" in row and all(k in row for k in added):
         return dict(row)
     renamed = {ONPOLICY_RENAMES.get(k, k): v for k, v in row.items() if k != "step"}
-    for name, value in ONPOLICY_ADDED.items():
+    for name, value in added.items():
         renamed.setdefault(name, value)
-    order = {name: i for i, name in enumerate(onpolicy_columns())}
+    every = [*onpolicy_columns(), *JUDGE_COLUMNS, *AUDIT_COLUMNS, *STOP_AUDIT_COLUMNS]
+    order = {name: i for i, name in enumerate(every)}
     return dict(sorted(renamed.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
@@ -198,6 +204,8 @@ class CutJudgement:
     cut_fp: int
     cut_prefix_matched: int
     judge_s: float
+    stop_tp: int = 0
+    stop_fp: int = 0
 
     def columns(self) -> dict[str, Any]:
         return {
@@ -205,11 +213,15 @@ class CutJudgement:
             "gate/cut_fp": self.cut_fp,
             "gate/cut_prefix_matched": self.cut_prefix_matched,
             "time/judge_s": self.judge_s,
+            "gate/stop_tp": self.stop_tp,
+            "gate/stop_fp": self.stop_fp,
         }
 
 
-# written after the other columns, and only by a run with --judge-cuts
-JUDGE_COLUMNS = ("gate/cut_tp", "gate/cut_fp", "gate/cut_prefix_matched", "time/judge_s")
+# written after the other columns, and only by a run with --judge-cuts; stop_tp / stop_fp: the
+# trajectory gate's stops judged by their twins in the same roll-on (a right stop: the twin
+# failed); rows of runs from before them read 0
+JUDGE_COLUMNS = tuple(CutJudgement(0, 0, 0, 0.0).columns())
 
 
 @dataclass(frozen=True)
@@ -245,6 +257,32 @@ NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0)
 
 
 @dataclass(frozen=True)
+class StopAuditMetrics:
+    """``--audit`` on the trajectory gate (:mod:`srollout.training.stop_audit`): stop_audited
+    (stops the engine let run on to their end), stop_audit_tp / stop_audit_fp (of those, failed /
+    won), stop_precision_lb (the Clopper-Pearson bound over the audit's window at the W this
+    iteration ran with; nan with no audited stop in it), stall_W (that W; 0 in an arm without
+    the trajectory gate), stop_audit_steps (the steps the audited trajectories took after their
+    stop)."""
+
+    stop_audited: int
+    stop_audit_tp: int
+    stop_audit_fp: int
+    stop_precision_lb: float
+    stall_W: int
+    stop_audit_steps: int
+
+    def columns(self) -> dict[str, Any]:
+        return {f"gate/{f.name}": getattr(self, f.name) for f in fields(self)}
+
+
+# written after the audit's columns, by every arm of a run with --audit > 0; rows of audited
+# runs from before them read NO_STOP_AUDIT
+NO_STOP_AUDIT = StopAuditMetrics(0, 0, 0, float("nan"), 0, 0)
+STOP_AUDIT_COLUMNS = tuple(NO_STOP_AUDIT.columns())
+
+
+@dataclass(frozen=True)
 class IterationMetrics:
     """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row."""
 
@@ -257,6 +295,7 @@ class IterationMetrics:
     time: IterationTimes
     judged: CutJudgement | None = None
     audited: AuditMetrics | None = None
+    stops_audited: StopAuditMetrics | None = None
 
     def row(self) -> dict[str, Any]:
         """The row; its keys in :func:`onpolicy_columns` order, then :data:`JUDGE_COLUMNS` when
@@ -274,6 +313,7 @@ class IterationMetrics:
             **_namespaced("time", self.time),
             **(self.judged.columns() if self.judged is not None else {}),
             **(self.audited.columns() if self.audited is not None else {}),
+            **(self.stops_audited.columns() if self.stops_audited is not None else {}),
         }
 
 

@@ -220,18 +220,23 @@ class ArmRunner:
         self.auditor: Any = None
         # --audit: every arm writes the audit's columns; an arm with a gate has an auditor
         self.audit_on = getattr(config, "audit", 0.0) > 0
+        audit_args = dict(
+            fraction=getattr(config, "audit", 0.0),
+            floor=getattr(config, "precision_floor", 0.85),
+            seed=spec.seed,
+            ckpt_dir=spec.ckpt_dir,
+            iteration=self.iteration,
+            resume=resume,
+        )
         if self.audit_on and spec.arm.gate_rule is not None:
             from srollout.training.gate_audit import GateAuditor
 
-            self.auditor = GateAuditor(
-                spec.arm.gate_rule,
-                fraction=config.audit,
-                floor=config.precision_floor,
-                seed=spec.seed,
-                ckpt_dir=spec.ckpt_dir,
-                iteration=self.iteration,
-                resume=resume,
-            )
+            self.auditor = GateAuditor(spec.arm.gate_rule, **audit_args)
+        self.stop_auditor: Any = None  # the trajectory gate's audit moves its W
+        if self.audit_on and spec.arm.traj_gate is not None:
+            from srollout.training.stop_audit import StopAuditor
+
+            self.stop_auditor = StopAuditor(spec.arm.traj_gate, **audit_args)
 
     @property
     def on_vllm(self) -> bool:
@@ -338,37 +343,47 @@ class ArmRunner:
         return records
 
     def _judge(self, records: list[Any]) -> CutJudgement | None:
-        """``--judge-cuts``: roll the cut groups of ``records`` on to T_max with the weights that
-        rolled them out, their own seeds and no gate, and judge each cut by the full outcome
-        (zero-variance: a true positive). Untimed and outside every other count; the RNG state
-        is restored, so the run trains exactly as without judging. None when not judging."""
+        """``--judge-cuts``: roll the cut groups of ``records``, and those with a stopped
+        trajectory, on to T_max with the weights that rolled them out, their own seeds and no
+        gate, and judge each cut by the full outcome (zero-variance: a true positive) and each
+        stop by its twin's (failed: a true positive). Untimed and outside every other count;
+        the RNG state is restored, so the run trains exactly as without judging. None when not
+        judging."""
         from srollout.core.grpo import is_zero_variance
         from srollout.training.checkpoint import restore_rng, rng_states
 
         if not self.config.judge_cuts:
             return None
-        cut = sorted((r for r in records if r.cut), key=lambda r: r.spec.index)
-        if not cut:
+        judged = sorted(
+            (r for r in records if r.cut or any(t.stalled for t in r.trajs)),
+            key=lambda r: r.spec.index,
+        )
+        if not judged:
             return CutJudgement(0, 0, 0, 0.0)
         start, saved = time.perf_counter(), rng_states()
         ungated = dataclasses.replace(
-            self.settings, gate=None, gate_K=None, audit=None, traj_gate=None
+            self.settings, gate=None, gate_K=None, audit=None, traj_gate=None, traj_audit=None
         )
         # its own totals: the judging is counted in no rollout/ or time/ column
-        full = self._roll([r.spec for r in cut], _RolloutTotals(), ungated)
+        full = self._roll([r.spec for r in judged], _RolloutTotals(), ungated)
         restore_rng(saved)
-        tp = fp = matched = 0
-        for r, whole in zip(cut, full, strict=True):  # both in group-index order
+        tp = fp = matched = stop_tp = stop_fp = 0
+        for r, whole in zip(judged, full, strict=True):  # both in group-index order
+            mine = sorted(r.trajs, key=lambda t: t.traj_idx)
+            theirs = sorted(whole.trajs, key=lambda t: t.traj_idx)
+            for a, b in zip(mine, theirs, strict=True):
+                if a.stalled:  # a stop is right iff its twin, same seeds, failed
+                    stop_tp, stop_fp = stop_tp + (not b.success), stop_fp + b.success
+            if not r.cut:
+                continue
             if is_zero_variance(whole.rewards):
                 tp += 1
             else:
                 fp += 1
-            mine = sorted(r.trajs, key=lambda t: t.traj_idx)
-            theirs = sorted(whole.trajs, key=lambda t: t.traj_idx)
             matched += sum(
                 a.actions == b.actions[: len(a.actions)] for a, b in zip(mine, theirs, strict=True)
             )
-        return CutJudgement(tp, fp, matched, time.perf_counter() - start)
+        return CutJudgement(tp, fp, matched, time.perf_counter() - start, stop_tp, stop_fp)
 
     def step(self) -> IterationMetrics:
         """Run the next iteration, checkpoint it, and return its metrics (``.row()``: the
@@ -392,6 +407,12 @@ class ArmRunner:
         if self.auditor is not None:  # the threshold the audit chose after the last iteration
             self.settings = dataclasses.replace(
                 self.settings, gate=self.auditor.current_gate(), audit=self.auditor.picks
+            )
+        if self.stop_auditor is not None:  # the W the audit chose after the last iteration
+            self.settings = dataclasses.replace(
+                self.settings,
+                traj_gate=self.stop_auditor.current_gate(),
+                traj_audit=self.stop_auditor.picks,
             )
         if self.greso is not None:
             keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
@@ -441,6 +462,13 @@ class ArmRunner:
             from srollout.training.metrics import NO_AUDIT
 
             audited = NO_AUDIT
+        stops_audited = None  # --audit on the trajectory gate: its stops ran on in the rollout
+        if self.stop_auditor is not None:
+            stops_audited = self.stop_auditor.audit(records, iteration)
+        elif self.audit_on:
+            from srollout.training.metrics import NO_STOP_AUDIT
+
+            stops_audited = NO_STOP_AUDIT
         outcomes = [
             GroupOutcome(
                 r.group_id,
@@ -515,13 +543,15 @@ class ArmRunner:
             ),
             judged=judged,
             audited=audited,
+            stops_audited=stops_audited,
         )
         self.metrics.append(metrics.row())
         # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;
         # greso.json first: on resume its outcomes after state.pt's iteration are dropped)
         self.iteration = iteration
-        if self.auditor is not None:
-            self.auditor.save()
+        for auditor in (self.auditor, self.stop_auditor):
+            if auditor is not None:
+                auditor.save()
         if self.greso is not None:
             from srollout.atomic import atomic_write_json
 

@@ -422,7 +422,7 @@ def test_judge_cuts_rolls_each_cut_group_on_and_leaves_the_training_unchanged(ti
     plain = _run(_config(tiny_model, tmp_path / "plain", d_L=1.0))  # R1: cut iff d_K < 1
     judged = _run(_config(tiny_model, tmp_path / "judged", d_L=1.0, judge_cuts=True))
     m = judged.metrics
-    assert m.columns[-4:] == list(JUDGE_COLUMNS)
+    assert m.columns[-6:] == list(JUDGE_COLUMNS)
     assert "gate/cut_tp" not in plain.metrics.columns
     gated = m.filter(pl.col("arm") == "gated")
     base = m.filter(pl.col("arm") == "baseline")
@@ -431,6 +431,8 @@ def test_judge_cuts_rolls_each_cut_group_on_and_leaves_the_training_unchanged(ti
     assert (gated["gate/cut_tp"] + gated["gate/cut_fp"] == gated["gate/cuts"]).all()
     assert (gated["gate/cut_prefix_matched"] == 4 * gated["gate/cuts"]).all()
     assert (base.select(JUDGE_COLUMNS[:3]).sum_horizontal() == 0).all()
+    # no trajectory gate in either arm: no stop to judge
+    assert (m.select("gate/stop_tp", "gate/stop_fp").sum_horizontal() == 0).all()
     # iteration 1: both arms hold the same weights and roll the same 2 groups with the same
     # seeds, so the judge's full rollouts are the baseline's groups: TP = its zero-variance ones
     first_g, first_b = gated.row(0, named=True), base.row(0, named=True)
@@ -462,12 +464,16 @@ def test_judge_cuts_calls_a_cut_of_an_unwinnable_group_a_true_positive(tiny_mode
 def test_audit_of_every_cut_agrees_with_the_judge_and_is_counted_in_the_run(tiny_model, tmp_path):
     import json
 
-    from srollout.training.metrics import AUDIT_COLUMNS
+    from srollout.training.metrics import AUDIT_COLUMNS, STOP_AUDIT_COLUMNS
 
     plain = _run(_config(tiny_model, tmp_path / "plain", d_L=1.0))  # R1: cut iff d_K < 1
     res = _run(_config(tiny_model, tmp_path / "audit", d_L=1.0, judge_cuts=True, audit=1.0))
     m = res.metrics
-    assert m.columns[-len(AUDIT_COLUMNS) :] == list(AUDIT_COLUMNS)
+    tail = [*AUDIT_COLUMNS, *STOP_AUDIT_COLUMNS]
+    assert m.columns[-len(tail) :] == tail
+    # no trajectory gate in either arm: its audit's columns say so
+    assert m["gate/stall_W"].to_list() == [0] * m.height
+    assert m["gate/stop_audited"].sum() == 0 and m["gate/stop_precision_lb"].is_nan().all()
     gated = m.filter(pl.col("arm") == "gated")
     base = m.filter(pl.col("arm") == "baseline")
     # --audit 1.0 rolls every cut on, with the judge's seeds and weights: the same verdicts

@@ -221,3 +221,39 @@ def test_train_onpolicy_stall_arm_from_a_gate_file(tmp_path):
     )
     assert bad.returncode == 2 and "it is the rule of the stall arms" in bad.stderr, bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(tmp_path):
+    from srollout.core.audit import AuditLedger, next_threshold
+    from srollout.training.stop_audit import STOP_AUDIT_FILE, W_of
+
+    out = tmp_path / "train"
+    proc = srollout(
+        "train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12",
+        "--arms", "baseline,stall", "--stall", "1", "--stall-from", "3",
+        "--audit", "0.5", "--precision-floor", "0.9", "--judge-cuts", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = pl.read_parquet(out / "metrics.parquet")
+    stall, base = (m.filter(pl.col("arm") == a) for a in ("stall", "baseline"))
+    # the judge rolls every stop's group on: each stop is judged once by its twin
+    assert (stall["gate/stop_tp"] + stall["gate/stop_fp"] == stall["gate/stalled"]).all()
+    assert stall["gate/stalled"].sum() > 0 and stall["gate/stop_audited"].sum() > 0
+    assert (stall["gate/stop_audit_tp"] + stall["gate/stop_audit_fp"]).to_list() == (
+        stall["gate/stop_audited"].to_list()
+    )
+    assert base["gate/stall_W"].to_list() == [0, 0, 0] and base["gate/stalled"].sum() == 0
+    # an audited trajectory plays on but is not stopped: the batch keeps every trajectory
+    assert stall["train/trajectories"].to_list() == base["train/trajectories"].to_list()
+    # every W the arm ran with is the ledger's move after the iteration before, from W 1
+    ledger = AuditLedger.from_dict(
+        json.loads((out / "checkpoints" / "seed7-stall" / STOP_AUDIT_FILE).read_text())
+    )
+    Ws = stall["gate/stall_W"].to_list()
+    assert Ws[0] == 1 and Ws != [1, 1, 1]  # this run's wrong stops move W
+    for i, W in enumerate(Ws, start=1):
+        assert W_of(ledger.thresholds[i]) == W
+        if i < len(Ws):
+            step = next_threshold(ledger.thresholds[i], ledger.recent(i), floor=0.9)
+            assert W_of(step.threshold) == Ws[i]
+    assert sum(r.source == "audit" for r in ledger.rows) == stall["gate/stop_audited"].sum()

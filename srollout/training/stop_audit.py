@@ -1,0 +1,136 @@
+"""``train-onpolicy --audit F --precision-floor P`` on an arm with the trajectory gate: the stall
+rule's W kept honest while the policy trains (issue 45, item 5; the statistics and the threshold
+rule are the group gate's, :mod:`srollout.core.audit`).
+
+Per iteration the arm rolls out with the stall rule (W, k0). Each stop is audited with
+probability F, drawn from (seed, group index, trajectory index)
+(:func:`srollout.core.audit.audit_pick_stop`): the engine records the step it would have stopped
+at (``TrajRecord.audited_stop``) and lets the trajectory play on to its end, so the stop is
+labelled by its full outcome: right iff the trajectory failed. Every trajectory the rule let
+through, alive at k0, is labelled for free by its own outcome. An audited trajectory trains on
+all it played (its stop's saving is what the audit costs); every other stop stands.
+
+In :mod:`srollout.core.audit`'s form "cut iff score < θ": a trajectory's score is minus its
+longest run without a new observation from k0 on (:func:`srollout.core.trajectory_signals
+.longest_stall`), and the rule (W, k0) stops it iff that run is >= W, i.e. iff score < θ with
+θ = 0.5 - W. So the audit tightens by raising W, loosens by lowering it, and the rule it runs is
+W = floor(-θ) + 1; k0 stays. The ledger is checkpointed as ``audit-stall.json`` beside
+``state.pt``; on resume the iterations after the checkpoint are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srollout.core.audit import (
+    DEFAULT_CONFIDENCE,
+    AuditLedger,
+    Labelled,
+    audit_pick_stop,
+    next_threshold,
+)
+from srollout.core.trajectory_gate import StallGate
+from srollout.core.trajectory_signals import longest_stall
+from srollout.training.metrics import StopAuditMetrics
+
+STOP_AUDIT_FILE = "audit-stall.json"
+
+
+def theta_of(W: int) -> float:
+    """θ of the rule with this W ("stop iff score < θ", score = -longest stall)."""
+    return 0.5 - W
+
+
+def W_of(theta: float) -> int:
+    """The W a θ stands for: stop iff longest stall > -θ, i.e. >= floor(-θ) + 1 (at least 1)."""
+    return max(1, math.floor(-theta) + 1)
+
+
+def stop_score(traj: Any, k0: int) -> float:
+    """Minus the trajectory's longest stall from k0 on (nan when the gate was never asked)."""
+    run = longest_stall([int(s["steps_since_new"]) for s in traj.steps], k0)
+    return math.nan if run is None else -float(run)
+
+
+class StopAuditor:
+    """The audit of one (seed, arm)'s stall gate: ``gate`` the rule it starts from,
+    ``fraction`` / ``floor`` the CLI's --audit / --precision-floor, ``seed`` the run's seed."""
+
+    def __init__(
+        self,
+        gate: StallGate,
+        *,
+        fraction: float,
+        floor: float,
+        seed: int,
+        ckpt_dir: Path,
+        iteration: int = 0,
+        resume: bool = False,
+        confidence: float = DEFAULT_CONFIDENCE,
+    ) -> None:
+        self.base, self.fraction, self.floor, self.seed = gate, fraction, floor, seed
+        self.confidence = confidence
+        self.path = ckpt_dir / STOP_AUDIT_FILE
+        self.ledger = AuditLedger()
+        self.threshold = theta_of(gate.W)
+        if resume and self.path.exists():
+            self.ledger = AuditLedger.from_dict(json.loads(self.path.read_text()))
+            self.ledger.truncate(iteration)
+            if iteration in self.ledger.thresholds:
+                self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
+
+    def _next(self, iteration: int, theta: float) -> Any:
+        return next_threshold(
+            theta, self.ledger.recent(iteration), floor=self.floor, confidence=self.confidence
+        )
+
+    @property
+    def W(self) -> int:
+        """The W this iteration runs with."""
+        return W_of(self.threshold)
+
+    def current_gate(self) -> StallGate:
+        return dataclasses.replace(self.base, W=self.W)
+
+    def picks(self, group_index: int, traj_idx: int) -> bool:
+        """``RolloutSettings.traj_audit``: whether this stop is audited (seeded, the same on
+        every run)."""
+        return audit_pick_stop(self.seed, group_index, traj_idx, self.fraction)
+
+    def audit(self, records: Sequence[Any], iteration: int) -> StopAuditMetrics:
+        """Label this iteration's trajectories (every round): audited stops by their full
+        outcome, trajectories let through by theirs; move W for the next iteration."""
+        theta, W, k0 = self.threshold, self.W, self.base.k0
+        rows, audited, cost = [], 0, 0
+        for r in records:
+            for t in r.trajs:
+                if t.stalled:
+                    continue  # a stop that stood: its outcome is unknown
+                score = stop_score(t, k0)
+                if math.isnan(score):
+                    continue  # ended before k0: no W could stop it
+                source = "through"
+                if t.audited_stop is not None:
+                    source, audited = "audit", audited + 1
+                    cost += len(t.actions) - t.audited_stop
+                rows.append(Labelled(iteration, score, not t.success, source))
+        self.ledger.add(rows)
+        self.ledger.thresholds[iteration] = theta
+        step = self._next(iteration, theta)
+        self.threshold = step.threshold
+        tp = sum(r.zero_var for r in rows if r.source == "audit")
+        return StopAuditMetrics(audited, tp, audited - tp, step.precision_lb, W, cost)
+
+    def save(self) -> None:
+        """audit-stall.json, atomically (before state.pt)."""
+        from srollout.atomic import atomic_write_json
+
+        atomic_write_json(self.ledger.to_dict(), self.path)
+
+
+__all__ = ("STOP_AUDIT_FILE", "StopAuditor", "W_of", "stop_score", "theta_of")
