@@ -12,7 +12,7 @@ from srollout.core.audit import audit_pick, audit_pick_stop, clopper_pearson_low
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall, stall_step
 from srollout.rollout.engine import GroupRecord, GroupSpec, TrajRecord
-from srollout.training.stop_audit import StopAuditor, W_of, stop_score, theta_of
+from srollout.training.stop_audit import STOP_WINDOW, StopAuditor, W_of, stop_score, theta_of
 
 
 def traj(idx: int, since_new: list[int], *, success: bool, ended_by: str, stop: int | None = None):
@@ -75,6 +75,7 @@ def test_an_iteration_labels_audited_stops_and_trajectories_let_through(tmp_path
     ]
     auditor = StopAuditor(gate, fraction=0.5, floor=0.9, seed=7, ckpt_dir=tmp_path)
     assert auditor.W == 3 and auditor.current_gate() == gate
+    assert auditor.ledger.window == STOP_WINDOW == 200
     m = auditor.audit(records, iteration=1)
     assert (m.stop_audited, m.stop_audit_tp, m.stop_audit_fp) == (1, 1, 0)
     assert m.stall_W == 3
