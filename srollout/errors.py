@@ -23,6 +23,12 @@ class DiskFullError(SrolloutError):
     was there before is still whole; the message names the file and says to free space."""
 
 
+class EnvError(SrolloutError):
+    """An environment failed mid-run (``make_env``, ``reset`` or ``step`` raised, or gave what the
+    protocol does not allow); the message names the environment, group, trajectory and step. The
+    groups finished before it are kept; the stage adds how to continue."""
+
+
 class RunDirBusyError(SrolloutError):
     """Another live process holds the run directory's lock (one writer per run directory)."""
 

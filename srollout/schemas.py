@@ -48,7 +48,7 @@ def signal_names(columns: Sequence[str]) -> tuple[str, ...]:
 
 
 LABELS: tuple[str, ...] = ("all_fail", "mixed", "all_succeed")
-ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate", "stalled")
+ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate", "stalled", "lost")
 
 # dtype families a reader accepts for a declared dtype: an int column may hold any int width,
 # a float column accepts ints too (a hand-made table with reward 0/1 stays valid).

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         t_high_grid: Annotated[
             str, typer.Option("--t-high-grid", help=_h("t_high_grid"))
         ] = "0.8:1.0:0.1",
-        T_max: Annotated[int, typer.Option("--T-max", help=_h("T_max"))] = _DEFAULT.T_max,
+        T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max"))] = None,
         precision_floor: Annotated[
             float, typer.Option("--precision-floor", help=_h("precision_floor"))
         ] = _DEFAULT.precision_floor,

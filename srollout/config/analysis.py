@@ -55,6 +55,20 @@ SWEEP_OBJECTIVES = ("safe", "measured")
 GATE_FEATURES = ("classic", "all")
 
 
+def run_T_max(path: Path) -> int | None:
+    """The T_max a run was collected with, from the manifest.json of ``path`` (a run directory,
+    or a table inside one); None when there is none to read."""
+    import json
+
+    path = Path(path)
+    manifest = (path if path.is_dir() else path.parent) / "manifest.json"
+    try:
+        value = json.loads(manifest.read_text())["config"]["T_max"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """`srollout sweep`: sweep gate thresholds; choose an operating point with a precision floor."""
@@ -71,7 +85,11 @@ class SweepConfig:
     t_high_grid: tuple[float, ...] = doc(
         (0.8, 0.9, 1.0), "Grid of t_high for r3: start:stop:step (stop included) or a comma list."
     )
-    T_max: int = doc(PAPER_T_MAX, "Rollout horizon T_max (steps) of the paper's savings formulas.")
+    T_max: int | None = doc(
+        None,
+        "Rollout horizon T_max (steps) of the savings formulas; default: the T_max the run was "
+        f"collected with (its manifest.json), else the paper's {PAPER_T_MAX}.",
+    )
     precision_floor: float = doc(
         PAPER_PRECISION_FLOOR,
         "Smallest precision (TP / cuts, in [0, 1]) an operating point may have.",
@@ -101,6 +119,8 @@ class SweepConfig:
             if not self.t_high_grid:
                 raise SrolloutError("--t-high-grid: the grid is empty")
             _check_unit(tuple(self.t_high_grid), "--t-high-grid")
+        if self.T_max is None:
+            object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
         if self.T_max < 1:
             raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
         too_late = [k for k in self.K if k > self.T_max]

@@ -123,8 +123,9 @@ class SeedMatch(NamedTuple):
     """The proof that both arms drew the same samples: n_traj gated trajectories compared with their
     baseline twins up to step K (the group's cut step, or the gate's K; a trajectory the
     trajectory gate stopped, up to its stop; fewer if they ended earlier); n_match identical in
-    actions, responses and generated token ids; ``tokens_checked`` False when the policy records
-    no token ids (non-LLM policies)."""
+    actions, responses, the observations the environment answered (a game that draws its own
+    randomness must have drawn the same) and generated token ids; ``tokens_checked`` False when
+    the policy records no token ids (non-LLM policies)."""
 
     n_traj: int
     n_match: int
@@ -140,14 +141,16 @@ def seed_match(
     table name -> DataFrame of the steps, trajectories and groups tables."""
     cut_step = dict(zip(arm["groups"]["group_id"], arm["groups"]["cut_step"], strict=True))
 
-    def per_traj(steps: pl.DataFrame) -> dict[tuple[str, int], list[tuple[int, str, str]]]:
-        out: dict[tuple[str, int], list[tuple[int, str, str]]] = {}
-        for gid, ti, st, a, resp in (
+    def per_traj(steps: pl.DataFrame) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
+        out: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+        cols = ["step", "action", "response", "observation"]
+        cols = [c for c in cols if c in steps.columns]
+        for gid, ti, *row in (
             steps.sort("group_id", "traj_idx", "step")
-            .select("group_id", "traj_idx", "step", "action", "response")
+            .select("group_id", "traj_idx", *cols)
             .iter_rows()
         ):
-            out.setdefault((gid, ti), []).append((st, a, resp))
+            out.setdefault((gid, ti), []).append(tuple(row))
         return out
 
     bs, gs = per_traj(base["steps"]), per_traj(arm["steps"])

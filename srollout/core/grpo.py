@@ -59,15 +59,24 @@ def is_zero_variance(rewards: ArrayLike, atol: float = 1e-12) -> bool:
     return bool(r.max() - r.min() <= atol)
 
 
-def group_label(rewards: ArrayLike, success_threshold: float = 0.5) -> str:
-    """ "mixed" iff the group has reward variance; else "all_succeed" iff mean >= threshold, else
-    "all_fail".
+def group_label(
+    rewards: ArrayLike, success_threshold: float = 0.5, success: ArrayLike | None = None
+) -> str:
+    """ "mixed" iff the G rewards differ (max - min > 1e-12, :func:`is_zero_variance`: GRPO has
+    a gradient); else "all_succeed" iff at least half of the trajectories succeeded (``success``,
+    each trajectory's outcome as the environment said it: won), else "all_fail". Without
+    ``success`` (a table from before it was recorded), iff the mean reward >= threshold.
 
-    Labels use the full (un-gated) outcome of the group.
+    Labels use the full (un-gated) outcome of the group. A reward is not a success: a game that
+    pays shaped rewards on a loss gives an all-lost group of equal rewards "all_fail".
     """
     r = _rewards(rewards)
     if not is_zero_variance(r):
         return "mixed"
+    if success is not None:
+        return (
+            "all_succeed" if float(np.mean(np.asarray(success, dtype=bool))) >= 0.5 else "all_fail"
+        )
     return "all_succeed" if float(r.mean()) >= success_threshold else "all_fail"
 
 
@@ -81,10 +90,14 @@ class GroupOutcomes(NamedTuple):
 
 
 def group_outcomes(
-    rewards: ArrayLike, atol: float = 1e-12, success_threshold: float = 0.5
+    rewards: ArrayLike,
+    atol: float = 1e-12,
+    success_threshold: float = 0.5,
+    success: ArrayLike | None = None,
 ) -> GroupOutcomes:
     """:func:`reward_variance`, :func:`is_zero_variance` and :func:`group_label` of each row of
-    rewards [M, G] at once (row-wise the same arithmetic, so the same floats)."""
+    rewards [M, G] (and ``success`` [M, G] when known) at once (row-wise the same arithmetic,
+    so the same floats)."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2 or r.shape[1] == 0:
         raise SrolloutError(
@@ -96,7 +109,11 @@ def group_outcomes(
     centred = r - mean[:, None]
     var = np.mean(centred * centred, axis=1)
     zero = r.max(axis=1) - r.min(axis=1) <= atol
-    label = np.where(~zero, "mixed", np.where(mean >= success_threshold, "all_succeed", "all_fail"))
+    if success is None:
+        succeeded = mean >= success_threshold
+    else:
+        succeeded = np.asarray(success, dtype=bool).mean(axis=1) >= 0.5
+    label = np.where(~zero, "mixed", np.where(succeeded, "all_succeed", "all_fail"))
     return GroupOutcomes(var, zero, label)
 
 

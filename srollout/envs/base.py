@@ -45,12 +45,17 @@ NOTHING_HAPPENS = "Nothing happens."
 class StepResult:
     """What one environment step returns.
 
-    observation: the text the environment answers (``"Nothing happens."`` for an invalid action).
-    reward: 1.0 on the step the task is won, else 0.0.
-    done: the episode is over (won). Reaching T_max is the engine's business, not the env's.
+    observation: the new text the environment answers, only what this step adds (the engine
+        keeps the conversation); ``"Nothing happens."`` for an invalid action in ALFWorld.
+    reward: what this step earned, a finite number; a trajectory's reward is the sum over its
+        steps (ALFWorld: 1.0 on the step the task is won, else 0.0).
+    done: the episode is over, won or lost; the trajectory ends at this step. Reaching T_max is
+        the engine's business, not the env's.
     valid: the action was in the admissible set before the step.
-    admissible: admissible actions in the new state.
+    admissible: admissible actions in the new state (may be empty: any text is an action).
     expert_plan: the planner's plan from the new state (omniscient), or () when unavailable.
+    won: with ``done``, how the episode ended: True won, False lost; None (the default) keeps
+        the first meaning of ``done``, won. ``won`` without ``done`` is an error.
     """
 
     observation: str
@@ -59,6 +64,7 @@ class StepResult:
     valid: bool
     admissible: tuple[str, ...]
     expert_plan: tuple[str, ...] = ()
+    won: bool | None = None
 
 
 @runtime_checkable

@@ -32,6 +32,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from srollout.envs.base import StepResult, Task
@@ -41,6 +42,8 @@ ALFWORLD = "alfworld"
 ENTRY_POINT_GROUP = "srollout.envs"
 # What a StepResult must carry for the engine (reward, done and valid go into the tables).
 _RESULT_FIELDS = ("observation", "reward", "done", "valid", "admissible")
+# What the pre-run check sends when reset names no admissible action (any text is an action).
+PROBE_ACTION = "look"
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class EnvSpec:
         normalized actions are equal are the same action for d_K). None: the ReAct parser
         (:func:`srollout.rollout.react.parse_action`).
     description: one line for listings.
+    won_at: what success is for an environment that ends every episode with ``done`` and never
+        says ``won`` (a game paying shaped rewards): an episode that is over was won iff the
+        trajectory's summed reward is at least this. None: ``done`` without ``won`` is a win.
     """
 
     name: str
@@ -73,17 +79,40 @@ class EnvSpec:
     user_template: str | None = None
     parse: Callable[[str], Any] | None = None
     description: str = ""
+    won_at: float | None = None
+
+    def env_factory(self) -> Callable[[], Any]:
+        """What the engine makes its environments with: ``make_env``, or with ``won_at`` each
+        environment wrapped to say ``won`` by its summed reward."""
+        if self.won_at is None:
+            return self.make_env
+        won_at, make = float(self.won_at), self.make_env
+        return lambda: WonByReward(make(), won_at)
 
     def task_set(self, split: str) -> list[Task]:
         """The tasks of ``split``; an unknown or empty split is a SrolloutError."""
         if callable(self.tasks):
-            tasks = self.tasks(split)
+            try:
+                tasks = self.tasks(split)
+            except SrolloutError:
+                raise
+            except Exception as e:
+                raise SrolloutError(
+                    f"environment {self.name!r}: its task function raised {type(e).__name__}: "
+                    f"{e} for the task set {split!r}"
+                ) from e
+        elif not isinstance(self.tasks, Mapping):
+            raise SrolloutError(
+                f"environment {self.name!r}: tasks must be {{split: [Task, ...]}} or a function "
+                f"split -> [Task, ...], got a {type(self.tasks).__name__} (write "
+                f'tasks={{"{split}": [...]}})'
+            )
         elif split in self.tasks:
             tasks = self.tasks[split]
         else:
             raise SrolloutError(
                 f"environment {self.name!r} has no task set {split!r} "
-                f"(it has: {', '.join(self.tasks)})"
+                f"(it has: {', '.join(map(str, self.tasks))})"
             )
         tasks = list(tasks or ())
         if not tasks:
@@ -98,6 +127,32 @@ class EnvSpec:
         if len(set(ids)) != len(ids):
             raise SrolloutError(f"environment {self.name!r}: task ids of {split!r} are not unique")
         return tasks
+
+
+class WonByReward:
+    """An environment whose episodes that end without ``won`` are won iff the summed reward
+    since ``reset`` reaches ``won_at`` (:attr:`EnvSpec.won_at`)."""
+
+    def __init__(self, env: Any, won_at: float) -> None:
+        self.env, self.won_at, self.total = env, won_at, 0.0
+
+    def reset(self, task: Task, seed: int) -> Any:
+        self.total = 0.0
+        return self.env.reset(task, seed)
+
+    def step(self, action: str) -> Any:
+        result = self.env.step(action)
+        if not hasattr(result, "reward"):
+            return result  # the engine names what is wrong
+        self.total += float(result.reward)
+        if not result.done or getattr(result, "won", None) is not None:
+            return result
+        names = ("observation", "reward", "done", "valid", "admissible", "expert_plan")
+        fields = {n: getattr(result, n) for n in names if hasattr(result, n)}
+        return StepResult(**fields, won=self.total >= self.won_at)
+
+    def close(self) -> None:
+        self.env.close()
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -162,6 +217,12 @@ def _import_attr(ref: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise SrolloutError(f"--env {ref}: cannot import {module_name!r} ({e})") from e
+    except Exception as e:  # a syntax error, or anything the module raises as it is imported
+        at = f" ({Path(e.filename).name}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
+        raise SrolloutError(
+            f"--env {ref}: importing {module_name!r} raised {type(e).__name__}{at}: "
+            f"{getattr(e, 'msg', None) or e}"
+        ) from e
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -181,11 +242,12 @@ def _as_spec(target: Any, where: str) -> EnvSpec:
 def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
     """Play the protocol once, before a run writes anything: one environment from
     ``make_env`` has callable ``reset``, ``step`` and ``close``; ``reset(tasks[0], 0)`` returns
-    ``(str, StepResult)``; when that result names admissible actions, ``step`` of the first one
-    returns a StepResult; then ``close``. A failure is one SrolloutError naming what is wrong."""
+    ``(str, StepResult)``; ``step`` of its first admissible action (or of :data:`PROBE_ACTION`
+    when it names none) returns a StepResult; then ``close``. A failure is one SrolloutError
+    naming what is wrong."""
     where = f"environment {spec.name!r}"
     try:
-        env = spec.make_env()
+        env = spec.env_factory()()
     except Exception as e:
         raise SrolloutError(f"{where}: make_env() failed ({type(e).__name__}: {e})") from e
     missing = [m for m in ("reset", "step", "close") if not callable(getattr(env, m, None))]
@@ -202,23 +264,24 @@ def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
                 f"{_shape(out)}"
             )
         check_step_result(out[1], where, "reset")
-        admissible = tuple(out[1].admissible)
-        if admissible:
-            check_step_result(
-                _call(env.step, where, "step(action)", admissible[0]), where, "step(action)"
-            )
+        # the first admissible action, or any text when the game names none
+        action = next(iter(tuple(out[1].admissible)), PROBE_ACTION)
+        what = f"step({action!r})"
+        check_step_result(_call(env.step, where, what, action), where, what)
     finally:
         env.close()
 
 
-def check_step_result(result: Any, where: str, what: str) -> None:
+def check_step_result(
+    result: Any, where: str, what: str, error: type[SrolloutError] = SrolloutError
+) -> None:
     """``result`` has what the engine reads from a StepResult (a StepResult, or an object with the
-    same fields); else one SrolloutError."""
+    same fields); else one ``error``."""
     if isinstance(result, StepResult):
         return
     missing = [f for f in _RESULT_FIELDS if not hasattr(result, f)]
     if missing:
-        raise SrolloutError(
+        raise error(
             f"{where}: {what} must give a srollout.envs.base.StepResult, got {_shape(result)} "
             f"(no {', '.join(missing)})"
         )

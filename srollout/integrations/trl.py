@@ -231,7 +231,7 @@ class GatedRollout:
         check_env(spec, tasks)
         return cls(
             tasks=tasks,
-            env_factory=spec.make_env,
+            env_factory=spec.env_factory(),
             prompter=EnvPrompter.for_env(spec, resolve_model(model_dir or "default")),
             **kwargs,
         )

@@ -26,7 +26,7 @@ What one session (:class:`SrolloutAgentLoop`) does:
    ``extra_fields["srollout_env_reward"]``, logged only;
 5. returns an ``AgentLoopOutput``: response = the model's turns (mask 1) and the observations
    between them (mask 0), and ``extra_fields`` ``srollout_cut``, ``srollout_cut_step`` (-1 when
-   kept), ``srollout_steps``, ``srollout_ended_by`` (``done|max_steps|max_tokens|gate``),
+   kept), ``srollout_steps``, ``srollout_ended_by`` (``done|lost|max_steps|max_tokens|gate``),
    ``srollout_task_id``, ``srollout_env_reward``; ``reward_extra_info`` holds ``score`` (the
    reward verl trains on) and ``srollout_cut`` (1.0/0.0) for verl's reward metrics.
 
@@ -370,7 +370,8 @@ class SrolloutAgentLoop(AgentLoopBase):
             reward += float(result.reward)
             steps = t
             ended = bool(result.done) or t == self.settings.T_max
-            ended_by = "done" if result.done else "max_steps"
+            lost = bool(result.done) and getattr(result, "won", None) is False
+            ended_by = ("lost" if lost else "done") if result.done else "max_steps"
             if not ended and len(response_mask) >= self.response_length:
                 ended, ended_by = True, "max_tokens"
             if not ended:

@@ -44,6 +44,14 @@ from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
 from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
+from srollout.rollout.env_calls import (
+    EnvRandom,
+    env_call,
+    env_name,
+    env_step,
+    outcome,
+    reset_result,
+)
 from srollout.rollout.seeding import traj_seeds
 from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
     GateLike,
@@ -250,7 +258,10 @@ class _Live:
     admissible: tuple[str, ...]
     expert_plan: tuple[str, ...]
     novelty: NoveltyTracker
+    rng: EnvRandom
     state: TrajectoryState = TrajectoryState(0, 0, 0)
+    over: bool = False  # the environment said the episode is over (won or lost)
+    over: bool = False  # the environment said the episode is over (won or lost)
 
 
 @dataclass
@@ -368,7 +379,8 @@ class _Pool:
         """A free environment, made by ``env_factory`` when none is idle."""
         if self.idle_envs:
             return self.idle_envs.pop()
-        env = self.env_factory()
+        name = f"environment #{len(self.all_envs) + 1}"
+        env = env_call(self.env_factory, name, "make_env()", "a new environment for the pool")
         self.all_envs.append(env)
         return env
 
@@ -395,14 +407,20 @@ class _Pool:
             rec = TrajRecord(traj_idx=i, seed=seeds.sample, env_seed=seeds.env)
             env = self.take_env()
             r0 = time.perf_counter()
-            observation, info = env.reset(spec.task, seeds.env)
+            rng = EnvRandom(seeds.env)  # the game's own global generators (env_rng.py)
+            where = f"group {spec.group_id} (task {spec.task.task_id}), trajectory {i}"
+            with rng.active():
+                out = env_call(
+                    env.reset, env_name(env), "reset(task, seed)", where, spec.task, seeds.env
+                )
+            observation, info = reset_result(out, env_name(env), where)
             rec.reset_s = time.perf_counter() - r0
             self.totals.reset_s += rec.reset_s
             record.trajs.append(rec)
             key = TrajKey(spec.group_id, i)
             admissible, plan = tuple(info.admissible), tuple(info.expert_plan)
             novelty = NoveltyTracker(observation)
-            group.live.append(_Live(rec, key, env, observation, admissible, plan, novelty))
+            group.live.append(_Live(rec, key, env, observation, admissible, plan, novelty, rng))
         return group
 
     def admit_queued(self, queue: deque[GroupSpec], tick: int) -> None:
@@ -448,8 +466,21 @@ class _Pool:
             share = resp.n_gen_tokens / tick_tokens if tick_tokens > 0 else 1.0 / len(rows)
             turn = self.prompter.parse(resp.text)
             e0 = time.perf_counter()
-            result = env_step(live.env, turn.action)
+            where = (
+                f"group {g.record.group_id} (task {g.record.spec.task.task_id}), trajectory "
+                f"{live.rec.traj_idx}, step {g.step + 1}"
+            )
+            with live.rng.active():
+                result = env_call(
+                    env_step,
+                    env_name(live.env),
+                    f"step({turn.action!r})",
+                    where,
+                    live.env,
+                    turn.action,
+                )
             env_s = time.perf_counter() - e0
+            won = outcome(result, env_name(live.env), where)
             tick_env_s += env_s
             rec = live.rec
             rec.actions.append(turn.normalized)
@@ -464,8 +495,8 @@ class _Pool:
             live.observation = result.observation
             live.admissible = tuple(result.admissible)
             live.expert_plan = tuple(result.expert_plan)
-            if result.done:
-                rec.success = True
+            if result.done:  # over: won, unless the environment says it was lost
+                live.over, rec.success = True, won
         prompt_tokens = sum(r.n_prompt_tokens for r in responses)
         return _TickResult(len(rows), tick_tokens, prompt_tokens, gen_s, tick_env_s)
 
@@ -479,8 +510,8 @@ class _Pool:
             g.step += 1
             still = []
             for live in g.live:
-                if live.rec.success:
-                    self.end(live, "done")
+                if live.over:
+                    self.end(live, "done" if live.rec.success else "lost")
                 elif g.step >= self.settings.T_max:
                     self.end(live, "max_steps")
                 elif (
@@ -614,11 +645,6 @@ def with_step_signals(sig: GroupSignals, trajs: Sequence[TrajRecord], K: int) ->
 
     columns = {col: [[row[col] for row in t.steps] for t in trajs] for col in STEP_COLUMNS}
     return replace(sig, steps=tuple(step_signals(columns, K).items()))
-
-
-def env_step(env: TextEnv, action: str) -> StepResult:
-    """Step ``env``; kept apart so a profiler shows environment time on its own line."""
-    return env.step(action)
 
 
 def make_specs(tasks: Sequence[Task], n_groups: int, start: int = 0) -> list[GroupSpec]:

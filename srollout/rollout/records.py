@@ -132,7 +132,7 @@ def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
     gid, task_id, task_type = record.group_id, spec.task.task_id, spec.task.task_type
     rewards = record.rewards
     reward_var = float(reward_variance(rewards))
-    label = group_label(rewards)
+    label = group_label(rewards, success=[t.success for t in record.trajs])
     zero_var = bool(is_zero_variance(rewards))
 
     step_rows = []

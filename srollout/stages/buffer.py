@@ -296,6 +296,7 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
             G=pl.len().cast(pl.Int64),
             rewards=pl.col("reward"),
             n_steps=pl.col("n_steps"),
+            **({"success": pl.col("success")} if "success" in trajs.columns else {}),
         )
         .sort("group_id")
     )
@@ -306,7 +307,10 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
             f"{source}: group {row['group_id']} has {row['G']} trajectory; a group needs G >= 2 to "
             "have a reward variance"
         )
-    reward_var, label, zero_var = _group_outcomes(groups["rewards"], groups["G"].to_numpy())
+    success = groups["success"] if "success" in groups.columns else None
+    reward_var, label, zero_var = _group_outcomes(
+        groups["rewards"], groups["G"].to_numpy(), success
+    )
     return groups.with_columns(
         reward_var=pl.Series(reward_var, dtype=pl.Float64),
         label=pl.Series(label, dtype=pl.Utf8),
@@ -327,19 +331,24 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
     )
 
 
-def _group_outcomes(rewards: pl.Series, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """σ_r², label and zero_var of every group from its list of G rewards: the groups of each
-    size as one [M, G] array through :func:`srollout.core.grpo.group_outcomes`."""
+def _group_outcomes(
+    rewards: pl.Series, G: np.ndarray, success: pl.Series | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """σ_r², label and zero_var of every group from its list of G rewards (and successes, when
+    the table has them): the groups of each size as one [M, G] array through
+    :func:`srollout.core.grpo.group_outcomes`."""
     from srollout.core.grpo import group_outcomes
 
     flat = rewards.explode().to_numpy().astype(np.float64)
+    won = None if success is None else success.explode().to_numpy().astype(bool)
     starts = np.cumsum(G) - G
     var = np.empty(G.size)
     label = np.empty(G.size, dtype=object)
     zero = np.empty(G.size, dtype=bool)
     for size in np.unique(G):
         rows = np.flatnonzero(G == size)
-        out = group_outcomes(flat[starts[rows][:, None] + np.arange(size)])
+        at = starts[rows][:, None] + np.arange(size)
+        out = group_outcomes(flat[at], success=None if won is None else won[at])
         var[rows], zero[rows], label[rows] = out.reward_var, out.zero_var, out.label
     return var, label, zero
 

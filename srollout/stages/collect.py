@@ -57,6 +57,7 @@ from srollout.stages.rollout_setup import (
     check_rollout_env,
     for_workers,
     load_tasks,
+    resume_hint,
 )
 
 
@@ -199,7 +200,8 @@ def run_collect(
         write_part(run_dir, record.group_id, group_tables(record, audit=audit is not None))
 
     prompter = build_prompter(config) if audit is not None and todo else None
-    with _progress(console, total=len(specs), done=len(done_ids), enabled=progress) as show:
+    bar = _progress(console, total=len(specs), done=len(done_ids), enabled=progress)
+    with resume_hint(run_dir, "collect"), bar as show:
 
         def roll_chunk(
             batch: Sequence[GroupSpec], chunk_settings: RolloutSettings

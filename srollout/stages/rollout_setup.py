@@ -9,13 +9,14 @@ functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from srollout.config import RolloutOptions
-from srollout.errors import SrolloutError
+from srollout.errors import EnvError, SrolloutError
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
@@ -169,12 +170,29 @@ def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
     if config.env != "alfworld":
         from srollout.envs.registry import resolve_env
 
-        return resolve_env(config.env).make_env
+        return resolve_env(config.env).env_factory()
 
     from srollout.envs.alfworld_env import AlfworldEnv
 
     # The planner replans after every step; only the expert policies read its plan.
     return partial(AlfworldEnv, expert_plan=config.policy != "lm")
+
+
+@contextmanager
+def resume_hint(run_dir: Path, stage: str) -> Iterator[None]:
+    """An environment that fails mid-run (:class:`~srollout.errors.EnvError`) stays one line,
+    which now also says what was kept and how to continue: the finished groups are in parts/,
+    the manifest says partial, and ``--resume`` rolls out only the rest."""
+    try:
+        yield
+    except EnvError as err:
+        from srollout.rollout.parts import finished_groups
+
+        n = len(finished_groups(run_dir))
+        raise EnvError(
+            f"{err}; the {n} groups finished before it are kept: fix it, then "
+            f"`srollout {stage} --resume --out {run_dir}` continues"
+        ) from err
 
 
 def for_workers(config: OptionsT) -> OptionsT:

@@ -83,7 +83,7 @@ def load_trajectories(path: Path) -> Trajectories:
                 f"--stall: {run} has neither steps' {SINCE_NEW} nor what it is computed from "
                 f"(no column(s) {', '.join(missing)})"
             )
-    cut = trajs.filter(~pl.col("ended_by").is_in(["done", "max_steps"]))
+    cut = trajs.filter(~pl.col("ended_by").is_in(["done", "lost", "max_steps"]))
     if cut.height:
         raise SrolloutError(
             f"--stall: {run} is not an ungated collect: {cut.height} trajectories ended by "

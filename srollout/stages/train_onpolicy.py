@@ -457,7 +457,7 @@ def _own_env(
     check_env(spec, train_tasks)
     if prompter is None:
         prompter = EnvPrompter.for_env(spec, resolve_model(config.model))
-    return spec.make_env, prompter, train_tasks, eval_tasks
+    return spec.env_factory(), prompter, train_tasks, eval_tasks
 
 
 def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:

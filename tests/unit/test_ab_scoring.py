@@ -100,10 +100,19 @@ def test_tokens_through_step_ends_at_the_kth_response():
     assert tokens_through_step(ids, mask, 5) == ids
 
 
-def _arm(trajs, cut_step):
-    """trajs: {(group_id, traj_idx): (actions, token_ids, action_mask)} -> the three tables."""
+def _arm(trajs, cut_step, observations=None):
+    """trajs: {(group_id, traj_idx): (actions, token_ids, action_mask)} -> the three tables;
+    observations: {(group_id, traj_idx): [o_1, ...]} where they differ from "after <action>"."""
+    observations = observations or {}
     steps = [
-        {"group_id": g, "traj_idx": i, "step": t, "action": a, "response": f"Action: {a}"}
+        {
+            "group_id": g,
+            "traj_idx": i,
+            "step": t,
+            "action": a,
+            "response": f"Action: {a}",
+            "observation": observations.get((g, i), {}).get(t, f"after {a}"),
+        }
         for (g, i), (acts, _, _) in trajs.items()
         for t, a in enumerate(acts, start=1)
     ]
@@ -160,6 +169,22 @@ def test_seed_match_compares_up_to_K_actions_responses_and_tokens():
         ("g0", 1, 2),
         ("g1", 1, None),
     ]
+
+
+def test_seed_match_compares_what_the_game_answered():
+    """The same actions and responses, but at step 2 the game of ("g0", 1) answered otherwise
+    in the arm (a game drawing from a generator it shares): a mismatch at step 2; a different
+    answer after K does not count."""
+    M = [True, False, True, False, True]
+    same = {
+        ("g0", 0): (["a", "b", "c"], [1, 9, 2, 9, 3], M),
+        ("g0", 1): (["a", "b", "c"], [1, 9, 2, 9, 3], M),
+    }
+    base = _arm(same, {"g0": None})
+    arm = _arm(same, {"g0": None}, {("g0", 1): {2: "a mine!"}, ("g0", 0): {3: "later"}})
+    m = seed_match(base, arm, gate_K=2)
+    assert (m.n_traj, m.n_match) == (2, 1)
+    assert [(x.group_id, x.traj_idx, x.step) for x in m.mismatches] == [("g0", 1, 2)]
 
 
 def test_seed_match_column_counts_each_groups_identical_trajectories():

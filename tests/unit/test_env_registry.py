@@ -155,7 +155,7 @@ class StepReturnsTuple(Corridor):
         ),
         (
             StepReturnsTuple,
-            r"step\(action\) must give a srollout.envs.base.StepResult, got a tuple of 3",
+            r"step\('forward'\) must give a srollout.envs.base.StepResult, got a tuple of 3",
         ),
     ],
 )
@@ -220,3 +220,27 @@ def test_engine_plays_a_registered_env_with_its_prompter():
     group = tables.groups.row(0, named=True)
     assert (group["label"], group["reward_var"], group["success_rate"]) == ("mixed", 0.25, 0.5)
     assert tables.signals.row(0, named=True)["prefix_edit_distance_mean"] == pytest.approx(4 / 6)
+
+
+def test_won_at_says_what_success_is_for_a_game_that_only_says_done():
+    """A corridor of 2 cells paid 0.5 a step forward (done on arrival, never ``won``): with
+    won_at 1.0 arriving is won; a spec whose bar is 1.5 calls the same episode lost."""
+
+    class Paid(Corridor):
+        def step(self, action):
+            r = super().step(action)
+            return StepResult(r.observation, 0.5 if r.valid else 0.0, r.done, r.valid, r.admissible)
+
+    from srollout.envs.base import StepResult
+
+    for won_at, won in ((1.0, True), (1.5, False)):
+        env = EnvSpec("paid", Paid, {"eval": tasks([2])}, won_at=won_at).env_factory()()
+        env.reset(tasks([2])[0], 0)
+        first, second = env.step("forward"), env.step("forward")
+        assert (first.done, first.won) == (False, None)
+        assert (second.done, second.won, second.reward) == (True, won, 0.5)
+        env.reset(tasks([2])[0], 0)  # the sum starts again at every reset
+        env.step("forward")
+        assert env.step("forward").won is won
+    spec = EnvSpec("plain", Corridor, {"eval": tasks([2])})
+    assert spec.env_factory() is Corridor

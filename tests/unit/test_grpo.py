@@ -131,3 +131,22 @@ def test_group_outcomes_are_the_per_group_functions_row_by_row():
     assert out.label.tolist() == [group_label(r) for r in rewards]
     with pytest.raises(SrolloutError, match="finite"):
         group_outcomes(np.array([[1.0, np.nan]]))
+
+
+def test_labels_come_from_success_not_from_a_reward_threshold():
+    # a game that pays 0.5 on every loss: four lost trajectories are all_fail, not all_succeed
+    assert group_label([0.5] * 4) == "all_succeed"  # a table without success: mean >= 0.5
+    assert group_label([0.5] * 4, success=[False] * 4) == "all_fail"
+    assert group_label([0.0] * 4, success=[True] * 4) == "all_succeed"  # won, paid nothing
+    # equal rewards, split outcomes: all_succeed from half of them on
+    assert group_label([1.0] * 4, success=[True, True, False, False]) == "all_succeed"
+    assert group_label([1.0] * 4, success=[True, False, False, False]) == "all_fail"
+    # rewards that differ are mixed whatever the outcomes
+    assert group_label([0.25, 0.5, 0.5, 0.5], success=[False] * 4) == "mixed"
+    from srollout.core.grpo import group_outcomes
+
+    out = group_outcomes(
+        [[0.5] * 4, [0.5] * 4, [0.0, 1.0, 0.0, 0.0]],
+        success=[[False] * 4, [True] * 4, [False, True, False, False]],
+    )
+    assert out.label.tolist() == ["all_fail", "all_succeed", "mixed"]

@@ -76,3 +76,24 @@ def test_bootstrap_interval_of_the_chosen_point_is_seeded_and_brackets_the_estim
     assert by_name["precision"].estimate == pytest.approx(2 / 3)
     for iv in one.intervals:
         assert iv.low <= iv.estimate <= iv.high
+
+
+def test_sweep_reads_T_max_from_the_run_it_is_given(tmp_path):
+    """A run collected with --T-max 8: its savings formulas use 8, not the paper's 30, whether
+    sweep is given the run directory or a table in it; --T-max still overrides; elsewhere 30."""
+    import json
+
+    from srollout.config.analysis import SweepConfig, run_T_max
+    from srollout.errors import SrolloutError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"config": {"T_max": 8}}))
+    assert SweepConfig(input=run, K=(5,)).T_max == 8
+    assert SweepConfig(input=run / "steps.parquet", K=(5,)).T_max == 8
+    assert SweepConfig(input=run, K=(5,), T_max=12).T_max == 12
+    assert SweepConfig(input=tmp_path, K=(5,)).T_max == 30
+    with pytest.raises(SrolloutError, match="--K 10 is larger than --T-max 8"):
+        SweepConfig(input=run, K=(10,))
+    (run / "manifest.json").write_text("{not json")
+    assert run_T_max(run) is None

@@ -1,0 +1,115 @@
+"""The engine's calls into environments: each trajectory's own random generators, one error
+naming where a call failed, and the checks on what a call returned.
+
+Randomness.
+The engine steps many environments in lock-step in one process. A game that seeds the global
+generators in ``reset`` (``random.seed``, ``np.random.seed``) or draws from them as it plays
+would otherwise share one stream with every other trajectory in flight, so the same seed would
+play a different game at another ``--concurrency`` or ``--workers``. Around every ``reset`` and
+``step`` of a trajectory the engine swaps in that trajectory's state (first seeded from its
+environment seed) and swaps the process's back after, keeping what the call drew: the game sees
+one stream of its own, whatever runs beside it, and nothing outside the environment sees its
+draws.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from srollout.envs.base import StepResult, TextEnv
+from srollout.errors import EnvError, SrolloutError
+
+
+class EnvRandom:
+    """One trajectory's states of ``random`` and ``numpy.random``'s global generators."""
+
+    __slots__ = ("_np", "_py")
+
+    def __init__(self, seed: int) -> None:
+        saved = random.getstate(), np.random.get_state()
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        self._py: Any = random.getstate()
+        self._np: Any = np.random.get_state()
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Run the block on this trajectory's generators; keep what it drew, restore the rest."""
+        saved = random.getstate(), np.random.get_state()
+        random.setstate(self._py)
+        np.random.set_state(self._np)
+        try:
+            yield
+        finally:
+            self._py, self._np = random.getstate(), np.random.get_state()
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+
+
+def env_name(env: Any) -> str:
+    """How an error names the environment: its class."""
+    return f"environment {type(env).__name__}"
+
+
+def env_call(fn: Callable[..., Any], name: str, what: str, where: str, *args: Any) -> Any:
+    """``fn(*args)``; anything it raises but a SrolloutError becomes one :class:`EnvError`."""
+    try:
+        return fn(*args)
+    except SrolloutError:
+        raise
+    except Exception as e:
+        raise EnvError(f"{name}: {what} raised {type(e).__name__}: {e} ({where})") from e
+
+
+def reset_result(out: Any, name: str, where: str) -> tuple[str, StepResult]:
+    """``reset``'s answer, checked: (observation str, a StepResult-like info)."""
+    from srollout.envs.registry import check_step_result
+
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
+        raise EnvError(
+            f"{name}: reset(task, seed) must return (observation: str, StepResult), got "
+            f"{type(out).__name__} ({where})"
+        )
+    check_step_result(out[1], name, f"reset ({where})", EnvError)
+    return out
+
+
+def outcome(result: StepResult, name: str, where: str) -> bool:
+    """Whether a step that ends the episode won it (``won``, or True when the environment says
+    only ``done``). What the protocol does not allow is one :class:`EnvError` naming the
+    environment, group, trajectory and step: not a StepResult, a reward that is not a finite
+    number, ``won`` without ``done``."""
+    from srollout.envs.registry import check_step_result
+
+    check_step_result(result, name, f"step ({where})", EnvError)
+    reward = result.reward
+    if (
+        isinstance(reward, bool)
+        or not isinstance(reward, numbers.Real)
+        or not math.isfinite(reward)
+    ):
+        raise EnvError(f"{name} gave the reward {reward!r} at {where}: it must be a finite number")
+    won = getattr(result, "won", None)
+    if won is not None and not result.done:
+        raise EnvError(
+            f"{name} said won={won!r} without done=True at {where}: won says how an episode that "
+            "is over ended"
+        )
+    return True if won is None else bool(won)
+
+
+def env_step(env: TextEnv, action: str) -> StepResult:
+    """Step ``env``; kept apart so a profiler shows environment time on its own line."""
+    return env.step(action)
+
+
+__all__ = ("EnvRandom", "env_call", "env_name", "env_step", "outcome", "reset_result")
