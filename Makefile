@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.srollout-installed
 VLLM_STAMP := $(VENV)/.srollout-vllm-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup setup-vllm demo test test-fast test-other-kernels lint bench clean
+.PHONY: setup setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
 
 setup: $(STAMP)
 
@@ -41,7 +41,18 @@ $(VLLM_STAMP): $(STAMP)
 demo: setup
 	bash examples/demo.sh $(DEMO_OUT)
 
-test: setup setup-vllm lint
+# GEM and TextArena (the `gem` and `textarena` extras) beside vLLM: see `games-deps` in
+# pyproject.toml for why they go in without their own pins.
+GAMES_STAMP := $(VENV)/.srollout-games-installed
+setup-games: $(GAMES_STAMP)
+
+$(GAMES_STAMP): $(VLLM_STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps gem-llm==0.1.0 textarena==0.7.4
+	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl,games-deps]'
+	$(BIN)/python -c "import gem, textarena; print('gem and textarena import')"
+	touch $(GAMES_STAMP)
+
+test: setup setup-vllm setup-games lint
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-other-kernels
 
@@ -56,7 +67,7 @@ OTHER_KERNELS := MKL_CBWR=COMPATIBLE $(shell grep -qw avx512f /proc/cpuinfo 2>/d
 test-other-kernels: setup
 	env $(OTHER_KERNELS) $(BIN)/python -m pytest -q -p no:cacheprovider tests/golden/test_golden_runs.py
 
-test-fast: setup setup-vllm
+test-fast: setup setup-vllm setup-games
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup

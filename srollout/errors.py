@@ -48,6 +48,18 @@ class Interrupted(BaseException):  # noqa: N818 - a stop request, like KeyboardI
         super().__init__(self.name)
 
 
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """The first line of ``err``'s message that says something (a library's banner of asterisks
+    or an empty first line skipped), at most ``limit`` characters: how an error of a library
+    goes into one of ours."""
+    import re
+
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(err))  # a terminal's colour codes
+    lines = [line.strip() for line in plain.splitlines()]
+    text = next((line for line in lines if any(c.isalnum() for c in line)), "")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 NO_SPACE_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)
 
 

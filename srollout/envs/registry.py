@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from srollout.envs.base import StepResult, Task
-from srollout.errors import SrolloutError
+from srollout.errors import SrolloutError, one_line
 
 ALFWORLD = "alfworld"
 ENTRY_POINT_GROUP = "srollout.envs"
+# libraries of games: ``--env <name>:<game id>`` calls the entry point with the game id
+LIBRARY_GROUP = "srollout.env_libraries"
 # What a StepResult must carry for the engine (reward, done and valid go into the tables).
 _RESULT_FIELDS = ("observation", "reward", "done", "valid", "admissible")
 # What the pre-run check sends when reset names no admissible action (any text is an action).
@@ -99,7 +101,7 @@ class EnvSpec:
             except Exception as e:
                 raise SrolloutError(
                     f"environment {self.name!r}: its task function raised {type(e).__name__}: "
-                    f"{e} for the task set {split!r}"
+                    f"{one_line(e)} for the task set {split!r}"
                 ) from e
         elif not isinstance(self.tasks, Mapping):
             raise SrolloutError(
@@ -171,11 +173,13 @@ def register_env(spec: EnvSpec) -> EnvSpec:
 
 
 def env_names() -> list[str]:
-    """Every name ``--env`` accepts as a name: alfworld, registered ones, entry points."""
+    """Every name ``--env`` accepts as a name: alfworld, registered ones, entry points; then
+    the libraries of games, as ``<library>:<game id>``."""
     from importlib.metadata import entry_points
 
     points = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    return sorted({ALFWORLD, *_REGISTRY, *points})
+    libraries = [f"{ep.name}:<game id>" for ep in entry_points(group=LIBRARY_GROUP)]
+    return sorted({ALFWORLD, *_REGISTRY, *points}) + sorted(libraries)
 
 
 @lru_cache(maxsize=32)
@@ -196,15 +200,34 @@ def resolve_env(name: str) -> EnvSpec:
             target = point.load()
         except Exception as e:
             raise SrolloutError(
-                f"--env {name}: entry point {point.value!r} does not load ({type(e).__name__}: {e})"
+                f"--env {name}: entry point {point.value!r} does not load ({type(e).__name__}: "
+                f"{one_line(e)})"
             ) from e
         return _as_spec(target, f"--env {name} (entry point {point.value})")
+    prefix, _, game = name.partition(":")
+    family = next((ep for ep in entry_points(group=LIBRARY_GROUP) if ep.name == prefix), None)
+    if game and family is not None:  # <library>:<game id>: the library's function of the id
+        return _family_spec(family, game, name)
     if ":" in name:
         return _as_spec(_import_attr(name), f"--env {name}")
     raise SrolloutError(
         f"--env {name!r}: no such environment (known: {', '.join(env_names())}; or give "
         "package.module:attr)"
     )
+
+
+def _family_spec(point: Any, game: str, name: str) -> EnvSpec:
+    """``--env <library>:<game id>``: the entry point ``library`` called with the game id."""
+    try:
+        make = point.load()
+        target = make(game)
+    except SrolloutError:
+        raise
+    except Exception as e:
+        raise SrolloutError(
+            f"--env {name}: entry point {point.value!r} failed ({type(e).__name__}: {one_line(e)})"
+        ) from e
+    return _as_spec(target, f"--env {name} (entry point {point.value})")
 
 
 def _import_attr(ref: str) -> Any:
@@ -216,12 +239,12 @@ def _import_attr(ref: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise SrolloutError(f"--env {ref}: cannot import {module_name!r} ({e})") from e
+        raise SrolloutError(f"--env {ref}: cannot import {module_name!r} ({one_line(e)})") from e
     except Exception as e:  # a syntax error, or anything the module raises as it is imported
         at = f" ({Path(e.filename).name}, line {e.lineno})" if isinstance(e, SyntaxError) else ""
         raise SrolloutError(
             f"--env {ref}: importing {module_name!r} raised {type(e).__name__}{at}: "
-            f"{getattr(e, 'msg', None) or e}"
+            f"{getattr(e, 'msg', None) or one_line(e)}"
         ) from e
     try:
         return getattr(module, attr)
@@ -248,8 +271,12 @@ def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
     where = f"environment {spec.name!r}"
     try:
         env = spec.env_factory()()
+    except SrolloutError:
+        raise
     except Exception as e:
-        raise SrolloutError(f"{where}: make_env() failed ({type(e).__name__}: {e})") from e
+        raise SrolloutError(
+            f"{where}: make_env() failed ({type(e).__name__}: {one_line(e)})"
+        ) from e
     missing = [m for m in ("reset", "step", "close") if not callable(getattr(env, m, None))]
     if missing:
         raise SrolloutError(
@@ -293,7 +320,7 @@ def _call(fn: Callable[..., Any], where: str, what: str, *args: Any) -> Any:
     except SrolloutError:
         raise
     except Exception as e:
-        raise SrolloutError(f"{where}: {what} raised {type(e).__name__}: {e}") from e
+        raise SrolloutError(f"{where}: {what} raised {type(e).__name__}: {one_line(e)}") from e
 
 
 def _shape(value: Any) -> str:
@@ -305,7 +332,9 @@ def _shape(value: Any) -> str:
 __all__ = (
     "ALFWORLD",
     "ENTRY_POINT_GROUP",
+    "LIBRARY_GROUP",
     "EnvSpec",
+    "WonByReward",
     "check_env",
     "check_step_result",
     "env_names",

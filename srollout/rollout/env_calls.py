@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from srollout.envs.base import StepResult, TextEnv
-from srollout.errors import EnvError, SrolloutError
+from srollout.errors import EnvError, SrolloutError, one_line
 
 
 class EnvRandom:
@@ -67,7 +67,7 @@ def env_call(fn: Callable[..., Any], name: str, what: str, where: str, *args: An
     except SrolloutError:
         raise
     except Exception as e:
-        raise EnvError(f"{name}: {what} raised {type(e).__name__}: {e} ({where})") from e
+        raise EnvError(f"{name}: {what} raised {type(e).__name__}: {one_line(e)} ({where})") from e
 
 
 def reset_result(out: Any, name: str, where: str) -> tuple[str, StepResult]:

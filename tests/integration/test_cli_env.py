@@ -107,8 +107,8 @@ BROKEN = textwrap.dedent(
     [
         (
             "no-such-env",
-            "error: --env 'no-such-env': no such environment (known: alfworld; or give "
-            "package.module:attr)",
+            "error: --env 'no-such-env': no such environment (known: alfworld, gem:<game id>, "
+            "textarena:<game id>; or give package.module:attr)",
         ),
         (
             "broken_env:NO_STEP",
@@ -143,8 +143,8 @@ def test_an_unknown_env_or_one_off_the_protocol_is_one_line_and_nothing_written(
         (
             "no-such-env",
             (),
-            "error: --env 'no-such-env': no such environment (known: alfworld; or give "
-            "package.module:attr)",
+            "error: --env 'no-such-env': no such environment (known: alfworld, gem:<game id>, "
+            "textarena:<game id>; or give package.module:attr)",
         ),
         (
             "broken_env:NO_STEP",

@@ -90,14 +90,28 @@ def test_resolve_by_registered_name_module_attr_and_entry_point(tmp_path, monkey
 
     import importlib.metadata
 
-    monkeypatch.setattr(
-        importlib.metadata,
-        "entry_points",
-        lambda group=None: [Point()] if group == "srollout.envs" else [],
-    )
+    class Library:  # a library of games: the entry point is a function of the game id
+        name, value = "lib", "my_env_mod:games"
+
+        def load(self):
+            def games(game_id):
+                length = int(game_id.removeprefix("corridor-"))
+                return EnvSpec(f"lib:{game_id}", Corridor, {"eval": tasks([length])})
+
+            return games
+
+    groups = {"srollout.envs": [Point()], "srollout.env_libraries": [Library()]}
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: groups[group])
     resolve_env.cache_clear()
     assert resolve_env("ep-corridor").name == "mine"
-    assert env_names() == sorted(["alfworld", "corridor", "ep-corridor", *_others()])
+    game = resolve_env("lib:corridor-3")
+    assert game.name == "lib:corridor-3" and game.task_set("eval") == tasks([3])
+    with pytest.raises(SrolloutError, match=r"--env lib:maze: entry point 'my_env_mod:games' "):
+        resolve_env("lib:maze")  # the library's own error, in one line
+    assert env_names() == [
+        *sorted(["alfworld", "corridor", "ep-corridor", *_others()]),
+        "lib:<game id>",
+    ]
     for ref, message in [
         ("nowhere", r"--env 'nowhere': no such environment \(known: alfworld, corridor"),
         ("my_env_mod:NOT_A_SPEC", "not an EnvSpec .* got int"),
