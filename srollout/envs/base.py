@@ -25,9 +25,13 @@ class Task:
     """One game.
 
     task_id: stable id, unique within its task set (e.g. ``"train/00042"``).
-    task_type: one of :data:`TASK_TYPES`.
-    task_text: the goal sentence, e.g. ``"put a clean apple in fridge."``.
-    source: path of the game file (generated ``game.tw-pddl`` or an official one).
+    task_type: free text the reports and GRESO group by (ALFWorld: one of :data:`TASK_TYPES`;
+        a library game: its game id).
+    task_text: the goal sentence, e.g. ``"put a clean apple in fridge."`` ('' when the first
+        observation states it).
+    source: where the game comes from (ALFWorld: the game file, generated ``game.tw-pddl`` or
+        an official one).
+    meta: whatever ``reset`` needs (a library game: its puzzle seed, ``meta["seed"]``).
     """
 
     task_id: str

@@ -47,7 +47,7 @@ SYSTEM_PROMPT = (
     "in exactly the form the rules ask for."
 )
 # How every GEM game says it was won (its rewards do not: Minesweeper's last reveal pays the share
-# of cells it opened); read from gem-llm 0.1.0's fourteen games
+# of cells it opened); read from gem-llm 0.1.0's twelve games
 WON_GEM = "Congratulations!"
 _THOUGHT = re.compile(r"Thought:\s*(.*?)(?:\n\s*Action:|$)", re.IGNORECASE | re.DOTALL)
 
