@@ -225,7 +225,7 @@ def test_train_onpolicy_stall_arm_from_a_gate_file(tmp_path):
 
 def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(tmp_path):
     from srollout.core.audit import AuditLedger, next_threshold
-    from srollout.training.stop_audit import STOP_AUDIT_FILE, W_of
+    from srollout.training.stop_audit import STOP_AUDIT_FILE, W_of, evidence
 
     out = tmp_path / "train"
     proc = srollout(
@@ -254,6 +254,7 @@ def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(tmp_pa
     for i, W in enumerate(Ws, start=1):
         assert W_of(ledger.thresholds[i]) == W
         if i < len(Ws):
-            step = next_threshold(ledger.thresholds[i], ledger.recent(i), floor=0.9)
+            theta = ledger.thresholds[i]
+            step = next_threshold(theta, evidence(ledger.recent(i), theta), floor=0.9)
             assert W_of(step.threshold) == Ws[i]
     assert sum(r.source == "audit" for r in ledger.rows) == stall["gate/stop_audited"].sum()

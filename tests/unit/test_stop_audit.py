@@ -150,3 +150,38 @@ def test_a_judged_and_audited_row_from_before_the_stops_reads_with_their_columns
     assert all(up[c] == 1 for c in [*now, *old_judge, *AUDIT_COLUMNS])
     # a row of today comes back as it is
     assert upgrade_onpolicy_row(up) == up
+
+
+def test_what_a_high_W_let_through_counts_below_the_lower_W_it_certified(tmp_path):
+    """Iteration 1 runs with W 16 (the gate never fires): 40 trajectories stall 5 steps and
+    fail, 20 stall 1 and win, all let through. Their band certifies W 4 (40 of 40 fail: bound
+    0.05^(1/40) = 0.928 >= 0.9; with the 20 winners it would not). Iteration 2 at W 4: 30
+    audited stops of run 5, 28 failed. Read alone they refute W 4 (bound 0.805) and W would
+    jump back to 6; with the 40 let through at W 16, which W 4 stops, 68 of 70 are right (bound
+    0.913): W 4 holds. So the audit does not swing between W 4 and W 6 every iteration."""
+    from srollout.core.audit import next_threshold
+    from srollout.training.stop_audit import evidence
+
+    auditor = StopAuditor(
+        StallGate(W=16, k0=1), fraction=0.25, floor=0.9, seed=7, ckpt_dir=tmp_path
+    )
+    stall5 = [0, 1, 2, 3, 4, 5, 0]  # longest stall 5 before the last step
+    stall1 = [0, 1, 0]
+    first = [traj(i, stall5, success=False, ended_by="max_steps") for i in range(40)]
+    first += [traj(40 + i, stall1, success=True, ended_by="done") for i in range(20)]
+    m = auditor.audit([group(0, first)], iteration=1)
+    assert (m.stall_W, m.stop_audited) == (16, 0)
+    assert auditor.W == 4
+    second = [traj(i, stall5, success=i >= 28, ended_by="max_steps", stop=5) for i in range(30)] + [
+        traj(30 + i, stall1, success=True, ended_by="done") for i in range(10)
+    ]
+    m = auditor.audit([group(1, second)], iteration=2)
+    assert (m.stall_W, m.stop_audited, m.stop_audit_tp) == (4, 30, 28)
+    assert m.stop_precision_lb == pytest.approx(clopper_pearson_lower(68, 70))
+    assert auditor.W == 4
+    # read as the group gate reads its ledger (audits only), the same evidence swings W to 6
+    alone = next_threshold(auditor.ledger.thresholds[2], auditor.ledger.recent(2), floor=0.9)
+    assert W_of(alone.threshold) == 6 and alone.precision_lb == pytest.approx(
+        clopper_pearson_lower(28, 30)
+    )
+    assert sum(r.source == "audit" for r in evidence(auditor.ledger.recent(2), -3.0)) == 70
