@@ -56,17 +56,15 @@ def syntax_parser(pattern: str) -> Callable[[str], Any]:
     """A parser that keeps a game's own action syntax: the whole response is sent to the game;
     the signals compare the last match of ``pattern`` in it, lower-cased and with its spaces
     collapsed (the stripped last line when nothing matches)."""
-    from srollout.rollout.engine import ParsedTurn
-
     found = re.compile(pattern)
 
-    def parse(text: str) -> ParsedTurn:
+    def parse(text: str) -> tuple[str, str, str]:
         m = _THOUGHT.search(text)
         thought = " ".join(m.group(1).split()) if m else ""
         matches = found.findall(text)
         lines = [line for line in text.splitlines() if line.strip()]
         key = matches[-1] if matches else (lines[-1] if lines else "")
-        return ParsedTurn(thought, text, " ".join(key.lower().split()))
+        return thought, text, " ".join(key.lower().split())  # (thought, sent, compared)
 
     return parse
 

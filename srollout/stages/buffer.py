@@ -316,19 +316,11 @@ def groups_from_trajectories(trajs: pl.DataFrame, source: Path) -> pl.DataFrame:
         label=pl.Series(label, dtype=pl.Utf8),
         zero_var=pl.Series(zero_var, dtype=pl.Boolean),
         total_steps=pl.col("n_steps").list.sum().cast(pl.Int64),
-    ).select(
-        [
-            "group_id",
-            "task_type",
-            "G",
-            "reward_var",
-            "label",
-            "zero_var",
-            "rewards",
-            "n_steps",
-            "total_steps",
-        ]
-    )
+    ).select(GROUP_OUTCOME_COLUMNS)
+
+
+GROUP_OUTCOME_COLUMNS = ["group_id", "task_type", "G", "reward_var", "label", "zero_var"]
+GROUP_OUTCOME_COLUMNS += ["rewards", "n_steps", "total_steps"]
 
 
 def _group_outcomes(
