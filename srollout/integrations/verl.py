@@ -26,9 +26,10 @@ What one session (:class:`SrolloutAgentLoop`) does:
    ``extra_fields["srollout_env_reward"]``, logged only;
 5. returns an ``AgentLoopOutput``: response = the model's turns (mask 1) and the observations
    between them (mask 0), and ``extra_fields`` ``srollout_cut``, ``srollout_cut_step`` (-1 when
-   kept), ``srollout_steps``, ``srollout_ended_by`` (``done|lost|max_steps|max_tokens|gate``),
-   ``srollout_task_id``, ``srollout_env_reward``; ``reward_extra_info`` holds ``score`` (the
-   reward verl trains on) and ``srollout_cut`` (1.0/0.0) for verl's reward metrics.
+   kept), ``srollout_steps``, ``srollout_ended_by``
+   (``done|lost|max_steps|max_tokens|gate|stalled``), ``srollout_task_id``,
+   ``srollout_env_reward``; ``reward_extra_info`` holds ``score`` (the reward verl trains on)
+   and ``srollout_cut`` (1.0/0.0) for verl's reward metrics.
 
 Two loops are registered: ``srollout_gated`` (this gate) and ``srollout_ungated`` (the same
 episodes, no barrier: for validation rows, whose n is ``val_kwargs.n``, and for a baseline arm).
@@ -49,6 +50,7 @@ from typing import Any
 from uuid import uuid4
 
 from srollout.core.gate import Gate, GateRule, gate_from_dict, load_gate
+from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.integrations.group_barrier import GateDecision, GroupBarrier
@@ -93,7 +95,10 @@ class VerlGateSettings:
     (None = take rollout.n). T_max: step limit per episode (paper: 30). timeout_s: how long a
     group may go without any session reporting a step while one waits at the barrier before it
     is released and kept. model_dir: the model directory whose ``srollout.json`` prompt the
-    episodes use (None = ``actor_rollout_ref.model.path``).
+    episodes use (None = ``actor_rollout_ref.model.path``). stall / stall_from: the trajectory
+    gate in ``srollout_gated`` (W, k0: end a session after step t >= k0 once none of its last W
+    observations was new to it, ``srollout_ended_by="stalled"``, its reward so far kept; 0 = off;
+    docs/gates.md); ``srollout_ungated`` (validation) always plays whole episodes.
     """
 
     gate: str | Mapping[str, Any] | None = None
@@ -101,6 +106,8 @@ class VerlGateSettings:
     T_max: int = 30
     timeout_s: float = 600.0
     model_dir: str | None = None
+    stall: int = 0
+    stall_from: int = 10
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, Any], trainer_config: Any) -> VerlGateSettings:
@@ -288,6 +295,12 @@ class SrolloutAgentLoop(AgentLoopBase):
         self.response_length = int(self.rollout_config.response_length)
         if self.settings.T_max < 1:
             raise SrolloutError(f"T_max must be >= 1, got {self.settings.T_max}")
+        self.traj_gate = None
+        if self.gated and self.settings.stall:
+            from srollout.core.trajectory_gate import StallGate
+
+            self.traj_gate = StallGate(W=self.settings.stall, k0=self.settings.stall_from)
+            self.traj_gate.check(self.settings.T_max)
         self.barrier: GroupBarrier | None = None
         if self.gated:
             n = self.rollout_config.get("n", None)
@@ -344,6 +357,7 @@ class SrolloutAgentLoop(AgentLoopBase):
         request_id = uuid4().hex  # one sticky session for all turns (prefix cache)
         reward, steps, ended_by = 0.0, 0, "max_steps"
         decision = GateDecision(cut=False)
+        novelty, rejected = NoveltyTracker(observation), 0  # what the trajectory gate reads
         for t in range(1, self.settings.T_max + 1):
             g0 = time.perf_counter()
             out = await self.server_manager.generate(
@@ -374,6 +388,10 @@ class SrolloutAgentLoop(AgentLoopBase):
             ended_by = ("lost" if lost else "done") if result.done else "max_steps"
             if not ended and len(response_mask) >= self.response_length:
                 ended, ended_by = True, "max_tokens"
+            rejected = 0 if result.valid else rejected + 1
+            state = TrajectoryState(t, novelty.step(result.observation), rejected)
+            if not ended and self.traj_gate is not None and self.traj_gate.stops(state):
+                ended, ended_by = True, "stalled"  # keeps its reward so far, as T_max does
             if not ended:
                 # as verl's tool loop: the assistant turn is in the context already (its
                 # generated tokens), the next user turn is the delta to merge

@@ -350,3 +350,37 @@ def test_a_group_larger_than_G_is_refused(tokenizer, two_tasks, tmp_path):
     errors = [o for o in outs if isinstance(o, BaseException)]
     assert len(errors) == 1 and "outside 0..3" in str(errors[0])
     assert all(b.open_groups == 0 for b in sv._BARRIERS.values())
+
+
+def test_the_trajectory_gate_ends_stalled_sessions_in_verls_loop(tokenizer, two_tasks, tmp_path):
+    """stall W 2 from step 3 on the kept task's group: session 0 plays its walkthrough (every
+    observation new) and wins at step 4; sessions 1-3 send distinct invalid actions, each
+    answered "Nothing happens.", seen from step 2 on: steps since a new observation 0, 1, 2, so
+    each ends after step 3, stalled, with its reward so far (0). All end before K = 6: no cut.
+    The ungated loop (validation) plays the same group out to T_max."""
+    _, kept_task = two_tasks
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6}, T_max=8, timeout_s=30,
+        stall=2, stall_from=3,
+    )  # fmt: skip
+    cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
+    server = ScriptedServer(tokenizer, scripts_for(kept_task, kept_task, 6))
+    worker = make_worker(server, tokenizer, str(cfg))
+    out = run_batch(worker, batch_of(rows_for([kept_task]), ["u0"]))
+    nt = out.non_tensor_batch
+    assert sorted(nt["srollout_ended_by"]) == ["done", "stalled", "stalled", "stalled"]
+    assert sorted(nt["srollout_steps"]) == [3, 3, 3, 4]
+    assert list(nt["srollout_cut"]) == [False] * G
+    assert sorted(out.batch["rm_scores"].sum(dim=1).tolist()) == [0.0, 0.0, 0.0, 1.0]
+    assert server.calls == 4 + 3 * 3
+    ungated = make_worker(ScriptedServer(tokenizer, scripts_for(kept_task, kept_task, 6)),
+                          tokenizer, str(cfg))  # fmt: skip
+    whole = run_batch(ungated, batch_of(rows_for([kept_task], sv.UNGATED), ["u1"]))
+    assert sorted(whole.non_tensor_batch["srollout_steps"]) == [4, 8, 8, 8]
+    bad = sv.VerlGateSettings(gate=None, T_max=8, stall=2, stall_from=9)
+    worker = make_worker(
+        server, tokenizer, str(sv.write_agent_loop_config(tmp_path / "b.yaml", bad))
+    )
+    with pytest.raises(Exception) as err:  # hydra wraps what the agent loop raises
+        run_batch(worker, batch_of(rows_for([kept_task]), ["u2"]))
+    assert "stall k0 (--stall-from) 9 is larger than --T-max 8" in str(err.value)
