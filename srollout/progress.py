@@ -97,6 +97,13 @@ class StageBar:
             self.total -= n
             self.update(total=self.total)
 
+    def _remaining(self, completed: float, total: float | None, now: float) -> float | None:
+        """Seconds left: the time so far per step done, times the steps to go (None before the
+        first step)."""
+        if not completed or not total:
+            return None
+        return (now - self.t0) * (total - completed) / completed
+
     def _plain_line(self) -> None:
         """Off a terminal: one line of text, at most every LOG_EVERY_S seconds and at the end."""
         task = self.bar.tasks[0]
@@ -110,10 +117,11 @@ class StageBar:
         parts = [
             f"{int(task.completed)}/{int(task.total or 0)}" + (f" {self.unit}" if self.unit else "")
         ]
-        parts += [str(task.fields[name]) for name in self.fields if task.fields.get(name)]
+        shown = [name for name in self.fields if name != "eta" and task.fields.get(name)]
+        parts += [str(task.fields[name]) for name in shown]
         clock = f"elapsed {_clock(now - self.t0)}"
-        if not task.finished and task.completed and task.total:
-            remaining = (now - self.t0) * (task.total - task.completed) / task.completed
+        remaining = None if task.finished else self._remaining(task.completed, task.total, now)
+        if remaining is not None:
             clock += f", ETA {_clock(remaining)}"
         self.console.print(
             f"{self.label}: {' '.join(parts)}, {clock}", highlight=False, markup=False
@@ -145,23 +153,53 @@ class RolloutBar(StageBar):
             completed=completed,
             before=before,
             unit="groups",
-            after=("rate",),
+            after=("rate", "eta"),
+            eta=False,  # rich's own estimate counts the start-up and the first wave as the pace
         )
         self.tokens = 0
+        self.first_tick: float | None = None  # the policy's first call: start-up is over
+        self.in_flight = 0
+
+    def _remaining(self, completed: float, total: float | None, now: float) -> float | None:
+        """Seconds left, from the pace since the first tick (model loading and the Ray cluster's
+        start are not the pace) over the groups done, each group in flight counted half done:
+        groups finish in waves, and the first finishes only when many have run for as long."""
+        if self.first_tick is None or not total or not completed:
+            return None
+        done = completed + 0.5 * self.in_flight
+        if done <= 0:
+            return None
+        return max(0.0, (now - self.first_tick) * (total - done) / done)
+
+    def _eta_text(self, more: int = 0) -> str:
+        """The ETA column's text once ``more`` groups are added to those done."""
+        task = self.bar.tasks[0]
+        done, total = task.completed + more, task.total
+        left = self._remaining(done, total, time.perf_counter())
+        return (
+            "" if left is None or (total is not None and done >= total) else f"ETA {_clock(left)}"
+        )
 
     def tick(self, stats: Any) -> None:
-        """One engine tick (a ``srollout.rollout.engine.TickStats``: ``gen_tokens``, ``rows``)."""
+        """One engine tick (a ``srollout.rollout.engine.TickStats``: ``gen_tokens``, ``rows``,
+        ``groups_in_flight``)."""
         self.tokens += stats.gen_tokens
+        if self.first_tick is None:
+            self.first_tick = time.perf_counter()
+        self.in_flight = int(getattr(stats, "groups_in_flight", 0) or 0)
         if self.enabled:
             rate = self.tokens / max(time.perf_counter() - self.t0, 1e-9)
             # tokens over the time since the bar started (a Ray cluster's start included), like
             # the summary's "throughput"; not its "generation speed" (time inside generate only)
-            self.update(rate=f"{rate:,.0f} tok/s since the start, {stats.rows} in flight")
+            self.update(
+                rate=f"{rate:,.0f} tok/s since the start, {stats.rows} in flight",
+                eta=self._eta_text(),
+            )
 
     def advance(self, n: int = 1) -> None:
         """``n`` more groups done (none: nothing drawn)."""
-        if n:
-            self.update(advance=n)
+        if n and self.enabled:
+            self.update(advance=n, eta=self._eta_text(n))
 
     def extend(self, n: int) -> None:
         """``n`` more groups than planned (DAPO's extra rounds)."""

@@ -68,7 +68,9 @@ class CollectStats(NamedTuple):
     gen_tok_per_s are of this process only (a resumed run measures its own part). Two
     throughputs, both of generated tokens: ``tok_per_s`` over the rollout's wall-clock (what the
     progress bar shows), ``gen_tok_per_s`` over the time spent inside the policy's generate
-    calls only (the backend's own speed; environment steps and bookkeeping excluded).
+    calls only (the backend's own speed; environment steps and bookkeeping excluded). With
+    ``workers`` > 1 that time is summed over the workers, so the second is one worker's speed
+    and the first can be the larger.
     """
 
     n_groups: int
@@ -84,6 +86,7 @@ class CollectStats(NamedTuple):
     tok_per_s: float
     gen_tok_per_s: float
     resumed_groups: int
+    workers: int = 1
 
 
 class CollectResult(NamedTuple):
@@ -252,7 +255,7 @@ def run_collect(
     if missing:
         raise SrolloutError(f"{run_dir}: groups {missing[:3]} have no part after the rollout")
     paths = merge_parts(run_dir, [s.group_id for s in specs])
-    stats = summarise(paths, summary, len(done_ids))
+    stats = summarise(paths, summary, len(done_ids), dist.workers if distributed else 1)
     audited = None
     if audit is not None:
         from srollout.schemas import AUDIT
@@ -336,7 +339,9 @@ def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:
     return build_gate(config) if config.gate_on else (None, None)
 
 
-def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> CollectStats:
+def summarise(
+    paths: dict[str, Path], summary: RolloutSummary, resumed: int, workers: int = 1
+) -> CollectStats:
     """Headline numbers from the merged tables (all groups) and this process's engine totals."""
     groups = pl.read_parquet(paths["groups"])
     trajs = pl.read_parquet(
@@ -363,6 +368,7 @@ def summarise(paths: dict[str, Path], summary: RolloutSummary, resumed: int) -> 
         if summary.n_gen_tokens > 0 and summary.gen_s > 0
         else float("nan"),
         resumed_groups=resumed,
+        workers=workers,
     )
 
 
@@ -387,7 +393,13 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
         ("generated tokens", str(stats.n_gen_tokens)),
         ("rollout wall-clock (this process)", f"{stats.wall_s:.1f} s"),
         ("throughput (generated tokens ÷ rollout wall-clock)", _tok_s(stats.tok_per_s)),
-        ("generation speed (tokens ÷ time inside generate)", _tok_s(stats.gen_tok_per_s)),
+        (
+            "generation speed (tokens ÷ time inside generate)"
+            if stats.workers <= 1
+            else f"generation speed of one worker (tokens ÷ time inside generate, summed over "
+            f"the {stats.workers} workers)",
+            _tok_s(stats.gen_tok_per_s),
+        ),
     ]
     if stats.resumed_groups:
         rows.append(("groups kept from the interrupted run", str(stats.resumed_groups)))

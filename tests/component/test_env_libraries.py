@@ -30,7 +30,8 @@ def _need(module: str):
 
 class Bisect:
     """Trajectory 0 bisects from the middle, 2 from the top; 1 answers without the game's
-    syntax; 3 repeats the lowest number of the range. ``fmt`` writes a guess in the game's syntax."""
+    syntax; 3 repeats the lowest number of the range. ``fmt`` writes a guess in the game's
+    syntax."""
 
     name = "bisect"
 

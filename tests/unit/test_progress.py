@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 
+import pytest
 from rich.console import Console
 
 from srollout.progress import StageBar
@@ -145,6 +146,14 @@ def test_the_collect_bar_and_summary_name_which_throughput_each_shows(monkeypatc
     none = stats._replace(n_gen_tokens=0, tok_per_s=float("nan"), gen_tok_per_s=float("nan"))
     speed = dict(stats_frame(none).iter_rows())["generation speed (tokens ÷ time inside generate)"]
     assert speed == "—"
+    # four Ray workers: 1.5 s inside generate is summed over them, so the speed is one worker's
+    four = dict(stats_frame(stats._replace(workers=4)).iter_rows())
+    name = (
+        "generation speed of one worker (tokens ÷ time inside generate, summed over the 4 workers)"
+    )
+    assert (
+        four[name] == "800 tok/s" and "generation speed (tokens ÷ time inside generate)" not in four
+    )
 
 
 def test_a_resumed_run_counts_and_times_only_its_own_work(monkeypatch):
@@ -165,3 +174,36 @@ def test_a_resumed_run_counts_and_times_only_its_own_work(monkeypatch):
         "train-onpolicy: 0/18, elapsed 0:00",
         "train-onpolicy: 1/18, elapsed 0:40, ETA 11:20",
     ]
+
+
+def test_the_rollout_bars_eta_counts_neither_start_up_nor_the_first_wave_as_the_pace(monkeypatch):
+    """100 groups, 8 in flight. The model loads for 50 s (no tick yet: no ETA); the policy's
+    first call comes at 50 s; the first group ends at 60 s with 7 still in flight. The pace since
+    the first tick: 10 s for 1 + 7/2 = 4.5 groups' worth, 95.5 to go: 212 s (3:32). The old
+    estimate, 60 s a group done, said 99 minutes."""
+    import srollout.progress as progress
+    from srollout.rollout.engine import TickStats
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    bar = progress.RolloutBar(console, "collect", 100, enabled=True)
+    assert bar._remaining(0, 100, 40.0) is None  # loading: nothing to go by
+    now[0] = 50.0
+    bar.tick(TickStats(1, 64, 640, 1.0, 0.1, 8, 0))
+    now[0] = 60.0
+    bar.tick(TickStats(2, 64, 640, 1.0, 0.1, 7, 1))
+    bar.advance(1)
+    assert bar._remaining(1, 100, 60.0) == pytest.approx(10 * 95.5 / 4.5)
+    assert bar.bar.tasks[0].fields["eta"] == "ETA 3:32"
+    # off a terminal the line at the first tick says no ETA (no group done yet)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("collect:")]
+    assert lines == ["collect: 0/100 groups 13 tok/s since the start, 64 in flight, elapsed 0:50"]
+    now[0] = 95.0
+    bar.advance(1)  # 35 s after the last line: a line, its ETA once
+    line = out.getvalue().splitlines()[-1]
+    assert line.endswith(f"elapsed 1:35, ETA {progress._clock(45 * 94.5 / 5.5)}")
+    assert line.count("ETA") == 1
+    bar.advance(98)
+    assert bar.bar.tasks[0].fields["eta"] == ""  # done: no ETA
