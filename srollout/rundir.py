@@ -317,6 +317,7 @@ ADDED_OPTIONS: dict[str, Any] = {
     "precision_floor": 0.85,
     "stall": 0,
     "stall_from": 10,
+    "shadow": False,
 }
 
 

@@ -207,7 +207,11 @@ TRAJECTORIES = Artifact(
         _count("n_steps"),
         Rule("ended_by", "one of " + ", ".join(ENDED_BY), values=ENDED_BY),
         _count("n_gen_tokens", missing=True),
+        Rule("shadow_stop_step", "a step >= 1 (null when not stopped)", 1, missing=True),
     ),
+    # written by a shadow run only (collect --shadow): where the trajectory gate would have
+    # stopped it
+    optional={"shadow_stop_step": pl.Int64},
 )
 
 GROUPS = Artifact(
@@ -232,9 +236,11 @@ GROUPS = Artifact(
         Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
         Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
         Rule("cut_step", "K >= 1 (null when not cut)", 1, missing=True),
+        Rule("shadow_cut_step", "K >= 1 (null when the gate would not cut)", 1, missing=True),
     ),
-    # written by a run with --audit > 0 only: a cut the audit let run on to T_max
-    optional={"audited": pl.Boolean},
+    # written by a run with --audit > 0 only: a cut the audit let run on to T_max; by a shadow
+    # run only (collect --shadow): the step the group gate would have cut it at
+    optional={"audited": pl.Boolean, "shadow_cut_step": pl.Int64},
 )
 
 SIGNALS = Artifact(

@@ -16,7 +16,7 @@ from srollout.cli.rollout_options import (
 from srollout.config import CollectConfig, DistConfig, help_for
 from srollout.errors import SrolloutError
 
-OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
+OPTIONS = (*ROLLOUT_OPTIONS, "shadow", *RUN_OPTIONS)
 
 
 def register(app: typer.Typer) -> None:
@@ -65,6 +65,15 @@ def register(app: typer.Typer) -> None:
                 f"the gate as calibrated: {result.run_dir / AUDITED_GATE_FILE} "
                 "(--gate takes it; docs/gates.md)",
                 highlight=False,
+            )
+        if config.shadow:
+            from srollout.stages.collect_shadow import shadow_frame, shadow_scores
+
+            console.print(
+                to_rich(
+                    shadow_frame(shadow_scores(result.paths)),
+                    title="what the gates would have done (shadow: nothing was cut)",
+                )
             )
         console.print(f"[bold]run directory:[/] {result.run_dir}")
         for path in (

@@ -249,6 +249,13 @@ class CollectConfig(RolloutOptions):
         f"A one-minute look: {QUICK_GROUPS} groups and T_max {QUICK_T_MAX} unless "
         "given explicitly.",
     )
+    shadow: bool = doc(
+        False,
+        "Run the gates in shadow: ask the group gate (--gate, --K, --d-L) and the trajectory gate "
+        "(--stall, or a gate-stall.json) where they would act and record it "
+        "(groups.shadow_cut_step, trajectories.shadow_stop_step), cutting and stopping nothing; "
+        "the report scores every decision by the full outcome.",
+    )
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -259,6 +266,14 @@ class CollectConfig(RolloutOptions):
         if self.audit > 0 and not self.gate_on:
             raise SrolloutError(
                 "--audit audits the gate's cuts: turn the gate on (--gate, --K or --d-L)"
+            )
+        if self.shadow and not (self.gate_on or self.stall or self.gate is not None):
+            raise SrolloutError(
+                "--shadow records what a gate would do: give one (--gate, --K, --d-L or --stall)"
+            )
+        if self.shadow and self.audit > 0:
+            raise SrolloutError(
+                "--shadow cuts nothing, so there is nothing for --audit to audit: give one of them"
             )
 
     def resume_key(self) -> dict[str, Any]:

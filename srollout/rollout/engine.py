@@ -118,6 +118,8 @@ class TrajRecord:
     actions / observations: normalised a_1..a_n and the observations o_1..o_n acted on.
     audited_stop: the step the trajectory gate fired at when the audit let the trajectory run
     on (``RolloutSettings.traj_audit``; None otherwise): it played to its end for its label.
+    shadow_stop: the step the trajectory gate would have stopped it at, in a shadow run
+    (``RolloutSettings.shadow``; it played on).
     """
 
     traj_idx: int
@@ -134,6 +136,7 @@ class TrajRecord:
     reset_s: float = 0.0
     tokens: TrajectoryTokens | None = None
     audited_stop: int | None = None
+    shadow_stop: int | None = None
 
     @property
     def stalled(self) -> bool:
@@ -154,6 +157,8 @@ class GroupRecord:
     gate_checks: every step the gate was evaluated at, in order (one for a fixed-K gate; up to
     len(check_K) for an adaptive-K gate). audited: a cut group whose trajectories ran on to the
     end for the audit (``RolloutSettings.audit``); its trajectories and rewards are full ones.
+    shadow_cut_step: in a shadow run (``RolloutSettings.shadow``), the step the gate would have
+    cut the group at (None: it would not); the group was not cut.
     """
 
     spec: GroupSpec
@@ -170,6 +175,7 @@ class GroupRecord:
     finished_tick: int = 0
     gate_checks: list[int] = field(default_factory=list)
     audited: bool = False
+    shadow_cut_step: int | None = None
 
     @property
     def group_id(self) -> str:
@@ -517,12 +523,15 @@ class _Pool:
                 elif (
                     traj_gate is not None
                     and live.rec.audited_stop is None
+                    and live.rec.shadow_stop is None
                     and traj_gate.stops(live.state)
                 ):
-                    picked = traj_audit is not None and traj_audit(
+                    if self.settings.shadow:  # recorded, and nothing stops
+                        live.rec.shadow_stop = g.step
+                        still.append(live)
+                    elif traj_audit is not None and traj_audit(
                         g.record.spec.index, live.rec.traj_idx
-                    )
-                    if picked:
+                    ):
                         live.rec.audited_stop = g.step  # the audit lets it run on for its label
                         still.append(live)
                     else:
@@ -531,7 +540,8 @@ class _Pool:
                 else:
                     still.append(live)
             g.live = still
-            if g.step in self.gate_steps and g.live and not g.record.cut:
+            decided = g.record.cut or g.record.shadow_cut_step is not None
+            if g.step in self.gate_steps and g.live and not decided:
                 self.check_gate(g)
 
     def check_gate(self, g: _Group) -> None:
@@ -542,6 +552,9 @@ class _Pool:
         g.record.gate_K, g.record.gate_signals = g.step, sig
         g.record.gate_checks.append(g.step)
         if gate_fires(self.settings.gate, g.step, sig):
+            if self.settings.shadow:  # recorded, and the group plays on
+                g.record.shadow_cut_step = g.step
+                return
             g.record.cut, g.record.cut_step = True, g.step
             self.totals.cut += 1
             audit = self.settings.audit

@@ -104,6 +104,9 @@ TABLE_SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 
 # groups.parquet of a run with --audit > 0 (every arm): which cuts the audit let run on
 AUDIT_GROUP_SCHEMA: dict[str, pl.DataType] = {**GROUP_SCHEMA, "audited": pl.Boolean}
+# a shadow run (collect --shadow): where each gate would have acted (null: it would not)
+SHADOW_GROUP_SCHEMA: dict[str, pl.DataType] = {**GROUP_SCHEMA, "shadow_cut_step": pl.Int64}
+SHADOW_TRAJ_SCHEMA: dict[str, pl.DataType] = {**TRAJ_SCHEMA, "shadow_stop_step": pl.Int64}
 
 # Columns that hold measured time: they differ between two runs of the same seed.
 TIMING_COLUMNS: frozenset[str] = frozenset(
@@ -123,9 +126,11 @@ class GroupTables(NamedTuple):
         return dict(self._asdict())
 
 
-def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
+def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False) -> GroupTables:
     """Turn one finished :class:`GroupRecord` into its four tables (schemas above); ``audit``:
-    the run audits its gate, so the groups row has ``audited`` (:data:`AUDIT_GROUP_SCHEMA`)."""
+    the run audits its gate, so the groups row has ``audited`` (:data:`AUDIT_GROUP_SCHEMA`);
+    ``shadow``: a shadow run, so the groups row has ``shadow_cut_step`` and each trajectory
+    ``shadow_stop_step`` (:data:`SHADOW_GROUP_SCHEMA`, :data:`SHADOW_TRAJ_SCHEMA`)."""
     from srollout.core.grpo import group_label, is_zero_variance, reward_variance
 
     spec = record.spec
@@ -173,6 +178,7 @@ def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
                 if t.tokens is not None
                 else [],
                 "arm": record.arm,
+                **({"shadow_stop_step": t.shadow_stop} if shadow else {}),
             }
         )
     gate_d_K = (
@@ -224,9 +230,13 @@ def group_tables(record: GroupRecord, audit: bool = False) -> GroupTables:
         steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA)
         if step_rows
         else pl.DataFrame(schema=STEP_SCHEMA),
-        trajectories=pl.DataFrame(traj_rows, schema=TRAJ_SCHEMA),
+        trajectories=pl.DataFrame(traj_rows, schema=SHADOW_TRAJ_SCHEMA if shadow else TRAJ_SCHEMA),
         groups=pl.DataFrame([{**group_row, "audited": record.audited}], schema=AUDIT_GROUP_SCHEMA)
         if audit
+        else pl.DataFrame(
+            [{**group_row, "shadow_cut_step": record.shadow_cut_step}], schema=SHADOW_GROUP_SCHEMA
+        )
+        if shadow
         else pl.DataFrame([group_row], schema=GROUP_SCHEMA),
         signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA)
         if signal_rows

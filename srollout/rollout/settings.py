@@ -50,7 +50,10 @@ class RolloutSettings:
     traj_gate: the trajectory gate (None = off), asked after every step of every trajectory
     that goes on; traj_audit: (group index, trajectory index) -> whether a stop of that
     trajectory is audited (it is recorded as ``TrajRecord.audited_stop`` and the trajectory runs
-    on to its end for the audit's label; ``train-onpolicy --audit`` on a stall arm).
+    on to its end for the audit's label; ``train-onpolicy --audit`` on a stall arm); shadow:
+    both gates are asked where they would act and their decisions recorded
+    (``GroupRecord.shadow_cut_step``, ``TrajRecord.shadow_stop``), but nothing is cut or stopped,
+    so every decision is later labelled by the full outcome.
     """
 
     G: int = 8
@@ -64,6 +67,7 @@ class RolloutSettings:
     audit: Callable[[int], bool] | None = None
     traj_gate: TrajectoryGateLike | None = None
     traj_audit: Callable[[int, int], bool] | None = None
+    shadow: bool = False
 
     def __post_init__(self) -> None:
         if self.G < 1:

@@ -169,8 +169,12 @@ def run_collect(
         signal_K=tuple(config.signal_K),
         gate=gate,
         gate_K=gate_K,
-        arm="gated" if gate is not None or traj_gate is not None else "collect",
+        # a shadow run cuts nothing: its outcomes are an ungated collect's
+        arm="gated"
+        if (gate is not None or traj_gate is not None) and not config.shadow
+        else "collect",
         traj_gate=traj_gate,
+        shadow=config.shadow,
     )
     distributed = dist.workers > 1 and bool(todo)
     # --- workers > 1: each Ray worker builds its own policy replica from the recipe
@@ -200,7 +204,8 @@ def run_collect(
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
-        write_part(run_dir, record.group_id, group_tables(record, audit=audit is not None))
+        tables = group_tables(record, audit=audit is not None, shadow=config.shadow)
+        write_part(run_dir, record.group_id, tables)
 
     prompter = build_prompter(config) if audit is not None and todo else None
     bar = _progress(console, total=len(specs), done=len(done_ids), enabled=progress)
@@ -482,6 +487,13 @@ def write_collect_report(
         ),
         Section("By task type", to_markdown(by_type)),
     ]
+    if config.shadow:
+        from srollout.stages.collect_shadow import SHADOW_NOTE, shadow_frame, shadow_scores
+
+        table = to_markdown(shadow_frame(shadow_scores(paths)))
+        sections.insert(
+            1, Section("What the gates would have done (shadow)", f"{table}\n\n{SHADOW_NOTE}")
+        )
     if d_by_label is not None:
         sections.append(Section("Prefix edit distance d_K by label", to_markdown(d_by_label)))
     if audit is not None and "audit" in paths:

@@ -258,3 +258,52 @@ def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(tmp_pa
             step = next_threshold(theta, evidence(ledger.recent(i), theta), floor=0.9)
             assert W_of(step.threshold) == Ws[i]
     assert sum(r.source == "audit" for r in ledger.rows) == stall["gate/stop_audited"].sum()
+
+
+def test_collect_in_shadow_plays_everything_out_and_records_what_each_gate_would_do(
+    ungated, tmp_path
+):
+    """`collect --shadow` with the group gate (R1, K 5, d_L 0.9) and the stall rule (W 2 from
+    step 5): the tables are the ungated run's (nothing was cut or stopped); each trajectory's
+    shadow stop is where the offline evaluator stops it, each group's shadow cut where a real
+    gated run cuts it; the report scores both by the full outcomes."""
+    from srollout.stages.collect_shadow import shadow_scores
+
+    gates = ["--K", "5", "--d-L", "0.9", "--stall", "2", "--stall-from", "5"]
+    shadow, gated = tmp_path / "shadow", tmp_path / "gated"
+    proc = srollout("collect", *RUN, *gates, "--shadow", "--out", str(shadow))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "what the gates would have done" in proc.stdout
+    same = ["group_id", "traj_idx", "reward", "n_steps", "ended_by", "success"]
+    mine = read(shadow / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    base = read(ungated / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    assert mine.select(same).equals(base.select(same))
+    steps = ["group_id", "traj_idx", "step", "action", "observation"]
+    assert (
+        read(shadow / "steps.parquet", STEPS).sort(steps[:3]).select(steps)
+        .equals(read(ungated / "steps.parquet", STEPS).sort(steps[:3]).select(steps))
+    )  # fmt: skip
+    offline = stall_stops(load_trajectories(ungated), 2, 5)
+    assert mine["shadow_stop_step"].fill_null(0).to_list() == offline.tolist()
+    assert (offline > 0).sum() > 0
+    proc = srollout("collect", *RUN, "--K", "5", "--d-L", "0.9", "--out", str(gated))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cuts = pl.read_parquet(gated / "groups.parquet").sort("group_id")["cut_step"]
+    groups = pl.read_parquet(shadow / "groups.parquet").sort("group_id")
+    assert groups["shadow_cut_step"].to_list() == cuts.to_list() and cuts.is_not_null().any()
+    assert not groups["cut"].any() and set(groups["arm"]) == {"collect"}
+    scores = shadow_scores(
+        {k: shadow / f"{k}.parquet" for k in ("groups", "trajectories", "steps")}
+    )
+    stops = mine.filter(pl.col("shadow_stop_step").is_not_null())
+    assert scores["trajectory gate"].n == stops.height == (offline > 0).sum()
+    assert scores["trajectory gate"].right == (~stops["success"]).sum()
+    cut = groups.filter(pl.col("shadow_cut_step").is_not_null())
+    assert (scores["group gate"].n, scores["group gate"].right) == (
+        cut.height,
+        cut["zero_var"].sum(),
+    )
+    report = (shadow / "report.md").read_text()
+    assert "## What the gates would have done (shadow)" in report
+    bad = srollout("collect", *RUN, "--shadow", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--shadow records what a gate would do" in bad.stderr
