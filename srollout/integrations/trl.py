@@ -102,7 +102,12 @@ class RolloutCounts:
     still live when their group was cut; env_steps / gen_tokens: environment steps taken and
     tokens generated; steps_saved_max: an upper bound on the steps the cuts saved (each
     trajectory live at a cut at step K could have taken T_max - K more); stalled: trajectories
-    the trajectory gate ended (they stay in the batch with the reward earned so far).
+    the trajectory gate ended (they stay in the batch with the reward earned so far). In shadow
+    (``GatedRollout(shadow=True)``: nothing is cut or stopped): shadow_cuts / shadow_cuts_right
+    (groups the gate would have cut; of those, zero-variance by their full rewards),
+    shadow_stops / shadow_stops_right (trajectories the trajectory gate would have stopped; of
+    those, failed), shadow_cut_steps / shadow_stop_steps (the environment steps taken after
+    each gate's decisions: what it would have saved).
     """
 
     calls: int = 0
@@ -113,6 +118,12 @@ class RolloutCounts:
     gen_tokens: int = 0
     steps_saved_max: int = 0
     stalled: int = 0
+    shadow_cuts: int = 0
+    shadow_cuts_right: int = 0
+    shadow_stops: int = 0
+    shadow_stops_right: int = 0
+    shadow_cut_steps: int = 0
+    shadow_stop_steps: int = 0
 
     def add(self, other: RolloutCounts) -> None:
         for f in fields(self):
@@ -132,6 +143,9 @@ class GatedRollout:
     n of the run (counted over calls) gets the engine's seeds for (seed, n, traj), so a gated
     and an ungated run see the same episodes up to step K. env_factory / prompter: the
     environment and ReAct protocol (``alfworld`` builds ALFWorld's and the model's own).
+    shadow: the gates are asked where they would act, and nothing is cut or stopped: TRL trains
+    exactly as without them, and every decision is scored by the full outcome it did not cut
+    (``gate/shadow_*`` in TRL's logs; ``last_records`` hold the decisions).
     """
 
     tasks: Sequence[Task]
@@ -145,6 +159,7 @@ class GatedRollout:
     max_new_tokens: int = 64
     seed: int = 0
     concurrency: int | None = None
+    shadow: bool = False
     counts: RolloutCounts = field(default_factory=RolloutCounts)
     last: RolloutCounts = field(default_factory=RolloutCounts)
     last_records: list[GroupRecord] = field(default_factory=list, repr=False)
@@ -277,6 +292,7 @@ class GatedRollout:
             gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
             arm="gated" if self.gate is not None or self.traj_gate is not None else "baseline",
             traj_gate=self.traj_gate,
+            shadow=self.shadow,
         )
 
     def groups_of(self, prompts: Sequence[Any], G: int) -> list[Task]:
@@ -322,7 +338,7 @@ class GatedRollout:
         self.counts.add(counts)
         log = getattr(trainer, "_metrics", None)
         if log is not None:
-            for key, value in self.metrics(counts).items():
+            for key, value in self.metrics(counts, self.shadow).items():
                 log["train" if model.training else "eval"][key].append(value)
         return out
 
@@ -383,6 +399,7 @@ class GatedRollout:
         for record in records:
             counts.groups += 1
             counts.cut += int(record.cut)
+            _count_shadow(counts, record)
             for i, traj in enumerate(record.trajs):
                 counts.env_steps += len(traj.steps)
                 counts.gen_tokens += traj.n_gen_tokens
@@ -435,7 +452,7 @@ class GatedRollout:
         return list(srollout_reward)
 
     @staticmethod
-    def metrics(counts: RolloutCounts) -> dict[str, float]:
+    def metrics(counts: RolloutCounts, shadow: bool = False) -> dict[str, float]:
         """What one call logs through TRL (averaged over the logging window by TRL)."""
         return {
             "gate/groups_cut": float(counts.cut),
@@ -445,4 +462,32 @@ class GatedRollout:
             "gate/trajectories_stalled": float(counts.stalled),
             "rollout/env_steps": float(counts.env_steps),
             "rollout/gen_tokens": float(counts.gen_tokens),
+            **(
+                {
+                    "gate/shadow_cuts": float(counts.shadow_cuts),
+                    "gate/shadow_cuts_right": float(counts.shadow_cuts_right),
+                    "gate/shadow_stops": float(counts.shadow_stops),
+                    "gate/shadow_stops_right": float(counts.shadow_stops_right),
+                    "gate/shadow_cut_steps_saved": float(counts.shadow_cut_steps),
+                    "gate/shadow_stop_steps_saved": float(counts.shadow_stop_steps),
+                }
+                if shadow
+                else {}
+            ),
         }
+
+
+def _count_shadow(counts: RolloutCounts, record: GroupRecord) -> None:
+    """Add one group's shadow decisions to ``counts``, each scored by its full outcome."""
+    from srollout.core.grpo import is_zero_variance
+
+    if record.shadow_cut_step is not None:
+        counts.shadow_cuts += 1
+        counts.shadow_cuts_right += int(is_zero_variance(record.rewards))
+        cut = record.shadow_cut_step
+        counts.shadow_cut_steps += sum(max(0, len(t.steps) - cut) for t in record.trajs)
+    for traj in record.trajs:
+        if traj.shadow_stop is not None:
+            counts.shadow_stops += 1
+            counts.shadow_stops_right += int(not traj.success)
+            counts.shadow_stop_steps += len(traj.steps) - traj.shadow_stop

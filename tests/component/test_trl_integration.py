@@ -241,3 +241,41 @@ def test_a_trajectory_gate_is_given_once():
         )
     with pytest.raises(SrolloutError, match="larger than --T-max 4"):
         _rollout(StallGate(W=2, k0=10))
+
+
+@pytest.mark.slow
+def test_in_shadow_the_gates_inside_trl_decide_and_train_exactly_like_no_gate(
+    three_runs, default_model, tmp_path
+):
+    """The gate that cuts every group and the stall rule W 1 from step 2, in shadow: the step
+    trains exactly as without a gate (the same seeds, nothing cut or stopped), and TRL's logs
+    say what each gate would have done, each decision scored by the full outcome."""
+    from srollout.core.grpo import is_zero_variance
+    from srollout.core.trajectory_gate import StallGate
+
+    rollout = GatedRollout.alfworld(
+        "train", n_tasks=GROUPS, G=G, gate=FixedGate(cut=True, K=K), traj_gate=StallGate(1, 2),
+        T_max=T_MAX, seed=3, max_new_tokens=48, shadow=True,
+    )  # fmt: skip
+    _, after, logged = _train_one_step(default_model, rollout, tmp_path)
+    none_rollout, _, none_after, none_logged = three_runs["none"]
+    assert _same(after, none_after)
+    assert logged["gate/groups_cut"] == 0 and logged["gate/trajectories_stalled"] == 0
+    records = rollout.last_records
+    assert [r.shadow_cut_step for r in records] == [K] * GROUPS and not any(r.cut for r in records)
+    assert logged["gate/shadow_cuts"] == GROUPS
+    assert logged["gate/shadow_cuts_right"] == sum(is_zero_variance(r.rewards) for r in records)
+    assert logged["gate/shadow_cut_steps_saved"] == sum(
+        max(0, len(t.steps) - K) for r in records for t in r.trajs
+    )
+    # each shadow stop is where the rule fires on the trajectory's own novelty (W 1 from step 2,
+    # asked after every step but the last), and only there
+    for t in (t for r in records for t in r.trajs):
+        since = [s["steps_since_new"] for s in t.steps]
+        fires = [k for k in range(2, len(since)) if since[k - 1] >= 1]
+        assert t.shadow_stop == (fires[0] if fires else None)
+    stops = [t for r in records for t in r.trajs if t.shadow_stop is not None]
+    assert logged["gate/shadow_stops"] == len(stops)
+    assert logged["gate/shadow_stops_right"] == sum(not t.success for t in stops)
+    assert logged["rollout/env_steps"] == none_logged["rollout/env_steps"]
+    assert "gate/shadow_cuts" not in none_logged
