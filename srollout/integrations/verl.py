@@ -98,7 +98,10 @@ class VerlGateSettings:
     episodes use (None = ``actor_rollout_ref.model.path``). stall / stall_from: the trajectory
     gate in ``srollout_gated`` (W, k0: end a session after step t >= k0 once none of its last W
     observations was new to it, ``srollout_ended_by="stalled"``, its reward so far kept; 0 = off;
-    docs/gates.md); ``srollout_ungated`` (validation) always plays whole episodes.
+    docs/gates.md); ``srollout_ungated`` (validation) always plays whole episodes. shadow: both
+    gates decide, and nothing is cut or stopped: each session reports where they would have
+    acted (``srollout_shadow_cut_step``, ``srollout_shadow_stop_step``; -1: nowhere) and verl
+    trains on the whole episodes.
     """
 
     gate: str | Mapping[str, Any] | None = None
@@ -108,6 +111,7 @@ class VerlGateSettings:
     model_dir: str | None = None
     stall: int = 0
     stall_from: int = 10
+    shadow: bool = False
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, Any], trainer_config: Any) -> VerlGateSettings:
@@ -358,6 +362,7 @@ class SrolloutAgentLoop(AgentLoopBase):
         reward, steps, ended_by = 0.0, 0, "max_steps"
         decision = GateDecision(cut=False)
         novelty, rejected = NoveltyTracker(observation), 0  # what the trajectory gate reads
+        shadow, shadow_stop = self.settings.shadow, -1
         for t in range(1, self.settings.T_max + 1):
             g0 = time.perf_counter()
             out = await self.server_manager.generate(
@@ -390,8 +395,11 @@ class SrolloutAgentLoop(AgentLoopBase):
                 ended, ended_by = True, "max_tokens"
             rejected = 0 if result.valid else rejected + 1
             state = TrajectoryState(t, novelty.step(result.observation), rejected)
-            if not ended and self.traj_gate is not None and self.traj_gate.stops(state):
-                ended, ended_by = True, "stalled"  # keeps its reward so far, as T_max does
+            if not ended and self.traj_gate is not None and shadow_stop < 0:
+                if self.traj_gate.stops(state) and shadow:
+                    shadow_stop = t  # recorded; the session plays on
+                elif self.traj_gate.stops(state):
+                    ended, ended_by = True, "stalled"  # keeps its reward so far, as T_max does
             if not ended:
                 # as verl's tool loop: the assistant turn is in the context already (its
                 # generated tokens), the next user turn is the delta to merge
@@ -415,17 +423,17 @@ class SrolloutAgentLoop(AgentLoopBase):
                     prompt_ids, response_mask = merged.token_ids, mask
                     if logprobs is not None:
                         logprobs = new_logprobs or []
-            if member is not None:
+            if member is not None and not decision.cut:  # (in shadow, play on after a cut)
                 decision = await member.step(turn.normalized, observation, ended=ended)
             observation = result.observation
             if ended:
                 break
-            if decision.cut:
+            if decision.cut and not shadow:
                 ended_by = "gate"
                 break
         if member is not None:
             decision = await member.outcome()  # a session that ended before K waits here
-        cut = decision.cut
+        cut = decision.cut and not shadow
         reward_score = CUT_REWARD if cut else reward
         n_resp = len(response_mask)
         response_ids = prompt_ids[len(prompt_ids) - n_resp :]
@@ -436,6 +444,8 @@ class SrolloutAgentLoop(AgentLoopBase):
             "tool_rewards": [],  # verl's own loops always carry these keys
             "srollout_cut": bool(cut),
             "srollout_cut_step": int(decision.K) if cut else -1,
+            "srollout_shadow_cut_step": int(decision.K) if decision.cut and shadow else -1,
+            "srollout_shadow_stop_step": shadow_stop,
             "srollout_steps": steps,
             "srollout_ended_by": ended_by,
             "srollout_task_id": task.task_id,

@@ -384,3 +384,31 @@ def test_the_trajectory_gate_ends_stalled_sessions_in_verls_loop(tokenizer, two_
     with pytest.raises(Exception) as err:  # hydra wraps what the agent loop raises
         run_batch(worker, batch_of(rows_for([kept_task]), ["u2"]))
     assert "stall k0 (--stall-from) 9 is larger than --T-max 8" in str(err.value)
+
+
+def test_in_shadow_verls_loop_cuts_and_stops_nothing_and_says_where_it_would(
+    tokenizer, two_tasks, tmp_path
+):
+    """The group of the first test (cut at K 6: three sessions repeat `look`) with the stall rule
+    W 2 from step 3, in shadow: every session plays out as without a gate ([4, 8, 8, 8], the
+    env's rewards), each reports the step the group gate would have cut at (6), and the three
+    that repeat `look` the step the stall rule would have stopped them at (the first t >= 3
+    whose last 2 observations were both seen before)."""
+    cut_task, kept_task = two_tasks
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6}, T_max=8, timeout_s=30,
+        stall=2, stall_from=3, shadow=True,
+    )  # fmt: skip
+    cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
+    server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 6))
+    out = run_batch(make_worker(server, tokenizer, str(cfg)), batch_of(rows_for([cut_task]), ["u"]))
+    nt = out.non_tensor_batch
+    assert list(nt["srollout_cut"]) == [False] * G
+    steps = [int(s) for s in nt["srollout_steps"]]
+    assert sorted(steps) == [4, 8, 8, 8]
+    assert sorted(out.batch["rm_scores"].sum(dim=1).tolist()) == [0.0, 0.0, 0.0, 1.0]
+    assert list(nt["srollout_shadow_cut_step"]) == [6] * G
+    stops = [int(s) for s in nt["srollout_shadow_stop_step"]]
+    assert sorted(stops)[0] == -1 and all(3 <= s < 8 for s in sorted(stops)[1:])
+    assert stops[steps.index(4)] == -1  # the winner saw something new at every step
+    assert set(nt["srollout_ended_by"]) <= {"done", "max_steps"}
