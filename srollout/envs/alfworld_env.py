@@ -457,6 +457,11 @@ class AlfworldEnv:
     The seed does not change the game (the task fixes it); it is accepted for the protocol.
     """
 
+    # reset and step never read or move Python's or NumPy's global generators (TextWorld keeps
+    # its own; tests/component/test_envs_alfworld.py checks it), so the engine need not give
+    # each trajectory its own state of them (srollout.rollout.env_calls, ~0.2 ms a call)
+    global_rng = False
+
     def __init__(self, *, expert_plan: bool = True) -> None:
         self.expert_plan_enabled = expert_plan
         self.task: Task | None = None  # type: ignore[assignment]

@@ -48,6 +48,7 @@ from srollout.rollout.env_calls import (
     EnvRandom,
     env_call,
     env_name,
+    env_random,
     env_step,
     outcome,
     reset_result,
@@ -264,7 +265,7 @@ class _Live:
     admissible: tuple[str, ...]
     expert_plan: tuple[str, ...]
     novelty: NoveltyTracker
-    rng: EnvRandom
+    rng: EnvRandom | Any
     state: TrajectoryState = TrajectoryState(0, 0, 0)
     over: bool = False  # the environment said the episode is over (won or lost)
     over: bool = False  # the environment said the episode is over (won or lost)
@@ -413,7 +414,7 @@ class _Pool:
             rec = TrajRecord(traj_idx=i, seed=seeds.sample, env_seed=seeds.env)
             env = self.take_env()
             r0 = time.perf_counter()
-            rng = EnvRandom(seeds.env)  # the game's own global generators (env_rng.py)
+            rng = env_random(env, seeds.env)  # the game's own global generators (env_calls.py)
             where = f"group {spec.group_id} (task {spec.task.task_id}), trajectory {i}"
             with rng.active():
                 out = env_call(

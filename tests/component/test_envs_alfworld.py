@@ -486,3 +486,24 @@ def test_an_expert_plays_the_same_whatever_template_the_prompter_wraps_observati
         )
         >= 3
     )
+
+
+def test_the_engine_never_touches_the_global_generators(tasks):
+    """AlfworldEnv says ``global_rng = False`` (the rollout engine then spares it the swap of
+    each trajectory's generator states): reset and steps, valid and not, with and without the
+    planner, leave Python's and NumPy's global generators as they were."""
+    import numpy as np
+
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    assert AlfworldEnv.global_rng is False
+    for expert_plan in (True, False):
+        env = AlfworldEnv(expert_plan=expert_plan)
+        for task in tasks[:2]:
+            before = random.getstate(), np.random.get_state()[1].copy()
+            _, info = env.reset(task, 7)
+            for action in [*list(info.admissible)[:4], "go to nowhere 9"]:
+                env.step(action)
+            assert random.getstate() == before[0]
+            assert (np.random.get_state()[1] == before[1]).all()
+        env.close()

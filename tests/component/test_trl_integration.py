@@ -18,10 +18,11 @@ from srollout.integrations.trl import GatedRollout, check_trl_version, task_prom
 G, GROUPS, T_MAX, K = 4, 2, 4, 2
 
 
-def _rollout(gate, seed: int = 3) -> GatedRollout:
+def _rollout(gate, seed: int = 3, **kwargs) -> GatedRollout:
     return GatedRollout.alfworld(
-        "train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed, max_new_tokens=48
-    )
+        "train", n_tasks=GROUPS, G=G, gate=gate, T_max=T_MAX, seed=seed, max_new_tokens=48,
+        **kwargs,
+    )  # fmt: skip
 
 
 def shorter_is_better(completion_ids, srollout_reward, **kwargs):
@@ -85,11 +86,20 @@ def _same(a: dict, b: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def three_runs(default_model, tmp_path_factory):
-    """No gate, a gate that never cuts, a gate that cuts every group: same seeds, same data."""
+    """No gate; a gate that cuts nothing (the gate that cuts every group, and the stall rule W 1
+    from step 2, both in shadow: they decide, nothing is cut); a gate that cuts every group.
+    Same seeds, same data."""
+    from srollout.core.trajectory_gate import StallGate
+
     runs = {}
-    gates = (("none", None), ("keep", FixedGate(cut=False, K=K)), ("cut", FixedGate(cut=True, K=K)))
-    for name, gate in gates:
-        rollout = _rollout(gate)
+    shadow = dict(traj_gate=StallGate(1, 2), shadow=True)
+    gates = (
+        ("none", None, {}),
+        ("keep", FixedGate(cut=True, K=K), shadow),
+        ("cut", FixedGate(cut=True, K=K), {}),
+    )
+    for name, gate, kwargs in gates:
+        rollout = _rollout(gate, **kwargs)
         out = tmp_path_factory.mktemp(name)
         before, after, logged = _train_one_step(default_model, rollout, out)
         runs[name] = (rollout, before, after, logged)
@@ -106,6 +116,7 @@ def test_a_gate_that_cuts_every_group_leaves_the_weights_unchanged(three_runs):
 
 @pytest.mark.slow
 def test_a_gate_that_cuts_none_trains_exactly_like_no_gate(three_runs):
+    # "keep": a gate that would cut every group, in shadow
     _, before_none, after_none, _ = three_runs["none"]
     rollout, before, after, logged = three_runs["keep"]
     assert _same(before, before_none)
@@ -244,22 +255,14 @@ def test_a_trajectory_gate_is_given_once():
 
 
 @pytest.mark.slow
-def test_in_shadow_the_gates_inside_trl_decide_and_train_exactly_like_no_gate(
-    three_runs, default_model, tmp_path
-):
-    """The gate that cuts every group and the stall rule W 1 from step 2, in shadow: the step
-    trains exactly as without a gate (the same seeds, nothing cut or stopped), and TRL's logs
-    say what each gate would have done, each decision scored by the full outcome."""
+def test_in_shadow_the_gates_inside_trl_decide_and_log_what_they_would_have_done(three_runs):
+    """The "keep" run is the gate that cuts every group and the stall rule W 1 from step 2, in
+    shadow: it trained exactly as without a gate (test above), and TRL's logs say what each
+    gate would have done, each decision scored by the full outcome."""
     from srollout.core.grpo import is_zero_variance
-    from srollout.core.trajectory_gate import StallGate
 
-    rollout = GatedRollout.alfworld(
-        "train", n_tasks=GROUPS, G=G, gate=FixedGate(cut=True, K=K), traj_gate=StallGate(1, 2),
-        T_max=T_MAX, seed=3, max_new_tokens=48, shadow=True,
-    )  # fmt: skip
-    _, after, logged = _train_one_step(default_model, rollout, tmp_path)
-    none_rollout, _, none_after, none_logged = three_runs["none"]
-    assert _same(after, none_after)
+    rollout, _, _, logged = three_runs["keep"]
+    *_, none_logged = three_runs["none"]
     assert logged["gate/groups_cut"] == 0 and logged["gate/trajectories_stalled"] == 0
     records = rollout.last_records
     assert [r.shadow_cut_step for r in records] == [K] * GROUPS and not any(r.cut for r in records)

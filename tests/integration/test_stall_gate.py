@@ -196,13 +196,26 @@ def test_ab_rollout_refuses_a_stall_rule_no_arm_applies(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
-def test_train_onpolicy_stall_arm_from_a_gate_file(tmp_path):
+@pytest.fixture(scope="module")
+def stall_training(tmp_path_factory):
+    """train-onpolicy's stall arm from a gate-stall.json (W 1 from step 3), audited and judged."""
+    tmp_path = tmp_path_factory.mktemp("stall-train")
     path = tmp_path / "gate-stall.json"
     path.write_text(json.dumps({"kind": "stall", "version": 1, "W": 1, "k0": 3}))
     out = tmp_path / "train"
     base = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12"]
-    proc = srollout(*base, "--arms", "baseline,stall", "--gate", str(path), "--out", str(out))
+    # audited and judged too: the tests of both read this one run
+    audit = ["--audit", "0.5", "--precision-floor", "0.9", "--judge-cuts"]
+    proc = srollout(
+        *base, "--arms", "baseline,stall", "--gate", str(path), *audit, "--out", str(out)
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def test_train_onpolicy_stall_arm_from_a_gate_file(stall_training, tmp_path):
+    out, path = stall_training, stall_training.parent / "gate-stall.json"
+    base = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["traj_gate"] == {"kind": "stall", "version": 1, "W": 1, "k0": 3}
     m = pl.read_parquet(out / "metrics.parquet")
@@ -223,17 +236,11 @@ def test_train_onpolicy_stall_arm_from_a_gate_file(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
-def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(tmp_path):
+def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(stall_training):
     from srollout.core.audit import AuditLedger, next_threshold
     from srollout.training.stop_audit import STOP_AUDIT_FILE, W_of, evidence
 
-    out = tmp_path / "train"
-    proc = srollout(
-        "train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12",
-        "--arms", "baseline,stall", "--stall", "1", "--stall-from", "3",
-        "--audit", "0.5", "--precision-floor", "0.9", "--judge-cuts", "--out", str(out),
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = stall_training  # W 1 from step 3 (gate-stall.json), audited at F 0.5, floor 0.9
     m = pl.read_parquet(out / "metrics.parquet")
     stall, base = (m.filter(pl.col("arm") == a) for a in ("stall", "baseline"))
     # the judge rolls every stop's group on: each stop is judged once by its twin
