@@ -268,7 +268,6 @@ class _Live:
     rng: EnvRandom | Any
     state: TrajectoryState = TrajectoryState(0, 0, 0)
     over: bool = False  # the environment said the episode is over (won or lost)
-    over: bool = False  # the environment said the episode is over (won or lost)
 
 
 @dataclass
