@@ -314,13 +314,28 @@ def check_step_result(
         )
 
 
-def _call(fn: Callable[..., Any], where: str, what: str, *args: Any) -> Any:
+def call_env(
+    fn: Callable[..., Any],
+    where: str | Callable[[], str],
+    what: str | Callable[[], str],
+    *args: Any,
+    error: type[SrolloutError] = SrolloutError,
+    at: str | Callable[[], str] = "",
+) -> Any:
+    """``fn(*args)``; anything it raises but a SrolloutError becomes one ``error`` line:
+    ``<where>: <what> raised <type>: <its first line>[ (<at>)]``. The texts may be zero-argument
+    callables, made only when something is raised (the rollout engine calls this every step)."""
     try:
         return fn(*args)
     except SrolloutError:
         raise
     except Exception as e:
-        raise SrolloutError(f"{where}: {what} raised {type(e).__name__}: {one_line(e)}") from e
+        text = [x() if callable(x) else x for x in (where, what, at)]
+        tail = f" ({text[2]})" if text[2] else ""
+        raise error(f"{text[0]}: {text[1]} raised {type(e).__name__}: {one_line(e)}{tail}") from e
+
+
+_call = call_env
 
 
 def _shape(value: Any) -> str:

@@ -395,10 +395,11 @@ class SrolloutAgentLoop(AgentLoopBase):
                 ended, ended_by = True, "max_tokens"
             rejected = 0 if result.valid else rejected + 1
             state = TrajectoryState(t, novelty.step(result.observation), rejected)
-            if not ended and self.traj_gate is not None and shadow_stop < 0:
-                if self.traj_gate.stops(state) and shadow:
+            stops = not ended and self.traj_gate is not None and shadow_stop < 0
+            if stops and self.traj_gate.stops(state):
+                if shadow:
                     shadow_stop = t  # recorded; the session plays on
-                elif self.traj_gate.stops(state):
+                else:
                     ended, ended_by = True, "stalled"  # keeps its reward so far, as T_max does
             if not ended:
                 # as verl's tool loop: the assistant turn is in the context already (its

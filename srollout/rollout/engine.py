@@ -38,6 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
@@ -472,15 +473,12 @@ class _Pool:
             share = resp.n_gen_tokens / tick_tokens if tick_tokens > 0 else 1.0 / len(rows)
             turn = self.prompter.parse(resp.text)
             e0 = time.perf_counter()
-            where = (
-                f"group {g.record.group_id} (task {g.record.spec.task.task_id}), trajectory "
-                f"{live.rec.traj_idx}, step {g.step + 1}"
-            )
+            where = partial(_step_where, g, live)  # made only when an error needs it
             with live.rng.active():
                 result = env_call(
                     env_step,
                     env_name(live.env),
-                    f"step({turn.action!r})",
+                    partial(_step_what, turn),
                     where,
                     live.env,
                     turn.action,
@@ -658,6 +656,17 @@ def with_step_signals(sig: GroupSignals, trajs: Sequence[TrajRecord], K: int) ->
 
     columns = {col: [[row[col] for row in t.steps] for t in trajs] for col in STEP_COLUMNS}
     return replace(sig, steps=tuple(step_signals(columns, K).items()))
+
+
+def _step_where(g: _Group, live: _Live) -> str:
+    return (
+        f"group {g.record.group_id} (task {g.record.spec.task.task_id}), trajectory "
+        f"{live.rec.traj_idx}, step {g.step + 1}"
+    )
+
+
+def _step_what(turn: ParsedTurn) -> str:
+    return f"step({turn.action!r})"
 
 
 def make_specs(tasks: Sequence[Task], n_groups: int, start: int = 0) -> list[GroupSpec]:

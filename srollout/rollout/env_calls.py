@@ -25,7 +25,10 @@ from typing import Any
 import numpy as np
 
 from srollout.envs.base import StepResult, TextEnv
-from srollout.errors import EnvError, SrolloutError, one_line
+from srollout.envs.registry import call_env, check_step_result
+from srollout.errors import EnvError
+
+Text = str | Callable[[], str]  # a message part, or what makes it when an error needs it
 
 
 def env_random(env: Any, seed: int) -> EnvRandom | _Shared:
@@ -79,49 +82,50 @@ def env_name(env: Any) -> str:
     return f"environment {type(env).__name__}"
 
 
-def env_call(fn: Callable[..., Any], name: str, what: str, where: str, *args: Any) -> Any:
-    """``fn(*args)``; anything it raises but a SrolloutError becomes one :class:`EnvError`."""
-    try:
-        return fn(*args)
-    except SrolloutError:
-        raise
-    except Exception as e:
-        raise EnvError(f"{name}: {what} raised {type(e).__name__}: {one_line(e)} ({where})") from e
+def env_call(fn: Callable[..., Any], name: str, what: Text, where: Text, *args: Any) -> Any:
+    """``fn(*args)``; anything it raises but a SrolloutError becomes one :class:`EnvError`
+    (:func:`srollout.envs.registry.call_env`; ``what`` / ``where`` may be zero-argument
+    callables, made only then)."""
+    return call_env(fn, name, what, *args, error=EnvError, at=where)
 
 
-def reset_result(out: Any, name: str, where: str) -> tuple[str, StepResult]:
+def _text(x: Text) -> str:
+    return x() if callable(x) else x
+
+
+def reset_result(out: Any, name: str, where: Text) -> tuple[str, StepResult]:
     """``reset``'s answer, checked: (observation str, a StepResult-like info)."""
-    from srollout.envs.registry import check_step_result
-
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
         raise EnvError(
             f"{name}: reset(task, seed) must return (observation: str, StepResult), got "
-            f"{type(out).__name__} ({where})"
+            f"{type(out).__name__} ({_text(where)})"
         )
-    check_step_result(out[1], name, f"reset ({where})", EnvError)
+    if not isinstance(out[1], StepResult):
+        check_step_result(out[1], name, f"reset ({_text(where)})", EnvError)
     return out
 
 
-def outcome(result: StepResult, name: str, where: str) -> bool:
+def outcome(result: StepResult, name: str, where: Text) -> bool:
     """Whether a step that ends the episode won it (``won``, or True when the environment says
     only ``done``). What the protocol does not allow is one :class:`EnvError` naming the
     environment, group, trajectory and step: not a StepResult, a reward that is not a finite
     number, ``won`` without ``done``."""
-    from srollout.envs.registry import check_step_result
-
-    check_step_result(result, name, f"step ({where})", EnvError)
+    if not isinstance(result, StepResult):  # (a StepResult needs no check: the hot path)
+        check_step_result(result, name, f"step ({_text(where)})", EnvError)
     reward = result.reward
     if (
         isinstance(reward, bool)
         or not isinstance(reward, numbers.Real)
         or not math.isfinite(reward)
     ):
-        raise EnvError(f"{name} gave the reward {reward!r} at {where}: it must be a finite number")
+        raise EnvError(
+            f"{name} gave the reward {reward!r} at {_text(where)}: it must be a finite number"
+        )
     won = getattr(result, "won", None)
     if won is not None and not result.done:
         raise EnvError(
-            f"{name} said won={won!r} without done=True at {where}: won says how an episode that "
-            "is over ended"
+            f"{name} said won={won!r} without done=True at {_text(where)}: won says how an "
+            "episode that is over ended"
         )
     return True if won is None else bool(won)
 

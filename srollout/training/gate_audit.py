@@ -102,11 +102,9 @@ class GateAuditor:
             self.ledger = carried_over(gate.ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         self.step: tuple[int, float, Any] | None = None  # the last (iteration, θ, ThresholdStep)
-        if resume and self.path.exists():
-            import json
-
-            self.ledger = AuditLedger.from_dict(json.loads(self.path.read_text()))
-            self.ledger.truncate(iteration)
+        saved = resumed_ledger(self.path, iteration) if resume else None
+        if saved is not None:
+            self.ledger = saved
             if iteration in self.ledger.thresholds:
                 self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
 
@@ -204,6 +202,18 @@ class GateAuditor:
             self.export(max(self.ledger.thresholds)).save(self.path.parent / AUDITED_GATE_FILE)
 
 
+def resumed_ledger(path: Path, iteration: int) -> AuditLedger | None:
+    """The ledger saved at ``path`` cut back to ``iteration`` (the checkpoint's; the file may be
+    one iteration ahead of it), or None when there is none: how an audit resumes."""
+    if not path.exists():
+        return None
+    import json
+
+    ledger = AuditLedger.from_dict(json.loads(path.read_text()))
+    ledger.truncate(iteration)
+    return ledger
+
+
 def carried_over(ledger: AuditLedger) -> AuditLedger:
     """A saved ledger renumbered to end at iteration 0, so a new run's iterations (1, 2, ...)
     come after it and its window reads the saved rows as the oldest evidence. The saved
@@ -213,4 +223,12 @@ def carried_over(ledger: AuditLedger) -> AuditLedger:
     return AuditLedger(ledger.window, rows, {})
 
 
-__all__ = ("AUDITED_GATE_FILE", "AUDIT_FILE", "GateAuditor", "Knob", "carried_over", "knob")
+__all__ = (
+    "AUDITED_GATE_FILE",
+    "AUDIT_FILE",
+    "GateAuditor",
+    "Knob",
+    "carried_over",
+    "knob",
+    "resumed_ledger",
+)

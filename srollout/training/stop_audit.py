@@ -22,7 +22,6 @@ last :data:`STOP_WINDOW` audited stops (the group gate's holds 50 cuts).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from srollout.core.audit import (
 )
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall
+from srollout.training.gate_audit import resumed_ledger
 from srollout.training.metrics import StopAuditMetrics
 
 STOP_AUDIT_FILE = "audit-stall.json"
@@ -97,9 +97,9 @@ class StopAuditor:
         self.path = ckpt_dir / STOP_AUDIT_FILE
         self.ledger = AuditLedger(STOP_WINDOW)
         self.threshold = theta_of(gate.W)
-        if resume and self.path.exists():
-            self.ledger = AuditLedger.from_dict(json.loads(self.path.read_text()))
-            self.ledger.truncate(iteration)
+        saved = resumed_ledger(self.path, iteration) if resume else None
+        if saved is not None:
+            self.ledger = saved
             if iteration in self.ledger.thresholds:
                 self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
 
