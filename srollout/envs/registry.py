@@ -284,7 +284,7 @@ def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
             f"(no {', '.join(missing)}; see srollout.envs.base.TextEnv)"
         )
     try:
-        out = _call(env.reset, where, "reset(task, seed)", tasks[0], 0)
+        out = call_env(env.reset, where, "reset(task, seed)", tasks[0], 0)
         if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], str)):
             raise SrolloutError(
                 f"{where}: reset(task, seed) must return (observation: str, StepResult), got "
@@ -294,7 +294,7 @@ def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
         # the first admissible action, or any text when the game names none
         action = next(iter(tuple(out[1].admissible)), PROBE_ACTION)
         what = f"step({action!r})"
-        check_step_result(_call(env.step, where, what, action), where, what)
+        check_step_result(call_env(env.step, where, what, action), where, what)
     finally:
         env.close()
 
@@ -333,9 +333,6 @@ def call_env(
         text = [x() if callable(x) else x for x in (where, what, at)]
         tail = f" ({text[2]})" if text[2] else ""
         raise error(f"{text[0]}: {text[1]} raised {type(e).__name__}: {one_line(e)}{tail}") from e
-
-
-_call = call_env
 
 
 def _shape(value: Any) -> str:
