@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+import numpy as np
+
 from srollout.core.grpo import is_zero_variance
 from srollout.errors import SrolloutError
 
@@ -251,6 +253,20 @@ def dapo_fill(
             target_groups,
         )
     return DapoResult(tuple(kept), tuple(generated), tuple(rounds), hit_cap, exhausted)
+
+
+def extra_round_tasks(
+    pool_size: int, used: set[int], iteration: int, round_index: int, n: int, seed: int
+) -> list[int]:
+    """Indices of up to ``n`` prompts for DAPO's extra round ``round_index`` (>= 1) of
+    ``iteration``: distinct, none of ``used`` (this iteration's prompts so far), a draw of
+    (seed, iteration, round); fewer (or none) when the pool runs out."""
+    free = sorted(set(range(pool_size)) - used)
+    k = min(n, len(free))
+    if k == 0:
+        return []
+    rng = np.random.default_rng([seed, iteration, 0x7A5C, round_index])
+    return sorted(int(free[i]) for i in rng.choice(len(free), size=k, replace=False))
 
 
 # --- GRESO pre-rollout skipping ------------------------------------------------------------------

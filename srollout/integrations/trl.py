@@ -107,7 +107,12 @@ class RolloutCounts:
     (groups the gate would have cut; of those, zero-variance by their full rewards),
     shadow_stops / shadow_stops_right (trajectories the trajectory gate would have stopped; of
     those, failed), shadow_cut_steps / shadow_stop_steps (the environment steps taken after
-    each gate's decisions: what it would have saved).
+    each gate's decisions: what it would have saved). With dynamic sampling
+    (``dynamic_sampling`` / ``greso_p``): extra_groups (refill groups rolled out beyond the
+    batch's own), refill_rounds (extra rounds), skipped (tasks GRESO skipped before rollout),
+    unfilled (slots still without a useful group after DAPO's cap: dropped), dropped (groups
+    rolled out and discarded: zero-variance or cut). groups, env_steps and gen_tokens count
+    every group rolled out, discarded ones included.
     """
 
     calls: int = 0
@@ -124,6 +129,11 @@ class RolloutCounts:
     shadow_stops_right: int = 0
     shadow_cut_steps: int = 0
     shadow_stop_steps: int = 0
+    extra_groups: int = 0
+    refill_rounds: int = 0
+    skipped: int = 0
+    unfilled: int = 0
+    dropped: int = 0
 
     def add(self, other: RolloutCounts) -> None:
         for f in fields(self):
@@ -146,6 +156,11 @@ class GatedRollout:
     shadow: the gates are asked where they would act, and nothing is cut or stopped: TRL trains
     exactly as without them, and every decision is scored by the full outcome it did not cut
     (``gate/shadow_*`` in TRL's logs; ``last_records`` hold the decisions).
+    dynamic_sampling: DAPO's filter and refill in each training call: zero-variance (or cut)
+    groups are replaced by groups of tasks outside the batch, up to ``max_refill_rounds`` extra
+    rounds; greso_p: GRESO's skip of tasks whose recent groups were zero-variance, rolled out
+    anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`). Evaluation calls
+    are never filtered.
     """
 
     tasks: Sequence[Task]
@@ -160,11 +175,16 @@ class GatedRollout:
     seed: int = 0
     concurrency: int | None = None
     shadow: bool = False
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = 3
+    greso_p: float | None = None
     counts: RolloutCounts = field(default_factory=RolloutCounts)
     last: RolloutCounts = field(default_factory=RolloutCounts)
     last_records: list[GroupRecord] = field(default_factory=list, repr=False)
     _by_id: dict[str, Task] = field(default_factory=dict, repr=False)
     _next_group: int = 0
+    _train_calls: int = 0
+    _greso: Any = field(default=None, repr=False)
     # what generated the last call: "transformers" (the trainer's module) or "vllm" (TRL's engine)
     backend: str = "transformers"
 
@@ -188,6 +208,13 @@ class GatedRollout:
         if gate_G is not None and int(gate_G) != self.G:
             raise SrolloutError(f"the gate was fitted for G={gate_G}, the rollout has G={self.G}")
         self.settings(1)  # validates G, T_max and the gate's K now, not at the first training step
+        from srollout.integrations.trl_sampling import check_sampling
+
+        check_sampling(self)
+        if self.greso_p is not None:
+            from srollout.core.arms import GresoSkipper
+
+            self._greso = GresoSkipper(self.greso_p, self.seed)
 
     @classmethod
     def alfworld(
@@ -330,15 +357,42 @@ class GatedRollout:
                 trainer, temperature=self.temperature, max_new_tokens=self.max_new_tokens
             )
         self.backend = "transformers" if policy is None else "vllm"
-        records = self.rollout(tasks, model, trainer.processing_class, policy=policy)
+        tokenizer = trainer.processing_class
+        sampled = None
+        if model.training and (self.dynamic_sampling or self._greso is not None):
+            from srollout.integrations.trl_sampling import sample_batch
+
+            self._train_calls += 1
+            sampled = sample_batch(
+                self,
+                tasks,
+                lambda specs: self.roll(specs, model, tokenizer, policy),
+                self._train_calls,
+                self._greso,
+            )
+            slots, records = list(sampled.slots), list(sampled.generated)
+        else:
+            if model.training:
+                self._train_calls += 1
+            slots = records = self.rollout(tasks, model, tokenizer, policy=policy)
         out, counts = self.to_trl(
-            records, trainer.processing_class, logprobs_of=getattr(policy, "logprobs_of", None)
+            slots, tokenizer, logprobs_of=getattr(policy, "logprobs_of", None)
         )
+        if sampled is not None:  # the groups rolled out and discarded cost as much as the kept
+            kept = {id(r) for r in slots if r is not None}
+            for record in records:
+                if id(record) not in kept:
+                    _count_group(counts, record, self.T_max)
+            counts.extra_groups = sampled.extra_groups
+            counts.refill_rounds = sampled.rounds - 1
+            counts.skipped = sampled.skipped
+            counts.unfilled = sampled.unfilled
+            counts.dropped = len(records) - len(kept)
         self.last, self.last_records = counts, records
         self.counts.add(counts)
         log = getattr(trainer, "_metrics", None)
         if log is not None:
-            for key, value in self.metrics(counts, self.shadow).items():
+            for key, value in self.metrics(counts, self.shadow, self.sampling).items():
                 log["train" if model.training else "eval"][key].append(value)
         return out
 
@@ -348,6 +402,19 @@ class GatedRollout:
     ) -> list[GroupRecord]:
         """Roll out one group per task with ``policy`` (default: ``model`` itself through
         transformers, in eval mode, restored after); the records in task order."""
+        specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
+        self._next_group += len(tasks)
+        return self.roll(specs, model, tokenizer, policy)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether training calls run dynamic sampling (DAPO's refill and/or GRESO's skip)."""
+        return self.dynamic_sampling or self.greso_p is not None
+
+    def roll(
+        self, specs: Sequence[GroupSpec], model: Any, tokenizer: Any, policy: Any = None
+    ) -> list[GroupRecord]:
+        """Roll out the groups ``specs`` (their indices fix the seeds); records in spec order."""
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.react import ReactPrompter
 
@@ -359,8 +426,6 @@ class GatedRollout:
             max_new_tokens=self.max_new_tokens,
             device=str(next(model.parameters()).device),
         )
-        specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
-        self._next_group += len(tasks)
         records: dict[int, GroupRecord] = {}
         was_training = model.training
         model.eval()
@@ -379,13 +444,15 @@ class GatedRollout:
 
     def to_trl(
         self,
-        records: Sequence[GroupRecord],
+        records: Sequence[GroupRecord | None],
         tokenizer: Any,
         logprobs_of: Callable[[Any, int], list[float]] | None = None,
     ) -> tuple[dict[str, Any], RolloutCounts]:
-        """TRL's rollout dict for ``records`` (G rows per group, in order) and what they cost.
-        ``logprobs_of(TrajKey, n)``: a trajectory's per-token sampling log-probabilities (vLLM);
-        TRL's ``logprobs`` are then those of each completion token (NaN where not sampled)."""
+        """TRL's rollout dict for ``records`` (G rows per group, in order; None: a dropped slot)
+        and what they cost. A cut group's rows, and a dropped slot's, are one masked end-of-turn
+        token with reward None (advantage 0). ``logprobs_of(TrajKey, n)``: a trajectory's
+        per-token sampling log-probabilities (vLLM); TRL's ``logprobs`` are then those of each
+        completion token (NaN where not sampled)."""
         from srollout.policy.base import TrajKey
         from srollout.policy.chat import end_of_turn_ids
 
@@ -397,13 +464,15 @@ class GatedRollout:
         logprobs: list[list[float]] = []
         counts = RolloutCounts(calls=1)
         for record in records:
-            counts.groups += 1
-            counts.cut += int(record.cut)
-            _count_shadow(counts, record)
+            if record is None:  # nothing to train on in this slot: G masked rows
+                prompt_ids += [[eot] for _ in range(self.G)]
+                completion_ids += [[eot] for _ in range(self.G)]
+                env_mask += [[0] for _ in range(self.G)]
+                rewards += [None] * self.G
+                logprobs += [[float("nan")] for _ in range(self.G)]
+                continue
+            _count_group(counts, record, self.T_max)
             for i, traj in enumerate(record.trajs):
-                counts.env_steps += len(traj.steps)
-                counts.gen_tokens += traj.n_gen_tokens
-                counts.stalled += int(traj.stalled)
                 if traj.tokens is None:
                     raise SrolloutError(
                         "the policy returned no tokens for a "
@@ -416,9 +485,6 @@ class GatedRollout:
                     lp = logprobs_of(TrajKey(record.group_id, i), len(ids))
                     logprobs.append([float("nan")] if record.cut else lp[first:])
                 if record.cut:
-                    if traj.ended_by == "gate":
-                        counts.trajectories_cut += 1
-                        counts.steps_saved_max += self.T_max - int(record.cut_step)
                     completion_ids.append([eot])
                     env_mask.append([0])
                     rewards.append(None)
@@ -452,7 +518,9 @@ class GatedRollout:
         return list(srollout_reward)
 
     @staticmethod
-    def metrics(counts: RolloutCounts, shadow: bool = False) -> dict[str, float]:
+    def metrics(
+        counts: RolloutCounts, shadow: bool = False, sampling: bool = False
+    ) -> dict[str, float]:
         """What one call logs through TRL (averaged over the logging window by TRL)."""
         return {
             "gate/groups_cut": float(counts.cut),
@@ -474,7 +542,32 @@ class GatedRollout:
                 if shadow
                 else {}
             ),
+            **(
+                {
+                    "sampling/extra_groups": float(counts.extra_groups),
+                    "sampling/refill_rounds": float(counts.refill_rounds),
+                    "sampling/greso_skipped": float(counts.skipped),
+                    "sampling/unfilled": float(counts.unfilled),
+                    "sampling/dropped": float(counts.dropped),
+                }
+                if sampling
+                else {}
+            ),
         }
+
+
+def _count_group(counts: RolloutCounts, record: GroupRecord, T_max: int) -> None:
+    """Add what one rolled-out group cost (and its shadow decisions) to ``counts``."""
+    counts.groups += 1
+    counts.cut += int(record.cut)
+    _count_shadow(counts, record)
+    for traj in record.trajs:
+        counts.env_steps += len(traj.steps)
+        counts.gen_tokens += traj.n_gen_tokens
+        counts.stalled += int(traj.stalled)
+        if record.cut and traj.ended_by == "gate":
+            counts.trajectories_cut += 1
+            counts.steps_saved_max += T_max - int(record.cut_step)
 
 
 def _count_shadow(counts: RolloutCounts, record: GroupRecord) -> None:

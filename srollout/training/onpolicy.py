@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from srollout.core.arms import ArmSpec
+from srollout.core.arms import ArmSpec, extra_round_tasks
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.warmup import warm_up
@@ -104,20 +104,6 @@ def iteration_tasks(pool: Sequence[Task], iteration: int, n: int, seed: int) -> 
         raise SrolloutError(f"--prompts-per-iter {n} is more than the {len(pool)} training tasks")
     rng = np.random.default_rng([seed, iteration, 0x7A5C])
     return sorted(rng.choice(len(pool), size=n, replace=False).tolist())
-
-
-def extra_round_tasks(
-    pool_size: int, used: set[int], iteration: int, round_index: int, n: int, seed: int
-) -> list[int]:
-    """Indices of up to ``n`` prompts for DAPO's extra round ``round_index`` (>= 1) of
-    ``iteration``: distinct, none of ``used`` (this iteration's prompts so far), a draw of
-    (seed, iteration, round); fewer (or none) when the pool runs out."""
-    free = sorted(set(range(pool_size)) - used)
-    k = min(n, len(free))
-    if k == 0:
-        return []
-    rng = np.random.default_rng([seed, iteration, 0x7A5C, round_index])
-    return sorted(int(free[i]) for i in rng.choice(len(free), size=k, replace=False))
 
 
 def dapo_group_index(

@@ -282,3 +282,56 @@ def test_in_shadow_the_gates_inside_trl_decide_and_log_what_they_would_have_done
     assert logged["gate/shadow_stops_right"] == sum(not t.success for t in stops)
     assert logged["rollout/env_steps"] == none_logged["rollout/env_steps"]
     assert "gate/shadow_cuts" not in none_logged
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_gives_the_optimizer_only_groups_with_reward_variance(
+    default_model, tmp_path
+):
+    """DAPO's filter and refill (and GRESO's skip) inside a real GRPOTrainer: two optimizer
+    steps of 2 groups of G=4 on ALFWorld, T_max 12 (where the default policy wins some games)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    rollout = GatedRollout.alfworld(
+        "train", n_tasks=24, G=G, gate=None, T_max=12, seed=3, max_new_tokens=48,
+        dynamic_sampling=True, max_refill_rounds=5, greso_p=0.5,
+    )  # fmt: skip
+    config = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False,
+        num_generations=G, per_device_train_batch_size=G * GROUPS, max_steps=2,
+        learning_rate=1e-5, beta=0.0, logging_steps=1, save_strategy="no", report_to="none",
+        seed=11, disable_tqdm=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    trainer = GRPOTrainer(
+        model=str(default_model), args=config, reward_funcs=rollout.reward,
+        train_dataset=rollout.dataset(), rollout_func=rollout,
+    )  # fmt: skip
+    calls = []
+    call = rollout.__call__
+
+    def spy(prompts, tr):
+        calls.append((prompts, call(prompts, tr), rollout.last))
+        return calls[-1][1]
+
+    trainer.rollout_func = spy
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "sampling/extra_groups" in h]
+    assert len(calls) == len(logs) == 2
+    total_extra = 0
+    for (prompts, out, counts), logged in zip(calls, logs, strict=True):
+        rewards = out["srollout_reward"]
+        assert len(rewards) == len(out["completion_ids"]) == len(prompts) == G * GROUPS
+        blocks = [rewards[g * G : (g + 1) * G] for g in range(GROUPS)]
+        kept = [b for b in blocks if b[0] is not None]
+        assert all(max(b) > min(b) for b in kept)  # only groups with reward variance
+        assert GROUPS - len(kept) == counts.unfilled == logged["sampling/unfilled"]
+        # every group rolled out beyond the batch's own (those GRESO did not skip) is counted
+        assert counts.extra_groups == counts.groups - (GROUPS - counts.skipped)
+        assert logged["sampling/extra_groups"] == counts.extra_groups
+        assert counts.dropped == counts.groups - len(kept)
+        total_extra += counts.extra_groups
+        assert float(logged["frac_reward_zero_std"]) == 0.0
+    assert total_extra > 0  # the policy loses some games: refills happened
+    assert rollout.counts.extra_groups == total_extra

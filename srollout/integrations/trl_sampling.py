@@ -1,0 +1,133 @@
+"""Dynamic sampling inside one TRL ``rollout_func`` call: DAPO's filter and refill and GRESO's
+skip, composed with the gates (:class:`srollout.integrations.trl.GatedRollout`).
+
+TRL hands ``rollout_func`` a fixed batch of prompts (its generation batch, ``n`` groups of G) and
+trains on exactly the rows it gets back, grouped in blocks of G. So the batch size is fixed and
+the prompts cannot change; what can change is what each block of G rows holds:
+
+- **GRESO** (``greso_p``): before any rollout, a task whose recent groups were all zero-variance
+  is skipped with probability 1 - p^z (:class:`srollout.core.arms.GresoSkipper`; the iteration is
+  the training call's number). Its slot is filled by DAPO's refill when dynamic sampling is on,
+  else its G rows are dropped (one masked end-of-turn token each, reward None: advantage 0, as a
+  cut group's).
+- **DAPO** (``dynamic_sampling``): every group with zero reward variance (or cut by the gate) is
+  dropped and its slot refilled by a group of a task outside the batch, drawn by (seed, call,
+  round) (:func:`srollout.core.arms.extra_round_tasks`), for up to ``max_refill_rounds`` extra
+  rounds (:func:`srollout.core.arms.dapo_fill`). A slot still empty after the cap is dropped like
+  a skipped one and counted (``sampling/unfilled``), so the optimizer never sees a zero-variance
+  group's rows with a reward.
+
+A refilled slot trains on its own task's tokens (``prompt_ids`` and ``completion_ids`` are the
+refill group's) while TRL's ``prompts`` list, which a rollout function cannot change, still names
+the slot's original task: TRL's completion logs show that prompt beside the refill's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from srollout.core.arms import GresoSkipper, dapo_fill, extra_round_tasks, greso_filter
+from srollout.core.grpo import is_zero_variance
+from srollout.envs.base import Task
+from srollout.errors import SrolloutError
+from srollout.rollout.engine import GroupRecord, GroupSpec
+
+if TYPE_CHECKING:
+    from srollout.integrations.trl import GatedRollout
+
+
+@dataclass(frozen=True)
+class SampledBatch:
+    """What one call gathered: ``slots`` (one group per block of G rows, in the batch's order;
+    None = dropped: a GRESO skip or a slot DAPO could not refill), ``generated`` (every group
+    rolled out, in order: the slots' and the discarded ones), ``extra_groups`` (refill groups
+    rolled out beyond the first round), ``rounds`` (sampling rounds that ran, 1 + extra),
+    ``skipped`` (tasks GRESO skipped) and ``unfilled`` (dropped slots)."""
+
+    slots: tuple[GroupRecord | None, ...]
+    generated: tuple[GroupRecord, ...]
+    extra_groups: int
+    rounds: int
+    skipped: int
+    unfilled: int
+
+
+def check_sampling(rollout: GatedRollout) -> None:
+    """One line for a setting dynamic sampling cannot work with."""
+    if rollout.dynamic_sampling:
+        if rollout.G < 2:
+            raise SrolloutError(
+                f"dynamic sampling keeps groups whose rewards differ; with G={rollout.G} a group "
+                "never has reward variance, so no batch can be filled: use G >= 2"
+            )
+        if rollout.max_refill_rounds < 1:
+            raise SrolloutError(
+                f"dynamic sampling needs max_refill_rounds >= 1, got {rollout.max_refill_rounds}"
+            )
+    if rollout.greso_p is not None and not 0.0 <= rollout.greso_p <= 1.0:
+        raise SrolloutError(f"greso_p must lie in [0, 1], got {rollout.greso_p}")
+
+
+def check_pool(rollout: GatedRollout, tasks: Sequence[Task]) -> None:
+    """The refill draws tasks outside the batch: refuse a batch that uses the whole task set."""
+    if rollout.dynamic_sampling and len({t.task_id for t in tasks}) >= len(rollout.tasks):
+        raise SrolloutError(
+            f"dynamic sampling cannot fill this batch: it refills from tasks outside the batch, "
+            f"and each generation batch of {len(tasks)} groups already uses all "
+            f"{len(rollout.tasks)} tasks of the rollout's task set; give GatedRollout more tasks "
+            "(n_tasks) or make the batch smaller (per_device_train_batch_size / num_generations)"
+        )
+
+
+def sample_batch(
+    rollout: GatedRollout,
+    tasks: Sequence[Task],
+    roll: Callable[[list[GroupSpec]], list[GroupRecord]],
+    call: int,
+    skipper: GresoSkipper | None,
+) -> SampledBatch:
+    """Fill the ``len(tasks)`` slots of training call ``call`` (1, 2, ...): GRESO's skip, the
+    rollouts (``roll(specs)``, records in spec order) and DAPO's refill. Group indices (so seeds)
+    are ``rollout._next_group`` onward: one per slot, then one per refill group."""
+    check_pool(rollout, tasks)
+    first = rollout._next_group
+    specs = [GroupSpec(index=first + i, task=t) for i, t in enumerate(tasks)]
+    rollout._next_group += len(specs)
+    keep = list(range(len(specs)))
+    if skipper is not None:
+        keep, _ = greso_filter(skipper, [s.task.task_id for s in specs], call)
+    skipped = len(specs) - len(keep)
+    slots: list[GroupRecord | None]
+    if rollout.dynamic_sampling:
+        index = {t.task_id: i for i, t in enumerate(rollout.tasks)}
+        used = {index[t.task_id] for t in tasks}
+
+        def sample_round(n_needed: int, r: int) -> list[GroupRecord]:
+            if r == 0 and keep:
+                return roll([specs[k] for k in keep])
+            extra = extra_round_tasks(len(rollout.tasks), used, call, r, n_needed, rollout.seed)
+            used.update(extra)
+            more = [
+                GroupSpec(index=rollout._next_group + j, task=rollout.tasks[i])
+                for j, i in enumerate(extra)
+            ]
+            rollout._next_group += len(more)
+            return roll(more) if more else []
+
+        filled = dapo_fill(len(specs), sample_round, rollout.max_refill_rounds)
+        generated = list(filled.generated)
+        slots = [*filled.useful, *[None] * (len(specs) - len(filled.useful))]
+        extra = len(generated) - len(keep)  # round 0 rolls the kept slots, one group each
+        rounds = filled.n_rounds
+    else:
+        generated = roll([specs[k] for k in keep]) if keep else []
+        by_slot = dict(zip(keep, generated, strict=True))
+        slots = [by_slot.get(i) for i in range(len(specs))]
+        extra, rounds = 0, 1
+    if skipper is not None:  # a cut group gave no gradient either: it counts as zero-variance
+        for r in generated:
+            skipper.record(r.spec.task.task_id, call, r.cut or is_zero_variance(r.rewards))
+    unfilled = sum(s is None for s in slots) - (0 if rollout.dynamic_sampling else skipped)
+    return SampledBatch(tuple(slots), tuple(generated), extra, rounds, skipped, unfilled)
