@@ -26,16 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from srollout.core.arms import GresoSkipper, dapo_fill, extra_round_tasks, greso_filter
 from srollout.core.grpo import is_zero_variance
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import GroupRecord, GroupSpec
-
-if TYPE_CHECKING:
-    from srollout.integrations.trl import GatedRollout
 
 
 @dataclass(frozen=True)
@@ -54,8 +51,9 @@ class SampledBatch:
     unfilled: int
 
 
-def check_sampling(rollout: GatedRollout) -> None:
-    """One line for a setting dynamic sampling cannot work with."""
+def check_sampling(rollout: Any) -> None:
+    """(``rollout``: a :class:`~srollout.integrations.trl.GatedRollout`, read for its settings.)
+    One line for a setting dynamic sampling cannot work with."""
     if rollout.dynamic_sampling:
         if rollout.G < 2:
             raise SrolloutError(
@@ -70,7 +68,7 @@ def check_sampling(rollout: GatedRollout) -> None:
         raise SrolloutError(f"greso_p must lie in [0, 1], got {rollout.greso_p}")
 
 
-def check_pool(rollout: GatedRollout, tasks: Sequence[Task]) -> None:
+def check_pool(rollout: Any, tasks: Sequence[Task]) -> None:
     """The refill draws tasks outside the batch: refuse a batch that uses the whole task set."""
     if rollout.dynamic_sampling and len({t.task_id for t in tasks}) >= len(rollout.tasks):
         raise SrolloutError(
@@ -82,7 +80,7 @@ def check_pool(rollout: GatedRollout, tasks: Sequence[Task]) -> None:
 
 
 def sample_batch(
-    rollout: GatedRollout,
+    rollout: Any,
     tasks: Sequence[Task],
     roll: Callable[[list[GroupSpec]], list[GroupRecord]],
     call: int,
