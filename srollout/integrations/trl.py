@@ -160,7 +160,9 @@ class GatedRollout:
     groups are replaced by groups of tasks outside the batch, up to ``max_refill_rounds`` extra
     rounds; greso_p: GRESO's skip of tasks whose recent groups were zero-variance, rolled out
     anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`). Evaluation calls
-    are never filtered.
+    are never filtered. log_dir: every group of every training call is written there as it
+    trains, in the Parquet contract with the trainer's step in each row, and resumed with the
+    trainer (:mod:`srollout.integrations.trainer_log`).
     """
 
     tasks: Sequence[Task]
@@ -178,13 +180,15 @@ class GatedRollout:
     dynamic_sampling: bool = False
     max_refill_rounds: int = 3
     greso_p: float | None = None
+    log_dir: str | None = None
     counts: RolloutCounts = field(default_factory=RolloutCounts)
     last: RolloutCounts = field(default_factory=RolloutCounts)
     last_records: list[GroupRecord] = field(default_factory=list, repr=False)
     _by_id: dict[str, Task] = field(default_factory=dict, repr=False)
     _next_group: int = 0
-    _train_calls: int = 0
     _greso: Any = field(default=None, repr=False)
+    _log: Any = field(default=None, repr=False)
+    _log_open: bool = False
     # what generated the last call: "transformers" (the trainer's module) or "vllm" (TRL's engine)
     backend: str = "transformers"
 
@@ -215,6 +219,10 @@ class GatedRollout:
             from srollout.core.arms import GresoSkipper
 
             self._greso = GresoSkipper(self.greso_p, self.seed)
+        if self.log_dir is not None:
+            from srollout.integrations.trainer_log import TrainerLog
+
+            self._log = TrainerLog(self.log_dir, self.log_config())
 
     @classmethod
     def alfworld(
@@ -277,6 +285,40 @@ class GatedRollout:
             prompter=EnvPrompter.for_env(spec, resolve_model(model_dir or "default")),
             **kwargs,
         )
+
+    def log_config(self) -> dict[str, Any]:
+        """The settings a trainer log is made with (a log of other settings is refused)."""
+
+        def gate_dict(gate: Any) -> Any:
+            return None if gate is None else gate.to_dict()
+
+        return {
+            "G": self.G,
+            "T_max": self.T_max,
+            "seed": self.seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "tasks": [t.task_id for t in self.tasks],
+            "gate": gate_dict(self.gate),
+            "traj_gate": gate_dict(self.traj_gate),
+            "shadow": self.shadow,
+            "dynamic_sampling": self.dynamic_sampling,
+            "max_refill_rounds": self.max_refill_rounds,
+            "greso_p": self.greso_p,
+        }
+
+    def _open_log(self, trainer: Any, global_step: int) -> None:
+        """Open the log at the trainer's step (a resume restores the seeds' group index and
+        GRESO's history from it) and merge it into its tables when training ends."""
+        resume = self._log.open(global_step)
+        self._log_open = True
+        if resume.steps:
+            self._next_group = resume.next_group
+            if self._greso is not None:
+                from srollout.core.arms import GresoSkipper
+
+                self._greso = GresoSkipper(self.greso_p, self.seed, resume.greso)
+        trainer.add_callback(_merge_log_at_end(self._log))
 
     # --- what TRL is given ---------------------------------------------------------------------
     def dataset(self, repeats: int = 1) -> Any:
@@ -358,22 +400,22 @@ class GatedRollout:
             )
         self.backend = "transformers" if policy is None else "vllm"
         tokenizer = trainer.processing_class
+        step = int(trainer.state.global_step) + 1  # the optimizer step these rollouts feed
+        if model.training and self._log is not None and not self._log_open:
+            self._open_log(trainer, step - 1)
         sampled = None
-        if model.training and (self.dynamic_sampling or self._greso is not None):
+        if model.training and self.sampling:
             from srollout.integrations.trl_sampling import sample_batch
 
-            self._train_calls += 1
             sampled = sample_batch(
                 self,
                 tasks,
                 lambda specs: self.roll(specs, model, tokenizer, policy),
-                self._train_calls,
+                step,
                 self._greso,
             )
             slots, records = list(sampled.slots), list(sampled.generated)
         else:
-            if model.training:
-                self._train_calls += 1
             slots = records = self.rollout(tasks, model, tokenizer, policy=policy)
         out, counts = self.to_trl(
             slots, tokenizer, logprobs_of=getattr(policy, "logprobs_of", None)
@@ -389,6 +431,9 @@ class GatedRollout:
             counts.unfilled = sampled.unfilled
             counts.dropped = len(records) - len(kept)
         self.last, self.last_records = counts, records
+        if model.training and self._log is not None:
+            in_batch = {id(r) for r in slots if r is not None and not r.cut}
+            self._log.write(step, records, [id(r) in in_batch for r in records], self.shadow)
         self.counts.add(counts)
         log = getattr(trainer, "_metrics", None)
         if log is not None:
@@ -554,6 +599,17 @@ class GatedRollout:
                 else {}
             ),
         }
+
+
+def _merge_log_at_end(log: Any) -> Any:
+    """A transformers ``TrainerCallback`` that merges ``log``'s parts when training ends."""
+    from transformers import TrainerCallback
+
+    class MergeLog(TrainerCallback):
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            log.merge()
+
+    return MergeLog()
 
 
 def _count_group(counts: RolloutCounts, record: GroupRecord, T_max: int) -> None:

@@ -335,3 +335,46 @@ def test_dynamic_sampling_gives_the_optimizer_only_groups_with_reward_variance(
         assert float(logged["frac_reward_zero_std"]) == 0.0
     assert total_extra > 0  # the policy loses some games: refills happened
     assert rollout.counts.extra_groups == total_extra
+
+
+@pytest.mark.slow
+def test_the_trainer_log_survives_a_kill_and_holds_every_step_once(default_model, tmp_path):
+    """A real GRPOTrainer run writing its rollouts' log (shadow: the stall rule decides, nothing
+    stops) is killed after step 3 (checkpoint at step 2), then resumed from TRL's checkpoint."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import polars as pl
+
+    script = Path(__file__).with_name("trl_log_run.py")
+    out, log = tmp_path / "out", tmp_path / "log"
+    run = [sys.executable, str(script), str(default_model), str(out), str(log)]
+    killed = subprocess.run([*run, "--kill-at", "3"], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    parts = sorted(p.name for p in (log / "parts").iterdir())
+    assert parts == ["step-00000001", "step-00000002", "step-00000003"]
+    assert not (log / "groups.parquet").exists()  # never merged: the run did not end
+    first = pl.read_parquet(log / "parts" / "step-00000003" / "steps.parquet")
+    resumed = subprocess.run([*run, "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    groups = pl.read_parquet(log / "groups.parquet")
+    # every step once, 2 groups each; the group indices (so the seeds) continue the killed run's
+    assert groups["trainer_step"].to_list() == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert groups["group_index"].to_list() == list(range(8))
+    assert groups["in_batch"].all()
+    trajs = pl.read_parquet(log / "trajectories.parquet")
+    steps = pl.read_parquet(log / "steps.parquet")
+    assert trajs.height == 16 and "shadow_stop_step" in trajs.columns
+    assert set(steps["trainer_step"].unique()) == {1, 2, 3, 4}
+    assert steps.height == trajs["n_steps"].sum()
+    # step 3, played again from the checkpoint of step 2 with the same seeds: the same actions
+    again3 = steps.filter(pl.col("trainer_step") == 3).drop("trainer_step")
+    assert again3.select("group_id", "traj_idx", "step", "response").equals(
+        first.select("group_id", "traj_idx", "step", "response")
+    )
+    manifest = json.loads((log / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["resumed_at_step"] == 2
+    again = subprocess.run(run, capture_output=True, text=True)  # a fresh run into the same log
+    assert again.returncode != 0 and "already holds trainer steps 1..4" in again.stderr
