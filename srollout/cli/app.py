@@ -38,6 +38,7 @@ def _register() -> None:
         sweep,
         train_offpolicy,
         train_onpolicy,
+        what_if,
     )
 
     # `policy` (build/inspect the default policy) and `serve` (a vLLM server) are helpers, listed
@@ -46,6 +47,7 @@ def _register() -> None:
         collect,
         analyze,
         sweep,
+        what_if,
         ab_rollout,
         train_offpolicy,
         train_onpolicy,

@@ -12,6 +12,7 @@ from srollout.config.analysis import (  # noqa: F401
     GateFitConfig,
     StallFitConfig,
     SweepConfig,
+    WhatIfConfig,
 )
 from srollout.config.common import (  # noqa: F401
     AUDIT_PRECISION_FLOOR,

@@ -208,3 +208,42 @@ class StallFitConfig:
             bad = [v for v in grid if isinstance(v, bool) or not isinstance(v, int) or v < 1]
             if bad:
                 raise SrolloutError(f"{name}: every value must be an integer >= 1, got {bad[0]!r}")
+
+
+@dataclass(frozen=True)
+class WhatIfConfig:
+    """`srollout what-if`: every method side by side on one run's own groups."""
+
+    input: Path = doc(
+        Path("."),
+        "An ungated run directory: a collect, a shadow collect, or a trainer's log "
+        "(GatedRollout(log_dir=...)).",
+    )
+    K: int = doc(PAPER_K, "Step K of the group gate (R1: cut iff d_K < d_L).")
+    T_max: int | None = doc(
+        None, "Rollout horizon T_max; default: the run's (its manifest.json), else the paper's."
+    )
+    precision_floor: float = doc(
+        0.90, "Smallest precision (right decisions / decisions) a gate may be chosen at."
+    )
+    greso_p: float = doc(
+        0.5,
+        "GRESO's exploration probability p: a task with z zero-variance groups in a row is "
+        "still rolled out with probability p^z.",
+    )
+    n_folds: int = doc(5, "Folds of the cross-fitting over groups (held-out operating points).")
+    n_boot: int = doc(2000, "Bootstrap resamples (over groups) of the group gate's intervals.")
+    seed: int = doc(0, "Seed of the folds, the bootstrap and GRESO's draws.")
+    out: Path | None = doc(None, "Run directory to write (default runs/what-if-<UTC timestamp>).")
+    overwrite: bool = doc(False, "Replace --out if it already exists.")
+
+    def __post_init__(self) -> None:
+        _check_K((self.K,), "--K")
+        _check_unit((self.precision_floor,), "--precision-floor")
+        _check_unit((self.greso_p,), "--greso-p")
+        if self.T_max is None:
+            object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
+        if self.K > self.T_max:
+            raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        if self.n_folds < 2:
+            raise SrolloutError(f"--n-folds must be >= 2, got {self.n_folds}")

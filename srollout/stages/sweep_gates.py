@@ -89,10 +89,14 @@ class GroupData(NamedTuple):
 
 
 class GateComparison(NamedTuple):
+    """table: one row per (gate, selection); held_out: rule -> its held-out decisions (cut [N],
+    cut_K [N]) on the judged groups, in group_id order."""
+
     table: pl.DataFrame
     learned: LearnedGate | None
     adaptive: AdaptiveGate | None
     protocol: str
+    held_out: Mapping[str, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def group_data(buffer: Buffer, Ks: tuple[int, ...], features: str = "classic") -> GroupData:
@@ -326,6 +330,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         return cuts.cut, cuts.cut_K
 
     rows = []
+    held_out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
     for rule in rules:
         # the plain sweep's choice for this rule, scored on the same groups it was chosen on
@@ -356,6 +361,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
             )
         )
         cut, cut_K = heldout(_threshold_selector(data, eval_data, rule, config))
+        held_out[rule] = (cut, cut_K)
         rows.append(
             score_row(
                 rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config
@@ -436,7 +442,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         )
     )
     table = pl.DataFrame(rows, infer_schema_length=None)
-    return GateComparison(table, learned, adaptive, protocol)
+    return GateComparison(table, learned, adaptive, protocol, held_out)
 
 
 def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:

@@ -314,3 +314,44 @@ def test_collect_in_shadow_plays_everything_out_and_records_what_each_gate_would
     assert "## What the gates would have done (shadow)" in report
     bad = srollout("collect", *RUN, "--shadow", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and "--shadow records what a gate would do" in bad.stderr
+
+
+def test_what_if_sets_every_method_side_by_side_on_the_runs_own_groups(ungated, tmp_path):
+    from srollout.core.arms import GresoSkipper
+    from srollout.core.stall_sweep import crossfit, score_stops
+
+    out = tmp_path / "what-if"
+    proc = srollout("what-if", str(ungated), "--K", "5", "--precision-floor", "0.5",
+                    "--n-folds", "3", "--n-boot", "50", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = {r["method"]: r for r in pl.read_parquet(out / "what-if.parquet").iter_rows(named=True)}
+    assert list(table) == ["group gate", "trajectory gate", "DAPO", "GRESO"]
+    # the trajectory gate: the stall grid W 2..12 x k0 5..15 (T_max 20 read from the manifest),
+    # cross-fitted over 3 folds at floor 0.5, exactly as the offline evaluator does it
+    trajs = load_trajectories(ungated)
+    grid = [(W, k0) for W in range(2, 13) for k0 in (5, 8, 10, 12, 15)]
+    held = score_stops(trajs, crossfit(trajs, grid, 0.5, n_folds=3, seed=0).stop)
+    row = table["trajectory gate"]
+    assert row["decisions"] == held.n_stops and row["right"] == held.n_stops - held.n_false
+    assert row["steps_saved"] == pytest.approx(held.step_savings)
+    assert row["precision_low"] <= row["precision"] <= row["precision_high"]
+    # DAPO discards every zero-variance group, and is never wrong
+    groups = pl.read_parquet(ungated / "groups.parquet").sort("group_index")
+    assert table["DAPO"]["decisions"] == table["DAPO"]["right"] == groups["zero_var"].sum()
+    # GRESO, replayed in play order with its own draws
+    skipper, skips = GresoSkipper(0.5, 0), 0
+    for i, g in enumerate(groups.iter_rows(named=True)):
+        if skipper.should_skip(g["task_id"], i + 1):
+            skips += 1
+        else:
+            skipper.record(g["task_id"], i + 1, g["zero_var"])
+    assert table["GRESO"]["decisions"] == skips
+    report = (out / "report.md").read_text()
+    assert "GatedRollout.from_env" in report and "stall_from:" in report
+    assert (out / "what-if.png").stat().st_size > 0 and (out / "gate-stall.json").exists()
+    # a run whose trajectories were stopped has no full outcomes to judge by: one line, nothing
+    gated = tmp_path / "stalled"
+    assert srollout("collect", *RUN, "--stall", "3", "--out", str(gated)).returncode == 0
+    proc = srollout("what-if", str(gated), "--out", str(tmp_path / "w2"))
+    assert proc.returncode == 2 and "not an ungated collect" in proc.stderr, proc.stderr
+    assert not (tmp_path / "w2").exists()
