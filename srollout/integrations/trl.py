@@ -162,7 +162,7 @@ class GatedRollout:
     anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`). Evaluation calls
     are never filtered. log_dir: every group of every training call is written there as it
     trains, in the Parquet contract with the trainer's step in each row, and resumed with the
-    trainer (:mod:`srollout.integrations.trainer_log`).
+    trainer (:mod:`srollout.rollout.trainer_log`).
     """
 
     tasks: Sequence[Task]
@@ -220,7 +220,7 @@ class GatedRollout:
 
             self._greso = GresoSkipper(self.greso_p, self.seed)
         if self.log_dir is not None:
-            from srollout.integrations.trainer_log import TrainerLog
+            from srollout.rollout.trainer_log import TrainerLog
 
             self._log = TrainerLog(self.log_dir, self.log_config())
 

@@ -101,7 +101,10 @@ class VerlGateSettings:
     docs/gates.md); ``srollout_ungated`` (validation) always plays whole episodes. shadow: both
     gates decide, and nothing is cut or stopped: each session reports where they would have
     acted (``srollout_shadow_cut_step``, ``srollout_shadow_stop_step``; -1: nowhere) and verl
-    trains on the whole episodes.
+    trains on the whole episodes. log_dir: every training session of ``srollout_gated`` writes
+    its steps and trajectory there as it ends, with verl's step (a trainer log:
+    :mod:`srollout.rollout.trainer_log`; ``merge_log(log_dir)`` or ``srollout what-if``
+    makes the tables).
     """
 
     gate: str | Mapping[str, Any] | None = None
@@ -112,6 +115,7 @@ class VerlGateSettings:
     stall: int = 0
     stall_from: int = 10
     shadow: bool = False
+    log_dir: str | None = None
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, Any], trainer_config: Any) -> VerlGateSettings:
@@ -337,19 +341,40 @@ class SrolloutAgentLoop(AgentLoopBase):
             session = kwargs.get("session_id")
             member = self.barrier.join(str(uid), None if session is None else int(session))
         env = AlfworldEnv(expert_plan=False)
+        log = None
+        if self.gated and self.settings.log_dir is not None:
+            step = kwargs.get("global_steps")
+            from srollout.rollout.trainer_log import SessionLog
+
+            log = SessionLog(
+                str(kwargs.get("uid", "u")),
+                member.index if member is not None else int(kwargs.get("session_id") or 0),
+                int(step) if step is not None else 0,
+            )
         try:
-            return await self._play(env, task, member, sampling_params)
+            output = await self._play(env, task, member, sampling_params, log)
+            if log is not None:
+                settings = {k: v for k, v in asdict(self.settings).items() if k != "timeout_s"}
+                log.write(settings.pop("log_dir"), settings, task, output.extra_fields)
+            return output
         finally:
             env.close()
             if member is not None:
                 member.end()
 
     async def _play(
-        self, env: Any, task: Task, member: Any, sampling_params: dict[str, Any]
+        self,
+        env: Any,
+        task: Task,
+        member: Any,
+        sampling_params: dict[str, Any],
+        log: Any = None,
     ) -> AgentLoopOutput:
         t0 = time.perf_counter()
         observation, info = env.reset(task, 0)
         env_s = time.perf_counter() - t0
+        if log is not None:
+            log.initial = observation
         gen_s = 0.0
         messages = [
             {"role": "system", "content": self.prompter.system(task)},
@@ -364,7 +389,7 @@ class SrolloutAgentLoop(AgentLoopBase):
         novelty, rejected = NoveltyTracker(observation), 0  # what the trajectory gate reads
         shadow, shadow_stop = self.settings.shadow, -1
         for t in range(1, self.settings.T_max + 1):
-            g0 = time.perf_counter()
+            g0, n_prompt = time.perf_counter(), len(prompt_ids)
             out = await self.server_manager.generate(
                 request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
             )
@@ -395,6 +420,8 @@ class SrolloutAgentLoop(AgentLoopBase):
                 ended, ended_by = True, "max_tokens"
             rejected = 0 if result.valid else rejected + 1
             state = TrajectoryState(t, novelty.step(result.observation), rejected)
+            if log is not None:
+                log.step(t, turn, text, result, n_prompt, len(out.token_ids), state)
             stops = not ended and self.traj_gate is not None and shadow_stop < 0
             if stops and self.traj_gate.stops(state):
                 if shadow:

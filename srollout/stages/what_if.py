@@ -75,9 +75,8 @@ def _groups(run: Path) -> pl.DataFrame:
     cost = trajs.group_by("group_id").agg(
         pl.col("n_steps").sum().alias("steps"), pl.col("n_gen_tokens").sum().alias("tokens")
     )
-    order = ["trainer_step", "group_index"] if "trainer_step" in groups.columns else []
-    order += ["group_index"] if "group_index" in groups.columns and not order else []
-    keep = ["group_id", "task_id", "zero_var", *dict.fromkeys(order)]
+    order = [c for c in ("trainer_step", "group_index") if c in groups.columns]
+    keep = ["group_id", "task_id", "zero_var", *order]
     out = groups.select(keep).join(cost, on="group_id", how="left")
     return out.sort(order or "group_id")
 
@@ -99,7 +98,9 @@ def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, 
         gate = GateRule(rule="r1", K=K, d_L=point["d_L"])
     setting = f"R1 K {K}" + (f", d_L {gate.d_L:g}" if gate is not None else "")
     try:
-        comparison = compare_gates(sweep_config, GateFitConfig(n_folds=config.n_folds), sweep)
+        comparison = compare_gates(
+            sweep_config, GateFitConfig(n_folds=config.n_folds, check_K=(K,)), sweep
+        )
     except SrolloutError as err:
         return _row("group gate", setting, 0, 0, math.nan, math.nan, str(err)), gate
     cut, _ = comparison.held_out["r1"]
@@ -179,6 +180,19 @@ def _greso(groups: pl.DataFrame, p: float, seed: int) -> dict:
     )
 
 
+def _merge_if_trainer_log(path: Path) -> None:
+    """A trainer's log whose parts were not merged yet (verl's, or a run stopped midway): merge
+    them first, so its tables hold every part written."""
+    import json
+
+    manifest = path / "manifest.json"
+    if path.is_dir() and manifest.exists() and (path / "parts").exists():
+        from srollout.rollout.trainer_log import STAGE, merge_log
+
+        if json.loads(manifest.read_text()).get("stage") == STAGE:
+            merge_log(path)
+
+
 def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResult:
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
@@ -186,6 +200,7 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     from srollout.stages.sweep_stall import _run_dir
 
     console = console or make_console()
+    _merge_if_trainer_log(Path(config.input))
     run = _run_dir(config.input)
     sweep_config = SweepConfig(
         input=run,

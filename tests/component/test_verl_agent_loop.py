@@ -116,9 +116,13 @@ def objects(values: list) -> np.ndarray:
     return arr
 
 
-def batch_of(rows: list[dict], uids: list[str], n: int = G) -> DataProto:
-    """The rollout batch verl builds: each prompt repeated n times, interleaved, with its uid."""
+def batch_of(
+    rows: list[dict], uids: list[str], n: int = G, global_steps: int | None = None
+) -> DataProto:
+    """The rollout batch verl builds: each prompt repeated n times, interleaved, with its uid
+    (and, as verl's v1 trainer adds it, the trainer's step)."""
     idx = [i for i in range(len(rows)) for _ in range(n)]
+    steps = {} if global_steps is None else {"global_steps": objects([global_steps] * len(idx))}
     return DataProto.from_dict(
         tensors={"dummy_tensor": np.zeros((len(idx), 1), dtype=np.uint8)},
         non_tensors={
@@ -127,6 +131,7 @@ def batch_of(rows: list[dict], uids: list[str], n: int = G) -> DataProto:
             "extra_info": objects([rows[i]["extra_info"] for i in idx]),
             "index": np.array([rows[i]["extra_info"]["index"] for i in idx], dtype=object),
             "uid": np.array([uids[i] for i in idx], dtype=object),
+            **steps,
         },
     )
 
@@ -412,3 +417,61 @@ def test_in_shadow_verls_loop_cuts_and_stops_nothing_and_says_where_it_would(
     assert sorted(stops)[0] == -1 and all(3 <= s < 8 for s in sorted(stops)[1:])
     assert stops[steps.index(4)] == -1  # the winner saw something new at every step
     assert set(nt["srollout_ended_by"]) <= {"done", "max_steps"}
+
+
+def test_the_loop_writes_a_trainer_log_that_a_resumed_run_replaces_step_by_step(
+    tokenizer, two_tasks, tmp_path, monkeypatch
+):
+    """Shadow (the group gate at K 6, the stall rule W 2 from 3) with log_dir: each session
+    writes its steps and trajectory as it ends; merged, the log reads like a collect. A second
+    attempt (a run resumed from the checkpoint of step 1) plays step 2 again: the merge keeps
+    that attempt's step 2 and the first attempt's step 1."""
+    import polars as pl
+
+    import srollout.rollout.trainer_log as tl
+    from srollout.stages.sweep_stall import load_trajectories
+
+    cut_task, kept_task = two_tasks
+    log = tmp_path / "log"
+    settings = sv.VerlGateSettings(
+        gate={"kind": "threshold", "rule": "r1", "K": 6, "d_L": 0.6}, T_max=8, timeout_s=30,
+        stall=2, stall_from=3, shadow=True, log_dir=str(log),
+    )  # fmt: skip
+    cfg = sv.write_agent_loop_config(tmp_path / "agent_loops.yaml", settings)
+
+    def play(uid: str, step: int):
+        server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 6))
+        batch = batch_of(rows_for([cut_task]), [uid], global_steps=step)
+        return run_batch(make_worker(server, tokenizer, str(cfg)), batch).non_tensor_batch
+
+    monkeypatch.setattr(tl, "_attempt", lambda: "rA")
+    first = play("u1", 1)
+    play("u2", 2)
+    monkeypatch.setattr(tl, "_attempt", lambda: "rB")  # resumed: step 2 again, new uid
+    again = play("u3", 2)
+    tl.merge_log(log)
+    trajs = pl.read_parquet(log / "trajectories.parquet")
+    groups = pl.read_parquet(log / "groups.parquet")
+    steps = pl.read_parquet(log / "steps.parquet")
+    assert groups["group_id"].to_list() == ["u1", "u3"]
+    assert groups["trainer_step"].to_list() == [1, 2]
+    assert groups["shadow_cut_step"].to_list() == [6, 6] and not groups["cut"].any()
+    assert trajs.height == 2 * G and steps.height == trajs["n_steps"].sum()
+    u1 = trajs.filter(pl.col("group_id") == "u1").sort("traj_idx")
+    assert u1["n_steps"].to_list() == [int(s) for s in first["srollout_steps"]]
+    stops = [int(s) for s in first["srollout_shadow_stop_step"]]
+    assert u1["shadow_stop_step"].to_list() == [s if s >= 1 else None for s in stops]
+    assert sorted(u1["reward"].to_list()) == [0.0, 0.0, 0.0, 1.0]
+    u3 = trajs.filter(pl.col("group_id") == "u3").sort("traj_idx")
+    assert u3["n_steps"].to_list() == [int(s) for s in again["srollout_steps"]]
+    # the offline evaluator reads it: its stall counters are the loop's own
+    arrays = load_trajectories(log)
+    assert arrays.n_steps.tolist() == trajs.sort("group_id", "traj_idx")["n_steps"].to_list()
+    # a log of other settings is refused in one line
+    other = sv.write_agent_loop_config(
+        tmp_path / "other.yaml", sv.VerlGateSettings(T_max=7, log_dir=str(log), timeout_s=30)
+    )
+    server = ScriptedServer(tokenizer, scripts_for(cut_task, kept_task, 6))
+    with pytest.raises(SrolloutError, match="belongs to a run made with"):
+        run_batch(make_worker(server, tokenizer, str(other)),
+                  batch_of(rows_for([cut_task]), ["u4"], global_steps=3))  # fmt: skip

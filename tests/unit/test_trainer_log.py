@@ -1,4 +1,4 @@
-"""The trainer log's refusals (srollout.integrations.trainer_log): each one line, before anything
+"""The trainer log's refusals (srollout.rollout.trainer_log): each one line, before anything
 is written. Writing, resuming and merging are tested with a real GRPOTrainer killed mid-run
 (tests/component/test_trl_integration.py)."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from srollout.errors import SrolloutError
-from srollout.integrations.trainer_log import TrainerLog, merge_log
+from srollout.rollout.trainer_log import TrainerLog, merge_log
 
 
 def test_a_log_of_other_settings_or_of_another_kind_is_refused(tmp_path):
