@@ -68,17 +68,42 @@ def _row(method: str, setting: str, n: int, right: int, steps: float, tokens: fl
     }
 
 
+GROUP_NEEDS = ("group_id", "task_id", "reward", "n_steps", "n_gen_tokens")
+
+
 def _groups(run: Path) -> pl.DataFrame:
-    """One row per group, in play order: task, zero-variance, steps and tokens it took."""
-    groups = pl.read_parquet(run / "groups.parquet")
+    """One row per group, in play order (a trainer log: by trainer step; a collect: by group
+    index): task, zero-variance (its rewards), and the steps and tokens it took."""
+    from srollout.core.grpo import is_zero_variance
+
     trajs = pl.read_parquet(run / "trajectories.parquet")
-    cost = trajs.group_by("group_id").agg(
-        pl.col("n_steps").sum().alias("steps"), pl.col("n_gen_tokens").sum().alias("tokens")
+    missing = [c for c in GROUP_NEEDS if c not in trajs.columns]
+    if missing:
+        raise SrolloutError(
+            f"what-if: {run / 'trajectories.parquet'} has no column(s) {', '.join(missing)} "
+            "(DAPO and GRESO need each group's task, rewards, steps and tokens)"
+        )
+    per = trajs.group_by("group_id", maintain_order=True).agg(
+        pl.col("task_id").first(),
+        pl.col("reward").alias("rewards"),
+        pl.col("n_steps").sum().alias("steps"),
+        pl.col("n_gen_tokens").sum().alias("tokens"),
     )
-    order = [c for c in ("trainer_step", "group_index") if c in groups.columns]
-    keep = ["group_id", "task_id", "zero_var", *order]
-    out = groups.select(keep).join(cost, on="group_id", how="left")
-    return out.sort(order or "group_id")
+    per = per.with_columns(
+        zero_var=pl.col("rewards").map_elements(
+            lambda r: bool(is_zero_variance(r.to_list())), return_dtype=pl.Boolean
+        )
+    ).drop("rewards")
+    order: list[str] = []
+    groups_file = run / "groups.parquet"
+    if groups_file.exists():
+        names = pl.read_parquet_schema(groups_file)
+        order = [c for c in ("trainer_step", "group_index") if c in names]
+        if order:
+            per = per.join(
+                pl.read_parquet(groups_file, columns=["group_id", *order]), on="group_id"
+            )
+    return per.sort(order or "group_id")
 
 
 def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, Any]:
@@ -211,9 +236,9 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
         seed=config.seed,
     )
     with console.status("judging the group gate, the trajectory gate, DAPO and GRESO"):
+        groups = _groups(run)  # names the columns a table lacks, before any long work
         stall_row, stall_gate = _trajectory_gate(config, sweep_config)  # refuses a gated run
         group_row, group_gate = _group_gate(config, sweep_config)
-        groups = _groups(run)
         rows = [group_row, stall_row, _dapo(groups), _greso(groups, config.greso_p, config.seed)]
     table = pl.DataFrame(rows)
     run_dir = prepare_run_dir(config.out, "what-if", overwrite=config.overwrite)

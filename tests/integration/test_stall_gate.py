@@ -355,3 +355,13 @@ def test_what_if_sets_every_method_side_by_side_on_the_runs_own_groups(ungated, 
     proc = srollout("what-if", str(gated), "--out", str(tmp_path / "w2"))
     assert proc.returncode == 2 and "not an ungated collect" in proc.stderr, proc.stderr
     assert not (tmp_path / "w2").exists()
+    # a table without the columns a method needs: they are named
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (ungated / "steps.parquet").link_to(bare / "steps.parquet")
+    pl.read_parquet(ungated / "trajectories.parquet").drop("task_id", "n_gen_tokens").write_parquet(
+        bare / "trajectories.parquet"
+    )
+    proc = srollout("what-if", str(bare), "--T-max", "20", "--out", str(tmp_path / "w3"))
+    assert proc.returncode == 2 and "no column(s) task_id, n_gen_tokens" in proc.stderr
+    assert not (tmp_path / "w3").exists()
