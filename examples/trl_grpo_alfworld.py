@@ -4,6 +4,12 @@
     python examples/trl_grpo_alfworld.py --steps 4 --out runs/trl-gated
     python examples/trl_grpo_alfworld.py --steps 4 --no-gate --out runs/trl-baseline
     python examples/trl_grpo_alfworld.py --steps 4 --backend vllm --out runs/trl-vllm   # vLLM
+    # what would the gates save on this run? decide in shadow, log, then judge every method
+    python examples/trl_grpo_alfworld.py --steps 4 --shadow --stall 3 --stall-from 10 \
+        --log-dir runs/trl-log --out runs/trl-shadow && srollout what-if runs/trl-log
+    # DAPO's filter and refill and GRESO's skip, which TRL does not have
+    python examples/trl_grpo_alfworld.py --steps 4 --dynamic-sampling --greso-p 0.5 \
+        --out runs/trl-ds
 
 Each step TRL asks for ``--groups`` prompts x G completions; srollout's engine plays the G
 multi-turn ALFWorld episodes of each prompt with the trainer's live weights and stops a group at
@@ -58,6 +64,16 @@ def main() -> None:
     parser.add_argument(
         "--vllm-mode", default="colocate", help="TRL's vllm_mode with --backend vllm"
     )
+    parser.add_argument("--stall", type=int, default=0, help="trajectory gate: stall W (0: off)")
+    parser.add_argument("--stall-from", type=int, default=10, help="trajectory gate: from step k0")
+    parser.add_argument(
+        "--shadow", action="store_true", help="the gates decide and log; nothing is cut or stopped"
+    )
+    parser.add_argument(
+        "--dynamic-sampling", action="store_true", help="DAPO: refill zero-variance groups"
+    )
+    parser.add_argument("--greso-p", type=float, default=None, help="GRESO: skip with 1 - p^z")
+    parser.add_argument("--log-dir", default=None, help="write the run's trainer log here")
     args = parser.parse_args()
 
     import warnings
@@ -103,9 +119,14 @@ def main() -> None:
         vllm_mode=args.vllm_mode,
     )
     check_trl_vllm(config)  # a mode the gate cannot follow stops here, before anything is written
+    from srollout.core.trajectory_gate import StallGate
+
     rollout = GatedRollout.alfworld(
-        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed
-    )
+        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed,
+        traj_gate=StallGate(args.stall, args.stall_from) if args.stall else None,
+        shadow=args.shadow, dynamic_sampling=args.dynamic_sampling, greso_p=args.greso_p,
+        log_dir=args.log_dir,
+    )  # fmt: skip
     # srollout's CPU engine settings for TRL's engine (float32, no chunked prefill; none on a GPU)
     engine = trl_engine() if args.backend == "vllm" else contextlib.nullcontext()
     with engine:
@@ -137,6 +158,19 @@ def main() -> None:
         "env_steps": c.env_steps,
         "gen_tokens": c.gen_tokens,
         "steps_saved_max": c.steps_saved_max,
+        "stalled": c.stalled,
+        "shadow": {
+            "cuts": c.shadow_cuts,
+            "cuts_right": c.shadow_cuts_right,
+            "stops": c.shadow_stops,
+            "stops_right": c.shadow_stops_right,
+        },
+        "sampling": {
+            "extra_groups": c.extra_groups,
+            "greso_skipped": c.skipped,
+            "unfilled": c.unfilled,
+        },
+        "log_dir": args.log_dir,
         # per step, from TRL's log: reward (None when every group was cut), seconds, cuts, tokens
         "per_step": [
             {

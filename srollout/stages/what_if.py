@@ -122,6 +122,13 @@ def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, 
         point = sweep.row(index, named=True)
         gate = GateRule(rule="r1", K=K, d_L=point["d_L"])
     setting = f"R1 K {K}" + (f", d_L {gate.d_L:g}" if gate is not None else "")
+    n_zv = int(sweep["n_zero_var"][0]) if sweep.height else 0
+    if min(n_zv, buffer.n_groups - n_zv) < 3:
+        note = (
+            f"not judged: held out it needs >= 3 zero-variance and >= 3 other groups, this run "
+            f"has {n_zv} and {buffer.n_groups - n_zv}"
+        )
+        return _row("group gate", setting, 0, 0, math.nan, math.nan, note), gate
     try:
         comparison = compare_gates(
             sweep_config, GateFitConfig(n_folds=config.n_folds, check_K=(K,)), sweep
