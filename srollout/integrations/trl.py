@@ -45,6 +45,7 @@ from srollout.rollout.engine import (
     RolloutSettings,
     run_groups,
 )
+from srollout.rollout.trainer_log import LOG_K
 
 # The rollout_func contract this module was written against and tested with.
 TRL_SUPPORTED = ("1.16",)
@@ -356,7 +357,8 @@ class GatedRollout:
             T_max=self.T_max,
             seed=self.seed,
             concurrency=max(self.concurrency or 0, self.G * n_groups, self.G),
-            signal_K=(),
+            # a log records the signals at analyze's K, as a collect does
+            signal_K=tuple(k for k in LOG_K if k <= self.T_max) if self._log else (),
             gate=self.gate,
             gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
             arm="gated" if self.gate is not None or self.traj_gate is not None else "baseline",

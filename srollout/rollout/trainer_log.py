@@ -304,7 +304,57 @@ def _merge_sessions(out: Path, sessions: Sequence[Path]) -> dict[str, Path]:
         t: write_parquet(frames[t], out / f"{t}.parquet", ARTIFACTS[t]) for t in SESSION_TABLES
     }
     written["groups"] = write_parquet(groups, out / "groups.parquet", ARTIFACTS["groups"])
+    signals = _signals(frames["steps"], frames["trajectories"], groups)
+    written["signals"] = write_parquet(signals, out / "signals.parquet", ARTIFACTS["signals"])
     return written
+
+
+LOG_K = (5, 10, 15, 20)  # the steps a log's signals table holds (analyze's default K)
+
+
+def _signals(steps: pl.DataFrame, trajs: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """The signals of every group of G >= 2 at each K of LOG_K its longest trajectory reaches,
+    from the sessions' actions and the observations they acted on."""
+    from srollout.core.signals import compute_signals
+
+    acts = (
+        steps.sort("group_id", "traj_idx", "step")
+        .group_by(["group_id", "traj_idx"], maintain_order=True)
+        .agg(pl.col("action"), pl.col("observation"))
+    )
+    per = trajs.select("group_id", "traj_idx", "initial_observation").join(
+        acts, on=["group_id", "traj_idx"], how="left"
+    )
+    info = {r["group_id"]: r for r in groups.iter_rows(named=True)}
+    rows = []
+    for (gid,), g in per.sort("group_id", "traj_idx").group_by(["group_id"], maintain_order=True):
+        if g.height < 2:
+            continue
+        actions = [a.to_list() if a is not None else [] for a in g["action"]]
+        seen = [
+            [o0, *(obs.to_list() if obs is not None else [])[:-1]]
+            for o0, obs in zip(g["initial_observation"], g["observation"], strict=True)
+        ]
+        meta = info[gid]
+        for K in (k for k in LOG_K if k <= max(map(len, actions), default=0)):
+            sig = compute_signals(actions, K, seen)
+            rows.append(
+                {
+                    "group_id": gid,
+                    "task_id": meta["task_id"],
+                    "task_type": meta["task_type"],
+                    "K": K,
+                    **sig.as_dict(),
+                    "reward_var": meta["reward_var"],
+                    "label": meta["label"],
+                    "zero_var": meta["zero_var"],
+                    "arm": meta["arm"],
+                    "trainer_step": meta["trainer_step"],
+                }
+            )
+    from srollout.rollout.records import SIGNAL_SCHEMA
+
+    return pl.DataFrame(rows) if rows else pl.DataFrame(schema=SIGNAL_SCHEMA)
 
 
 def _attempt() -> str:

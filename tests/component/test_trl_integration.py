@@ -374,6 +374,8 @@ def test_the_trainer_log_survives_a_kill_and_holds_every_step_once(default_model
     assert again3.select("group_id", "traj_idx", "step", "response").equals(
         first.select("group_id", "traj_idx", "step", "response")
     )
+    signals = pl.read_parquet(log / "signals.parquet")  # T_max 4: no K of 5, 10, 15, 20
+    assert signals.height == 0 and "prefix_edit_distance_mean" in signals.columns
     manifest = json.loads((log / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["resumed_at_step"] == 2
     # the log reads like a collect: every method judged on the run's own groups

@@ -464,6 +464,15 @@ def test_the_loop_writes_a_trainer_log_that_a_resumed_run_replaces_step_by_step(
     assert sorted(u1["reward"].to_list()) == [0.0, 0.0, 0.0, 1.0]
     u3 = trajs.filter(pl.col("group_id") == "u3").sort("traj_idx")
     assert u3["n_steps"].to_list() == [int(s) for s in again["srollout_steps"]]
+    # the signals at K 5 of each group, from the actions the sessions played
+    from srollout.core.signals import compute_signals
+
+    signals = pl.read_parquet(log / "signals.parquet")
+    assert signals["K"].to_list() == [5, 5] and signals["group_id"].to_list() == ["u1", "u3"]
+    acts = [s["action"].to_list() for _, s in steps.filter(pl.col("group_id") == "u1")
+            .sort("traj_idx", "step").group_by("traj_idx", maintain_order=True)]  # fmt: skip
+    want = compute_signals(acts, 5).prefix_edit_distance_mean
+    assert signals["prefix_edit_distance_mean"][0] == pytest.approx(want)
     # the offline evaluator reads it: its stall counters are the loop's own
     arrays = load_trajectories(log)
     assert arrays.n_steps.tolist() == trajs.sort("group_id", "traj_idx")["n_steps"].to_list()
