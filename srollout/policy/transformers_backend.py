@@ -299,11 +299,20 @@ class TransformersPolicy:
         if not self._within_context(len(state.token_ids)):
             # checked before any forward: past the context the model would fail inside torch
             # (or silently extrapolate its positions)
+            where = f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}"
+            if req.step <= 1:  # fewer steps cannot help: the first turn alone is too long
+                raise SrolloutError(
+                    f"{where}: the system prompt and the first observation are already "
+                    f"{len(state.token_ids)} tokens, and with max_new_tokens "
+                    f"{self.max_new_tokens} exceed the model's context of {self.max_context}: "
+                    "the environment's first observation is too long for this model (an "
+                    "observation should hold only the new text, docs/environments.md), or use "
+                    "a model with a longer context"
+                )
             raise SrolloutError(
-                f"trajectory {req.key.group_id}/{req.key.traj_idx} at step {req.step}: its "
-                f"{len(state.token_ids)} tokens + max_new_tokens {self.max_new_tokens} exceed the "
-                f"model's context of {self.max_context} tokens; lower --T-max (or max_new_tokens), "
-                "or use a model with a longer context"
+                f"{where}: its {len(state.token_ids)} tokens + max_new_tokens "
+                f"{self.max_new_tokens} exceed the model's context of {self.max_context} tokens; "
+                "lower --T-max (or max_new_tokens), or use a model with a longer context"
             )
         if not self.kv_reuse:
             return list(state.token_ids)

@@ -242,6 +242,10 @@ def test_fits_says_beforehand_what_act_would_refuse_and_changes_nothing(tiny_mod
     assert fresh.fits(step1) and fresh.live == 0
     fresh.max_context -= 1
     assert not fresh.fits(step1)
+    # and acting on it says the first observation is too long (fewer steps cannot help)
+    with pytest.raises(SrolloutError, match="first observation is too long") as err:
+        fresh.act([step1])
+    assert "--T-max" not in str(err.value)
 
 
 def test_lora_adapter_loads_and_changes_outputs(tiny_model, tmp_path):
