@@ -264,8 +264,10 @@ class CollectConfig(RolloutOptions):
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
         if self.audit > 0 and not self.gate_on:
+            stall = " (in collect it does not move the trajectory gate's W: train-onpolicy's does)"
             raise SrolloutError(
-                "--audit audits the gate's cuts: turn the gate on (--gate, --K or --d-L)"
+                "--audit audits the group gate's cuts: turn it on (--gate, --K or --d-L)"
+                + (stall if self.stall or self.gate is not None else "")
             )
         if self.shadow and not (self.gate_on or self.stall or self.gate is not None):
             raise SrolloutError(

@@ -292,7 +292,12 @@ def _ab(out: Path) -> pl.DataFrame:
             ["--K", "3", "--audit", "0.5", "--precision-floor", "0"],
             "--precision-floor must lie in (0, 1), got 0.0",
         ),
-        ("collect", ["--audit", "0.5"], "--audit audits the gate's cuts: turn the gate on"),
+        ("collect", ["--audit", "0.5"], "--audit audits the group gate's cuts: turn it on"),
+        (
+            "collect",
+            ["--stall", "3", "--audit", "0.5"],
+            "it does not move the trajectory gate's W: train-onpolicy's does",
+        ),
         ("collect", ["--gate", "FIXED", "--audit", "0.5"], "--audit moves a rule gate's d_L"),
         ("ab-rollout", ["--audit", "-0.1"], "--audit must be a fraction in [0, 1], got -0.1"),
         (
