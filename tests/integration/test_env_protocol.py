@@ -87,6 +87,21 @@ def test_the_same_seed_plays_the_same_games_at_any_concurrency(minefield, tmp_pa
     assert a[1].select(cols).equals(b[1].select(cols))
 
 
+def test_the_same_seed_plays_the_same_games_on_two_ray_workers(minefield, tmp_path):
+    """Each worker is a process of its own whose global generators the game seeds and draws
+    from: the per-trajectory isolation holds there too (same steps as one process)."""
+    pytest.importorskip("ray", reason="the `dist` extra (ray) is not installed")
+    out = tmp_path / "w2"
+    proc = collect("games:MINEFIELD", out, "--groups", "8", "--concurrency", "4", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["workers"] == 2 and len(set(manifest["dist"]["worker_processes"])) == 2
+    a, b = tables(minefield), tables(out)
+    cols = ["group_id", "traj_idx", "step", "action", "observation", "reward", "done"]
+    assert a[1].select(cols).equals(b[1].select(cols))
+    assert a[0].select(FULL[1:]).equals(b[0].select(FULL[1:]))
+
+
 def test_a_game_failing_mid_run_is_one_line_keeps_what_finished_and_resumes(
     minefield, tmp_path, monkeypatch
 ):
