@@ -178,8 +178,6 @@ class RolloutOptions:
         _check_choice(self.difficulty, DIFFICULTIES, "--difficulty")
         if not self.env.strip():
             raise SrolloutError("--env must name an environment (default alfworld)")
-        if self.env != "alfworld" and self.difficulty != "small":
-            raise SrolloutError("--difficulty sizes ALFWorld's generated rooms; not with --env")
         if self.difficulty != "small" and self.tasks in OFFICIAL_SPLITS:
             raise SrolloutError(
                 f"--difficulty sizes the generated task sets; the official split {self.tasks!r} "

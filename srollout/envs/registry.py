@@ -18,9 +18,10 @@ named (a registry, Python entry points, ``package.module:attr``) and the check t
     [project.entry-points."srollout.envs"]
     key-room = "mypkg.game:KEY_ROOM"
 
-``alfworld`` (the default) is built in and is not an EnvSpec: the stages build it as they always
-have. An EnvSpec holds only what differs between environments; the engine, the seeds
-(``reset(task, seed)`` gets the trajectory's environment seed), the gate and the tables are
+``alfworld`` (the default) is an EnvSpec too (:func:`alfworld_spec`), built in: every stage
+reaches every environment through the same spec. An EnvSpec holds only what differs between
+environments; the engine, the seeds (``reset(task, seed)`` gets the trajectory's environment
+seed), the gate and the tables are
 srollout's. The prompt and the parser default to the ReAct protocol; see
 :class:`srollout.rollout.react.EnvPrompter`.
 """
@@ -72,6 +73,15 @@ class EnvSpec:
     won_at: what success is for an environment that ends every episode with ``done`` and never
         says ``won`` (a game paying shaped rewards): an episode that is over was won iff the
         trajectory's summed reward is at least this. None: ``done`` without ``won`` is a win.
+    fallback_system_prompt: the system message when neither the environment (``system_prompt``)
+        nor the model's directory gives one; None: a generic ReAct prompt.
+    expert_env: ``() -> TextEnv`` for the planner policies (``--policy planner`` /
+        ``noisy-expert``), when it differs from ``make_env``: an environment that also fills
+        ``StepResult.expert_plan`` (ALFWorld computes it only when asked: a planner call a step).
+    task_options: the keyword options the task function takes beside the split (ALFWorld:
+        ``difficulty`` and ``n``, the number of tasks to make); :meth:`task_set` passes them.
+    auto_workers: ``collect`` may spread it over Ray workers unasked (its module imports on
+        every worker); otherwise workers are used only with ``--workers N``.
     """
 
     name: str
@@ -82,20 +92,31 @@ class EnvSpec:
     parse: Callable[[str], Any] | None = None
     description: str = ""
     won_at: float | None = None
+    fallback_system_prompt: str | None = None
+    expert_env: Callable[[], Any] | None = None
+    task_options: tuple[str, ...] = ()
+    auto_workers: bool = False
 
-    def env_factory(self) -> Callable[[], Any]:
-        """What the engine makes its environments with: ``make_env``, or with ``won_at`` each
-        environment wrapped to say ``won`` by its summed reward."""
+    def env_factory(self, expert: bool = False) -> Callable[[], Any]:
+        """What the engine makes its environments with: ``make_env`` (``expert``: for a planner
+        policy, ``expert_env`` where given), with ``won_at`` each environment wrapped to say
+        ``won`` by its summed reward."""
+        make = self.expert_env if expert and self.expert_env is not None else self.make_env
         if self.won_at is None:
-            return self.make_env
-        won_at, make = float(self.won_at), self.make_env
+            return make
+        won_at = float(self.won_at)
         return lambda: WonByReward(make(), won_at)
 
-    def task_set(self, split: str) -> list[Task]:
-        """The tasks of ``split``; an unknown or empty split is a SrolloutError."""
+    def task_set(self, split: str, n: int | None = None, **options: Any) -> list[Task]:
+        """The first ``n`` (all: None) tasks of ``split``; ``options`` (``difficulty``, ...) go
+        to a task function that declares them in :attr:`task_options`. An unknown or empty split
+        is a SrolloutError."""
         if callable(self.tasks):
+            kwargs = {k: v for k, v in options.items() if k in self.task_options}
+            if "n" in self.task_options:
+                kwargs["n"] = n
             try:
-                tasks = self.tasks(split)
+                tasks = self.tasks(split, **kwargs)
             except SrolloutError:
                 raise
             except Exception as e:
@@ -116,7 +137,7 @@ class EnvSpec:
                 f"environment {self.name!r} has no task set {split!r} "
                 f"(it has: {', '.join(map(str, self.tasks))})"
             )
-        tasks = list(tasks or ())
+        tasks = list(tasks or ())[:n]
         if not tasks:
             raise SrolloutError(f"environment {self.name!r}: task set {split!r} is empty")
         bad = next((t for t in tasks if not isinstance(t, Task)), None)
@@ -187,9 +208,9 @@ def resolve_env(name: str) -> EnvSpec:
     """The EnvSpec ``--env name`` means: a registered name, an entry point of group
     ``srollout.envs``, or ``package.module:attr`` (imported with the working directory on
     ``sys.path``, as ``uvicorn`` does), where attr is an EnvSpec or a function returning one.
-    ``alfworld`` has no EnvSpec (the stages build it). Anything else is one SrolloutError."""
+    ``alfworld`` is the built-in spec. Anything else is one SrolloutError."""
     if name == ALFWORLD:
-        raise SrolloutError(f"{ALFWORLD!r} is built in; the stages build it without an EnvSpec")
+        return alfworld_spec()
     if name in _REGISTRY:
         return _REGISTRY[name]
     from importlib.metadata import entry_points
@@ -347,9 +368,56 @@ __all__ = (
     "LIBRARY_GROUP",
     "EnvSpec",
     "WonByReward",
+    "alfworld_spec",
     "check_env",
     "check_step_result",
     "env_names",
     "register_env",
     "resolve_env",
 )
+
+
+# --- ALFWorld, built in ---------------------------------------------------------------------------
+
+
+def _alfworld_tasks(split: str, difficulty: str = "small", n: int | None = None) -> list[Task]:
+    from srollout.envs.tasks import load_task_set
+
+    return list(load_task_set(split, difficulty, n=n))
+
+
+def _alfworld_env(expert_plan: bool) -> Any:
+    from srollout.envs.alfworld_env import AlfworldEnv
+
+    return AlfworldEnv(expert_plan=expert_plan)
+
+
+def _alfworld_parse(text: str) -> tuple[str, str, str]:
+    """ALFWorld's forgiving parser; the normalised action is both sent and compared."""
+    from srollout.envs.prompts import parse_response
+
+    parsed = parse_response(text)
+    return parsed.thought, parsed.action, parsed.action
+
+
+@lru_cache(maxsize=1)
+def alfworld_spec() -> EnvSpec:
+    """ALFWorld as an EnvSpec, the one path every environment takes (``--env alfworld``, the
+    default): the real engine (:class:`~srollout.envs.alfworld_env.AlfworldEnv`; the planner's
+    plan computed only for the planner policies), srollout's generated task sets
+    (:func:`~srollout.envs.tasks.load_task_set`, with ``difficulty`` and ``n``: only the first n
+    games of a split are generated), the model's own prompt where its directory names one, else
+    ALFWorld's ReAct prompt, and ALFWorld's parser (verb normalisation)."""
+    from srollout.envs.prompts import system_prompt
+
+    return EnvSpec(
+        name=ALFWORLD,
+        make_env=lambda: _alfworld_env(False),
+        tasks=_alfworld_tasks,
+        parse=_alfworld_parse,
+        description="ALFWorld on its real engine, srollout's generated task sets (the default)",
+        fallback_system_prompt=system_prompt(),
+        expert_env=lambda: _alfworld_env(True),
+        task_options=("difficulty", "n"),
+        auto_workers=True,
+    )

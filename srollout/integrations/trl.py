@@ -236,22 +236,14 @@ class GatedRollout:
         **kwargs: Any,
     ) -> GatedRollout:
         """ALFWorld's real engine on srollout's task set ``task_set`` (first ``n_tasks``), with the
-        ReAct prompt of the model in ``model_dir`` (default: the shipped default policy's)."""
-        from functools import partial
-
-        from srollout.envs import load_task_set
-        from srollout.envs.alfworld_env import AlfworldEnv
-        from srollout.policy import resolve_model
-        from srollout.rollout.react import ReactPrompter
-
-        tasks = list(load_task_set(task_set, difficulty, n=n_tasks))
-        if not tasks:
-            raise SrolloutError(f"task set {task_set!r} is empty")
-        prompter = ReactPrompter.for_model(resolve_model(model_dir or "default"))
-        return cls(
-            tasks=tasks,
-            env_factory=partial(AlfworldEnv, expert_plan=False),
-            prompter=prompter,
+        ReAct prompt of the model in ``model_dir`` (default: the shipped default policy's):
+        :meth:`from_env` of ``alfworld``."""
+        return cls.from_env(
+            "alfworld",
+            task_set,
+            n_tasks=n_tasks,
+            model_dir=model_dir,
+            difficulty=difficulty,
             **kwargs,
         )
 
@@ -263,22 +255,21 @@ class GatedRollout:
         *,
         n_tasks: int | None = None,
         model_dir: str | None = None,
+        difficulty: str = "small",
         **kwargs: Any,
     ) -> GatedRollout:
-        """Any environment ``--env`` accepts (a registered name, an entry point of group
-        ``srollout.envs``, ``package.module:attr``; see :mod:`srollout.envs.registry`): its task
-        set ``task_set`` (first ``n_tasks``), its ``make_env`` and its prompt and parser for the
-        model in ``model_dir`` (default: the shipped default policy). The environment plays the
-        protocol once here (:func:`~srollout.envs.registry.check_env`), before any training
-        step. ``alfworld`` is :meth:`alfworld`."""
-        if env == "alfworld":
-            return cls.alfworld(task_set, n_tasks=n_tasks, model_dir=model_dir, **kwargs)
+        """Any environment ``--env`` accepts (``alfworld``, a registered name, an entry point of
+        group ``srollout.envs``, ``package.module:attr``; see :mod:`srollout.envs.registry`): its
+        task set ``task_set`` (first ``n_tasks``), its ``make_env`` and its prompt and parser for
+        the model in ``model_dir`` (default: the shipped default policy). The environment plays
+        the protocol once here (:func:`~srollout.envs.registry.check_env`), before any training
+        step."""
         from srollout.envs.registry import check_env, resolve_env
         from srollout.policy import resolve_model
         from srollout.rollout.react import EnvPrompter
 
         spec = resolve_env(env)
-        tasks = spec.task_set(task_set)[:n_tasks]
+        tasks = spec.task_set(task_set, n=n_tasks, difficulty=difficulty)
         check_env(spec, tasks)
         return cls(
             tasks=tasks,
@@ -286,40 +277,6 @@ class GatedRollout:
             prompter=EnvPrompter.for_env(spec, resolve_model(model_dir or "default")),
             **kwargs,
         )
-
-    def log_config(self) -> dict[str, Any]:
-        """The settings a trainer log is made with (a log of other settings is refused)."""
-
-        def gate_dict(gate: Any) -> Any:
-            return None if gate is None else gate.to_dict()
-
-        return {
-            "G": self.G,
-            "T_max": self.T_max,
-            "seed": self.seed,
-            "temperature": self.temperature,
-            "max_new_tokens": self.max_new_tokens,
-            "tasks": [t.task_id for t in self.tasks],
-            "gate": gate_dict(self.gate),
-            "traj_gate": gate_dict(self.traj_gate),
-            "shadow": self.shadow,
-            "dynamic_sampling": self.dynamic_sampling,
-            "max_refill_rounds": self.max_refill_rounds,
-            "greso_p": self.greso_p,
-        }
-
-    def _open_log(self, trainer: Any, global_step: int) -> None:
-        """Open the log at the trainer's step (a resume restores the seeds' group index and
-        GRESO's history from it) and merge it into its tables when training ends."""
-        resume = self._log.open(global_step)
-        self._log_open = True
-        if resume.steps:
-            self._next_group = resume.next_group
-            if self._greso is not None:
-                from srollout.core.arms import GresoSkipper
-
-                self._greso = GresoSkipper(self.greso_p, self.seed, resume.greso)
-        trainer.add_callback(_merge_log_at_end(self._log))
 
     # --- what TRL is given ---------------------------------------------------------------------
     def dataset(self, repeats: int = 1) -> Any:

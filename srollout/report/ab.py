@@ -489,6 +489,7 @@ def _mismatch_text(c: Any) -> str:
 
 
 def method_text(config: Any, blocks: pl.DataFrame) -> str:
+    from srollout.envs.registry import resolve_env
     from srollout.envs.tasks import rooms_note
 
     n_arms = blocks["arm"].n_unique()
@@ -514,7 +515,7 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
         f"`{config.tasks}`"
         + (
             rooms_note(config.tasks, config.difficulty)
-            if config.env == "alfworld"
+            if "difficulty" in resolve_env(config.env).task_options
             else f" of environment `{config.env}`"
         )
         + f" (G={config.G}, "

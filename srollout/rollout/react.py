@@ -90,10 +90,11 @@ def parse_action(text: str) -> ParsedTurn:
 
 
 class EnvPrompter:
-    """The Prompter of an environment of your own (:class:`srollout.envs.registry.EnvSpec`):
-    its system prompt and user template where it gives them, else the model's own
-    (``srollout.json`` in the model directory), else :data:`GENERIC_SYSTEM_PROMPT` and
-    ``Observation: {observation}``; its parser, else :func:`parse_action`."""
+    """The Prompter of an environment (:class:`srollout.envs.registry.EnvSpec`, ALFWorld's
+    included): its system prompt and user template where it gives them, else the model's own
+    (``srollout.json`` in the model directory), else the spec's ``fallback_system_prompt`` (else
+    :data:`GENERIC_SYSTEM_PROMPT`) and ``Observation: {observation}``; its parser, else
+    :func:`parse_action`."""
 
     def __init__(
         self,
@@ -117,7 +118,8 @@ class EnvPrompter:
             own = model_prompt(model_dir)
         system = spec.system_prompt
         if system is None:
-            system = own.system if own is not None else GENERIC_SYSTEM_PROMPT
+            fallback = spec.fallback_system_prompt or GENERIC_SYSTEM_PROMPT
+            system = own.system if own is not None else fallback
         template = spec.user_template
         if template is None:
             template = own.user_template if own is not None else None

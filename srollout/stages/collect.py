@@ -324,7 +324,9 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
         cores = min(cores, int(omp))
     if config.policy != "lm" or config.backend != "transformers":
         return 1, "one process: only the transformers LM is spread over workers by default"
-    if config.env != "alfworld":  # its module must import on every worker: opt in
+    from srollout.envs.registry import resolve_env
+
+    if not resolve_env(config.env).auto_workers:  # its module must import on every worker
         return 1, f"one process: --env {config.env}; ask for --workers N to spread it"
     if os.environ.get("RAY_ADDRESS"):
         return 1, "one process: $RAY_ADDRESS is set; ask for --workers N to use that cluster"

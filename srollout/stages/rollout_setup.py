@@ -27,19 +27,11 @@ OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
 
 def load_tasks(name: str, difficulty: str = "small", env: str = "alfworld") -> list:
-    """The tasks of set ``name`` with rooms of ``difficulty`` (an unknown name is a
-    SrolloutError from the envs package); with ``env`` other than alfworld, the split ``name``
-    of that environment (:meth:`srollout.envs.registry.EnvSpec.task_set`)."""
-    if env != "alfworld":
-        from srollout.envs.registry import resolve_env
+    """The tasks of set ``name`` of environment ``env`` (an unknown name is a SrolloutError),
+    ALFWorld's with rooms of ``difficulty`` (:meth:`srollout.envs.registry.EnvSpec.task_set`)."""
+    from srollout.envs.registry import resolve_env
 
-        return resolve_env(env).task_set(name)
-    from srollout.envs import load_task_set
-
-    tasks = list(load_task_set(name, difficulty))
-    if not tasks:
-        raise SrolloutError(f"task set {name!r} is empty")
-    return tasks
+    return resolve_env(env).task_set(name, difficulty=difficulty)
 
 
 def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
@@ -121,24 +113,9 @@ def build_policy(config: RolloutOptions) -> Any:
 
 
 def build_prompter(config: RolloutOptions) -> Any:
-    """The ReAct prompter, with the LM's own system prompt and user-turn template when its model
-    directory names them (the default policy is fine-tuned on a prompt of its own; see
-    ``srollout.envs.prompts.model_prompt``). With ``--env`` other than alfworld: that
-    environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`)."""
-    from srollout.rollout.react import ReactPrompter
-
-    if config.env != "alfworld":
-        return _env_prompter(config)
-    if config.policy != "lm":
-        return ReactPrompter()
-    from srollout.policy import resolve_model
-
-    return ReactPrompter.for_model(
-        resolve_model(config.model if config.model is not None else "default")
-    )
-
-
-def _env_prompter(config: RolloutOptions) -> Any:
+    """The environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`), with the
+    LM's own system prompt and user-turn template where its model directory names them (the
+    default policy is fine-tuned on a prompt of its own; ``srollout.envs.prompts.model_prompt``)."""
     from srollout.envs.registry import resolve_env
     from srollout.rollout.react import EnvPrompter
 
@@ -151,31 +128,27 @@ def _env_prompter(config: RolloutOptions) -> Any:
 
 
 def check_rollout_env(config: RolloutOptions) -> None:
-    """With ``--env`` other than alfworld: resolve it, load its task set ``--tasks`` and play the
-    TextEnv protocol once (:func:`srollout.envs.registry.check_env`), so that an unknown name or
-    an environment that does not speak the protocol fails before a run directory exists."""
-    if config.env == "alfworld":
-        return
+    """Resolve ``--env``, load its task set ``--tasks`` and play the TextEnv protocol once
+    (:func:`srollout.envs.registry.check_env`), so that an unknown name, an option it does not
+    take or an environment that does not speak the protocol fails before a run directory
+    exists."""
     from srollout.envs.registry import check_env, resolve_env
 
     spec = resolve_env(config.env)
-    check_env(spec, spec.task_set(config.tasks))
+    if config.difficulty != "small" and "difficulty" not in spec.task_options:
+        raise SrolloutError(
+            f"--difficulty sizes ALFWorld's generated rooms; not with --env {config.env}"
+        )
+    check_env(spec, spec.task_set(config.tasks, difficulty=config.difficulty))
 
 
 def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
-    """A callable making one real-engine ALFWorld environment (the engine reuses them), or with
-    ``--env`` another environment's ``make_env``."""
-    from functools import partial
+    """A callable making one environment of ``--env`` (the engine reuses them); for the
+    planner policies the one that also gives the expert's plan (ALFWorld's computes it only
+    then)."""
+    from srollout.envs.registry import resolve_env
 
-    if config.env != "alfworld":
-        from srollout.envs.registry import resolve_env
-
-        return resolve_env(config.env).env_factory()
-
-    from srollout.envs.alfworld_env import AlfworldEnv
-
-    # The planner replans after every step; only the expert policies read its plan.
-    return partial(AlfworldEnv, expert_plan=config.policy != "lm")
+    return resolve_env(config.env).env_factory(expert=config.policy != "lm")
 
 
 @contextmanager

@@ -69,11 +69,11 @@ def run_train_onpolicy(
 
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    if config.env != "alfworld" and env_factory is None:
+    if None in (env_factory, prompter, train_tasks, eval_tasks):
         # --env: its tasks, make_env and prompt; an unknown one or one off the TextEnv protocol
         # fails here, before the run directory exists
         env_factory, prompter, train_tasks, eval_tasks = _own_env(
-            config, prompter, train_tasks, eval_tasks
+            config, env_factory, prompter, train_tasks, eval_tasks
         )
     # a bad gate.json fails here, before the run directory exists; a gate-stall.json in --gate
     # is the stall arms' rule (the group gate then comes from --K / --d-L / --rule)
@@ -109,22 +109,6 @@ def run_train_onpolicy(
     )
     if config.resume:
         _check_resumable(run_dir, config)
-    if env_factory is None:
-        from functools import partial
-
-        from srollout.envs.alfworld_env import AlfworldEnv
-
-        env_factory = partial(AlfworldEnv, expert_plan=False)
-    if prompter is None:
-        from srollout.policy import resolve_model
-        from srollout.rollout.react import ReactPrompter
-
-        prompter = ReactPrompter.for_model(resolve_model(config.model))
-    if train_tasks is None or eval_tasks is None:
-        from srollout.envs import load_task_set
-
-        train_tasks = list(load_task_set(config.train_set, n=config.train_tasks))
-        eval_tasks = list(load_task_set(config.eval_set, n=config.n_eval))
     overlap = {t.task_id for t in train_tasks} & {t.task_id for t in eval_tasks}
     if overlap:
         raise SrolloutError(
@@ -442,22 +426,28 @@ def write_report(
 
 
 def _own_env(
-    config: TrainOnpolicyConfig, prompter: Any, train_tasks: list | None, eval_tasks: list | None
+    config: TrainOnpolicyConfig,
+    env_factory: Any,
+    prompter: Any,
+    train_tasks: list | None,
+    eval_tasks: list | None,
 ) -> tuple[Any, Any, list, list]:
     """``--env``'s (make_env, prompter, training pool, held-out tasks), its protocol checked
-    (:mod:`srollout.envs.registry`); a prompter or task lists given by the caller are kept."""
+    (:mod:`srollout.envs.registry`); what the caller gave is kept."""
     from srollout.envs.registry import check_env, resolve_env
     from srollout.policy import resolve_model
     from srollout.rollout.react import EnvPrompter
 
     spec = resolve_env(config.env)
     if train_tasks is None or eval_tasks is None:
-        train_tasks = spec.task_set(config.train_set)[: config.train_tasks]
-        eval_tasks = spec.task_set(config.eval_set)[: config.n_eval]
-    check_env(spec, train_tasks)
+        train_tasks = spec.task_set(config.train_set, n=config.train_tasks)
+        eval_tasks = spec.task_set(config.eval_set, n=config.n_eval)
+    if env_factory is None:
+        check_env(spec, train_tasks)
+        env_factory = spec.env_factory()
     if prompter is None:
         prompter = EnvPrompter.for_env(spec, resolve_model(config.model))
-    return spec.env_factory(), prompter, train_tasks, eval_tasks
+    return env_factory, prompter, train_tasks, eval_tasks
 
 
 def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:

@@ -117,10 +117,15 @@ def test_resolve_by_registered_name_module_attr_and_entry_point(tmp_path, monkey
         ("my_env_mod:NOT_A_SPEC", "not an EnvSpec .* got int"),
         ("my_env_mod:MISSING", "has no 'MISSING'"),
         ("no_such_module_x:SPEC", "cannot import 'no_such_module_x'"),
-        ("alfworld", "built in"),
     ]:
         with pytest.raises(SrolloutError, match=message):
             resolve_env(ref)
+    # ALFWorld is a spec like any other: its tasks take the options it declares
+    alfworld = resolve_env("alfworld")
+    assert alfworld.name == "alfworld" and alfworld.task_options == ("difficulty", "n")
+    assert alfworld.expert_env is not None and alfworld.auto_workers
+    with pytest.raises(SrolloutError, match="built-in environment; choose another name"):
+        register_env(EnvSpec(name="alfworld", make_env=object, tasks={}))
 
 
 def _others() -> list[str]:
@@ -258,3 +263,30 @@ def test_won_at_says_what_success_is_for_a_game_that_only_says_done():
         assert env.step("forward").won is won
     spec = EnvSpec("plain", Corridor, {"eval": tasks([2])})
     assert spec.env_factory() is Corridor
+
+
+def test_alfworlds_spec_prompts_exactly_as_the_react_prompter_did(tmp_path):
+    """The one path gives ALFWorld the prompts and parses it always had: the model's own prompt
+    where its directory names one (the shipped policy), else ALFWorld's ReAct prompt."""
+    import json
+
+    from srollout.default_policy import SHIPPED_DIR
+    from srollout.envs.base import Task
+    from srollout.rollout.react import EnvPrompter, ReactPrompter
+
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "srollout.json").write_text(
+        json.dumps({"system_prompt": "Be brief.", "user_template": "{task} | {observation}"})
+    )
+    spec = resolve_env("alfworld")
+    task = Task("t/1", "pick_and_place_simple", "put a mug in the sink.", "")
+    texts = ["Thought: go\nAction: Go To the Sink 1", "action: put mug 1 in/on sink 1", "junk"]
+    for model_dir in (None, SHIPPED_DIR, own, tmp_path):
+        old = ReactPrompter.for_model(model_dir) if model_dir is not None else ReactPrompter()
+        new = EnvPrompter.for_env(spec, model_dir)
+        assert new.system(task) == old.system(task)
+        assert new.user("You see a sink.", 2, task, ("go to sink 1",)) == old.user(
+            "You see a sink.", 2, task, ("go to sink 1",)
+        )
+        assert [new.parse(t) for t in texts] == [old.parse(t) for t in texts]
