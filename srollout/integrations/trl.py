@@ -278,6 +278,40 @@ class GatedRollout:
             **kwargs,
         )
 
+    def log_config(self) -> dict[str, Any]:
+        """The settings a trainer log is made with (a log of other settings is refused)."""
+
+        def gate_dict(gate: Any) -> Any:
+            return None if gate is None else gate.to_dict()
+
+        return {
+            "G": self.G,
+            "T_max": self.T_max,
+            "seed": self.seed,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "tasks": [t.task_id for t in self.tasks],
+            "gate": gate_dict(self.gate),
+            "traj_gate": gate_dict(self.traj_gate),
+            "shadow": self.shadow,
+            "dynamic_sampling": self.dynamic_sampling,
+            "max_refill_rounds": self.max_refill_rounds,
+            "greso_p": self.greso_p,
+        }
+
+    def _open_log(self, trainer: Any, global_step: int) -> None:
+        """Open the log at the trainer's step (a resume restores the seeds' group index and
+        GRESO's history from it) and merge it into its tables when training ends."""
+        resume = self._log.open(global_step)
+        self._log_open = True
+        if resume.steps:
+            self._next_group = resume.next_group
+            if self._greso is not None:
+                from srollout.core.arms import GresoSkipper
+
+                self._greso = GresoSkipper(self.greso_p, self.seed, resume.greso)
+        trainer.add_callback(_merge_log_at_end(self._log))
+
     # --- what TRL is given ---------------------------------------------------------------------
     def dataset(self, repeats: int = 1) -> Any:
         """A ``datasets.Dataset`` with one ``prompt`` per task (``repeats`` times over)."""
