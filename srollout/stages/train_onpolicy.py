@@ -358,9 +358,19 @@ def write_report(
         "eval_last_gated",
         "eval_last_delta",
     ]
+    # the baseline-against-gated tables; a run without that pair compares its arms below only
+    pair = "baseline" in config.arms and "gated" in config.arms
     sections = [
-        Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
-        Section("Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])),
+        *(
+            [
+                Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
+                Section(
+                    "Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])
+                ),
+            ]
+            if pair
+            else []
+        ),
         Section(
             "Arms (mean ± std over seeds; per-seed totals over all iterations)",
             to_markdown(arms_markdown_view(arms))

@@ -229,6 +229,11 @@ def test_train_onpolicy_stall_arm_from_a_gate_file(stall_training, tmp_path):
     assert (
         per_arm["stall"]["rollout/env_steps"].sum() < per_arm["baseline"]["rollout/env_steps"].sum()
     )
+    # no gated arm: the baseline-against-gated summary is left out (it read "saving 100 %"); the
+    # arms table compares the stall arm with the baseline
+    report = (out / "report.md").read_text()
+    assert "## Summary (mean" not in report and "saving 100.0" not in report
+    assert "| stall |" in report
     bad = srollout(
         *base, "--arms", "baseline,gated", "--gate", str(path), "--out", str(tmp_path / "x")
     )
