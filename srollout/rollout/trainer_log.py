@@ -83,20 +83,7 @@ class TrainerLog:
                     f"log_dir {out} is not empty and has no manifest.json: it is not a srollout "
                     "trainer log; give an empty or new directory"
                 )
-            old = json.loads(manifest.read_text())
-            if old.get("stage") != STAGE:
-                raise SrolloutError(
-                    f"log_dir {out} is a {old.get('stage')!r} run, not a trainer log; give an "
-                    "empty or new directory"
-                )
-            before = old.get("config", {})
-            for key in sorted(set(before) | set(self.config)):
-                if before.get(key) != self.config.get(key):
-                    raise SrolloutError(
-                        f"log_dir {out} belongs to a run made with {key}={before.get(key)!r}, "
-                        f"not {self.config.get(key)!r}; give a new directory for a new "
-                        "configuration"
-                    )
+            _check_config(out, self.config)
         steps = sorted(s for s in map(_step_of, finished_groups(out)) if s is not None)
         if steps and trainer_step == 0:
             raise SrolloutError(
@@ -232,7 +219,10 @@ def write_session(
 def _check_config(out: Path, config: Mapping[str, Any]) -> None:
     before = json.loads((out / "manifest.json").read_text())
     if before.get("stage") != STAGE:
-        raise SrolloutError(f"log_dir {out} is a {before.get('stage')!r} run, not a trainer log")
+        raise SrolloutError(
+            f"log_dir {out} is a {before.get('stage')!r} run, not a trainer log; give an empty "
+            "or new directory"
+        )
     now = json.loads(json.dumps(dict(config), default=str))
     for key in sorted(set(before.get("config", {})) | set(now)):
         if before.get("config", {}).get(key) != now.get(key):

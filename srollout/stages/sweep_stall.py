@@ -56,7 +56,7 @@ class StallSweep(NamedTuple):
     n_trajs: int
 
 
-def _run_dir(path: Path | str) -> Path:
+def run_dir_of(path: Path | str) -> Path:
     path = Path(path)
     if path.is_file():
         path = path.parent
@@ -68,7 +68,7 @@ def _run_dir(path: Path | str) -> Path:
 
 def load_trajectories(path: Path) -> Trajectories:
     """A collect's trajectories as :class:`Trajectories` (groups in order of group_id)."""
-    run = _run_dir(path)
+    run = run_dir_of(path)
     steps = pl.read_parquet(run / "steps.parquet")
     trajs = pl.read_parquet(run / "trajectories.parquet")
     for name, df in (("steps.parquet", steps), ("trajectories.parquet", trajs)):

@@ -229,11 +229,11 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
     from srollout.rundir import Manifest, prepare_run_dir
-    from srollout.stages.sweep_stall import _run_dir
+    from srollout.stages.sweep_stall import run_dir_of
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
-    run = _run_dir(config.input)
+    run = run_dir_of(config.input)
     sweep_config = SweepConfig(
         input=run,
         K=(config.K,),
