@@ -314,11 +314,15 @@ ADDED_OPTIONS: dict[str, Any] = {
     "backend": "transformers",
     "env": "alfworld",
     "audit": 0.0,
-    "precision_floor": 0.85,
+    "audit_floor": 0.85,
     "stall": 0,
     "stall_from": 10,
     "shadow": False,
 }
+
+
+# Config options renamed since runs were first written: new name -> the name old manifests use.
+RENAMED_OPTIONS: dict[str, str] = {"audit_floor": "precision_floor"}
 
 
 def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what: str) -> None:
@@ -334,7 +338,10 @@ def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what:
     if old.get("stage") != stage:
         raise SrolloutError(f"--resume: {run_dir} is a {old.get('stage')!r} run, not a {stage} run")
     for name, value in resume_key.items():
-        before = old.get("config", {}).get(name, ADDED_OPTIONS.get(name))
+        config = old.get("config", {})
+        before = config.get(
+            name, config.get(RENAMED_OPTIONS.get(name, ""), ADDED_OPTIONS.get(name))
+        )
         now = json.loads(json.dumps(value, default=str))
         if now != before:
             raise SrolloutError(

@@ -429,7 +429,7 @@ def read(path: str | Path, artifact: Artifact, allow_empty: bool = False) -> pl.
         raise SrolloutError(f"{path}: is a directory, not a {artifact.filename}")
     try:
         df = pl.read_parquet(path)
-    except Exception as err:  # polars raises several error types for a non-Parquet file
+    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     return check_rules(validate(df, artifact, path, allow_empty=allow_empty), artifact, path)
 
@@ -452,7 +452,7 @@ def scan(
         lazy = pl.scan_parquet(path)
         file_schema = lazy.collect_schema()
         n_rows = lazy.select(pl.len()).collect().item()  # from the Parquet footer
-    except Exception as err:  # polars raises several error types for a non-Parquet file
+    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     validate(pl.DataFrame(schema=file_schema), artifact, path, allow_empty=True)
     if n_rows == 0 and not allow_empty:
@@ -469,7 +469,8 @@ def reading(path: str | Path) -> Iterator[None]:
     one line naming the file, not a polars traceback."""
     try:
         yield
-    except pl.exceptions.PolarsError as err:
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as err:
+        # a damaged page can also make polars' reader panic (a BaseException, not an Exception)
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SchemaError(
             f"{path}: reading it failed, the file looks damaged ({reason[:160]})"

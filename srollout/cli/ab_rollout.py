@@ -33,7 +33,7 @@ ORDER = (
     "t_high",
     "gate",
     "audit",
-    "precision_floor",
+    "audit_floor",
     "stall",
     "stall_from",
     "repeats",

@@ -1,5 +1,5 @@
-"""The rollout options of every command that rolls groups out (``collect``, ``ab-rollout``,
-``train-onpolicy``), declared once.
+"""The options of the commands that roll groups out (``collect``, ``ab-rollout``,
+``train-onpolicy``), declared once: in their configs.
 
 Each option is a field of the command's config (:class:`srollout.config.RolloutOptions` and its
 stage configs, or :class:`srollout.config.TrainOnpolicyConfig`): its flag is the field name with
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +25,14 @@ from typing import Annotated, Any
 
 import typer
 
-from srollout.config import QUICK_GROUPS, QUICK_T_MAX, help_for, parse_int_list
+from srollout.config import (
+    QUICK_GROUPS,
+    QUICK_T_MAX,
+    help_for,
+    parse_int_list,
+    parse_names,
+    parse_seeds,
+)
 
 # The rollout options of RolloutOptions, in the order `collect --help` lists them.
 ROLLOUT_OPTIONS: tuple[str, ...] = (
@@ -51,7 +59,7 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
     "concurrency",
     "env",
     "audit",
-    "precision_floor",
+    "audit_floor",
     "stall",
     "stall_from",
 )
@@ -59,23 +67,17 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")
 # Options whose default depends on --quick: declared without one, the default named in the help.
 QUICK_SIZED = {"groups": QUICK_GROUPS, "T_max": QUICK_T_MAX}
-# The rollout part of train-onpolicy (its values come from --preset when not given).
-TRAIN_ROLLOUT_OPTIONS: tuple[str, ...] = (
-    "G",
-    "T_max",
-    "temperature",
-    "gate",
-    "K",
-    "d_L",
-    "rule",
-    "t_high",
-    "model",
-    "backend",
-    "base_url",
-    "concurrency",
-    "stall",
-    "stall_from",
-)
+# Options read as a comma list (a string on the command line): field -> its parser.
+LISTS: dict[str, Callable[[str], tuple]] = {
+    "signal_K": lambda text: parse_int_list(text, "--signal-K"),
+    "seeds": parse_seeds,
+    "arms": lambda text: parse_names(text, "--arms"),
+    "lora_targets": lambda text: parse_names(text, "--lora-targets"),
+}
+# Other names an option answers to (a short form).
+ALIASES: dict[str, tuple[str, ...]] = {"arms": ("--arm",)}
+# Options renamed: field -> the field it was (its old flag still works, hidden, and says so).
+RENAMED: dict[str, str] = {"audit_floor": "precision_floor"}
 
 
 def flag(name: str) -> str:
@@ -94,7 +96,9 @@ def option_parameter(
 
     Default: the field's default, shown in --help; a field whose default is None, and the
     --quick-sized groups / T_max (their default named in the help, since --quick changes it),
-    show none. ``signal_K`` is read as a comma list (a string). ``from_preset``: the value comes
+    show none. The fields of :data:`LISTS` are read as a comma list (a string), and an option
+    also answers to its :data:`ALIASES`; a bool on by default is ``--x/--no-x``. ``from_preset``:
+    the value comes
     from a preset when the option is not given, so the option defaults to None and shows no
     default. ``help``: the help text of a field (default: ``help_for(config_cls, name)``)."""
     field = config_cls.__dataclass_fields__[name]
@@ -102,7 +106,7 @@ def option_parameter(
     text = help(name) if help is not None else help_for(config_cls, name)
     default = field.default
     show_default: bool | None = None
-    if name == "signal_K":
+    if name in LISTS:
         hint, default = str, ",".join(map(str, default))
     if from_preset:
         hint, default, show_default = hint | None, None, False
@@ -111,6 +115,9 @@ def option_parameter(
         hint, default, show_default = hint | None, None, False
     elif default is None and hint in (Path | None, int | None, float | None):
         show_default = False
+    names = (flag(name), *ALIASES.get(name, ()))
+    if hint is bool and default is True:  # a switch on by default: --x/--no-x
+        names = (f"{flag(name)}/--no-{flag(name)[2:]}",)
     kwargs: dict[str, Any] = (
         {"help": text} if show_default is None else {"help": text, "show_default": False}
     )
@@ -118,7 +125,7 @@ def option_parameter(
         name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[hint, typer.Option(flag(name), **kwargs)],
+        annotation=Annotated[hint, typer.Option(*names, **kwargs)],
     )
 
 
@@ -152,13 +159,28 @@ def rollout_options(
         missing = set(params) - set(order)
         if missing or len(order) != len(params):
             raise TypeError(f"rollout_options: order must list each of {sorted(params)} once")
+        renamed = {new: old for new, old in RENAMED.items() if new in names}
 
         @functools.wraps(command)
         def run(**values: Any) -> Any:
+            for new, old in renamed.items():
+                if (given := values.pop(old)) is not None:
+                    print(f"note: {flag(old)} is now {flag(new)}; the old name still works",
+                          file=sys.stderr)  # fmt: skip
+                    values[new] = given
             options = {n: values.pop(n) for n in names}
             return command(options=options, **values)
 
         ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]
+        ordered += [
+            inspect.Parameter(
+                old,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[float | None, typer.Option(flag(old), hidden=True)],
+            )
+            for old in renamed.values()
+        ]
         run.__signature__ = inspect.Signature(ordered)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in ordered}
         del run.__wrapped__  # Typer reads the signature above, not the command's own
@@ -167,14 +189,17 @@ def rollout_options(
     return decorate
 
 
+def parse_lists(options: dict[str, Any]) -> dict[str, Any]:
+    """The options with each comma list of :data:`LISTS` given parsed (None stays None)."""
+    return {n: LISTS[n](v) if n in LISTS and isinstance(v, str) else v for n, v in options.items()}
+
+
 def config_values(config_cls: type, options: dict[str, Any]) -> dict[str, Any]:
-    """The config's keyword arguments from the options: ``signal_K`` parsed (a comma list),
-    groups and T_max not given take ``--quick``'s sizes (with --quick) or the config's defaults."""
-    values = dict(options)
+    """The config's keyword arguments from the options: comma lists parsed, groups and T_max not
+    given take ``--quick``'s sizes (with --quick) or the config's defaults."""
+    values = parse_lists(options)
     quick = bool(values.get("quick", False))
     for name, quick_value in QUICK_SIZED.items():
         if name in values and values[name] is None:
             values[name] = quick_value if quick else config_cls.__dataclass_fields__[name].default
-    if isinstance(values.get("signal_K"), str):
-        values["signal_K"] = parse_int_list(values["signal_K"], "--signal-K")
     return values

@@ -45,16 +45,18 @@ def audit_field(between: str, stops: bool = False) -> Any:
         0.0,
         "Audited gate: roll this seeded share of the cut groups on to T_max (counted in the "
         f"run's time) and move the gate's d_L (or a learned gate's threshold) between {between} "
-        "so that the Clopper-Pearson bound on its precision stays at or above --precision-floor"
+        "so that the Clopper-Pearson bound on its precision stays at or above --audit-floor"
         f"{also} (0 = off; docs/gates.md).",
     )
 
 
-def precision_floor_field() -> Any:
-    """``--precision-floor P``: the precision the audited gate's cuts must keep."""
+def audit_floor_field() -> Any:
+    """``--audit-floor P`` (``--precision-floor``, its old name): the precision the audited
+    gate's cuts must keep."""
     return doc(
         AUDIT_PRECISION_FLOOR,
-        "Audited gate: the precision its cuts must keep (95 % lower bound), in (0, 1).",
+        "Audited gate: the precision its cuts (and stops) must keep, as a 95 % lower bound, in "
+        "(0, 1). Its old name --precision-floor still works.",
     )
 
 

@@ -17,9 +17,9 @@ from srollout.config.common import (
     _check_K,
     _check_unit,
     audit_field,
+    audit_floor_field,
     check_stall,
     doc,
-    precision_floor_field,
     stall_field,
     stall_from_field,
 )
@@ -151,7 +151,7 @@ class RolloutOptions:
         "package.module:attr (an EnvSpec); --tasks then names one of its task sets.",
     )
     audit: float = audit_field("chunks of groups")
-    precision_floor: float = precision_floor_field()
+    audit_floor: float = audit_floor_field()
     stall: int = stall_field()
     stall_from: int = stall_from_field()
 
@@ -206,7 +206,7 @@ class RolloutOptions:
             raise SrolloutError("--rule r3 needs --t-high")
         from srollout.core.audit import check_audit_options
 
-        check_audit_options(self.audit, self.precision_floor)
+        check_audit_options(self.audit, self.audit_floor)
         self._check_stall()
 
     def _check_stall(self) -> None:
@@ -228,9 +228,9 @@ class RolloutOptions:
         """What --gate's file ends: "group" or "trajectory" (None without --gate)."""
         if self.gate is None:
             return None
-        from srollout.core.gate import gate_scope, load_gate
+        from srollout.core.gate import load_gate
 
-        return gate_scope(load_gate(self.gate))
+        return load_gate(self.gate).scope
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from srollout.config.common import (
     _check_K,
     _check_unit,
     audit_field,
+    audit_floor_field,
     check_stall,
     doc,
-    precision_floor_field,
     stall_field,
     stall_from_field,
 )
@@ -276,7 +276,7 @@ class TrainOnpolicyConfig:
         "gate/cut_fp).",
     )
     audit: float = audit_field("iterations", stops=True)
-    precision_floor: float = precision_floor_field()
+    audit_floor: float = audit_floor_field()
     stall: int = stall_field()
     stall_from: int = stall_from_field()
     out: Path | None = doc(
@@ -329,7 +329,7 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         from srollout.core.audit import check_audit_options
 
-        check_audit_options(self.audit, self.precision_floor)
+        check_audit_options(self.audit, self.audit_floor)
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
         _check_backend(self.backend, self.base_url)

@@ -16,9 +16,10 @@ every cut, measured = Σ_g real steps after K_cut,g of cut groups / all real ste
 (:func:`evaluate_variable_cuts`).
 
 Engine contract (what a rollout loop must call; ``gate.decide(signals)`` alone is not enough
-for this kind): after step k of a group, if ``k in gate.check_K``, compute the signals at k and
-cut iff ``gate.decide_at(k, signals)``. :func:`check_steps` and :func:`decide_at` do the same
-for any gate kind (a fixed-K gate checks only at its K), so one loop serves every gate.
+for this kind): after step k of a group, if ``k in gate.check_steps()``, compute the signals at
+k and cut iff ``gate.decide_at(k, signals)``; every gate kind has both (the contract,
+:class:`srollout.core.gate.Gate`; a fixed-K gate checks only at its K), so one loop serves every
+gate.
 ``gate.K`` is the first check step and ``gate.decide(signals)`` = ``decide_at(gate.K, signals)``,
 so a loop that only knows the fixed-K protocol still runs this gate, conservatively (it then
 cuts only at K_1).
@@ -30,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -42,9 +42,7 @@ from srollout.core.gate import (
     _as_step,
     _check_header,
     _check_keys,
-    _write_json_atomic,
-    load_kind,
-    register_gate_kind,
+    gate_kind,
 )
 from srollout.core.learned_gate import (
     DEFAULT_FOLDS,
@@ -66,8 +64,9 @@ from srollout.errors import SrolloutError
 DEFAULT_CHECK_K = (5, 10, 15)
 
 
+@gate_kind("adaptive")
 @dataclass(frozen=True)
-class AdaptiveGate:
+class AdaptiveGate(Gate):
     """Cut at the first check step K_j with P(zero-variance | signals at K_j) ≥ thresholds[j].
 
     check_K: ascending steps; thresholds: one per step (None = never cut at that step)."""
@@ -105,6 +104,9 @@ class AdaptiveGate:
     def K(self) -> int:
         """The first check step (what a fixed-K loop evaluates this gate at)."""
         return self.check_K[0]
+
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        return tuple(k for k in self.check_K if T_max is None or k <= T_max)
 
     def threshold_at(self, K: int) -> float | None:
         if K not in self.check_K:
@@ -156,6 +158,16 @@ class AdaptiveGate:
             cut |= fire
         return cut, cut_K
 
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        """The decision at check step K for N groups, from the model's signals by name."""
+        t = self.threshold_at(K)
+        n = len(np.asarray(signals["prefix_edit_distance_mean"]))
+        if t is None:
+            return np.zeros(n, dtype=bool)
+        nan = np.full(n, np.nan)
+        s = np.column_stack([np.asarray(signals.get(f, nan)) for f in self.model.signal_names])
+        return self.model.proba(feature_matrix(s, K)) >= t
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": "adaptive",
@@ -184,28 +196,6 @@ class AdaptiveGate:
             )
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
-
-    def save(self, path: str | Path) -> Path:
-        return _write_json_atomic(self.to_dict(), Path(path))
-
-    @classmethod
-    def load(cls, path: str | Path) -> AdaptiveGate:
-        return load_kind(path, cls, "an adaptive gate")
-
-
-register_gate_kind("adaptive", AdaptiveGate.from_dict)
-
-
-def check_steps(gate: Gate) -> tuple[int, ...]:
-    """The steps at which a rollout loop must show ``gate`` a group's signals."""
-    return tuple(getattr(gate, "check_K", (gate.K,)))
-
-
-def decide_at(gate: Gate, K: int, signals: GroupSignals) -> bool:
-    """Any gate kind's decision at step K (a fixed-K gate: only at its own K)."""
-    if hasattr(gate, "decide_at"):
-        return bool(gate.decide_at(K, signals))
-    return K == gate.K and bool(gate.decide(signals))
 
 
 # --- choosing thresholds, evaluating variable cut steps ---------------------------------------

@@ -114,11 +114,11 @@ def audit_pick_stop(seed: int, group_index: int, traj_idx: int, fraction: float)
 
 
 def check_audit_options(fraction: float, floor: float) -> None:
-    """``--audit`` in [0, 1] and ``--precision-floor`` in (0, 1), else one line."""
+    """``--audit`` in [0, 1] and ``--audit-floor`` in (0, 1), else one line."""
     if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
         raise SrolloutError(f"--audit must be a fraction in [0, 1], got {fraction}")
     if not (isinstance(floor, (int, float)) and 0.0 < floor < 1.0):
-        raise SrolloutError(f"--precision-floor must lie in (0, 1), got {floor}")
+        raise SrolloutError(f"--audit-floor must lie in (0, 1), got {floor}")
 
 
 class Labelled(NamedTuple):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,18 +39,16 @@ import numpy as np
 from srollout.core.audit import DEFAULT_CONFIDENCE, DEFAULT_WINDOW, AuditLedger
 from srollout.core.gate import (
     GATE_FILE_VERSION,
+    AuditKnob,
     Gate,
     _check_header,
     _check_keys,
-    _write_json_atomic,
     gate_from_dict,
-    load_kind,
-    register_gate_kind,
+    gate_kind,
 )
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
 
-AUDITABLE_KINDS = ("threshold", "learned")  # what the audit can move (training.gate_audit.knob)
 LABEL_SOURCES = ("audit", "through")
 
 
@@ -104,8 +101,9 @@ def _ledger(value: Any, source: str) -> AuditLedger:
     return AuditLedger.from_dict(value)
 
 
+@gate_kind("audited")
 @dataclass(frozen=True)
-class AuditedGate:
+class AuditedGate(Gate):
     """A base gate (threshold rule or learned gate) at its audited threshold, with the audit's
     settings and evidence. As a gate it decides as its base; an audited run moves the base's
     threshold from here on (``srollout.training.gate_audit``)."""
@@ -122,8 +120,20 @@ class AuditedGate:
     def K(self) -> int:
         return int(self.base.K)
 
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        return self.base.check_steps(T_max)
+
     def decide(self, signals: GroupSignals) -> bool:
         return bool(self.base.decide(signals))
+
+    def decide_at(self, K: int, signals: GroupSignals) -> bool:
+        return bool(self.base.decide_at(K, signals))
+
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        return self.base.decide_batch(K, signals)
+
+    def audit_knob(self) -> AuditKnob | None:
+        return self.base.audit_knob()
 
     def to_dict(self) -> dict[str, Any]:
         lb = self.precision_lb
@@ -149,13 +159,16 @@ class AuditedGate:
             source=source,
         )
         base_d = body["base"]
-        if not isinstance(base_d, Mapping) or base_d.get("kind") not in AUDITABLE_KINDS:
-            kind = base_d.get("kind") if isinstance(base_d, Mapping) else base_d
-            raise SrolloutError(
-                f"{source}: base must be a {' or '.join(AUDITABLE_KINDS)} gate (what the audit "
-                f"moves), got {kind!r}"
-            )
+        kind = base_d.get("kind") if isinstance(base_d, Mapping) else base_d
+        wrong = SrolloutError(
+            f"{source}: base must be a threshold or learned gate, or another kind with a threshold "
+            f"an audit moves, got {kind!r}"
+        )
+        if not isinstance(base_d, Mapping) or kind == "audited":
+            raise wrong
         base: Gate = gate_from_dict(base_d, f"{source}: base")
+        if base.audit_knob() is None:
+            raise wrong
         fraction = _number(body["audit"], "audit", source, 0.0, 1.0, open_lo=False)
         floor = _number(body["precision_floor"], "precision_floor", source, 0.0, 1.0, open_lo=True)
         if floor >= 1.0:
@@ -173,22 +186,13 @@ class AuditedGate:
         ledger = None if body.get("ledger") is None else _ledger(body["ledger"], source)
         return cls(base, fraction, floor, confidence, window, lb, ledger)
 
-    def save(self, path: str | Path) -> Path:
-        return _write_json_atomic(self.to_dict(), Path(path))
 
-    @classmethod
-    def load(cls, path: str | Path) -> AuditedGate:
-        return load_kind(path, cls, "an audited gate")
-
-
-def unwrap(gate: Any) -> tuple[Any, AuditLedger | None]:
-    """The gate to run and the evidence to start an audit from: an audited gate's base and
-    ledger; any other gate as it is, with none."""
+def unwrap(gate: Gate) -> tuple[Gate, AuditLedger | None, float | None]:
+    """The gate to run and what to start an audit from: an audited gate's base, ledger and
+    confidence; any other gate as it is, with none."""
     if isinstance(gate, AuditedGate):
-        return gate.base, gate.ledger
-    return gate, None
+        return gate.base, gate.ledger, gate.confidence
+    return gate, None, None
 
 
-register_gate_kind("audited", AuditedGate.from_dict)
-
-__all__ = ("AUDITABLE_KINDS", "AuditedGate", "unwrap")
+__all__ = ("AuditedGate", "unwrap")

@@ -3,10 +3,12 @@
 - R1 (default, the paper's production gate): cut iff d_K < d_L.
 - R3 (OR-rule extension): cut iff d_K < d_L or τ_K >= t_high.
 
-A cut group stops rolling out at step K and is dropped from the GRPO batch. Gates are saved as
-``gate.json`` (``{"kind": ..., "version": ..., ...}``); :func:`load_gate` dispatches on "kind"
-through a registry so that other gate kinds (learned, adaptive) can be added with
-:func:`register_gate_kind` without touching the loaders.
+A cut group stops rolling out at step K and is dropped from the GRPO batch. Every gate kind
+implements one contract, :class:`Gate` (its steps, its decision for one group or a batch, its
+scope: a whole group or single trajectories, the one threshold an audit may move). Gates are
+saved as ``gate.json`` (``{"kind": ..., "version": ..., ...}``); :func:`load_gate` dispatches on
+"kind" through a registry: a kind registers with the :func:`gate_kind` decorator, and a kind of
+another package through an entry point of group ``srollout.gates`` (docs/extending.md).
 
 Usage inside your own trainer::
 
@@ -17,13 +19,14 @@ Usage inside your own trainer::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -40,18 +43,146 @@ RULES = ("r1", "r3")
 GATE_FILE_VERSION = 1
 
 
-@runtime_checkable
-class Gate(Protocol):
-    """What the rollout engine needs from any gate kind: the step K and a decision."""
+class AuditKnob(NamedTuple):
+    """The one threshold of a gate kind an audit may move, as "cut iff score < theta" (the form
+    of :mod:`srollout.core.audit`): ``score(signals)``, ``theta`` at the start, ``gate_at(theta)``
+    the gate at another theta, ``shown(theta)`` theta in the gate's own units."""
 
+    score: Callable[[GroupSignals], float]
+    theta: float
+    gate_at: Callable[[float], Gate]
+    shown: Callable[[float], float]
+
+
+class Gate:
+    """The gate contract: what every gate kind implements, and all that the engine, sweep,
+    audit, A/B, on-policy training, TRL and verl use of a gate.
+
+    - ``kind`` (set by :func:`gate_kind`): the "kind" of its gate.json.
+    - ``scope``: "group" (a decision at a check step ends a whole group) or "trajectory"
+      (:meth:`stops`, asked after every step, ends one trajectory).
+    - ``K``: the first step it checks at; :meth:`check_steps`: every one.
+    - :meth:`decide` (at K), :meth:`decide_at` (at any check step; default: :meth:`decide` at
+      K, never elsewhere), :meth:`decide_batch` (N groups from their signals by name; default:
+      :meth:`decide_at` row by row).
+    - :meth:`audit_knob`: the one threshold an audit may move (None: the kind cannot be audited).
+    - :meth:`to_dict` / :meth:`from_dict`, and :meth:`save` / :meth:`load` from them.
+    """
+
+    kind: ClassVar[str] = ""
+    scope: ClassVar[str] = "group"
     K: int
 
-    def decide(self, signals: GroupSignals) -> bool: ...
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        """The steps (ascending) at which a group must be shown to the gate, those > T_max left
+        out."""
+        return tuple(k for k in (int(self.K),) if T_max is None or k <= T_max)
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def decide(self, signals: GroupSignals) -> bool:
+        """True iff the group is cut, given its signals at step K."""
+        raise NotImplementedError(f"{type(self).__name__} decides no group (scope {self.scope})")
+
+    def decide_at(self, K: int, signals: GroupSignals) -> bool:
+        """True iff the group is cut at check step K."""
+        return K == self.K and bool(self.decide(signals))
+
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        """:meth:`decide_at` for N groups: ``signals`` maps each signal's name
+        (:class:`GroupSignals`' fields) to N values; bool[N]."""
+        names = GroupSignals.__dataclass_fields__.keys() - {"steps"}
+        columns = {n: np.asarray(signals[n], dtype=np.float64) for n in names}
+        n = len(next(iter(columns.values())))
+        rows = (GroupSignals(**{k: float(v[i]) for k, v in columns.items()}) for i in range(n))
+        return np.fromiter((self.decide_at(K, row) for row in rows), dtype=bool, count=n)
+
+    def check(self, T_max: int) -> None:
+        """Refuse a gate that can never act within T_max steps (one SrolloutError)."""
+        if self.scope == "group" and not self.check_steps(T_max):
+            raise SrolloutError(f"gate K={self.K} is larger than --T-max {T_max}")
+
+    def stops(self, state: Any) -> bool:
+        """A trajectory gate's decision after a step of one trajectory: end it now?"""
+        raise NotImplementedError(f"{type(self).__name__} stops no trajectory (scope {self.scope})")
+
+    def audit_knob(self) -> AuditKnob | None:
+        """The threshold an audit may move; None when this kind has none."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The gate.json content."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> Gate:
+        """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict."""
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> Path:
+        """Write gate.json atomically; returns the path."""
+        return atomic_write_json(self.to_dict(), Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        """Read a gate.json that must hold this kind."""
+        article = "an" if cls.kind[:1] in tuple("aeiou") else "a"
+        return load_kind(path, cls, f"{article} {cls.kind} gate")
 
 
 G = TypeVar("G")
+
+
+# kind -> from_dict(d, source): filled by @gate_kind.
+_GATE_KINDS: dict[str, Callable[[Mapping[str, Any], str], Gate]] = {}
+
+# The kinds of srollout defined in modules of their own (they import this one): imported on
+# first use, so that load_gate reads every kind without this module importing them.
+_LAZY_GATE_KINDS = {
+    "learned": "srollout.core.learned_gate",
+    "adaptive": "srollout.core.adaptive_gate",
+    "audited": "srollout.core.audited_gate",
+    "stall": "srollout.core.trajectory_gate",
+}
+ENTRY_POINT_GROUP = "srollout.gates"  # kinds of other packages: name = kind, value = the class
+
+GK = TypeVar("GK", bound=type)
+
+
+def gate_kind(kind: str) -> Callable[[GK], GK]:
+    """Class decorator: register a :class:`Gate` subclass as the gate.json kind ``kind``."""
+
+    def register(cls: GK) -> GK:
+        if not (isinstance(cls, type) and issubclass(cls, Gate)):
+            raise SrolloutError(f"gate kind {kind!r}: {cls!r} is not a subclass of srollout's Gate")
+        cls.kind = kind
+        _GATE_KINDS[kind] = cls.from_dict
+        return cls
+
+    return register
+
+
+def register_gate_kind(kind: str, from_dict: Callable[[Mapping[str, Any], str], Gate]) -> None:
+    """Make :func:`load_gate` understand ``{"kind": kind, ...}`` files (the function form of
+    :func:`gate_kind`)."""
+    _GATE_KINDS[kind] = from_dict
+
+
+def _entry_point_kind(kind: str, source: str) -> None:
+    """Load the entry point of group ``srollout.gates`` named ``kind``, if one is installed: its
+    module registers the kind (or the entry point is the class, registered here)."""
+    from importlib.metadata import entry_points
+
+    point = next((ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == kind), None)
+    if point is None:
+        return
+    try:
+        target = point.load()
+    except Exception as e:
+        raise SrolloutError(
+            f"{source}: gate kind {kind!r}: entry point {point.value!r} does not load "
+            f"({type(e).__name__}: {e})"
+        ) from e
+    if kind not in _GATE_KINDS:
+        gate_kind(kind)(target)
 
 
 def _as_unit_float(value: Any, name: str) -> float:
@@ -75,8 +206,9 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
+@gate_kind("threshold")
 @dataclass(frozen=True)
-class GateRule:
+class GateRule(Gate):
     """A threshold gate evaluated at step K.
 
     rule: "r1" (cut iff d_K < d_L) or "r3" (cut iff d_K < d_L or τ_K >= t_high).
@@ -136,6 +268,21 @@ class GateRule:
             cut |= np.asarray(tau_K, dtype=np.float64) >= self.t_high
         return cut
 
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        """:meth:`decide_arrays` on the signals by name (only at the gate's own K)."""
+        tau = signals.get("termination_fraction") if self.rule == "r3" else None
+        cut = self.decide_arrays(signals["prefix_edit_distance_mean"], tau)
+        return cut if K == self.K else np.zeros_like(cut)
+
+    def audit_knob(self) -> AuditKnob:
+        """The audit moves d_L (cut iff d_K < d_L)."""
+        return AuditKnob(
+            lambda s: float(s.prefix_edit_distance_mean),
+            self.d_L,
+            lambda t: dataclasses.replace(self, d_L=t),
+            lambda t: t,
+        )
+
     def should_cut(
         self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
     ) -> bool:
@@ -173,23 +320,15 @@ class GateRule:
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
 
-    def save(self, path: str | Path) -> Path:
-        """Write gate.json atomically; returns the path."""
-        return _write_json_atomic(self.to_dict(), Path(path))
-
-    @classmethod
-    def load(cls, path: str | Path) -> GateRule:
-        """Read a threshold gate.json (SrolloutError if the file holds another kind)."""
-        return load_kind(path, cls, "a threshold gate")
-
     @classmethod
     def never(cls, K: int = 10) -> GateRule:
         """An R1 gate that never fires (d_L = 0 and d_K >= 0): gated training equals plain GRPO."""
         return cls(rule="r1", K=K, d_L=0.0)
 
 
+@gate_kind("fixed")
 @dataclass(frozen=True)
-class FixedGate:
+class FixedGate(Gate):
     """A gate whose decision does not depend on the group: always cut, or never (for tests/A-B)."""
 
     cut: bool
@@ -227,35 +366,6 @@ class FixedGate:
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
 
-    def save(self, path: str | Path) -> Path:
-        return _write_json_atomic(self.to_dict(), Path(path))
-
-    @classmethod
-    def load(cls, path: str | Path) -> FixedGate:
-        return load_kind(path, cls, "a fixed gate")
-
-
-# kind -> from_dict(d, source). A new gate kind registers itself here.
-_GATE_KINDS: dict[str, Callable[[Mapping[str, Any], str], Gate]] = {
-    "threshold": GateRule.from_dict,
-    "fixed": FixedGate.from_dict,
-}
-
-
-# Kinds defined in modules that register themselves on import: imported on first use, so
-# load_gate reads every kind without gate.py importing them (they import gate.py).
-_LAZY_GATE_KINDS = {
-    "learned": "srollout.core.learned_gate",
-    "adaptive": "srollout.core.adaptive_gate",
-    "audited": "srollout.core.audited_gate",
-    "stall": "srollout.core.trajectory_gate",
-}
-
-
-def register_gate_kind(kind: str, from_dict: Callable[[Mapping[str, Any], str], Gate]) -> None:
-    """Make :func:`load_gate` understand ``{"kind": kind, ...}`` files."""
-    _GATE_KINDS[kind] = from_dict
-
 
 def gate_from_dict(d: Mapping[str, Any], source: str = "gate") -> Gate:
     """Build any registered gate kind from its dict (the parsed gate.json)."""
@@ -266,9 +376,14 @@ def gate_from_dict(d: Mapping[str, Any], source: str = "gate") -> Gate:
         import importlib
 
         importlib.import_module(_LAZY_GATE_KINDS[kind])
+    if kind not in _GATE_KINDS and isinstance(kind, str):
+        _entry_point_kind(kind, source)
     if kind not in _GATE_KINDS:
         known = ", ".join(sorted(set(_GATE_KINDS) | set(_LAZY_GATE_KINDS)))
-        raise SrolloutError(f"{source}: unknown gate kind {kind!r} (known: {known})")
+        raise SrolloutError(
+            f"{source}: unknown gate kind {kind!r} (known: {known}; a kind of another package "
+            f"is found through an entry point of group {ENTRY_POINT_GROUP!r})"
+        )
     return _GATE_KINDS[kind](d, source)
 
 
@@ -290,12 +405,6 @@ def load_gate(path: str | Path) -> Gate:
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
     return gate_from_dict(d, str(path))
-
-
-def gate_scope(gate: Any) -> str:
-    """What a gate ends: "group" (a group gate at its step K: every kind but the trajectory
-    gates) or "trajectory" (:mod:`srollout.core.trajectory_gate`, which declare ``scope``)."""
-    return getattr(gate, "scope", "group")
 
 
 def load_kind(path: str | Path, cls: type[G], what: str) -> G:
@@ -327,7 +436,7 @@ def resolve_gate(
     """
     if path is not None:
         gate = load_gate(path)
-        k = getattr(gate, "K", None)
+        k = getattr(gate, "K", None)  # a kind of another package may have none
         if k is None:
             raise SrolloutError(
                 f"--gate {path}: the gate has no step K (write one with `srollout sweep`)"
@@ -346,8 +455,7 @@ def describe_gate(gate: Gate | None, K: int | None) -> dict[str, Any] | None:
     """The gate as run manifests record it: its ``to_dict()`` plus the step K (None: no gate)."""
     if gate is None:
         return None
-    as_dict = gate.to_dict() if hasattr(gate, "to_dict") else {"repr": repr(gate)}
-    return {**as_dict, "K": K}
+    return {**gate.to_dict(), "K": K}
 
 
 def _check_header(d: Mapping[str, Any], kind: str, source: str) -> dict[str, Any]:
@@ -381,9 +489,19 @@ def _check_keys(
         )
 
 
-def _write_json_atomic(obj: Mapping[str, Any], path: Path) -> Path:
-    """gate.json written atomically, so a crash never leaves half a gate."""
-    return atomic_write_json(obj, path)
+def require_group_gate(gate: Any, what: str = "gate") -> Gate:
+    """``gate`` if it is a group gate of the contract (:class:`Gate`, scope "group"), else one
+    SrolloutError saying what it is."""
+    if not isinstance(gate, Gate):
+        raise SrolloutError(
+            f"{what} must be a srollout gate (a subclass of srollout.core.gate.Gate: GateRule, a "
+            f"loaded gate.json), got {type(gate).__name__}"
+        )
+    if gate.scope != "group":
+        raise SrolloutError(
+            f"{what} must be a group gate; a {gate.kind!r} gate ends single trajectories"
+        )
+    return gate
 
 
 @lru_cache(maxsize=64)

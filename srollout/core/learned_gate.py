@@ -36,10 +36,10 @@ Objective: by default the threshold maximises TP·(T_max − K); with ``gain_by_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -47,12 +47,12 @@ from numpy.typing import ArrayLike
 
 from srollout.core.gate import (
     GATE_FILE_VERSION,
+    AuditKnob,
+    Gate,
     _as_step,
     _check_header,
     _check_keys,
-    _write_json_atomic,
-    load_kind,
-    register_gate_kind,
+    gate_kind,
 )
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
@@ -435,8 +435,9 @@ def cross_fit_proba(rows: RowTable, group_fold: ArrayLike, l2: float = DEFAULT_L
 # --- the gate ---------------------------------------------------------------------------------
 
 
+@gate_kind("learned")
 @dataclass(frozen=True)
-class LearnedGate:
+class LearnedGate(Gate):
     """Cut at step K iff the logistic model's P(zero-variance | signals at K, K) ≥ threshold.
 
     threshold None: never cut (no threshold cleared the precision floor). ``meta`` holds the
@@ -481,6 +482,25 @@ class LearnedGate:
             return np.zeros(s.shape[0], dtype=bool)
         return self.model.proba(feature_matrix(s, self.K)) >= self.threshold
 
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        """:meth:`decide_matrix` on the model's signals by name (a step signal not given: nan,
+        imputed by the model; only at the gate's own K)."""
+        n = len(np.asarray(signals["prefix_edit_distance_mean"]))
+        nan = np.full(n, math.nan)
+        columns = [np.asarray(signals.get(f, nan), np.float64) for f in self.model.signal_names]
+        cut = self.decide_matrix(np.column_stack(columns))
+        return cut if K == self.K else np.zeros_like(cut)
+
+    def audit_knob(self) -> AuditKnob:
+        """The audit moves the threshold t, as the score 1 - P below 1 - t."""
+        start = 0.0 if self.threshold is None else 1.0 - self.threshold  # None: never cuts
+        return AuditKnob(
+            lambda s: 1.0 - self.proba(s),
+            start,
+            lambda t: dataclasses.replace(self, threshold=min(1.0, max(0.0, 1.0 - t))),
+            lambda t: 1.0 - t,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": "learned",
@@ -505,16 +525,6 @@ class LearnedGate:
             return cls(model=model, K=body["K"], threshold=t, meta=dict(body.get("meta") or {}))
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
-
-    def save(self, path: str | Path) -> Path:
-        return _write_json_atomic(self.to_dict(), Path(path))
-
-    @classmethod
-    def load(cls, path: str | Path) -> LearnedGate:
-        return load_kind(path, cls, "a learned gate")
-
-
-register_gate_kind("learned", LearnedGate.from_dict)
 
 
 # --- fitting and held-out evaluation -----------------------------------------------------------

@@ -26,16 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from srollout.core.gate import (
     GATE_FILE_VERSION,
+    Gate,
     _check_header,
     _check_keys,
-    _write_json_atomic,
-    load_kind,
-    register_gate_kind,
+    gate_kind,
 )
 from srollout.core.trajectory_signals import TrajectoryState
 from srollout.errors import SrolloutError
@@ -49,8 +47,9 @@ def _as_count(value: Any, name: str) -> int:
     return int(value)
 
 
+@gate_kind("stall")
 @dataclass(frozen=True)
-class StallGate:
+class StallGate(Gate):
     """End a trajectory after step t >= k0 once its last W observations were all seen before.
 
     W: steps without a new observation (>= 1); k0: the first step the rule may fire at (>= 1).
@@ -58,11 +57,14 @@ class StallGate:
 
     W: int = 8
     k0: int = 10
-    scope = "trajectory"
+    scope: ClassVar[str] = "trajectory"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "W", _as_count(self.W, "stall W"))
         object.__setattr__(self, "k0", _as_count(self.k0, "stall k0 (--stall-from)"))
+
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        return ()  # asked after every step (stops), never shown a group
 
     def stops(self, state: TrajectoryState) -> bool:
         """End this trajectory now, after step ``state.step``? (Asked only while it goes on.)"""
@@ -84,13 +86,3 @@ class StallGate:
             return cls(W=body["W"], k0=body["k0"])
         except SrolloutError as err:
             raise SrolloutError(f"{source}: {err}") from None
-
-    def save(self, path: str | Path) -> Path:
-        return _write_json_atomic(self.to_dict(), Path(path))
-
-    @classmethod
-    def load(cls, path: str | Path) -> StallGate:
-        return load_kind(path, cls, "a stall gate")
-
-
-register_gate_kind("stall", StallGate.from_dict)

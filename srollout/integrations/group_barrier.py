@@ -61,8 +61,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from srollout.core.adaptive_gate import check_steps, decide_at
-from srollout.core.gate import Gate
+from srollout.core.gate import Gate, require_group_gate
 from srollout.core.signals import GroupSignals, compute_signals
 from srollout.errors import SrolloutError
 
@@ -201,13 +200,9 @@ class GroupBarrier:
             or not timeout_s > 0
         ):
             raise SrolloutError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
-        if not hasattr(gate, "decide") or not hasattr(gate, "K"):
-            raise SrolloutError(
-                f"gate must be a srollout gate (GateRule, a loaded gate.json), "
-                f"got {type(gate).__name__}"
-            )
+        require_group_gate(gate)
         self.gate, self.G, self.timeout_s = gate, G, float(timeout_s)
-        self.check_K: tuple[int, ...] = tuple(sorted(int(k) for k in check_steps(gate)))
+        self.check_K: tuple[int, ...] = gate.check_steps()
         self._groups: dict[Hashable, _Group] = {}
 
     def __repr__(self) -> str:
@@ -286,7 +281,7 @@ class GroupBarrier:
             signals = compute_signals(actions, k)
         else:
             signals = compute_signals(actions, k, observations)  # type: ignore[arg-type]
-        cut = decide_at(self.gate, k, signals)
+        cut = bool(self.gate.decide_at(k, signals))
         return GateDecision(cut=cut, K=k, how=DECIDED, signals=signals, n_sessions=self.G)
 
     def _settle(self, group: _Group, k: int | None, decision: GateDecision) -> None:

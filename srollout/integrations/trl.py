@@ -35,10 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from srollout.core.gate import Gate
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import (
-    GateLike,
     GroupRecord,
     GroupSpec,
     Prompter,
@@ -170,8 +170,8 @@ class GatedRollout:
     G: int
     env_factory: Callable[[], Any]
     prompter: Prompter | None = None
-    gate: GateLike | None = None
-    traj_gate: Any = None
+    gate: Gate | None = None
+    traj_gate: Gate | None = None
     T_max: int = 30
     temperature: float = 0.7
     max_new_tokens: int = 64
@@ -196,9 +196,7 @@ class GatedRollout:
     def __post_init__(self) -> None:
         check_trl_version()
         _quiet_cut_rows()
-        from srollout.core.gate import gate_scope
-
-        if self.gate is not None and gate_scope(self.gate) == "trajectory":
+        if self.gate is not None and self.gate.scope == "trajectory":
             if self.traj_gate is not None:
                 raise SrolloutError("give the trajectory gate once: as gate or as traj_gate")
             self.gate, self.traj_gate = None, self.gate
@@ -209,9 +207,6 @@ class GatedRollout:
             raise SrolloutError(
                 "task ids must be unique: the rollout function finds a task by its id"
             )
-        gate_G = getattr(self.gate, "G", None)
-        if gate_G is not None and int(gate_G) != self.G:
-            raise SrolloutError(f"the gate was fitted for G={gate_G}, the rollout has G={self.G}")
         self.settings(1)  # validates G, T_max and the gate's K now, not at the first training step
         from srollout.integrations.trl_sampling import check_sampling
 
@@ -351,7 +346,6 @@ class GatedRollout:
             # a log records the signals at analyze's K, as a collect does
             signal_K=tuple(k for k in LOG_K if k <= self.T_max) if self._log else (),
             gate=self.gate,
-            gate_K=getattr(self.gate, "K", None) if self.gate is not None else None,
             arm="gated" if self.gate is not None or self.traj_gate is not None else "baseline",
             traj_gate=self.traj_gate,
             shadow=self.shadow,

@@ -314,8 +314,8 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
                 )
     if "audited" in arms.columns and config.audit > 0:
         text += (
-            f"\n\n**Audited gate** (`--audit {config.audit:g} --precision-floor "
-            f"{config.precision_floor:g}`): each gated arm audits its own gate. A seeded share of "
+            f"\n\n**Audited gate** (`--audit {config.audit:g} --audit-floor "
+            f"{config.audit_floor:g}`): each gated arm audits its own gate. A seeded share of "
             "its cuts ran on to T_max inside the timed run (their steps and tokens are the arm's "
             "cost) and was labelled by its full outcome; the arm's d_L moved from one of its timed "
             "runs to the next (schedule order) so that the 95 % Clopper–Pearson bound on its "

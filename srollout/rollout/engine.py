@@ -56,9 +56,7 @@ from srollout.rollout.env_calls import (
 )
 from srollout.rollout.seeding import traj_seeds
 from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
-    GateLike,
     RolloutSettings,
-    TrajectoryGateLike,
     gate_fires,
 )
 

@@ -6,33 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from srollout.core.gate import Gate, require_group_gate
 from srollout.errors import SrolloutError
 
 if TYPE_CHECKING:
     from srollout.core.signals import GroupSignals
-    from srollout.core.trajectory_signals import TrajectoryState
-
-
-class GateLike(Protocol):
-    """Any gate of ``srollout.core`` (GateRule, FixedGate, LearnedGate, AdaptiveGate, a loaded
-    gate.json).
-
-    ``decide(signals)`` is all a fixed-K gate needs (evaluated at ``RolloutSettings.gate_K``).
-    A gate that checks at several steps also has ``check_K`` (ascending steps) and
-    ``decide_at(K, signals)``; the engine then evaluates it after each of those steps and cuts
-    at the first one where it fires (see ``RolloutSettings.gate_steps`` and :func:`gate_fires`).
-    """
-
-    def decide(self, signals: GroupSignals) -> bool: ...
-
-
-class TrajectoryGateLike(Protocol):
-    """A trajectory gate (:class:`srollout.core.trajectory_gate.StallGate`): asked after every
-    step of a trajectory that goes on whether to end it now."""
-
-    def stops(self, state: TrajectoryState) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -43,8 +23,8 @@ class RolloutSettings:
     greedy evaluation plays them); T_max: step limit per trajectory; seed: the run seed;
     concurrency: most trajectories in flight at once (>= G); signal_K: K values at which the
     seven signals are recorded (those > T_max are dropped); gate / gate_K: the rule applied at
-    step gate_K (None = no gate; a gate with ``check_K`` is applied at each of its check steps
-    and gate_K, if given, must be its first); arm: the value of groups.arm ("collect",
+    step gate_K (None = no gate; a gate is applied at each of its ``check_steps()`` and gate_K,
+    if given, must be its first); arm: the value of groups.arm ("collect",
     "baseline", "gated"); audit: group index -> whether a cut of that group is audited (the cut
     stands, but its trajectories run on to the end for the audit's label; ``--audit``);
     traj_gate: the trajectory gate (None = off), asked after every step of every trajectory
@@ -61,11 +41,11 @@ class RolloutSettings:
     seed: int = 0
     concurrency: int = 64
     signal_K: tuple[int, ...] = (5, 10, 15, 20)
-    gate: GateLike | None = None
+    gate: Gate | None = None
     gate_K: int | None = None
     arm: str = "collect"
     audit: Callable[[int], bool] | None = None
-    traj_gate: TrajectoryGateLike | None = None
+    traj_gate: Gate | None = None
     traj_audit: Callable[[int, int], bool] | None = None
     shadow: bool = False
 
@@ -87,19 +67,17 @@ class RolloutSettings:
             )
         if any(k < 1 for k in self.signal_K):
             raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
+        if self.traj_gate is not None and self.traj_gate.scope != "trajectory":
+            raise SrolloutError(f"traj_gate: a {self.traj_gate.kind!r} gate ends whole groups")
         if self.gate is not None:
-            checks = getattr(self.gate, "check_K", None)
-            if checks:
-                checks = tuple(int(k) for k in checks)
-                if self.gate_K is None:
-                    object.__setattr__(self, "gate_K", checks[0])
-                elif self.gate_K != checks[0]:
-                    raise SrolloutError(
-                        f"gate K={self.gate_K} is not the first check step of a gate "
-                        f"checking at K = {list(checks)}"
-                    )
+            checks = require_group_gate(self.gate).check_steps()
             if self.gate_K is None:
-                raise SrolloutError("a gate needs its step K")
+                object.__setattr__(self, "gate_K", checks[0])
+            elif self.gate_K != checks[0]:
+                raise SrolloutError(
+                    f"gate K={self.gate_K} is not the first check step of a gate "
+                    f"checking at K = {list(checks)}"
+                )
             if not 1 <= self.gate_K <= self.T_max:
                 raise SrolloutError(f"gate K={self.gate_K} must lie in [1, T_max={self.T_max}]")
 
@@ -110,18 +88,10 @@ class RolloutSettings:
 
     @property
     def gate_steps(self) -> tuple[int, ...]:
-        """The steps the gate is evaluated after: ``gate.check_K`` ∩ [1, T_max] for a multi-step
-        gate, (gate_K,) for a fixed-K one, () without a gate."""
-        if self.gate is None:
-            return ()
-        checks = getattr(self.gate, "check_K", None)
-        if not checks:
-            return (int(self.gate_K),)
-        return tuple(int(k) for k in checks if int(k) <= self.T_max)
+        """The steps the gate is evaluated after: ``gate.check_steps(T_max)``; () without a gate."""
+        return () if self.gate is None else self.gate.check_steps(self.T_max)
 
 
-def gate_fires(gate: GateLike, K: int, signals: GroupSignals) -> bool:
-    """The gate's decision after step K: ``decide_at(K, signals)`` when the gate has it (gates
-    that check at several steps), else ``decide(signals)`` (a fixed-K gate, called at its K)."""
-    decide_at = getattr(gate, "decide_at", None)
-    return bool(decide_at(K, signals)) if decide_at is not None else bool(gate.decide(signals))
+def gate_fires(gate: Gate, K: int, signals: GroupSignals) -> bool:
+    """The gate's decision after step K (one of its check steps)."""
+    return bool(gate.decide_at(K, signals))

@@ -501,7 +501,7 @@ def write_collect_report(
     if audit is not None and "audit" in paths:
         sections.append(
             Section(
-                f"Audited gate (--audit {config.audit:g}, floor {config.precision_floor:g})",
+                f"Audited gate (--audit {config.audit:g}, floor {config.audit_floor:g})",
                 f"{audit.line()}.\n\nThe threshold moves between chunks of {audit.chunk_groups} "
                 "groups (by group index). An audited cut is counted as cut (`cut` = true) but ran "
                 "on to T_max: its row in groups.parquet has `audited` = true and its full outcome "

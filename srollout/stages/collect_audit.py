@@ -1,4 +1,4 @@
-"""``collect --audit F --precision-floor P``: the audited gate over a collect's groups.
+"""``collect --audit F --audit-floor P``: the audited gate over a collect's groups.
 
 The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
 by group index (twice the groups the engine holds in flight, the size of a Ray worker's chunk),

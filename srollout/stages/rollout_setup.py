@@ -54,12 +54,12 @@ def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
 def build_traj_gate(config: RolloutOptions) -> StallGate | None:
     """The trajectory gate of ``config``: --stall W from --stall-from, or a gate.json of a
     trajectory kind in --gate; None when neither (checked against --T-max)."""
-    from srollout.core.gate import gate_scope, load_gate
+    from srollout.core.gate import load_gate
     from srollout.core.trajectory_gate import StallGate
 
     if config.stall > 0:
         gate = StallGate(W=config.stall, k0=config.stall_from)
-    elif config.gate is not None and gate_scope(loaded := load_gate(config.gate)) == "trajectory":
+    elif config.gate is not None and (loaded := load_gate(config.gate)).scope == "trajectory":
         gate = loaded
     else:
         return None
@@ -86,7 +86,7 @@ def build_auditor(
     return GateAuditor(
         gate,
         fraction=config.audit,
-        floor=config.precision_floor,
+        floor=config.audit_floor,
         seed=config.seed,
         ckpt_dir=Path(ckpt_dir) if ckpt_dir is not None else Path(),
         iteration=iteration,

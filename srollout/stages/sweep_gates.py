@@ -79,13 +79,18 @@ class GroupData(NamedTuple):
     """Per-group arrays of one buffer at the K values used: signals_by_K[K] [N, S] (S = 7, or 9
     with ``--features all``: :data:`srollout.core.learned_gate.FEATURE_SETS`), zero_var [N],
     remaining_by_K[K] [N] real steps after K (None without step counts), total_steps [N] or None,
-    advantages (N arrays) or None."""
+    advantages (N arrays) or None; names: the signal of each column of signals_by_K[K]."""
 
     signals_by_K: Mapping[int, np.ndarray]
     zero_var: np.ndarray
     remaining_by_K: Mapping[int, np.ndarray] | None
     total_steps: np.ndarray | None
     advantages: list[np.ndarray] | None
+    names: tuple[str, ...] = ()
+
+    def named(self, K: int, rows: np.ndarray | slice = slice(None)) -> dict[str, np.ndarray]:
+        """The signals at K of the groups ``rows``, by name (what ``Gate.decide_batch`` reads)."""
+        return dict(zip(self.names, self.signals_by_K[K][rows].T, strict=True))
 
 
 class GateComparison(NamedTuple):
@@ -130,9 +135,8 @@ def group_data(buffer: Buffer, Ks: tuple[int, ...], features: str = "classic") -
         if buffer.has_step_counts
         else None
     )
-    return GroupData(
-        signals, zero_var, remaining if buffer.has_step_counts else None, total, buffer.advantages()
-    )
+    remaining = remaining if buffer.has_step_counts else None
+    return GroupData(signals, zero_var, remaining, total, buffer.advantages(), tuple(fields))
 
 
 # --- selection procedures (Selector: train groups -> decide(test groups) -> (cut, cut_K)) -------
@@ -147,16 +151,13 @@ def _threshold_selector(
     from srollout.core.gate import GateRule
     from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
-    D, TAU = 0, 6  # prefix_edit_distance_mean, termination_fraction in SIGNAL_FIELDS order
-
     def select(train: np.ndarray) -> Callable:
         rows, params = [], []
         for K in config.K:
-            s = data.signals_by_K[K][train]
+            s = data.named(K, train)
             t_vals = config.t_high_grid if rule == "r3" else None
-            cuts = threshold_cuts(
-                s[:, D], config.d_L_grid, s[:, TAU] if rule == "r3" else None, t_vals
-            )
+            tau = s["termination_fraction"] if rule == "r3" else None
+            cuts = threshold_cuts(s["prefix_edit_distance_mean"], config.d_L_grid, tau, t_vals)
             steps = {}
             if config.objective == "measured":
                 steps = dict(
@@ -184,8 +185,8 @@ def _threshold_selector(
             if i is None:
                 return np.zeros(test.size, dtype=bool), np.zeros(test.size, dtype=np.int64)
             K, d_L, t_high = params[i]
-            s = eval_data.signals_by_K[K][test]
-            cut = GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(s[:, D], s[:, TAU])
+            gate = GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high)
+            cut = gate.decide_batch(K, eval_data.named(K, test))
             return cut, np.full(test.size, K)
 
         return decide
@@ -343,11 +344,10 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         if chosen is not None:
             point = part.row(chosen, named=True)
             K_in = point["K"]
-            signals = data.signals_by_K[K_in]
             from srollout.core.gate import GateRule
 
             gate = GateRule(rule=rule, K=K_in, d_L=point["d_L"], t_high=point["t_high"])
-            in_sample_cut = gate.decide_arrays(signals[:, 0], signals[:, 6])
+            in_sample_cut = gate.decide_batch(K_in, data.named(K_in))
         rows.append(
             score_row(
                 rule,
@@ -389,7 +389,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
             ).gate
 
         def decide_learned(gate: LearnedGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            cut = gate.decide_matrix(eval_data.signals_by_K[gate.K][test])
+            cut = gate.decide_batch(gate.K, eval_data.named(gate.K, test))
             return cut, np.full(test.size, gate.K)
 
         selector = learned_selector(

@@ -77,11 +77,11 @@ def run_train_onpolicy(
         )
     # a bad gate.json fails here, before the run directory exists; a gate-stall.json in --gate
     # is the stall arms' rule (the group gate then comes from --K / --d-L / --rule)
-    from srollout.core.gate import gate_scope, load_gate
+    from srollout.core.gate import load_gate
     from srollout.core.trajectory_gate import StallGate
     from srollout.stages.rollout_setup import build_traj_gate
 
-    file_scope = gate_scope(load_gate(config.gate)) if config.gate is not None else None
+    file_scope = load_gate(config.gate).scope if config.gate is not None else None
     stall_file = file_scope == "trajectory"
     if stall_file and config.stall:
         raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
@@ -238,7 +238,7 @@ def run_train_onpolicy(
         mechanism_figure(metrics, run_dir / "mechanism.png"),
     ]
     if config.audit > 0 and "gate/threshold" in metrics.columns:
-        figures.append(audit_figure(metrics, config.precision_floor, run_dir / "audit.png"))
+        figures.append(audit_figure(metrics, config.audit_floor, run_dir / "audit.png"))
     summary = {
         "per_seed": seeds_table.to_dicts(),
         "aggregate": aggregate.to_dicts(),
@@ -391,7 +391,7 @@ def write_report(
         *(
             [
                 Section(
-                    f"Audited gate (--audit {config.audit}, floor {config.precision_floor}; "
+                    f"Audited gate (--audit {config.audit}, floor {config.audit_floor}; "
                     "docs/gates.md)",
                     to_markdown(audit),
                 )
@@ -405,7 +405,7 @@ def write_report(
                     "Trajectory gate: stops (judged by each stopped trajectory's twin rolled "
                     "on with the same seeds: right iff it failed"
                     + (
-                        f"; audited, --audit {config.audit}, floor {config.precision_floor}"
+                        f"; audited, --audit {config.audit}, floor {config.audit_floor}"
                         if config.audit > 0
                         else ""
                     )

@@ -1,4 +1,4 @@
-"""``train-onpolicy --audit F --precision-floor P``: the audited gate inside on-policy training
+"""``train-onpolicy --audit F --audit-floor P``: the audited gate inside on-policy training
 (the statistics and the threshold rule: :mod:`srollout.core.audit`).
 
 Per iteration of an arm with a rule gate (r1/r3: its d_L moves) or a learned gate (its decision
@@ -14,11 +14,10 @@ after the checkpoint are dropped, and the next threshold is recomputed from what
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from srollout.core.audit import (
     DEFAULT_CONFIDENCE,
@@ -29,7 +28,7 @@ from srollout.core.audit import (
     certifiable_n,
     next_threshold,
 )
-from srollout.core.gate import GateRule
+from srollout.core.gate import AuditKnob, Gate
 from srollout.errors import SrolloutError
 from srollout.training.metrics import AuditMetrics
 
@@ -37,47 +36,23 @@ AUDIT_FILE = "audit.json"
 AUDITED_GATE_FILE = "gate-audited.json"  # the calibrated gate, for the next run's --gate
 
 
-class Knob(NamedTuple):
-    """What the audit moves in a gate kind, as "cut iff score < theta" (core.audit's form):
-    ``score(signals)``, ``theta`` at the start, ``gate_at(theta)`` the gate at another theta,
-    ``shown(theta)`` theta in the gate's own units (d_L; or t = 1 - theta for a learned gate)."""
-
-    score: Callable[[Any], float]
-    theta: float
-    gate_at: Callable[[float], Any]
-    shown: Callable[[float], float]
-
-
-def knob(gate: Any) -> Knob:
-    """The audit's handle on ``gate``: a rule gate's d_L or a learned gate's threshold."""
-    from srollout.core.learned_gate import LearnedGate
-
-    if isinstance(gate, GateRule):
-        return Knob(
-            lambda s: float(s.prefix_edit_distance_mean),
-            gate.d_L,
-            lambda t: dataclasses.replace(gate, d_L=t),
-            lambda t: t,
+def knob(gate: Gate) -> AuditKnob:
+    """The audit's handle on ``gate``: the one threshold its kind lets an audit move."""
+    found = gate.audit_knob()
+    if found is None:
+        raise SrolloutError(
+            f"--audit moves a rule gate's d_L or a learned gate's threshold (a gate kind's "
+            f"audit_knob); this arm's gate is a {gate.kind!r} gate, which has none: use "
+            "--rule/--d-L or a rule or learned gate.json"
         )
-    if isinstance(gate, LearnedGate):
-        start = 0.0 if gate.threshold is None else 1.0 - gate.threshold  # None: never cuts
-        return Knob(
-            lambda s: 1.0 - gate.proba(s),
-            start,
-            lambda t: dataclasses.replace(gate, threshold=min(1.0, max(0.0, 1.0 - t))),
-            lambda t: 1.0 - t,
-        )
-    raise SrolloutError(
-        f"--audit moves a rule gate's d_L or a learned gate's threshold; this arm's gate is a "
-        f"{type(gate).__name__}: use --rule/--d-L or a rule or learned gate.json"
-    )
+    return found
 
 
 class GateAuditor:
     """The audit of one (seed, arm): ``gate`` the arm's gate as it starts (a rule or learned
     gate, or an audited gate.json: its base at the calibrated threshold, its evidence carried
     over as the oldest in the window), ``fraction`` / ``floor`` the CLI's --audit /
-    --precision-floor, ``seed`` the run's seed (the audit draws)."""
+    --audit-floor, ``seed`` the run's seed (the audit draws)."""
 
     def __init__(
         self,
@@ -90,16 +65,14 @@ class GateAuditor:
         iteration: int = 0,
         resume: bool = False,
     ) -> None:
-        from srollout.core.audited_gate import AuditedGate
+        from srollout.core.audited_gate import unwrap
 
-        base = gate.base if isinstance(gate, AuditedGate) else gate
+        base, ledger, confidence = unwrap(gate)
         self.knob = knob(base)
         self.fraction, self.floor, self.seed = fraction, floor, seed
-        self.confidence = gate.confidence if isinstance(gate, AuditedGate) else DEFAULT_CONFIDENCE
+        self.confidence = DEFAULT_CONFIDENCE if confidence is None else confidence
         self.path = ckpt_dir / AUDIT_FILE
-        self.ledger = AuditLedger()
-        if isinstance(gate, AuditedGate) and gate.ledger is not None:
-            self.ledger = carried_over(gate.ledger)
+        self.ledger = AuditLedger() if ledger is None else carried_over(ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         self.step: tuple[int, float, Any] | None = None  # the last (iteration, θ, ThresholdStep)
         saved = resumed_ledger(self.path, iteration) if resume else None
@@ -227,7 +200,6 @@ __all__ = (
     "AUDITED_GATE_FILE",
     "AUDIT_FILE",
     "GateAuditor",
-    "Knob",
     "carried_over",
     "knob",
     "resumed_ledger",

@@ -42,7 +42,7 @@ def load_trainable(
 
 def gate_description(gate: Gate, K: int) -> str:
     """One line for reports: the rule and its operating point."""
-    d = gate.to_dict() if hasattr(gate, "to_dict") else {}
+    d = gate.to_dict()
     rule = d.get("rule", type(gate).__name__)
     extra = f", t_high={d['t_high']}" if d.get("t_high") is not None else ""
     d_L = d.get("d_L")

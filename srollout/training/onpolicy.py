@@ -208,7 +208,7 @@ class ArmRunner:
         self.audit_on = getattr(config, "audit", 0.0) > 0
         audit_args = dict(
             fraction=getattr(config, "audit", 0.0),
-            floor=getattr(config, "precision_floor", 0.85),
+            floor=config.audit_floor,
             seed=spec.seed,
             ckpt_dir=spec.ckpt_dir,
             iteration=self.iteration,

@@ -1,4 +1,4 @@
-"""``train-onpolicy --audit F --precision-floor P`` on an arm with the trajectory gate: the stall
+"""``train-onpolicy --audit F --audit-floor P`` on an arm with the trajectory gate: the stall
 rule's W kept honest while the policy trains (issue 45, item 5; the statistics and the threshold
 rule are the group gate's, :mod:`srollout.core.audit`).
 
@@ -78,7 +78,7 @@ def evidence(rows: Sequence[Labelled], theta: float) -> list[Labelled]:
 
 class StopAuditor:
     """The audit of one (seed, arm)'s stall gate: ``gate`` the rule it starts from,
-    ``fraction`` / ``floor`` the CLI's --audit / --precision-floor, ``seed`` the run's seed."""
+    ``fraction`` / ``floor`` the CLI's --audit / --audit-floor, ``seed`` the run's seed."""
 
     def __init__(
         self,

@@ -109,7 +109,13 @@ def test_lm_gate_cuts_at_K_and_matches_the_ungated_prefix(tasks, tiny_model):
     ref, ref_sum = _roll(tasks, Counting(_lm(tiny_model)), base)
     counting = Counting(_lm(tiny_model))
     cut_settings = RolloutSettings(
-        G=3, T_max=T_max, seed=1, concurrency=6, signal_K=(2, 4), gate=FixedGate(True), gate_K=K
+        G=3,
+        T_max=T_max,
+        seed=1,
+        concurrency=6,
+        signal_K=(2, 4),
+        gate=FixedGate(True, K=K),
+        gate_K=K,
     )
     cut, cut_sum = _roll(tasks, counting, cut_settings)
 

@@ -569,7 +569,7 @@ def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path
 
     for kw, msg in (
         ({"audit": 1.5}, "--audit must be a fraction in [0, 1], got 1.5"),
-        ({"audit": 0.5, "precision_floor": 1.0}, "--precision-floor must lie in (0, 1), got 1.0"),
+        ({"audit": 0.5, "audit_floor": 1.0}, "--audit-floor must lie in (0, 1), got 1.0"),
     ):
         with pytest.raises(SrolloutError) as err:
             _config(tiny_model, tmp_path / "never", **kw)

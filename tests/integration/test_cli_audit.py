@@ -2,7 +2,7 @@
 3-4), on the real ALFWorld engine with the noisy expert (fast, no LM).
 
 The numbers are checkable by hand. Seed 7, G=3, T_max=8, the gate r1 at K=3 with d_L=1 (cut iff
-d_K < 1) and --precision-floor 0.95: groups 0-3 have d_K at K=3 of 7/9 (mixed), 7/9 (all fail),
+d_K < 1) and --audit-floor 0.95: groups 0-3 have d_K at K=3 of 7/9 (mixed), 7/9 (all fail),
 8/9 (mixed) and 1 (not cut). Three audited cuts, one right: their one-sided 95 % Clopper-Pearson
 upper bound is 1 - 0.05^(1/3) = 0.632 < 0.95, the floor is refuted; the prefix at 7/9 (1 of 2:
 upper bound 0.975) is not, so d_L falls to (7/9 + 8/9) / 2 = 5/6. Four audits at 7/9, two right
@@ -31,7 +31,7 @@ from srollout.schemas import AB, AB_ARMS, AUDIT, GROUPS, STEPS, TRAJECTORIES, re
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--policy", "noisy-expert", "--G", "3", "--T-max", "8", "--seed", "7"]
-GATE = ["--K", "3", "--d-L", "1.0", "--audit", "1.0", "--precision-floor", "0.95"]
+GATE = ["--K", "3", "--d-L", "1.0", "--audit", "1.0", "--audit-floor", "0.95"]
 COLLECT = ["collect", *TINY, "--groups", "12", "--concurrency", "6", "--signal-K", "3,5", *GATE]
 TABLES = ("steps", "trajectories", "groups", "signals", "audit")
 
@@ -146,7 +146,7 @@ def test_collect_resume_with_the_ledger_a_chunk_ahead_equals_one_run(run_cli, tm
     _same_run(ref, cut)
     # the audit is part of the resume key
     other = run_cli(*[a if a != "0.95" else "0.9" for a in COLLECT], "--out", cut, "--resume")
-    assert other.exit_code == 2 and "precision_floor" in other.stderr
+    assert other.exit_code == 2 and "audit_floor" in other.stderr
 
 
 def test_a_collect_made_before_audit_existed_still_resumes(run_cli, tmp_path):
@@ -155,10 +155,29 @@ def test_a_collect_made_before_audit_existed_still_resumes(run_cli, tmp_path):
     assert run_cli(*args).exit_code == 0
     assert "audited" not in pl.read_parquet(out / "groups.parquet").columns  # only with --audit
     manifest = json.loads((out / "manifest.json").read_text())
-    for key in ("audit", "precision_floor"):
+    for key in ("audit", "audit_floor"):
         del manifest["config"][key]
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert run_cli(*args, "--resume").exit_code == 0
+
+
+def test_the_floor_under_its_old_name_still_works_says_so_and_old_runs_resume(run_cli, tmp_path):
+    """--precision-floor, the audit floor's old name: the same run as --audit-floor, with one
+    note line; a run whose manifest says precision_floor resumes under the new name."""
+    out = tmp_path / "old-name"
+    gate = ["--K", "3", "--d-L", "1.0", "--audit", "1.0", "--precision-floor", "0.95"]
+    args = ["collect", *TINY, "--groups", "2", "--signal-K", "3", *gate, "--out", out]
+    proc = run_cli(*args)
+    assert proc.exit_code == 0, proc.stderr[-2000:]
+    assert "note: --precision-floor is now --audit-floor; the old name still works" in proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["audit_floor"] == 0.95
+    manifest["config"]["precision_floor"] = manifest["config"].pop("audit_floor")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    new = [a if a != "--precision-floor" else "--audit-floor" for a in args]
+    assert run_cli(*new, "--resume").exit_code == 0
+    other = run_cli(*[a if a != "0.95" else "0.9" for a in new], "--resume")
+    assert other.exit_code == 2 and "audit_floor=0.95" in other.stderr
 
 
 @pytest.mark.slow  # ~15 s: three collects in real processes
@@ -256,7 +275,7 @@ def test_ab_rollout_audit_of_every_cut_equals_the_baseline_judgement(run_cli, tm
     ledger = json.loads((out / "gated" / "audit.json").read_text())
     assert list(ledger["thresholds"].values()) == pytest.approx([1.0, 1.0, 5 / 6, 7 / 9])
     report = (out / "report.md").read_text()
-    assert "**Audited gate** (`--audit 1 --precision-floor 0.95`)" in report
+    assert "**Audited gate** (`--audit 1 --audit-floor 0.95`)" in report
     assert "| 5 (2 / 3), bound —, threshold 0.778 → 0.778 |" in report
     # --resume after a kill during repeat 1 (its timed runs' files lost): the same A/B
     before = _ab(out)
@@ -284,13 +303,13 @@ def _ab(out: Path) -> pl.DataFrame:
         ),
         (
             "collect",
-            ["--K", "3", "--audit", "0.5", "--precision-floor", "1.0"],
-            "--precision-floor must lie in (0, 1), got 1.0",
+            ["--K", "3", "--audit", "0.5", "--audit-floor", "1.0"],
+            "--audit-floor must lie in (0, 1), got 1.0",
         ),
         (
             "collect",
-            ["--K", "3", "--audit", "0.5", "--precision-floor", "0"],
-            "--precision-floor must lie in (0, 1), got 0.0",
+            ["--K", "3", "--audit", "0.5", "--audit-floor", "0"],
+            "--audit-floor must lie in (0, 1), got 0.0",
         ),
         ("collect", ["--audit", "0.5"], "--audit audits the group gate's cuts: turn it on"),
         (
@@ -302,8 +321,8 @@ def _ab(out: Path) -> pl.DataFrame:
         ("ab-rollout", ["--audit", "-0.1"], "--audit must be a fraction in [0, 1], got -0.1"),
         (
             "ab-rollout",
-            ["--audit", "0.5", "--precision-floor", "1"],
-            "--precision-floor must lie in (0, 1), got 1.0",
+            ["--audit", "0.5", "--audit-floor", "1"],
+            "--audit-floor must lie in (0, 1), got 1.0",
         ),
         (
             "ab-rollout",
@@ -337,9 +356,9 @@ def test_the_audit_options_are_declared_once_with_the_floor_of_core_audit():
     )
     from srollout.rundir import ADDED_OPTIONS
 
-    assert AUDIT_PRECISION_FLOOR == DEFAULT_FLOOR == ADDED_OPTIONS["precision_floor"]
-    assert CollectConfig().precision_floor == AbRolloutConfig().precision_floor == DEFAULT_FLOOR
-    assert TrainOnpolicyConfig.__dataclass_fields__["precision_floor"].default == DEFAULT_FLOOR
+    assert AUDIT_PRECISION_FLOOR == DEFAULT_FLOOR == ADDED_OPTIONS["audit_floor"]
+    assert CollectConfig().audit_floor == AbRolloutConfig().audit_floor == DEFAULT_FLOOR
+    assert TrainOnpolicyConfig.__dataclass_fields__["audit_floor"].default == DEFAULT_FLOOR
     assert "between chunks of groups" in help_for(CollectConfig, "audit")
     assert "between a gated arm's timed runs" in help_for(AbRolloutConfig, "audit")
     assert "between iterations" in help_for(TrainOnpolicyConfig, "audit")

@@ -205,7 +205,7 @@ def stall_training(tmp_path_factory):
     out = tmp_path / "train"
     base = ["train-onpolicy", "--preset", "tiny", "--seeds", "7", "--T-max", "12"]
     # audited and judged too: the tests of both read this one run
-    audit = ["--audit", "0.5", "--precision-floor", "0.9", "--judge-cuts"]
+    audit = ["--audit", "0.5", "--audit-floor", "0.9", "--judge-cuts"]
     proc = srollout(
         *base, "--arms", "baseline,stall", "--gate", str(path), *audit, "--out", str(out)
     )

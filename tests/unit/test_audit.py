@@ -59,9 +59,9 @@ def test_audit_pick_is_seeded_and_takes_its_fraction():
         (1.5, 0.85, "--audit must be a fraction in [0, 1], got 1.5"),
         (-0.1, 0.85, "--audit must be a fraction in [0, 1], got -0.1"),
         (float("nan"), 0.85, "--audit must be a fraction in [0, 1], got nan"),
-        (0.5, 1.0, "--precision-floor must lie in (0, 1), got 1.0"),
-        (0.5, 0.0, "--precision-floor must lie in (0, 1), got 0.0"),
-        (0.5, float("nan"), "--precision-floor must lie in (0, 1), got nan"),
+        (0.5, 1.0, "--audit-floor must lie in (0, 1), got 1.0"),
+        (0.5, 0.0, "--audit-floor must lie in (0, 1), got 0.0"),
+        (0.5, float("nan"), "--audit-floor must lie in (0, 1), got nan"),
     ],
 )
 def test_bad_audit_options_are_one_line(fraction, floor, message):

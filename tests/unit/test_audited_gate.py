@@ -47,8 +47,8 @@ def test_an_audited_gate_round_trips_and_decides_as_its_base(tmp_path):
     assert AuditedGate.load(path) == back
     # resolve_gate (every stage's --gate) reads it with its base's K
     assert resolve_gate(path, T_max=20)[1] == 10
-    assert unwrap(back) == (back.base, back.ledger)
-    assert unwrap(back.base) == (back.base, None)
+    assert unwrap(back) == (back.base, back.ledger, back.confidence)
+    assert unwrap(back.base) == (back.base, None, None)
     # a learned base round-trips too; no ledger and no bound are allowed
     model = LogisticModel(
         mean=(0.0,) * 8, std=(1.0,) * 8, coef=(-10.0,) + (0.0,) * 7, intercept=3.0

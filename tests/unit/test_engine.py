@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from corridor_env import Corridor, Counting, SeededWalker, roll, steps_of, tasks
 
-from srollout.core.gate import FixedGate, GateRule
+from srollout.core.gate import FixedGate, Gate, GateRule
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import GroupSpec, RolloutSettings, make_specs
 from srollout.rollout.records import group_tables
@@ -59,7 +59,13 @@ def test_slots_refill_and_concurrency_cap():
 def test_always_cut_stops_every_group_at_K_and_never_generates_after():
     K = 3
     settings = RolloutSettings(
-        G=4, T_max=10, seed=5, concurrency=8, gate=FixedGate(True), gate_K=K, signal_K=(2, 3, 5)
+        G=4,
+        T_max=10,
+        seed=5,
+        concurrency=8,
+        gate=FixedGate(True, K=K),
+        gate_K=K,
+        signal_K=(2, 3, 5),
     )
     policy = Counting(SeededWalker(p_fwd=0.3))
     records, summary = roll(make_specs(tasks([9] * 6), 6), settings, policy)
@@ -77,7 +83,7 @@ def test_cut_group_frees_slots_at_once():
     # Room for exactly one group: with an always-cut gate at K=2 each group takes 2 ticks,
     # so 3 groups take 6 ticks; without the gate the same groups take T_max=8 ticks each.
     cut = RolloutSettings(
-        G=2, T_max=8, seed=1, concurrency=2, gate=FixedGate(True), gate_K=2, signal_K=(2,)
+        G=2, T_max=8, seed=1, concurrency=2, gate=FixedGate(True, K=2), gate_K=2, signal_K=(2,)
     )
     records, summary = roll(make_specs(tasks([50] * 3), 3), cut, Counting(SeededWalker()))
     assert summary.ticks == 6 and summary.rows == 12
@@ -104,7 +110,7 @@ def test_never_cut_gate_equals_no_gate_and_gated_prefix_matches():
     assert steps_of(ref).equals(steps_of(rec_never))
     # an always-cut gate with a different concurrency gives the same first K steps
     always = RolloutSettings(
-        G=4, T_max=8, seed=3, concurrency=4, signal_K=(2, 4), gate=FixedGate(True), gate_K=4
+        G=4, T_max=8, seed=3, concurrency=4, signal_K=(2, 4), gate=FixedGate(True, K=4), gate_K=4
     )
     rec_cut, _ = roll(specs, always)
     assert steps_of(ref).filter(pl.col("step") <= 4).equals(steps_of(rec_cut))
@@ -171,22 +177,24 @@ def test_bad_settings_raise_one_line_errors():
     with pytest.raises(SrolloutError, match="G must be >= 2 for signals or a gate"):
         RolloutSettings(G=1)  # collect's signals need two trajectories to compare
     with pytest.raises(SrolloutError, match="G must be >= 2 for signals or a gate"):
-        RolloutSettings(G=1, signal_K=(), gate=FixedGate(True), gate_K=2)
+        RolloutSettings(G=1, signal_K=(), gate=FixedGate(True, K=2), gate_K=2)
     with pytest.raises(SrolloutError, match="G must be >= 1"):
         RolloutSettings(G=0, signal_K=())
     assert RolloutSettings(G=1, signal_K=(), concurrency=1).G == 1
     with pytest.raises(SrolloutError, match="concurrency"):
         RolloutSettings(G=8, concurrency=4)
     with pytest.raises(SrolloutError, match="gate K"):
-        RolloutSettings(T_max=5, gate=FixedGate(True), gate_K=6)
+        RolloutSettings(T_max=5, gate=FixedGate(True, K=6))
     assert GroupSpec(3, tasks([1])[0]).group_id == "g00003"
 
 
-class TwoStepGate:
+class TwoStepGate(Gate):
     """A gate that checks at K=2 and K=4 and cuts only at its second check step."""
 
-    check_K = (2, 4)
     K = 2
+
+    def check_steps(self, T_max=None):
+        return tuple(k for k in (2, 4) if T_max is None or k <= T_max)
 
     def __init__(self) -> None:
         self.calls: list[int] = []

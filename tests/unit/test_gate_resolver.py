@@ -11,6 +11,7 @@ from srollout.config import PAPER_D_L, PAPER_K, AbRolloutConfig, CollectConfig
 from srollout.core.gate import (
     _GATE_KINDS,
     GATE_FILE_VERSION,
+    Gate,
     GateRule,
     describe_gate,
     register_gate_kind,
@@ -40,7 +41,7 @@ def test_a_gate_file_brings_its_own_K(tmp_path):
 
 
 def test_a_gate_without_K_is_an_error_not_a_silent_default(tmp_path):
-    class NoStep:
+    class NoStep(Gate):
         def decide(self, signals):
             return False
 

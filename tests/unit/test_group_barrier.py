@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from corridor_env import roll, tasks
 
-from srollout.core.gate import FixedGate, GateRule
+from srollout.core.gate import FixedGate, Gate, GateRule
 from srollout.errors import SrolloutError
 from srollout.integrations.group_barrier import DECIDED, NOT_SHOWN, TIMEOUT, GroupBarrier
 from srollout.rollout.engine import RolloutSettings, make_specs
 
 
-class CountingGate:
+class CountingGate(Gate):
     """A GateRule that counts how often the barrier asks it."""
 
     def __init__(self, rule: GateRule) -> None:

@@ -15,9 +15,7 @@ import pytest
 
 from srollout.core.adaptive_gate import (
     AdaptiveGate,
-    check_steps,
     choose_step_thresholds,
-    decide_at,
     evaluate_variable_cuts,
     fit_adaptive_gate,
 )
@@ -255,10 +253,10 @@ def test_adaptive_gate_cuts_at_the_first_confident_step() -> None:
     assert gate.K == 5 and gate.decide(_signals(-0.3)) == gate.decide_at(5, _signals(-0.3))
     with pytest.raises(SrolloutError, match="checks at K = 5, 10, 15"):
         gate.decide_at(7, _signals(0.0))
-    assert check_steps(gate) == (5, 10, 15)
+    assert gate.check_steps() == (5, 10, 15) and gate.check_steps(T_max=12) == (5, 10)
     rule = GateRule(rule="r1", K=10, d_L=0.12)
-    assert check_steps(rule) == (10,)
-    assert decide_at(rule, 10, _signals(0.05)) and not decide_at(rule, 5, _signals(0.05))
+    assert rule.check_steps() == (10,) and rule.check_steps(T_max=9) == ()
+    assert rule.decide_at(10, _signals(0.05)) and not rule.decide_at(5, _signals(0.05))
 
 
 def test_variable_cut_savings_count_the_real_cut_step() -> None:

@@ -204,3 +204,14 @@ def test_metrics_are_namespaced_and_an_old_flat_table_names_its_missing_column(t
     new.with_columns(pl.lit(-1).alias("train/trajectories")).write_parquet(path)
     with pytest.raises(SchemaError, match=r"'train/trajectories' row 0 is -1: the contract says"):
         schemas.read(path, schemas.METRICS)
+
+
+def test_a_polars_panic_on_a_damaged_page_is_one_line_naming_the_file(tmp_path):
+    # a damaged page can make polars' reader panic ("Thrift out of range", found by the CLI
+    # fuzz test): PanicException is a BaseException, and it must still be one line
+    from srollout.schemas import reading
+
+    path = tmp_path / "steps.parquet"
+    with pytest.raises(SchemaError, match=r"steps.parquet: reading it failed, the file looks dam"):
+        with reading(path):
+            raise pl.exceptions.PanicException("called `Result::unwrap()`: Thrift out of range")

@@ -1,4 +1,4 @@
-"""``ab-rollout --audit F --precision-floor P``: every gated arm audits its own gate.
+"""``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gate.
 
 Each arm with the gate (gated, gated+dapo, gated+greso) has its own
 :class:`srollout.training.gate_audit.GateAuditor`, its ledger in ``<run>/<arm>/audit.json``. The
