@@ -12,8 +12,8 @@ import typer
 from srollout.cli.rollout_options import (
     ROLLOUT_OPTIONS,
     RUN_OPTIONS,
+    config_options,
     config_values,
-    rollout_options,
 )
 from srollout.config import AbRolloutConfig, DistConfig, help_for, parse_names
 
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         f"adds DAPO / GRESO arms (useful groups per second per arm). Defaults: {_DEFAULT.groups} "
         "eval tasks, G=8, T_max=30, gate r1 (K, d_L) = (10, 0.12).",
     )
-    @rollout_options(AbRolloutConfig, OPTIONS, order=ORDER)
+    @config_options(AbRolloutConfig, OPTIONS, order=ORDER)
     def ab_rollout(
         options: dict[str, Any],
         repeats: Annotated[int, typer.Option("--repeats", help=_h("repeats"))] = _DEFAULT.repeats,

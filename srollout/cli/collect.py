@@ -10,8 +10,8 @@ import typer
 from srollout.cli.rollout_options import (
     ROLLOUT_OPTIONS,
     RUN_OPTIONS,
+    config_options,
     config_values,
-    rollout_options,
 )
 from srollout.config import CollectConfig, DistConfig, help_for
 from srollout.errors import SrolloutError
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         "steps/trajectories/groups/signals Parquet, a report and a manifest. Paper defaults: 100 "
         "groups of G=8, T_max=30, temperature 0.7, gate off.",
     )
-    @rollout_options(CollectConfig, OPTIONS, order=(*OPTIONS, "workers"))
+    @config_options(CollectConfig, OPTIONS, order=(*OPTIONS, "workers"))
     def collect(
         options: dict[str, Any],
         workers: Annotated[

@@ -1,16 +1,19 @@
-"""The options of the commands that roll groups out (``collect``, ``ab-rollout``,
-``train-onpolicy``), declared once: in their configs.
+"""Every subcommand's options, declared once: as the fields of its config.
 
 Each option is a field of the command's config (:class:`srollout.config.RolloutOptions` and its
-stage configs, or :class:`srollout.config.TrainOnpolicyConfig`): its flag is the field name with
-``-`` for ``_`` (``T_max`` -> ``--T-max``), its help the field's help (``help_for``), its default
-the field's default. :func:`rollout_options` adds them to a Typer command, in the order the
-command lists its options in ``--help``, and hands them to the command as one dict::
+stage configs, :class:`srollout.config.TrainOnpolicyConfig`, ``TrainOffpolicyConfig``,
+``AnalyzeConfig``, ``WhatIfConfig``): its flag is the field name with ``-`` for ``_``
+(``T_max`` -> ``--T-max``), its help the field's help (``help_for``), its default the field's
+default; a tuple field is a comma list. :func:`config_options` adds them to a Typer command, in
+the order the command lists its options in ``--help``, and hands them to the command as one
+dict::
 
     @app.command("collect")
-    @rollout_options(CollectConfig, COLLECT_OPTIONS, order=(*COLLECT_OPTIONS, "workers"))
+    @config_options(CollectConfig, COLLECT_OPTIONS, order=(*COLLECT_OPTIONS, "workers"))
     def collect(options: dict[str, Any], workers: int = 1) -> None:
         config = CollectConfig(**config_values(CollectConfig, options))
+
+(``sweep``, ``policy`` and ``serve`` still declare theirs by hand.)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,13 +71,6 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")
 # Options whose default depends on --quick: declared without one, the default named in the help.
 QUICK_SIZED = {"groups": QUICK_GROUPS, "T_max": QUICK_T_MAX}
-# Options read as a comma list (a string on the command line): field -> its parser.
-LISTS: dict[str, Callable[[str], tuple]] = {
-    "signal_K": lambda text: parse_int_list(text, "--signal-K"),
-    "seeds": parse_seeds,
-    "arms": lambda text: parse_names(text, "--arms"),
-    "lora_targets": lambda text: parse_names(text, "--lora-targets"),
-}
 # Other names an option answers to (a short form).
 ALIASES: dict[str, tuple[str, ...]] = {"arms": ("--arm",)}
 # Options renamed: field -> the field it was (its old flag still works, hidden, and says so).
@@ -83,6 +80,21 @@ RENAMED: dict[str, str] = {"audit_floor": "precision_floor"}
 def flag(name: str) -> str:
     """The option of field ``name``: ``T_max`` -> ``--T-max``, ``d_L`` -> ``--d-L``."""
     return "--" + name.replace("_", "-")
+
+
+def list_parser(config_cls: type, name: str) -> Callable[[str], tuple] | None:
+    """How a field of tuple type is read from its comma list (a string on the command line):
+    integers, or names; None for a field of another type."""
+    hint = typing.get_type_hints(config_cls)[name]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is not tuple:
+        return None
+    if name == "seeds":
+        return parse_seeds
+    if typing.get_args(hint)[0] is int:
+        return lambda text: parse_int_list(text, flag(name))
+    return lambda text: parse_names(text, flag(name))
 
 
 def option_parameter(
@@ -96,7 +108,7 @@ def option_parameter(
 
     Default: the field's default, shown in --help; a field whose default is None, and the
     --quick-sized groups / T_max (their default named in the help, since --quick changes it),
-    show none. The fields of :data:`LISTS` are read as a comma list (a string), and an option
+    show none. A field of tuple type is read as a comma list (a string), and an option
     also answers to its :data:`ALIASES`; a bool on by default is ``--x/--no-x``. ``from_preset``:
     the value comes
     from a preset when the option is not given, so the option defaults to None and shows no
@@ -106,8 +118,10 @@ def option_parameter(
     text = help(name) if help is not None else help_for(config_cls, name)
     default = field.default
     show_default: bool | None = None
-    if name in LISTS:
-        hint, default = str, ",".join(map(str, default))
+    if list_parser(config_cls, name) is not None:
+        hint = str if default is not None else str | None
+        default = ",".join(map(str, default)) if default is not None else None
+        show_default = None if default is not None else False
     if from_preset:
         hint, default, show_default = hint | None, None, False
     elif name in QUICK_SIZED:
@@ -129,7 +143,7 @@ def option_parameter(
     )
 
 
-def rollout_options(
+def config_options(
     config_cls: type,
     names: Sequence[str],
     *,
@@ -189,15 +203,19 @@ def rollout_options(
     return decorate
 
 
-def parse_lists(options: dict[str, Any]) -> dict[str, Any]:
-    """The options with each comma list of :data:`LISTS` given parsed (None stays None)."""
-    return {n: LISTS[n](v) if n in LISTS and isinstance(v, str) else v for n, v in options.items()}
+def parse_lists(config_cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """The options with each comma list given parsed (:func:`list_parser`; None stays None)."""
+    parsers = {n: list_parser(config_cls, n) for n in options}
+    return {
+        n: parsers[n](v) if parsers[n] is not None and isinstance(v, str) else v
+        for n, v in options.items()
+    }
 
 
 def config_values(config_cls: type, options: dict[str, Any]) -> dict[str, Any]:
     """The config's keyword arguments from the options: comma lists parsed, groups and T_max not
     given take ``--quick``'s sizes (with --quick) or the config's defaults."""
-    values = parse_lists(options)
+    values = parse_lists(config_cls, options)
     quick = bool(values.get("quick", False))
     for name, quick_value in QUICK_SIZED.items():
         if name in values and values[name] is None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from srollout.cli.rollout_options import parse_lists, rollout_options
+from srollout.cli.rollout_options import config_options, parse_lists
 from srollout.config import ONPOLICY_PRESETS, DistConfig, TrainOnpolicyConfig, help_for
 
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         "every iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and "
         "mechanism figures, report.md.",
     )
-    @rollout_options(TrainOnpolicyConfig, OPTIONS, order=ORDER, help=_h, from_preset=FROM_PRESET)
+    @config_options(TrainOnpolicyConfig, OPTIONS, order=ORDER, help=_h, from_preset=FROM_PRESET)
     def train_onpolicy(
         options: dict[str, Any],
         # --workers (srollout.stages.train_onpolicy_seeds): seeds in parallel on Ray
@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
         from srollout.report.tables import to_rich
         from srollout.stages.train_onpolicy import run_train_onpolicy
 
-        config = TrainOnpolicyConfig.from_preset(**parse_lists(options))
+        config = TrainOnpolicyConfig.from_preset(**parse_lists(TrainOnpolicyConfig, options))
         console = make_console()
         _threads()
         # --- --workers (srollout.stages.train_onpolicy_seeds) ---

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from srollout.cli.rollout_options import config_options
 from srollout.config import WhatIfConfig, help_for
-
-_DEFAULT = WhatIfConfig()
 
 HELP = (
     "What would the group gate, the trajectory gate, DAPO and GRESO do on this run?\n\n"
@@ -22,42 +22,18 @@ HELP = (
 )
 
 
-def _h(name: str) -> str:
-    return help_for(WhatIfConfig, name)
+OPTIONS = tuple(f.name for f in dataclasses.fields(WhatIfConfig) if f.name != "input")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("what-if", help=HELP, short_help=HELP.split("\n")[0])
+    @config_options(WhatIfConfig, OPTIONS, order=("input", *OPTIONS))
     def what_if(
-        input: Annotated[Path, typer.Argument(help=_h("input"), show_default=False)],
-        K: Annotated[int, typer.Option("--K", help=_h("K"))] = _DEFAULT.K,
-        T_max: Annotated[int | None, typer.Option("--T-max", help=_h("T_max"))] = None,
-        precision_floor: Annotated[
-            float, typer.Option("--precision-floor", help=_h("precision_floor"))
-        ] = _DEFAULT.precision_floor,
-        greso_p: Annotated[float, typer.Option("--greso-p", help=_h("greso_p"))] = (
-            _DEFAULT.greso_p
-        ),
-        n_folds: Annotated[int, typer.Option("--n-folds", help=_h("n_folds"))] = _DEFAULT.n_folds,
-        n_boot: Annotated[int, typer.Option("--n-boot", help=_h("n_boot"))] = _DEFAULT.n_boot,
-        seed: Annotated[int, typer.Option("--seed", help=_h("seed"))] = _DEFAULT.seed,
-        out: Annotated[
-            Path | None, typer.Option("--out", help=_h("out"), show_default=False)
-        ] = None,
-        overwrite: Annotated[bool, typer.Option("--overwrite", help=_h("overwrite"))] = False,
+        options: dict[str, Any],
+        input: Annotated[
+            Path, typer.Argument(help=help_for(WhatIfConfig, "input"), show_default=False)
+        ],
     ) -> None:
         from srollout.stages.what_if import run_what_if
 
-        config = WhatIfConfig(
-            input=input,
-            K=K,
-            T_max=T_max,
-            precision_floor=precision_floor,
-            greso_p=greso_p,
-            n_folds=n_folds,
-            n_boot=n_boot,
-            seed=seed,
-            out=out,
-            overwrite=overwrite,
-        )
-        run_what_if(config)
+        run_what_if(WhatIfConfig(input=input, **options))

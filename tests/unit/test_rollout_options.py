@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from srollout.cli.rollout_options import (
     ROLLOUT_OPTIONS,
     RUN_OPTIONS,
+    config_options,
     config_values,
     flag,
-    rollout_options,
 )
 from srollout.config import AbRolloutConfig, CollectConfig, RolloutOptions
 
@@ -65,7 +65,7 @@ def _app(**kw: Any) -> tuple[typer.Typer, list[dict[str, Any]]]:
     names = ("G", "T_max", "signal_K", "gate", "quick")
 
     @app.command()
-    @rollout_options(
+    @config_options(
         CollectConfig, names, order=("T_max", "extra", "G", "signal_K", "gate", "quick"), **kw
     )
     def command(options: dict[str, Any], extra: int = 7) -> None:
@@ -102,7 +102,7 @@ def test_the_decorator_declares_the_options_in_order_and_passes_them_as_one_dict
 
 def test_an_order_that_misses_an_option_is_refused():
     with pytest.raises(TypeError, match="order must list"):
-        rollout_options(CollectConfig, ("G", "T_max"), order=("G",))(lambda options: None)
+        config_options(CollectConfig, ("G", "T_max"), order=("G",))(lambda options: None)
 
 
 def test_preset_options_default_to_none():
@@ -114,3 +114,55 @@ def test_preset_options_default_to_none():
 def test_the_run_options_are_fields_of_every_rollout_stage():
     for cls in (CollectConfig, AbRolloutConfig):
         assert set(RUN_OPTIONS) <= {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize(
+    "command, config, own",
+    [
+        ("train-onpolicy", "TrainOnpolicyConfig", {"workers"}),
+        ("train-offpolicy", "TrainOffpolicyConfig", set()),
+        ("analyze", "AnalyzeConfig", set()),
+        ("what-if", "WhatIfConfig", set()),
+    ],
+)
+def test_every_field_of_these_configs_is_an_option_declared_once(command, config, own):
+    """The command's parameters are its config's fields (each once, its flag from the field's
+    name, its help the field's), plus only the command's own; a tuple field is a comma list."""
+    import typer.main
+
+    import srollout.config as configs
+    from srollout.cli.app import app
+    from srollout.config import help_for
+
+    cls = getattr(configs, config)
+    cmd = typer.main.get_command(app).commands[command]
+    params = {p.name: p for p in cmd.params if p.name != "help"}
+    fields = [f.name for f in dataclasses.fields(cls)]
+    hidden = {p.name for p in params.values() if getattr(p, "hidden", False)}
+    assert set(params) - hidden == set(fields) | own and hidden <= {"precision_floor"}
+    for name in fields:
+        p = params[name]
+        if p.param_type_name == "option":
+            assert p.opts[0] == flag(name) or p.opts[0].startswith(flag(name) + "/"), p.opts
+            assert p.help.startswith(help_for(cls, name)[:40])
+
+
+def test_a_tuple_field_is_read_as_a_comma_list():
+    from srollout.cli.rollout_options import parse_lists
+    from srollout.config import AnalyzeConfig, TrainOnpolicyConfig
+
+    parsed = parse_lists(
+        TrainOnpolicyConfig,
+        {"seeds": "7,13", "arms": "baseline, stall", "lora_targets": "q_proj", "G": 4},
+    )
+    assert parsed == {
+        "seeds": (7, 13),
+        "arms": ("baseline", "stall"),
+        "lora_targets": ("q_proj",),
+        "G": 4,
+    }
+    assert parse_lists(AnalyzeConfig, {"K": None}) == {"K": None}  # not given: the default
+    with pytest.raises(Exception, match="--seeds: seeds must be >= 0"):
+        parse_lists(TrainOnpolicyConfig, {"seeds": "7,-1"})
+    with pytest.raises(Exception, match="--K: expected integers separated by commas"):
+        parse_lists(AnalyzeConfig, {"K": "5,x"})
