@@ -25,21 +25,7 @@ import polars as pl
 
 from srollout.atomic import atomic_write_json, atomic_write_text, no_space, umask_mode
 from srollout.errors import SchemaError, SrolloutError, disk_full
-
-SIGNAL_NAMES: tuple[str, ...] = (
-    "prefix_edit_distance_mean",
-    "action_bigram_jaccard_mean",
-    "unique_prefix_ratio",
-    "unique_action_ratio",
-    "action_entropy",
-    "obs_unique_ratio",
-    "termination_fraction",
-)
-
-# Signals at K read from what each step recorded (srollout.core.step_signals computes them),
-# beside the seven agreement signals: optional columns of signals.parquet (a table written before
-# 2026-11-27 has none and still reads).
-STEP_SIGNAL_NAMES: tuple[str, ...] = ("action_logprob_mean", "invalid_action_rate")
+from srollout.signal_names import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 
 def signal_names(columns: Sequence[str]) -> tuple[str, ...]:

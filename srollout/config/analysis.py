@@ -12,6 +12,7 @@ from srollout.config.common import (
     PAPER_T_MAX,
     _check_choice,
     _check_K,
+    _check_seed,
     _check_unit,
     doc,
 )
@@ -44,6 +45,7 @@ class AnalyzeConfig:
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
     def __post_init__(self) -> None:
+        _check_seed(self.seed)
         if self.K is not None:
             _check_K(tuple(self.K), "--K")
         _check_K((self.gate_K,), "--gate-K")
@@ -109,6 +111,7 @@ class SweepConfig:
     )
 
     def __post_init__(self) -> None:
+        _check_seed(self.seed)
         _check_K(tuple(self.K), "--K")
         _check_choice(self.objective, SWEEP_OBJECTIVES, "--objective")
         if not self.d_L_grid:
@@ -238,6 +241,7 @@ class WhatIfConfig:
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
     def __post_init__(self) -> None:
+        _check_seed(self.seed)
         _check_K((self.K,), "--K")
         _check_unit((self.precision_floor,), "--precision-floor")
         _check_unit((self.greso_p,), "--greso-p")

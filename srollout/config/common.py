@@ -118,6 +118,12 @@ def _check_unit(values: tuple[float, ...], option: str) -> None:
         raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")
 
 
+def _check_seed(seed: int) -> None:
+    """``--seed`` >= 0 (numpy's generators take no negative seed), else one line."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SrolloutError(f"--seed must be an integer >= 0, got {seed}")
+
+
 def _check_choice(value: str, choices: Any, option: str) -> None:
     if value not in choices:
         raise SrolloutError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")

@@ -15,6 +15,7 @@ from srollout.config.common import (
     PAPER_TEMPERATURE,
     _check_choice,
     _check_K,
+    _check_seed,
     _check_unit,
     audit_field,
     audit_floor_field,
@@ -159,6 +160,7 @@ class RolloutOptions:
         self._check_rollout()
 
     def _check_rollout(self) -> None:
+        _check_seed(self.seed)
         """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
         if self.groups < 1:
             raise SrolloutError(f"--groups must be >= 1, got {self.groups}")

@@ -14,6 +14,7 @@ from srollout.config.common import (
     PAPER_TEMPERATURE,
     _check_choice,
     _check_K,
+    _check_seed,
     _check_unit,
     audit_field,
     audit_floor_field,
@@ -117,6 +118,7 @@ class TrainOffpolicyConfig:
     overwrite: bool = doc(False, "Replace --out if it already exists.")
 
     def __post_init__(self) -> None:
+        _check_seed(self.seed)
         if not Path(self.buffer).is_dir():
             raise SrolloutError(
                 f"BUFFER {self.buffer}: not a directory (give a `srollout collect` run directory)"

@@ -56,7 +56,7 @@ from srollout.core.gate import (
 )
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
-from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES
+from srollout.signal_names import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 # the seven agreement signals: the classic features (the default, and every gate.json before
 # the step signals)

@@ -248,6 +248,7 @@ def _assert_one_line_error(result, *fragments: str) -> None:
         (("--K", "12"), ("--K 12 is outside the data", "10 steps")),
         (("--K", "4", "--T-max", "8"), ("up to 10 steps, more than --T-max 8",)),
         (("--precision-floor", "1.2"), ("--precision-floor", "[0, 1]")),
+        (("--seed", "-1"), ("--seed must be an integer >= 0, got -1",)),  # found by the fuzz test
     ],
     ids=[
         "d_L-above-1",
@@ -262,6 +263,7 @@ def _assert_one_line_error(result, *fragments: str) -> None:
         "K-outside-data",
         "T_max-below-data",
         "floor",
+        "negative-seed",
     ],
 )
 def test_sweep_bad_options(hand_buffer: Path, tmp_path: Path, run_cli, args, fragments) -> None:

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "srollout.atomic",
             "srollout.home",
             "srollout.schemas",
+            "srollout.signal_names",
             "srollout.rundir",
             "srollout.console",
             "srollout.progress",
@@ -306,3 +307,21 @@ def test_checker_finds_the_cycle_and_closes_its_loop(toy):
     ]
     assert _describe(loop) == "pkg.high.b (line 2) -> pkg.high.c (line 2) -> pkg.high.b"
     assert import_cycles(edges, {"pkg.high.c"}) == []
+
+
+def test_srollout_core_needs_only_numpy_and_levenshtein_as_the_readme_says():
+    """README: srollout.core is numpy + Levenshtein, no torch, no polars (but its A/B scoring)."""
+    import subprocess
+    import sys
+
+    core = sorted(
+        p.stem for p in (ROOT / "core").glob("*.py") if p.stem not in ("__init__", "ab_scoring")
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for m in {core!r}: importlib.import_module('srollout.core.' + m)\n"
+        "heavy = {'torch', 'polars', 'transformers'}\n"
+        "print(sorted({k.split('.')[0] for k in sys.modules} & heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
