@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
             to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups")
         )
         if result.audit is not None:
-            from srollout.training.gate_audit import AUDITED_GATE_FILE
+            from srollout.rollout.audit import AUDITED_GATE_FILE
 
             console.print(result.audit.line(), highlight=False)
             console.print(

@@ -106,7 +106,7 @@ def _ledger(value: Any, source: str) -> AuditLedger:
 class AuditedGate(Gate):
     """A base gate (threshold rule or learned gate) at its audited threshold, with the audit's
     settings and evidence. As a gate it decides as its base; an audited run moves the base's
-    threshold from here on (``srollout.training.gate_audit``)."""
+    threshold from here on (``srollout.rollout.audit``)."""
 
     base: Any
     fraction: float

@@ -3,7 +3,7 @@
 The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
 by group index (twice the groups the engine holds in flight, the size of a Ray worker's chunk),
 fixed when the run starts. Chunk c is one engine call with the gate at the threshold the audits of
-chunks 1 .. c-1 chose (:class:`srollout.training.gate_audit.GateAuditor`, chunk c playing
+chunks 1 .. c-1 chose (:class:`srollout.rollout.audit.GateAuditor`, chunk c playing
 train-onpolicy's iteration c): a seeded share F of its cuts runs on to T_max, counted in the
 run's time, steps and tokens; after the chunk its audited cuts and the groups it let through move
 the threshold for chunk c+1. The engine drains between chunks (the next chunk's gate is not known
@@ -156,7 +156,7 @@ class CollectAudit:
     def files(self) -> list[Path]:
         """The audit's files in the run directory: the ledger, the chunk rows and the gate as
         calibrated (for the next run's ``--gate``)."""
-        from srollout.training.gate_audit import AUDITED_GATE_FILE
+        from srollout.rollout.audit import AUDITED_GATE_FILE
 
         names = [self.auditor.path.name, self.path.name, AUDITED_GATE_FILE]
         return [p for p in (self.path.parent / n for n in names) if p.exists()]

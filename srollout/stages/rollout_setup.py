@@ -21,7 +21,7 @@ from srollout.errors import EnvError, SrolloutError
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
     from srollout.core.trajectory_gate import StallGate
-    from srollout.training.gate_audit import GateAuditor
+    from srollout.rollout.audit import GateAuditor
 
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
@@ -75,13 +75,13 @@ def build_auditor(
     resume: bool = False,
 ) -> GateAuditor:
     """The audit of ``gate`` under ``--audit`` / ``--precision-floor``, seeded by ``--seed``, its
-    ledger ``audit.json`` in ``ckpt_dir`` (:class:`srollout.training.gate_audit.GateAuditor`;
+    ledger ``audit.json`` in ``ckpt_dir`` (:class:`srollout.rollout.audit.GateAuditor`;
     ``iteration`` / ``resume``: continue from the ledger, cut back to that iteration).
 
     With ``ckpt_dir`` None it only checks that the audit can move this gate (a gate of another
     kind is one line), reading and writing nothing: a stage calls it so before its run
     directory exists."""
-    from srollout.training.gate_audit import GateAuditor
+    from srollout.rollout.audit import GateAuditor
 
     return GateAuditor(
         gate,

@@ -19,6 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from srollout.rollout.audit import AUDIT_COLUMNS, NO_AUDIT, AuditMetrics  # noqa: F401
+from srollout.rollout.stop_audit import (  # noqa: F401
+    NO_STOP_AUDIT,
+    STOP_AUDIT_COLUMNS,
+    StopAuditMetrics,
+)
+
 # The names before namespacing (old -> new). On-policy rows also held ``step``, always equal to
 # ``iteration``: it is dropped. Off-policy's ``n_groups`` counted the groups in the batch.
 ONPOLICY_RENAMES: dict[str, str] = {
@@ -222,64 +229,6 @@ class CutJudgement:
 # trajectory gate's stops judged by their twins in the same roll-on (a right stop: the twin
 # failed); rows of runs from before them read 0
 JUDGE_COLUMNS = tuple(CutJudgement(0, 0, 0, 0.0).columns())
-
-
-@dataclass(frozen=True)
-class AuditMetrics:
-    """``--audit``: audited (cuts the engine let run on to T_max for the audit; counted in
-    time/rollout_s and the rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not),
-    precision_lb (the Clopper-Pearson bound over the audit's window at the threshold this
-    iteration ran with; nan with no audited cut in it), threshold (the d_L, or a learned gate's
-    threshold, this iteration ran with; nan in an arm with no gate), audit_steps (what the audit
-    cost: the environment steps its groups took after their cut step)."""
-
-    audited: int
-    audit_tp: int
-    audit_fp: int
-    precision_lb: float
-    threshold: float
-    audit_steps: int
-
-    def columns(self) -> dict[str, Any]:
-        return {
-            "gate/audited": self.audited,
-            "gate/audit_tp": self.audit_tp,
-            "gate/audit_fp": self.audit_fp,
-            "gate/precision_lb": self.precision_lb,
-            "gate/threshold": self.threshold,
-            "gate/audit_steps": self.audit_steps,
-        }
-
-
-# written after the judge's columns, and only by a run with --audit > 0 (every arm)
-AUDIT_COLUMNS = tuple(AuditMetrics(0, 0, 0, 0.0, 0.0, 0).columns())
-NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0)
-
-
-@dataclass(frozen=True)
-class StopAuditMetrics:
-    """``--audit`` on the trajectory gate (:mod:`srollout.training.stop_audit`): stop_audited
-    (stops the engine let run on to their end), stop_audit_tp / stop_audit_fp (of those, failed /
-    won), stop_precision_lb (the Clopper-Pearson bound over the audit's window at the W this
-    iteration ran with; nan with no audited stop in it), stall_W (that W; 0 in an arm without
-    the trajectory gate), stop_audit_steps (the steps the audited trajectories took after their
-    stop)."""
-
-    stop_audited: int
-    stop_audit_tp: int
-    stop_audit_fp: int
-    stop_precision_lb: float
-    stall_W: int
-    stop_audit_steps: int
-
-    def columns(self) -> dict[str, Any]:
-        return {f"gate/{f.name}": getattr(self, f.name) for f in fields(self)}
-
-
-# written after the audit's columns, by every arm of a run with --audit > 0; rows of audited
-# runs from before them read NO_STOP_AUDIT
-NO_STOP_AUDIT = StopAuditMetrics(0, 0, 0, float("nan"), 0, 0)
-STOP_AUDIT_COLUMNS = tuple(NO_STOP_AUDIT.columns())
 
 
 @dataclass(frozen=True)

@@ -215,12 +215,12 @@ class ArmRunner:
             resume=resume,
         )
         if self.audit_on and spec.arm.gate_rule is not None:
-            from srollout.training.gate_audit import GateAuditor
+            from srollout.rollout.audit import GateAuditor
 
             self.auditor = GateAuditor(spec.arm.gate_rule, **audit_args)
         self.stop_auditor: Any = None  # the trajectory gate's audit moves its W
         if self.audit_on and spec.arm.traj_gate is not None:
-            from srollout.training.stop_audit import StopAuditor
+            from srollout.rollout.stop_audit import StopAuditor
 
             self.stop_auditor = StopAuditor(spec.arm.traj_gate, **audit_args)
 

@@ -243,7 +243,7 @@ def test_train_onpolicy_stall_arm_from_a_gate_file(stall_training, tmp_path):
 
 def test_train_onpolicy_audits_the_stall_arms_stops_and_judges_every_stop(stall_training):
     from srollout.core.audit import AuditLedger, next_threshold
-    from srollout.training.stop_audit import STOP_AUDIT_FILE, W_of, evidence
+    from srollout.rollout.stop_audit import STOP_AUDIT_FILE, W_of, evidence
 
     out = stall_training  # W 1 from step 3 (gate-stall.json), audited at F 0.5, floor 0.9
     m = pl.read_parquet(out / "metrics.parquet")

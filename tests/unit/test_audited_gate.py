@@ -7,14 +7,14 @@ import json
 import math
 
 import pytest
-from test_gate_audit import MIXED, _group, _sig  # the same hand-made groups
+from test_rollout_audit import MIXED, _group, _sig  # the same hand-made groups
 
 from srollout.core.audit import AuditLedger, Labelled, clopper_pearson_lower
 from srollout.core.audited_gate import AuditedGate, unwrap
 from srollout.core.gate import GateRule, load_gate, resolve_gate
 from srollout.core.learned_gate import LearnedGate, LogisticModel
 from srollout.errors import SrolloutError
-from srollout.training.gate_audit import AUDITED_GATE_FILE, GateAuditor, carried_over
+from srollout.rollout.audit import AUDITED_GATE_FILE, GateAuditor, carried_over
 
 
 def _ledger() -> AuditLedger:

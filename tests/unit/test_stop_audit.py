@@ -12,7 +12,7 @@ from srollout.core.audit import audit_pick, audit_pick_stop, clopper_pearson_low
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall, stall_step
 from srollout.rollout.engine import GroupRecord, GroupSpec, TrajRecord
-from srollout.training.stop_audit import STOP_WINDOW, StopAuditor, W_of, stop_score, theta_of
+from srollout.rollout.stop_audit import STOP_WINDOW, StopAuditor, W_of, stop_score, theta_of
 
 
 def traj(idx: int, since_new: list[int], *, success: bool, ended_by: str, stop: int | None = None):
@@ -160,7 +160,7 @@ def test_what_a_high_W_let_through_counts_below_the_lower_W_it_certified(tmp_pat
     jump back to 6; with the 40 let through at W 16, which W 4 stops, 68 of 70 are right (bound
     0.913): W 4 holds. So the audit does not swing between W 4 and W 6 every iteration."""
     from srollout.core.audit import next_threshold
-    from srollout.training.stop_audit import evidence
+    from srollout.rollout.stop_audit import evidence
 
     auditor = StopAuditor(
         StallGate(W=16, k0=1), fraction=0.25, floor=0.9, seed=7, ckpt_dir=tmp_path

@@ -1,7 +1,7 @@
 """``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gate.
 
 Each arm with the gate (gated, gated+dapo, gated+greso) has its own
-:class:`srollout.training.gate_audit.GateAuditor`, its ledger in ``<run>/<arm>/audit.json``. The
+:class:`srollout.rollout.audit.GateAuditor`, its ledger in ``<run>/<arm>/audit.json``. The
 arm's timed runs, in schedule order, are its iterations (1, 2, ... over repeats and blocks): run
 k rolls its groups (all DAPO rounds) with the gate at the threshold the audits of runs 1 .. k-1
 chose, a seeded share F of its cuts running on to T_max inside the timed engine call (their

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,39 @@ from srollout.core.audit import (
 )
 from srollout.core.gate import AuditKnob, Gate
 from srollout.errors import SrolloutError
-from srollout.training.metrics import AuditMetrics
+
+
+@dataclass(frozen=True)
+class AuditMetrics:
+    """``--audit``: audited (cuts the engine let run on to T_max for the audit; counted in
+    time/rollout_s and the rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not),
+    precision_lb (the Clopper-Pearson bound over the audit's window at the threshold this
+    iteration ran with; nan with no audited cut in it), threshold (the d_L, or a learned gate's
+    threshold, this iteration ran with; nan in an arm with no gate), audit_steps (what the audit
+    cost: the environment steps its groups took after their cut step)."""
+
+    audited: int
+    audit_tp: int
+    audit_fp: int
+    precision_lb: float
+    threshold: float
+    audit_steps: int
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "gate/audited": self.audited,
+            "gate/audit_tp": self.audit_tp,
+            "gate/audit_fp": self.audit_fp,
+            "gate/precision_lb": self.precision_lb,
+            "gate/threshold": self.threshold,
+            "gate/audit_steps": self.audit_steps,
+        }
+
+
+# written after the judge's columns, and only by a run with --audit > 0 (every arm)
+AUDIT_COLUMNS = tuple(AuditMetrics(0, 0, 0, 0.0, 0.0, 0).columns())
+NO_AUDIT = AuditMetrics(0, 0, 0, float("nan"), float("nan"), 0)
+
 
 AUDIT_FILE = "audit.json"
 AUDITED_GATE_FILE = "gate-audited.json"  # the calibrated gate, for the next run's --gate

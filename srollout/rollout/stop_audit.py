@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,33 @@ from srollout.core.audit import (
 )
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall
-from srollout.training.gate_audit import resumed_ledger
-from srollout.training.metrics import StopAuditMetrics
+from srollout.rollout.audit import resumed_ledger
+
+
+@dataclass(frozen=True)
+class StopAuditMetrics:
+    """``--audit`` on the trajectory gate: stop_audited (stops the engine let run on to their
+    end), stop_audit_tp / stop_audit_fp (of those, failed / won), stop_precision_lb (the
+    Clopper-Pearson bound over the audit's window at the W this iteration ran with; nan with no
+    audited stop in it), stall_W (that W; 0 in an arm without the trajectory gate),
+    stop_audit_steps (the steps the audited trajectories took after their stop)."""
+
+    stop_audited: int
+    stop_audit_tp: int
+    stop_audit_fp: int
+    stop_precision_lb: float
+    stall_W: int
+    stop_audit_steps: int
+
+    def columns(self) -> dict[str, Any]:
+        return {f"gate/{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# metrics.parquet columns written after the audit's, by every arm of a run with --audit > 0;
+# rows of audited runs from before them read NO_STOP_AUDIT
+NO_STOP_AUDIT = StopAuditMetrics(0, 0, 0, float("nan"), 0, 0)
+STOP_AUDIT_COLUMNS = tuple(NO_STOP_AUDIT.columns())
+
 
 STOP_AUDIT_FILE = "audit-stall.json"
 # audited stops of evidence: a run stops hundreds of trajectories where the group gate cuts tens

@@ -1,4 +1,4 @@
-"""GateAuditor (srollout.training.gate_audit) on hand-made groups: which cuts it audits, what it
+"""GateAuditor (srollout.rollout.audit) on hand-made groups: which cuts it audits, what it
 labels, how it moves a rule gate's d_L and a learned gate's threshold, and its checkpoint."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from srollout.core.gate import GateRule
 from srollout.core.learned_gate import LearnedGate, LogisticModel
 from srollout.core.signals import GroupSignals
 from srollout.errors import SrolloutError
-from srollout.training.gate_audit import GateAuditor, knob
+from srollout.rollout.audit import GateAuditor, knob
 
 ZERO_VAR, MIXED = [0.0, 0.0], [0.0, 1.0]
 
