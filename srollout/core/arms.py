@@ -371,6 +371,63 @@ def greso_filter(
     return kept, skipped
 
 
+class ArmRollout(NamedTuple):
+    """One arm's rollout of one batch (:func:`roll_arm`): ``generated`` every group rolled out,
+    round by round; ``batch`` the groups the update gets (a DAPO arm: the useful ones; any other:
+    every group not cut); ``skipped`` the positions of the planned groups GRESO skipped;
+    ``rounds`` the sampling rounds (one for an arm without DAPO); ``hit_cap`` DAPO's cap."""
+
+    generated: tuple[Any, ...]
+    batch: tuple[Any, ...]
+    skipped: tuple[int, ...]
+    rounds: tuple[DapoRound, ...]
+    hit_cap: bool
+
+
+def roll_arm(
+    arm: ArmSpec,
+    planned: Sequence[Any],
+    roll: Callable[[list[Any]], Sequence[Any]],
+    refill: Callable[[int, int], Sequence[Any]],
+    *,
+    iteration: int,
+    skipper: GresoSkipper | None = None,
+    task_ids: Sequence[str] = (),
+    max_rounds: int = 3,
+    tokens: Callable[[Any], int] | None = None,
+) -> ArmRollout:
+    """The arm strategy ``ab-rollout`` and ``train-onpolicy`` share, for one batch of
+    ``planned`` groups (the engine's group specs):
+
+    - before the rollout, a GRESO arm (``arm.greso``, ``skipper``) skips the planned groups whose
+      tasks (``task_ids``, one per planned group) it draws out at ``iteration``;
+    - during it, the gates act inside ``roll(specs)`` (the stage's engine call: records);
+    - after it, a DAPO arm drops the groups without reward variance (or cut) and asks
+      ``refill(r, n_needed)`` for round r >= 1 (each stage seeds its extra groups its own way)
+      until ``len(planned)`` useful groups or ``max_rounds`` extra rounds (:func:`dapo_fill`).
+
+    ``tokens(record)`` counts a group's generated tokens for the rounds' totals."""
+    keep, skipped = list(range(len(planned))), []
+    if arm.greso and skipper is not None:
+        keep, skipped = greso_filter(skipper, task_ids, iteration)
+    first = [planned[i] for i in keep]
+    if arm.dapo:
+        filled = dapo_fill(
+            len(first),
+            lambda n, r: roll(first) if r == 0 else refill(r, n),
+            max_rounds,
+            tokens=tokens,
+        )
+        generated, batch = tuple(filled.generated), tuple(filled.useful)
+        return ArmRollout(generated, batch, tuple(skipped), tuple(filled.rounds), filled.hit_cap)
+    records = tuple(roll(first))
+    n_tokens = sum(int(tokens(r)) for r in records) if tokens is not None else 0
+    n_useful = sum(map(is_useful, records))
+    rounds = (DapoRound(0, len(first), len(records), n_useful, n_tokens),) if records else ()
+    batch = tuple(r for r in records if not r.cut)
+    return ArmRollout(records, batch, tuple(skipped), rounds, False)
+
+
 def arm_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Totals of one arm's per-iteration rows (keys ``iter_s``, ``n_gen_tokens``, ``n_useful``):
     wall_s (s), gen_tokens, useful groups and useful_per_s = useful / wall_s (NaN when no time)."""

@@ -374,7 +374,7 @@ class ArmRunner:
     def step(self) -> IterationMetrics:
         """Run the next iteration, checkpoint it, and return its metrics (``.row()``: the
         metrics.parquet row)."""
-        from srollout.core.arms import dapo_fill, greso_filter
+        from srollout.core.arms import roll_arm
         from srollout.core.grpo import is_zero_variance
         from srollout.rollout.engine import GroupSpec
         from srollout.training.checkpoint import ArmState, rng_states, save_state
@@ -389,7 +389,6 @@ class ArmRunner:
             GroupSpec(index=(iteration - 1) * prompts + j, task=spec.train_tasks[i])
             for j, i in enumerate(picked)
         ]
-        n_skipped = 0
         if self.auditor is not None:  # the threshold the audit chose after the last iteration
             self.settings = dataclasses.replace(
                 self.settings, gate=self.auditor.current_gate(), audit=self.auditor.picks
@@ -400,41 +399,40 @@ class ArmRunner:
                 traj_gate=self.stop_auditor.current_gate(),
                 traj_audit=self.stop_auditor.picks,
             )
-        if self.greso is not None:
-            keep, skip = greso_filter(self.greso, [g.task.task_id for g in specs], iteration)
-            specs, n_skipped = [specs[k] for k in keep], len(skip)
         totals = _RolloutTotals()
-        dapo_hit_cap, n_rounds = False, 1
-        if arm.dapo:
-            # 2'. DAPO: drop zero-variance and cut groups, refill with fresh prompts up to the cap
-            used = set(picked)
+        used = set(picked)
 
-            def sample_round(n_needed: int, r: int) -> list[Any]:
-                if r == 0:
-                    return self._roll(specs, totals)
-                extra = extra_round_tasks(
-                    len(spec.train_tasks), used, iteration, r, n_needed, spec.seed
+        def refill(r: int, n_needed: int) -> list[Any]:
+            # DAPO's round r >= 1: fresh prompts outside the iteration's, seeded by (seed, r)
+            extra = extra_round_tasks(
+                len(spec.train_tasks), used, iteration, r, n_needed, spec.seed
+            )
+            used.update(extra)
+            more = [
+                GroupSpec(
+                    index=dapo_group_index(
+                        config.iterations, prompts, config.dapo_max_rounds, iteration, r, j
+                    ),
+                    task=spec.train_tasks[i],
                 )
-                used.update(extra)
-                more = [
-                    GroupSpec(
-                        index=dapo_group_index(
-                            config.iterations, prompts, config.dapo_max_rounds, iteration, r, j
-                        ),
-                        task=spec.train_tasks[i],
-                    )
-                    for j, i in enumerate(extra)
-                ]
-                return self._roll(more, totals) if more else []
+                for j, i in enumerate(extra)
+            ]
+            return self._roll(more, totals) if more else []
 
-            filled = dapo_fill(prompts, sample_round, config.dapo_max_rounds)
-            records, kept = list(filled.generated), list(filled.useful)
-            dapo_hit_cap, n_rounds = filled.hit_cap, filled.n_rounds
-        else:
-            records = self._roll(specs, totals)
-            # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are
-            # logged only)
-            kept = [r for r in records if not r.cut]
+        run = roll_arm(
+            arm,
+            specs,
+            lambda batch: self._roll(batch, totals),
+            refill,
+            iteration=iteration,
+            skipper=self.greso,
+            task_ids=[g.task.task_id for g in specs],
+            max_rounds=config.dapo_max_rounds,
+        )
+        # 2. the GRPO batch: cut groups are dropped entirely (their truncated rewards are logged
+        # only); a DAPO arm keeps only groups with reward variance
+        records, kept, n_skipped = list(run.generated), list(run.batch), len(run.skipped)
+        dapo_hit_cap, n_rounds = run.hit_cap, len(run.rounds) if arm.dapo else 1
         if self.greso is not None:
             for r in records:  # a cut group gave no gradient: it counts as zero-variance
                 self.greso.record(

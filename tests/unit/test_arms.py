@@ -214,3 +214,44 @@ def test_an_arm_carries_only_the_gates_it_applies():
     gated = parse_arm("gated+dapo").with_gate(rule, 10, stall)
     assert (gated.gate_rule, gated.traj_gate) == (rule, None)
     assert parse_arm("baseline").with_gate(rule, 10, stall) == parse_arm("baseline")
+
+
+def test_one_arm_strategy_greso_before_dapo_after_the_rollout():
+    """roll_arm, the strategy ab-rollout and train-onpolicy share, on hand-made groups."""
+    from srollout.core.arms import DapoRound, roll_arm
+
+    zero, mixed = (0.0, 0.0), (0.0, 1.0)
+    calls = []
+
+    def roll(specs):
+        calls.append(("roll", list(specs)))
+        return [Grp(mixed if s in "ac" else zero, cut=s == "d") for s in specs]
+
+    def refill(r, n):
+        calls.append(("refill", r, n))
+        return [Grp(mixed)] * n if r == 2 else [Grp(zero)]
+
+    # baseline: one round of the four planned groups; the batch is every group not cut
+    run = roll_arm(parse_arm("baseline"), list("abcd"), roll, refill, iteration=1,
+                   tokens=lambda g: g.n_gen_tokens)  # fmt: skip
+    assert calls == [("roll", list("abcd"))] and run.skipped == () and not run.hit_cap
+    assert run.batch == run.generated[:3] and run.rounds == (DapoRound(0, 4, 4, 2, 40),)
+    # DAPO: round 0 gives 2 useful (a, c); round 1 asks for 2 and gets one zero-variance group;
+    # round 2 asks for 2 again and fills the batch: 4 useful groups, 7 generated
+    calls.clear()
+    run = roll_arm(parse_arm("dapo"), list("abcd"), roll, refill, iteration=1, max_rounds=3)
+    assert calls == [("roll", list("abcd")), ("refill", 1, 2), ("refill", 2, 2)]
+    assert len(run.generated) == 7 and len(run.batch) == 4 and all(map(is_useful, run.batch))
+    assert [r.n_useful for r in run.rounds] == [2, 0, 2] and not run.hit_cap
+    # ... with a cap of one extra round it keeps the 2 it has (filling needed round 2)
+    run = roll_arm(parse_arm("dapo"), list("abcd"), roll, refill, iteration=1, max_rounds=1)
+    assert len(run.batch) == 2 and run.hit_cap
+    # GRESO: p = 0 skips every task with a zero-variance streak before the rollout (b and d)
+    skipper = GresoSkipper(0.0, seed=0)
+    for task, zv in (("a", False), ("b", True), ("c", False), ("d", True)):
+        skipper.record(task, 1, zero_var=zv)
+    calls.clear()
+    run = roll_arm(parse_arm("greso"), list("abcd"), roll, refill, iteration=2,
+                   skipper=skipper, task_ids=list("abcd"))  # fmt: skip
+    assert calls == [("roll", ["a", "c"])] and run.skipped == (1, 3)
+    assert len(run.batch) == 2 and run.rounds == (DapoRound(0, 2, 2, 2, 0),)

@@ -71,10 +71,9 @@ from srollout.core.arms import (
     DapoRound,
     GresoOutcome,
     GresoSkipper,
-    dapo_fill,
-    greso_filter,
     is_useful,
     parse_arm,
+    roll_arm,
 )
 from srollout.core.gate import describe_gate
 from srollout.errors import SrolloutError
@@ -201,22 +200,11 @@ def run_block(
     first; the rest is one ``roll`` call, or, in a DAPO arm, :func:`srollout.core.arms.dapo_fill`
     over rounds: round 0 rolls the block's tasks, round r >= 1 the next n_needed groups from
     :func:`extra_start` on (``tasks``: the task set). Never raises at DAPO's cap."""
-    arm = block.arm
     specs = list(block.specs)
-    skipped: list[str] = []
-    if arm.greso and skipper is not None:
-        keep, skip = greso_filter(skipper, [s.task.task_id for s in specs], block.repeat)
-        skipped = [specs[i].group_id for i in skip]
-        specs = [specs[i] for i in keep]
     summaries: list[RolloutSummary] = []
     round_ids: list[list[str]] = []
 
-    def sample_round(n_needed: int, r: int) -> list[GroupRecord]:
-        if r == 0:
-            batch = specs
-        else:
-            start = extra_start(config, block) + sum(len(ids) for ids in round_ids[1:])
-            batch = make_specs(tasks, start + n_needed, start)
+    def roll_round(batch: list[GroupSpec]) -> list[GroupRecord]:
         if not batch:
             return []
         records, summary = roll(batch, block.arm)
@@ -224,34 +212,25 @@ def run_block(
         round_ids.append([s.group_id for s in batch])
         return sorted(records, key=lambda rec: rec.spec.index)
 
-    def n_tokens(record: GroupRecord) -> int:
-        return sum(t.n_gen_tokens for t in record.trajs)
+    def refill(r: int, n_needed: int) -> list[GroupRecord]:
+        start = extra_start(config, block) + sum(len(ids) for ids in round_ids[1:])
+        return roll_round(make_specs(tasks, start + n_needed, start))
 
-    if arm.dapo:
-        with _quiet(
-            "srollout.core.arms"
-        ):  # its warning speaks of training; the report says it here
-            filled = dapo_fill(len(specs), sample_round, config.dapo_max_rounds, tokens=n_tokens)
-        records, rounds, hit_cap = list(filled.generated), filled.rounds, filled.hit_cap
-    else:
-        records = sample_round(len(specs), 0)
-        rounds = (
-            (
-                DapoRound(
-                    0,
-                    len(specs),
-                    len(records),
-                    sum(map(is_useful, records)),
-                    sum(map(n_tokens, records)),
-                ),
-            )
-            if records
-            else ()
+    with _quiet("srollout.core.arms"):  # its warning speaks of training; the report says it here
+        run = roll_arm(
+            block.arm,
+            specs,
+            roll_round,
+            refill,
+            iteration=block.repeat,
+            skipper=skipper,
+            task_ids=[s.task.task_id for s in specs],
+            max_rounds=config.dapo_max_rounds,
+            tokens=lambda record: sum(t.n_gen_tokens for t in record.trajs),
         )
-        hit_cap = False
-    return BlockRun(
-        records, add_summaries(summaries, workers), skipped, tuple(rounds), round_ids, hit_cap
-    )
+    skipped = [specs[i].group_id for i in run.skipped]
+    summary = add_summaries(summaries, workers)
+    return BlockRun(list(run.generated), summary, skipped, run.rounds, round_ids, run.hit_cap)
 
 
 def add_summaries(summaries: Sequence[RolloutSummary], workers: int = 1) -> RolloutSummary:
