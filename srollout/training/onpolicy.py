@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -49,6 +49,38 @@ from srollout.training.metrics import (
 )
 
 GRESO_FILE = "greso.json"
+
+
+class LoopConfig(Protocol):
+    """What the on-policy loop reads of its run's settings (``srollout.config.TrainOnpolicyConfig``
+    satisfies it; that config lives in a later layer, so the loop names what it needs here)."""
+
+    iterations: int
+    prompts_per_iter: int
+    eval_every: int
+    G: int
+    T_max: int
+    K: int
+    temperature: float
+    max_new_tokens: int
+    concurrency: int
+    micro_batch: int
+    model: Path | None
+    backend: str
+    base_url: str | None
+    lr: float
+    lora_r: int
+    lora_alpha: int
+    lora_targets: tuple[str, ...]
+    denominator: str
+    denominator_constant: float | None
+    clip_eps: float | None
+    kl_coef: float
+    dapo_max_rounds: int
+    greso_p_explore: float
+    judge_cuts: bool
+    audit: float
+    audit_floor: float
 
 
 @dataclass(frozen=True)
@@ -127,7 +159,7 @@ class ArmRunner:
 
     def __init__(
         self,
-        config: Any,
+        config: LoopConfig,
         spec: ArmContext,
         resume: bool = False,
         initial_evals: Sequence[dict[str, Any]] | None = None,
@@ -205,9 +237,9 @@ class ArmRunner:
         self.greso = self._load_greso(resume) if spec.arm.greso else None
         self.auditor: Any = None
         # --audit: every arm writes the audit's columns; an arm with a gate has an auditor
-        self.audit_on = getattr(config, "audit", 0.0) > 0
+        self.audit_on = config.audit > 0
         audit_args = dict(
-            fraction=getattr(config, "audit", 0.0),
+            fraction=config.audit,
             floor=config.audit_floor,
             seed=spec.seed,
             ckpt_dir=spec.ckpt_dir,
@@ -226,7 +258,7 @@ class ArmRunner:
 
     @property
     def on_vllm(self) -> bool:
-        return getattr(self.config, "backend", "transformers") != "transformers"
+        return self.config.backend != "transformers"
 
     def _rollout_policy(self, common: dict[str, Any]) -> Any:
         """The sampling policy: the trained module itself (transformers), or a vLLM engine in
@@ -570,7 +602,7 @@ class ArmRunner:
 
 
 def train_arm(
-    config: Any,
+    config: LoopConfig,
     spec: ArmContext,
     resume: bool = False,
     stop_after: int | None = None,
