@@ -91,8 +91,15 @@ class Gate:
         (:class:`GroupSignals`' fields) to N values; bool[N]."""
         names = GroupSignals.__dataclass_fields__.keys() - {"steps"}
         columns = {n: np.asarray(signals[n], dtype=np.float64) for n in names}
+        steps = {n: np.asarray(v, dtype=np.float64) for n, v in signals.items() if n not in names}
         n = len(next(iter(columns.values())))
-        rows = (GroupSignals(**{k: float(v[i]) for k, v in columns.items()}) for i in range(n))
+        rows = (
+            GroupSignals(
+                **{k: float(v[i]) for k, v in columns.items()},
+                steps=tuple((k, float(v[i])) for k, v in steps.items()),  # the step signals
+            )
+            for i in range(n)
+        )
         return np.fromiter((self.decide_at(K, row) for row in rows), dtype=bool, count=n)
 
     def check(self, T_max: int) -> None:

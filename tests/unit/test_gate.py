@@ -213,3 +213,51 @@ def test_should_cut_bad_parameters():
         should_cut([["a"], ["b"]], K=1, rule="r3")
     with pytest.raises(SrolloutError, match="G >= 2"):
         should_cut([["a"]], K=1)
+
+
+def _columns(**given):
+    """Three groups' signals by name: every agreement signal 0.5 unless given."""
+    from srollout.signal_names import SIGNAL_NAMES
+
+    return {n: np.asarray(given.get(n, [0.5, 0.5, 0.5]), dtype=float) for n in SIGNAL_NAMES} | {
+        k: np.asarray(v, dtype=float) for k, v in given.items() if k not in SIGNAL_NAMES
+    }
+
+
+def test_decide_batch_reads_signals_by_name_at_the_gates_own_step():
+    cols = _columns(prefix_edit_distance_mean=[0.05, 0.2, math.nan], termination_fraction=[0, 1, 1])
+    r1 = GateRule(rule="r1", K=10, d_L=0.12)
+    assert r1.decide_batch(10, cols).tolist() == [True, False, False]  # nan never cuts
+    assert r1.decide_batch(5, cols).tolist() == [False, False, False]  # not its step
+    r3 = GateRule(rule="r3", K=10, d_L=0.12, t_high=0.9)
+    assert r3.decide_batch(10, cols).tolist() == [True, True, True]
+    # the contract's default (row by row through decide_at) sees step signals by name too
+    from srollout.core.gate import Gate
+
+    class Repeats(Gate):
+        K = 4
+
+        def decide(self, signals):
+            return (
+                signals.unique_action_ratio <= 0.3 and signals.as_dict()["invalid_action_rate"] > 0
+            )
+
+    cols = _columns(unique_action_ratio=[0.2, 0.2, 0.9], invalid_action_rate=[0.5, 0.0, 0.5])
+    assert Repeats().decide_batch(4, cols).tolist() == [True, False, False]
+    assert Repeats().decide_batch(3, cols).tolist() == [False, False, False]
+    assert Repeats().check_steps() == (4,) and Repeats().check_steps(T_max=3) == ()
+    with pytest.raises(SrolloutError, match="gate K=4 is larger than --T-max 3"):
+        Repeats().check(3)
+
+
+def test_a_learned_gate_decides_a_batch_by_name_as_it_decides_a_matrix():
+    from srollout.core.learned_gate import LearnedGate, LogisticModel
+
+    # P(zero-variance) = sigmoid(-5 d_K): 0.5 at d_K = 0, 0.269 at d_K = 0.2; threshold 0.5
+    model = LogisticModel(mean=(0.0,) * 8, std=(1.0,) * 8, coef=(-5.0,) + (0.0,) * 7, intercept=0)
+    gate = LearnedGate(model, K=10, threshold=0.5)
+    cols = _columns(prefix_edit_distance_mean=[0.0, 0.2, 0.01])
+    assert gate.decide_batch(10, cols).tolist() == [True, False, False]
+    matrix = np.column_stack([cols[n] for n in model.signal_names])
+    assert gate.decide_batch(10, cols).tolist() == gate.decide_matrix(matrix).tolist()
+    assert gate.decide_batch(5, cols).tolist() == [False, False, False]
