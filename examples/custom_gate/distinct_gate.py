@@ -12,9 +12,7 @@ in this folder's pyproject.toml (group ``srollout.gates``, name = the kind), so 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from srollout.core.gate import Gate, gate_kind
 from srollout.core.signals import GroupSignals
@@ -32,18 +30,11 @@ class DistinctActionsGate(Gate):
     def __post_init__(self) -> None:
         if isinstance(self.K, bool) or not isinstance(self.K, int) or self.K < 1:
             raise SrolloutError(f"distinct gate: K must be an integer >= 1, got {self.K!r}")
-        if not 0.0 <= float(self.max_ratio) <= 1.0:  # also refuses NaN
+        ratio = self.max_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
             raise SrolloutError(f"distinct gate: max_ratio must be in [0, 1], got {self.max_ratio}")
 
     def decide(self, signals: GroupSignals) -> bool:
         return signals.unique_action_ratio <= self.max_ratio
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": 1, "K": self.K, "max_ratio": self.max_ratio}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> DistinctActionsGate:
-        unknown = set(d) - {"kind", "version", "K", "max_ratio"}
-        if unknown or "max_ratio" not in d:
-            raise SrolloutError(f"{source}: a distinct gate has K and max_ratio, got {sorted(d)}")
-        return cls(K=d.get("K", 5), max_ratio=d["max_ratio"])
+    # gate.json's reading and writing come from the contract: its fields, checked on load

@@ -54,6 +54,7 @@ from srollout.core.learned_gate import (
     choose_threshold,
     cross_fit_proba,
     feature_matrix,
+    named_matrix,
     row_table,
     signals_row,
 )
@@ -161,11 +162,9 @@ class AdaptiveGate(Gate):
     def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
         """The decision at check step K for N groups, from the model's signals by name."""
         t = self.threshold_at(K)
-        n = len(np.asarray(signals["prefix_edit_distance_mean"]))
+        s = named_matrix(signals, self.model.signal_names)
         if t is None:
-            return np.zeros(n, dtype=bool)
-        nan = np.full(n, np.nan)
-        s = np.column_stack([np.asarray(signals.get(f, nan)) for f in self.model.signal_names])
+            return np.zeros(s.shape[0], dtype=bool)
         return self.model.proba(feature_matrix(s, K)) >= t
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -79,8 +79,9 @@ class Gate:
         return tuple(k for k in (int(self.K),) if T_max is None or k <= T_max)
 
     def decide(self, signals: GroupSignals) -> bool:
-        """True iff the group is cut, given its signals at step K."""
-        raise NotImplementedError(f"{type(self).__name__} decides no group (scope {self.scope})")
+        """True iff the group is cut, given its signals at step K (a group kind defines it; any
+        other refuses in one line)."""
+        raise SrolloutError(f"a {self.kind or type(self).__name__!r} gate decides no group")
 
     def decide_at(self, K: int, signals: GroupSignals) -> bool:
         """True iff the group is cut at check step K."""
@@ -108,21 +109,34 @@ class Gate:
             raise SrolloutError(f"gate K={self.K} is larger than --T-max {T_max}")
 
     def stops(self, state: Any) -> bool:
-        """A trajectory gate's decision after a step of one trajectory: end it now?"""
-        raise NotImplementedError(f"{type(self).__name__} stops no trajectory (scope {self.scope})")
+        """A trajectory gate's decision after a step of one trajectory: end it now? (A trajectory
+        kind defines it; any other refuses in one line.)"""
+        raise SrolloutError(f"a {self.kind or type(self).__name__!r} gate stops no trajectory")
 
     def audit_knob(self) -> AuditKnob | None:
         """The threshold an audit may move; None when this kind has none."""
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The gate.json content."""
-        raise NotImplementedError
+        """The gate.json content: its kind, the file version and, by default, every field of
+        the kind's dataclass."""
+        return {"kind": self.kind, "version": GATE_FILE_VERSION, **_fields_of(type(self), self)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> Gate:
-        """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict."""
-        raise NotImplementedError
+        """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict. By default
+        the kind's dataclass from its fields: those without a default required, no other."""
+        fields = _fields_of(cls)
+        required = [
+            n for n, f in fields.items() if f.default is MISSING and f.default_factory is MISSING
+        ]
+        optional = [n for n in fields if n not in required]
+        body = _check_header(d, cls.kind, source)
+        _check_keys(body, required=required, optional=optional, source=source)
+        try:
+            return cls(**body)
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
 
     def save(self, path: str | Path) -> Path:
         """Write gate.json atomically; returns the path."""
@@ -494,6 +508,17 @@ def _check_keys(
         raise SrolloutError(
             f"{source}: unknown gate field(s) {', '.join(repr(k) for k in unknown)}"
         )
+
+
+def _fields_of(cls: type, gate: Any = None) -> dict[str, Any]:
+    """A dataclass gate kind's fields (name -> Field), or with ``gate`` their values; one line
+    for a kind that is no dataclass (it writes its own to_dict / from_dict)."""
+    if not dataclasses.is_dataclass(cls):
+        raise SrolloutError(
+            f"gate kind {cls.__name__}: not a dataclass, so it defines to_dict and from_dict"
+        )
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return fields if gate is None else {n: getattr(gate, n) for n in fields}
 
 
 def require_group_gate(gate: Any, what: str = "gate") -> Gate:

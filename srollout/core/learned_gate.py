@@ -164,6 +164,14 @@ def feature_matrix(signals: ArrayLike, K: ArrayLike) -> np.ndarray:
     return np.column_stack([s, k])
 
 
+def named_matrix(signals: Mapping[str, Any], names: Sequence[str]) -> np.ndarray:
+    """[N, S] the signals ``names`` of N groups from their columns by name; a signal not given is
+    nan (the model imputes its training mean)."""
+    n = len(np.asarray(signals["prefix_edit_distance_mean"]))
+    nan = np.full(n, math.nan)
+    return np.column_stack([np.asarray(signals.get(f, nan), np.float64) for f in names])
+
+
 def signals_row(signals: GroupSignals, names: Sequence[str] = SIGNAL_FIELDS) -> np.ndarray:
     """[S] the signals ``names`` of one group (default the seven, :data:`SIGNAL_FIELDS` order);
     a step signal the caller did not compute (``signals.steps`` lacks it) is nan, which the
@@ -485,10 +493,7 @@ class LearnedGate(Gate):
     def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
         """:meth:`decide_matrix` on the model's signals by name (a step signal not given: nan,
         imputed by the model; only at the gate's own K)."""
-        n = len(np.asarray(signals["prefix_edit_distance_mean"]))
-        nan = np.full(n, math.nan)
-        columns = [np.asarray(signals.get(f, nan), np.float64) for f in self.model.signal_names]
-        cut = self.decide_matrix(np.column_stack(columns))
+        cut = self.decide_matrix(named_matrix(signals, self.model.signal_names))
         return cut if K == self.K else np.zeros_like(cut)
 
     def audit_knob(self) -> AuditKnob:

@@ -108,11 +108,7 @@ class GateAuditor:
         self.ledger = AuditLedger() if ledger is None else carried_over(ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         self.step: tuple[int, float, Any] | None = None  # the last (iteration, θ, ThresholdStep)
-        saved = resumed_ledger(self.path, iteration) if resume else None
-        if saved is not None:
-            self.ledger = saved
-            if iteration in self.ledger.thresholds:
-                self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
+        restore(self, iteration, resume)
 
     def _next(self, iteration: int, theta: float) -> Any:
         """θ after ``iteration`` from ``theta``; the answer is kept (``self.step``): when θ did
@@ -206,6 +202,16 @@ class GateAuditor:
         atomic_write_json(self.ledger.to_dict(), self.path)
         if self.ledger.thresholds:
             self.export(max(self.ledger.thresholds)).save(self.path.parent / AUDITED_GATE_FILE)
+
+
+def restore(auditor: Any, iteration: int, resume: bool) -> None:
+    """On resume, an auditor's (gate or stop) ledger as checkpointed beside ``iteration``'s state
+    and the threshold the next iteration runs with, computed again from it."""
+    saved = resumed_ledger(auditor.path, iteration) if resume else None
+    if saved is not None:
+        auditor.ledger = saved
+        if iteration in saved.thresholds:
+            auditor.threshold = auditor._next(iteration, saved.thresholds[iteration]).threshold
 
 
 def resumed_ledger(path: Path, iteration: int) -> AuditLedger | None:

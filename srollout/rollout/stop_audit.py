@@ -37,7 +37,7 @@ from srollout.core.audit import (
 )
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall
-from srollout.rollout.audit import resumed_ledger
+from srollout.rollout.audit import restore
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,7 @@ class StopAuditor:
         self.path = ckpt_dir / STOP_AUDIT_FILE
         self.ledger = AuditLedger(STOP_WINDOW)
         self.threshold = theta_of(gate.W)
-        saved = resumed_ledger(self.path, iteration) if resume else None
-        if saved is not None:
-            self.ledger = saved
-            if iteration in self.ledger.thresholds:
-                self.threshold = self._next(iteration, self.ledger.thresholds[iteration]).threshold
+        restore(self, iteration, resume)
 
     def _next(self, iteration: int, theta: float) -> Any:
         return next_threshold(

@@ -261,3 +261,37 @@ def test_a_learned_gate_decides_a_batch_by_name_as_it_decides_a_matrix():
     matrix = np.column_stack([cols[n] for n in model.signal_names])
     assert gate.decide_batch(10, cols).tolist() == gate.decide_matrix(matrix).tolist()
     assert gate.decide_batch(5, cols).tolist() == [False, False, False]
+
+
+def test_a_dataclass_kind_gets_its_gate_json_from_the_contract(tmp_path):
+    """A new kind writes no to_dict / from_dict: its fields are the file, each field without a
+    default required, no other accepted; decide / stops outside its scope is one line."""
+    from dataclasses import dataclass
+
+    from srollout.core.gate import _GATE_KINDS, Gate, gate_kind
+    from srollout.core.trajectory_gate import StallGate
+
+    @gate_kind("test-below")
+    @dataclass(frozen=True)
+    class Below(Gate):
+        d_max: float
+        K: int = 3
+
+        def decide(self, signals):
+            return signals.prefix_edit_distance_mean < self.d_max
+
+    try:
+        gate = Below(0.25)
+        assert gate.to_dict() == {"kind": "test-below", "version": 1, "d_max": 0.25, "K": 3}
+        back = load_gate(gate.save(tmp_path / "gate.json"))
+        assert back == gate and back.decide(_signals(0.2)) and not back.decide(_signals(0.3))
+        with pytest.raises(SrolloutError, match="gate is missing 'd_max'"):
+            Below.from_dict({"kind": "test-below", "K": 3})
+        with pytest.raises(SrolloutError, match=r"unknown gate field\(s\) 'W'"):
+            Below.from_dict({"kind": "test-below", "d_max": 0.1, "W": 2})
+        with pytest.raises(SrolloutError, match="'test-below' gate stops no trajectory"):
+            gate.stops(None)
+        with pytest.raises(SrolloutError, match="'stall' gate decides no group"):
+            StallGate(W=3, k0=5).decide(_signals(0.0))
+    finally:
+        _GATE_KINDS.pop("test-below")
