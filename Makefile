@@ -4,20 +4,29 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+CORE_STAMP := $(VENV)/.srollout-core-installed
 STAMP  := $(VENV)/.srollout-installed
 VLLM_STAMP := $(VENV)/.srollout-vllm-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: setup setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
+.PHONY: setup setup-core setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
 
 setup: $(STAMP)
 
-# torch==2.13.0 first: it is the CPU build on disk; anything that depends on torch installed
-# before it would pull a multi-GB CUDA build instead.
-$(STAMP): pyproject.toml
+# What the demo runs and no more (collect, analyze, sweep need no extra). torch==2.13.0 first:
+# it is the CPU build on disk; anything that depends on torch installed before it would pull a
+# multi-GB CUDA build instead.
+setup-core: $(CORE_STAMP)
+
+$(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+# The tests' tools, Ray (the `dist` extra) and TRL on top.
+$(STAMP): $(CORE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl]'
 	touch $(STAMP)
 
@@ -38,7 +47,7 @@ $(VLLM_STAMP): $(STAMP)
 	$(BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, '/ transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
 
-demo: setup
+demo: setup-core
 	bash examples/demo.sh $(DEMO_OUT)
 
 # GEM and TextArena (the `gem` and `textarena` extras) beside vLLM: see `games-deps` in

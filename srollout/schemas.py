@@ -25,7 +25,7 @@ import polars as pl
 
 from srollout.atomic import atomic_write_json, atomic_write_text, no_space, umask_mode
 from srollout.errors import SchemaError, SrolloutError, disk_full
-from srollout.signal_names import SIGNAL_NAMES, STEP_SIGNAL_NAMES
+from srollout.signal_names import AGREEMENT_UNITS, SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 
 def signal_names(columns: Sequence[str]) -> tuple[str, ...]:
@@ -242,13 +242,7 @@ SIGNALS = Artifact(
     },
     (
         Rule("K", "K >= 1", 1),
-        _unit("prefix_edit_distance_mean", "d_K"),
-        _unit("action_bigram_jaccard_mean", "a Jaccard distance"),
-        _unit("unique_prefix_ratio", "a share of G"),
-        _unit("unique_action_ratio", "a share of G"),
-        _unit("action_entropy", "an entropy normalised by log G"),
-        _unit("obs_unique_ratio", "a share of G", missing=True),
-        _unit("termination_fraction", "τ_K"),
+        *(_unit(name, unit, missing) for name, (unit, missing) in AGREEMENT_UNITS.items()),
         Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
         Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
         Rule(

@@ -38,6 +38,7 @@ from srollout.core.signals import (
     termination_fraction,
 )
 from srollout.errors import SrolloutError
+from srollout.signal_names import SIGNAL_NAMES
 
 RULES = ("r1", "r3")
 GATE_FILE_VERSION = 1
@@ -89,8 +90,8 @@ class Gate:
 
     def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
         """:meth:`decide_at` for N groups: ``signals`` maps each signal's name
-        (:class:`GroupSignals`' fields) to N values; bool[N]."""
-        names = GroupSignals.__dataclass_fields__.keys() - {"steps"}
+        (``srollout.signal_names``) to N values; bool[N]."""
+        names = SIGNAL_NAMES
         columns = {n: np.asarray(signals[n], dtype=np.float64) for n in names}
         steps = {n: np.asarray(v, dtype=np.float64) for n, v in signals.items() if n not in names}
         n = len(next(iter(columns.values())))

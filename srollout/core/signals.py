@@ -45,7 +45,7 @@ numpy incidence product beyond. ``benchmarks/bench_core.py`` measures it against
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, combinations, count, pairwise, starmap
 from operator import mul
@@ -55,6 +55,7 @@ from rapidfuzz.distance import Levenshtein as _rf_levenshtein
 from rapidfuzz.process import cdist
 
 from srollout.errors import SrolloutError
+from srollout.signal_names import SIGNAL_NAMES
 
 try:  # Counter's C counting loop, without Counter's Python-level overhead
     from collections import _count_elements  # type: ignore[attr-defined]
@@ -76,34 +77,71 @@ _NUMPY_JACCARD_FROM = 12
 _END_PAD_LEN = 64
 
 
-@dataclass(frozen=True, slots=True)
 class GroupSignals:
-    """The seven signals of one group at one step K, under the paper's names (floats in [0, 1]);
-    ``steps``: the step signals of :mod:`srollout.core.step_signals` as ``(name, value)`` pairs,
-    when the caller computed them (the engine does)."""
+    """The agreement signals of one group at one step K under their registered names (floats in
+    [0, 1]; ``sig.termination_fraction`` or ``sig.as_dict()``); ``steps``: the step signals of
+    :mod:`srollout.core.step_signals` as ``(name, value)`` pairs, when the caller computed them
+    (the engine does). Built positionally in the order of :data:`AGREEMENT_SIGNALS` or by name;
+    immutable."""
 
-    prefix_edit_distance_mean: float
-    action_bigram_jaccard_mean: float
-    unique_prefix_ratio: float
-    unique_action_ratio: float
-    action_entropy: float
-    obs_unique_ratio: float
-    termination_fraction: float
-    steps: tuple[tuple[str, float], ...] = ()
+    __slots__ = ("_values", "steps")
+
+    def __init__(self, *values: float, steps: tuple[tuple[str, float], ...] = (), **named: float):
+        if len(values) == len(SIGNAL_NAMES) and not named:  # the engine's path: all, in order
+            object.__setattr__(self, "_values", dict(zip(SIGNAL_NAMES, values, strict=True)))
+            object.__setattr__(self, "steps", tuple(steps))
+            return
+        if len(values) > len(SIGNAL_NAMES):
+            raise SrolloutError(f"{len(values)} signal values for {len(SIGNAL_NAMES)} signals")
+        given = dict(zip(SIGNAL_NAMES, values, strict=False))
+        twice = set(given) & set(named)
+        unknown = set(named) - set(SIGNAL_NAMES)
+        missing = [n for n in SIGNAL_NAMES if n not in given and n not in named]
+        if twice or unknown or missing:
+            what = ", ".join(
+                f"{label}: {', '.join(sorted(names))}"
+                for label, names in (("twice", twice), ("unknown", unknown), ("missing", missing))
+                if names
+            )
+            raise SrolloutError(f"GroupSignals needs each agreement signal once ({what})")
+        given.update(named)
+        object.__setattr__(self, "_values", {n: given[n] for n in SIGNAL_NAMES})
+        object.__setattr__(self, "steps", tuple(steps))
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return object.__getattribute__(self, "_values")[name]
+        except KeyError:
+            raise AttributeError(f"GroupSignals has no signal {name!r}") from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("GroupSignals is immutable (with_steps makes a new one)")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GroupSignals):
+            return NotImplemented
+        return (self._values, self.steps) == (other._values, other.steps)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:  # pickled by value (Ray ships records between processes)
+        return (_group_signals, (self._values, self.steps))
+
+    def __repr__(self) -> str:
+        return f"GroupSignals({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
+
+    def with_steps(self, steps: tuple[tuple[str, float], ...]) -> GroupSignals:
+        """The same agreement signals with these step signals."""
+        return GroupSignals(**self._values, steps=steps)
 
     def as_dict(self) -> dict[str, float]:
         """``{signal name: value}`` in the order of ``srollout.schemas.SIGNAL_NAMES``, then the
         step signals it holds."""
-        return {
-            "prefix_edit_distance_mean": self.prefix_edit_distance_mean,
-            "action_bigram_jaccard_mean": self.action_bigram_jaccard_mean,
-            "unique_prefix_ratio": self.unique_prefix_ratio,
-            "unique_action_ratio": self.unique_action_ratio,
-            "action_entropy": self.action_entropy,
-            "obs_unique_ratio": self.obs_unique_ratio,
-            "termination_fraction": self.termination_fraction,
-            **dict(self.steps),
-        }
+        return {**self._values, **dict(self.steps)}
+
+
+def _group_signals(values: dict[str, float], steps: tuple) -> GroupSignals:
+    return GroupSignals(**values, steps=steps)
 
 
 def _check_group(actions: Sequence[Sequence[str]], K: int) -> int:
@@ -280,25 +318,112 @@ def prefix_edit_distance(actions: Sequence[Sequence[str]], K: int) -> float:
     actions: G action lists (any lengths; only the first K are used). Returns a float in [0, 1].
     Raises SrolloutError if G < 2 or K < 1.
     """
-    G = _check_group(actions, K)
-    counts = _prefix_counts(actions, K)
-    if len(counts) == 1:
-        return 0.0
-    return _edit_distance_sum(list(counts), list(counts.values())) / (K * G * (G - 1) / 2)
+    return prefix_edit_distance_mean(group_at_K(actions, K))
 
 
-def _unique_ratio_and_entropy(items: Sequence[str], G: int) -> tuple[float, float]:
-    """(#distinct / G, Shannon entropy / log G) of G symbols."""
+def _unique_ratio(items: Sequence[str], G: int) -> float:
+    return len(set(items)) / G
+
+
+def _entropy(items: Sequence[str], G: int) -> float:
+    """Shannon entropy of G symbols / log G."""
     counts: dict[str, int] = {}
     _count_elements(counts, items)
     if len(counts) == 1:
-        return 1 / G, 0.0
+        return 0.0
     entropy = 0.0
     for c in counts.values():
         p = c / G
         entropy -= p * math.log(p)
-    # Clip: rounding can put a uniform split a hair above log G.
-    return len(counts) / G, min(entropy / math.log(G), 1.0)
+    return min(entropy / math.log(G), 1.0)  # rounding can put a uniform split a hair above log G
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAtK:
+    """What every agreement signal of a group at step K reads, computed once: ``prefixes`` the
+    G END-padded K-prefixes, ``counts`` each distinct prefix and how many trajectories share it,
+    ``lengths`` the G trajectories' action counts, ``a_K`` and ``o_K`` the G actions at step K
+    and the observations they acted on (END for a trajectory that ended before step K; ``o_K``
+    None when no observations were given)."""
+
+    G: int
+    K: int
+    prefixes: list[tuple[str, ...]]
+    distinct: list[tuple[str, ...]]
+    weights: list[int]
+    lengths: list[int]
+    a_K: list[str]
+    o_K: list[str] | None
+
+    @property
+    def n_pairs(self) -> float:
+        return self.G * (self.G - 1) / 2
+
+
+def prefix_edit_distance_mean(g: GroupAtK) -> float:
+    if len(g.distinct) == 1:
+        return 0.0
+    return _edit_distance_sum(g.distinct, g.weights) / (g.K * g.n_pairs)
+
+
+def action_bigram_jaccard_mean(g: GroupAtK) -> float:
+    if len(g.distinct) == 1:
+        return 0.0
+    return _bigram_jaccard_sum(g.distinct, g.weights) / g.n_pairs
+
+
+def obs_unique_ratio(g: GroupAtK) -> float:
+    return math.nan if g.o_K is None else _unique_ratio(g.o_K, g.G)
+
+
+# name -> the signal's function of the group at K; the order (and the names) of
+# srollout.signal_names.AGREEMENT_UNITS, the signals table's contract. A new agreement signal is
+# one function of a GroupAtK, its entry here, its name and unit there, and its test.
+AGREEMENT_SIGNALS: dict[str, Callable[[GroupAtK], float]] = {
+    "prefix_edit_distance_mean": prefix_edit_distance_mean,
+    "action_bigram_jaccard_mean": action_bigram_jaccard_mean,
+    "unique_prefix_ratio": lambda g: len(g.distinct) / g.G,
+    "unique_action_ratio": lambda g: _unique_ratio(g.a_K, g.G),
+    "action_entropy": lambda g: _entropy(g.a_K, g.G),
+    "obs_unique_ratio": obs_unique_ratio,
+    "termination_fraction": lambda g: sum(1 for n in g.lengths if n < g.K) / g.G,
+}
+
+
+def group_at_K(
+    actions: Sequence[Sequence[str]],
+    K: int,
+    observations: Sequence[Sequence[str]] | None = None,
+    done: Sequence[bool] | None = None,
+) -> GroupAtK:
+    """Check a group (see :func:`compute_signals`) and compute what its signals at K read."""
+    G = _check_group(actions, K)
+    lens = [len(a) for a in actions]
+    prefixes = _padded_prefixes(actions, K)
+    if done is not None:
+        if len(done) != G:
+            raise SrolloutError(f"done has {len(done)} flags for a group of G={G} trajectories")
+        for i, n in enumerate(lens):
+            if n < K and not done[i]:
+                raise SrolloutError(
+                    f"trajectory {i} has only {n} actions at K={K} but is not done; "
+                    "signals at step K need K actions from every running trajectory"
+                )
+    o_k = None
+    if observations is not None:
+        if isinstance(observations, str) or len(observations) != G:
+            raise SrolloutError(f"observations must hold one list per trajectory (G={G})")
+        if str in set(map(type, observations)):
+            raise SrolloutError(
+                "observations must hold one list of observations per trajectory, got a string"
+            )
+        try:
+            o_k = [observations[i][K - 1] if lens[i] >= K else END for i in range(G)]
+        except (IndexError, TypeError):
+            raise SrolloutError(_observation_error(observations, lens, K)) from None
+    counts = _prefix_counts(actions, K, prefixes)
+    a_k = [p[K - 1] for p in prefixes]
+    return GroupAtK(G, K, prefixes, list(counts), list(counts.values()), lens, a_k, o_k)
 
 
 def compute_signals(
@@ -307,7 +432,7 @@ def compute_signals(
     observations: Sequence[Sequence[str]] | None = None,
     done: Sequence[bool] | None = None,
 ) -> GroupSignals:
-    """All seven signals of a group at step K.
+    """Every agreement signal of :data:`AGREEMENT_SIGNALS` of a group at step K.
 
     Args:
         actions: G action lists, ``actions[i][t]`` = a_{i,t+1}; a list shorter than K means the
@@ -322,58 +447,8 @@ def compute_signals(
     Returns:
         GroupSignals. Raises SrolloutError on G < 2, K < 1 or inconsistent inputs.
     """
-    G = _check_group(actions, K)
-    lens = [len(a) for a in actions]
-    terminated = len([n for n in lens if n < K])  # trajectories that ended before step K
-    prefixes = _padded_prefixes(actions, K)
-    counts = _prefix_counts(actions, K, prefixes)
-    U = len(counts)
-
-    if done is not None:
-        if len(done) != G:
-            raise SrolloutError(f"done has {len(done)} flags for a group of G={G} trajectories")
-        for i, n in enumerate(lens):
-            if n < K and not done[i]:
-                raise SrolloutError(
-                    f"trajectory {i} has only {n} actions at K={K} but is not done; "
-                    "signals at step K need K actions from every running trajectory"
-                )
-
-    if U == 1:
-        d_k = jaccard = 0.0
-    else:
-        distinct, c = list(counts), list(counts.values())
-        n_pairs = G * (G - 1) / 2
-        d_k = _edit_distance_sum(distinct, c) / (K * n_pairs)
-        jaccard = _bigram_jaccard_sum(distinct, c) / n_pairs
-
-    # a_K is the last action of the padded prefix: END for a trajectory that ended before K.
-    unique_action, entropy = _unique_ratio_and_entropy([p[K - 1] for p in prefixes], G)
-
-    if observations is None:
-        obs_unique = math.nan
-    else:
-        if isinstance(observations, str) or len(observations) != G:
-            raise SrolloutError(f"observations must hold one list per trajectory (G={G})")
-        if str in set(map(type, observations)):
-            raise SrolloutError(
-                "observations must hold one list of observations per trajectory, got a string"
-            )
-        try:
-            o_k = [observations[i][K - 1] if lens[i] >= K else END for i in range(G)]
-        except (IndexError, TypeError):
-            raise SrolloutError(_observation_error(observations, lens, K)) from None
-        obs_unique = len(set(o_k)) / G
-
-    return GroupSignals(
-        prefix_edit_distance_mean=d_k,
-        action_bigram_jaccard_mean=jaccard,
-        unique_prefix_ratio=U / G,
-        unique_action_ratio=unique_action,
-        action_entropy=entropy,
-        obs_unique_ratio=obs_unique,
-        termination_fraction=terminated / G,
-    )
+    g = group_at_K(actions, K, observations, done)
+    return GroupSignals(*(fn(g) for fn in AGREEMENT_SIGNALS.values()))
 
 
 def _observation_error(observations: Sequence[Sequence[str]], lens: Sequence[int], K: int) -> str:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -653,7 +653,7 @@ def with_step_signals(sig: GroupSignals, trajs: Sequence[TrajRecord], K: int) ->
     from srollout.core.step_signals import STEP_COLUMNS, step_signals
 
     columns = {col: [[row[col] for row in t.steps] for t in trajs] for col in STEP_COLUMNS}
-    return replace(sig, steps=tuple(step_signals(columns, K).items()))
+    return sig.with_steps(tuple(step_signals(columns, K).items()))
 
 
 def _step_where(g: _Group, live: _Live) -> str:

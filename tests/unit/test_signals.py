@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srollout.core import signals as S
-from srollout.core.signals import END, GroupSignals, compute_signals, prefix_edit_distance
+from srollout.core.signals import (
+    AGREEMENT_SIGNALS,
+    END,
+    GroupSignals,
+    compute_signals,
+    group_at_K,
+    prefix_edit_distance,
+)
 from srollout.errors import SrolloutError
 
 # --------------------------------------------------------------------------------------------
@@ -174,8 +181,8 @@ def test_field_names_match_schema():
 
     s = compute_signals([["a"], ["b"]], 1)
     assert tuple(s.as_dict()) == SIGNAL_NAMES
-    fields = tuple(f for f in GroupSignals.__dataclass_fields__ if f != "steps")
-    assert fields == SIGNAL_NAMES  # then `steps`: the step signals, when computed
+    assert tuple(AGREEMENT_SIGNALS) == SIGNAL_NAMES  # one function per name of the contract
+    assert GroupSignals(*range(7)).unique_prefix_ratio == 2  # positional: the contract's order
 
 
 @pytest.mark.parametrize(
@@ -275,3 +282,48 @@ def test_core_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_each_registered_signal_is_one_function_of_the_group_at_K():
+    # G = 4 at K = 2: prefixes (a,b) (a,b) (a,c) (END,END): the last ended after 0 actions.
+    g = group_at_K([["a", "b"], ["a", "b", "x"], ["a", "c"], []], 2, done=[True, False, True, True])
+    assert (g.distinct, g.weights, g.a_K) == (
+        [("a", "b"), ("a", "c"), (END, END)],
+        [2, 1, 1],
+        ["b", "b", "c", END],
+    )
+    by_name = {name: fn(g) for name, fn in AGREEMENT_SIGNALS.items()}
+    # pairs: 1 at distance 0, 2 at 1 ((a,b)-(a,c)), 3 at 2 (anything - (END,END)): 8 / (2 * 6)
+    assert by_name["prefix_edit_distance_mean"] == pytest.approx(8 / 12)
+    # bigram sets {ab} {ab} {ac} {EE}: one pair with Jaccard distance 0, five with 1
+    assert by_name["action_bigram_jaccard_mean"] == pytest.approx(5 / 6)
+    assert by_name["unique_prefix_ratio"] == 3 / 4
+    assert by_name["unique_action_ratio"] == 3 / 4
+    # a_K = b b c END: -(1/2 ln 1/2 + 2 * 1/4 ln 1/4) / ln 4 = 1.5 ln 2 / 2 ln 2
+    assert by_name["action_entropy"] == pytest.approx(0.75)
+    assert math.isnan(by_name["obs_unique_ratio"])
+    assert by_name["termination_fraction"] == 1 / 4
+    assert compute_signals(
+        [["a", "b"], ["a", "b", "x"], ["a", "c"], []], 2
+    ).as_dict() == pytest.approx(by_name, nan_ok=True)
+
+
+def test_group_signals_by_name_immutable_and_pickled_by_value():
+    import pickle
+
+    values = dict(zip(AGREEMENT_SIGNALS, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], strict=True))
+    s = GroupSignals(**values, steps=(("invalid_action_rate", 0.25),))
+    assert s == GroupSignals(*values.values(), steps=(("invalid_action_rate", 0.25),))
+    assert s.action_entropy == 0.5 and s.as_dict()["invalid_action_rate"] == 0.25
+    assert pickle.loads(pickle.dumps(s)) == s
+    assert s.with_steps(()).as_dict() == values
+    with pytest.raises(AttributeError, match="immutable"):
+        s.action_entropy = 0.0
+    with pytest.raises(AttributeError, match="no signal 'd_K'"):
+        _ = s.d_K
+    with pytest.raises(SrolloutError, match="missing: termination_fraction"):
+        GroupSignals(*list(values.values())[:6])
+    with pytest.raises(SrolloutError, match="twice: prefix_edit_distance_mean"):
+        GroupSignals(0.1, **values)
+    with pytest.raises(SrolloutError, match="unknown: d_K"):
+        GroupSignals(**values, d_K=0.1)
