@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         console = make_console()
         if workers == "auto":
             n, why = auto_workers(config)
-            console.print(f"--workers auto: {why}", style="dim", highlight=False)
+            console.print(f"--workers auto: {why}", style="dim", highlight=False, markup=False)
         elif workers.isdigit():
             n = int(workers)
         else:

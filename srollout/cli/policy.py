@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from srollout.cli.rollout_options import config_options, parse_lists
 from srollout.config import help_for
 from srollout.default_policy.recipe import BuildConfig
 from srollout.errors import SrolloutError
@@ -21,8 +24,27 @@ policy_app = typer.Typer(
 _D = BuildConfig()
 
 
+BUILD_OPTIONS = tuple(f.name for f in dataclasses.fields(BuildConfig))
+
+
+def _build_help(name: str) -> str:
+    text = help_for(BuildConfig, name)
+    return (
+        text + " A literal \\n on the command line is a newline."
+        if name == "user_template"
+        else text
+    )
+
+
 @policy_app.command("build")
+@config_options(
+    BuildConfig,
+    BUILD_OPTIONS,
+    order=("out", "replace_shipped", *BUILD_OPTIONS, "force"),
+    help=_build_help,
+)
 def build(
+    options: dict[str, Any],
     out: Path | None = typer.Option(None, help="Write here instead of the $SROLLOUT_HOME cache."),  # noqa: B008
     replace_shipped: bool = typer.Option(
         False,
@@ -30,45 +52,12 @@ def build(
         help="Then copy the build over the default policy the package ships (a clone or an "
         "editable install).",
     ),
-    seed: int = typer.Option(_D.seed, help=help_for(BuildConfig, "seed")),
-    n_demo_tasks: int = typer.Option(_D.n_demo_tasks, help=help_for(BuildConfig, "n_demo_tasks")),
-    demos_per_task: int = typer.Option(
-        _D.demos_per_task, help=help_for(BuildConfig, "demos_per_task")
-    ),
-    d_model: int = typer.Option(_D.d_model, help=help_for(BuildConfig, "d_model")),
-    n_layers: int = typer.Option(_D.n_layers, help=help_for(BuildConfig, "n_layers")),
-    epochs: int = typer.Option(_D.epochs, help=help_for(BuildConfig, "epochs")),
-    threads: int = typer.Option(_D.threads, help=help_for(BuildConfig, "threads")),
-    difficulty: str = typer.Option(_D.difficulty, help=help_for(BuildConfig, "difficulty")),
-    take: str = typer.Option(_D.take, help=help_for(BuildConfig, "take")),
-    thoughts: str = typer.Option(_D.thoughts, help=help_for(BuildConfig, "thoughts")),
-    user_template: str = typer.Option(
-        _D.user_template,
-        help=help_for(BuildConfig, "user_template")
-        + " A literal \\n on the command line is a newline.",
-    ),
-    max_context: int = typer.Option(_D.max_context, help=help_for(BuildConfig, "max_context")),
-    correction_rounds: int = typer.Option(
-        _D.correction_rounds, help=help_for(BuildConfig, "correction_rounds")
-    ),
-    correction_tasks: int = typer.Option(
-        _D.correction_tasks, help=help_for(BuildConfig, "correction_tasks")
-    ),
-    correction_beta: float = typer.Option(
-        _D.correction_beta, help=help_for(BuildConfig, "correction_beta")
-    ),
-    correction_relabel: bool = typer.Option(
-        _D.correction_relabel,
-        "--correction-relabel/--no-correction-relabel",
-        help=help_for(BuildConfig, "correction_relabel"),
-    ),
     force: bool = typer.Option(
         False, "--force", help="Rebuild even if the cache already holds this config."
     ),
 ) -> None:
     """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe
     and seed into the cache, or --out DIR; --replace-shipped puts it in the package."""
-    import dataclasses
     import shutil
 
     from srollout.console import make_console
@@ -80,37 +69,9 @@ def build(
         is_built,
     )
 
-    for name, value in (
-        ("n-demo-tasks", n_demo_tasks),
-        ("demos-per-task", demos_per_task),
-        ("d-model", d_model),
-        ("n-layers", n_layers),
-        ("epochs", epochs),
-        ("threads", threads),
-        ("max-context", max_context),
-        ("correction-tasks", correction_tasks),
-    ):
-        if value < 1:
-            raise SrolloutError(f"--{name} must be >= 1, got {value}")
-    cfg = dataclasses.replace(
-        _D,
-        seed=seed,
-        n_demo_tasks=n_demo_tasks,
-        demos_per_task=demos_per_task,
-        d_model=d_model,
-        n_layers=n_layers,
-        epochs=epochs,
-        threads=threads,
-        difficulty=difficulty,
-        take=take,
-        thoughts=thoughts,
-        user_template=user_template.replace("\\n", "\n"),
-        max_context=max_context,
-        correction_rounds=correction_rounds,
-        correction_tasks=correction_tasks,
-        correction_beta=correction_beta,
-        correction_relabel=correction_relabel,
-    )
+    values = parse_lists(BuildConfig, options)
+    values["user_template"] = values["user_template"].replace("\\n", "\n")
+    cfg = BuildConfig(**values)
     check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
     if replace_shipped and cfg != _D:
         raise SrolloutError(

@@ -13,13 +13,15 @@ dict::
     def collect(options: dict[str, Any], workers: int = 1) -> None:
         config = CollectConfig(**config_values(CollectConfig, options))
 
-(``sweep``, ``policy`` and ``serve`` still declare theirs by hand.)
+A command whose options come from several configs stacks the decorator, one per config, each
+handing its options on under its own name (``into``), as ``sweep`` does.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import sys
 import types
 import typing
@@ -33,6 +35,7 @@ from srollout.config import (
     QUICK_GROUPS,
     QUICK_T_MAX,
     help_for,
+    parse_grid,
     parse_int_list,
     parse_names,
     parse_seeds,
@@ -84,7 +87,8 @@ def flag(name: str) -> str:
 
 def list_parser(config_cls: type, name: str) -> Callable[[str], tuple] | None:
     """How a field of tuple type is read from its comma list (a string on the command line):
-    integers, or names; None for a field of another type."""
+    integers, a float grid (``start:stop:step`` or a comma list), or names; None for a field of
+    another type."""
     hint = typing.get_type_hints(config_cls)[name]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
@@ -94,7 +98,19 @@ def list_parser(config_cls: type, name: str) -> Callable[[str], tuple] | None:
         return parse_seeds
     if typing.get_args(hint)[0] is int:
         return lambda text: parse_int_list(text, flag(name))
+    if typing.get_args(hint)[0] is float:
+        return lambda text: parse_grid(text, flag(name))
     return lambda text: parse_names(text, flag(name))
+
+
+def list_text(values: Sequence) -> str:
+    """A tuple default as the command line spells it: an evenly spaced float grid of three or
+    more points as ``start:stop:step``, anything else as a comma list."""
+    if len(values) >= 3 and all(type(v) is float for v in values):
+        step = round(values[1] - values[0], 10)
+        if step > 0 and all(round(b - a, 10) == step for a, b in itertools.pairwise(values)):
+            return f"{values[0]:g}:{values[-1]:g}:{step:g}"
+    return ",".join(map(str, values))
 
 
 def option_parameter(
@@ -120,11 +136,11 @@ def option_parameter(
     show_default: bool | None = None
     if list_parser(config_cls, name) is not None:
         hint = str if default is not None else str | None
-        default = ",".join(map(str, default)) if default is not None else None
+        default = list_text(default) if default is not None else None
         show_default = None if default is not None else False
     if from_preset:
         hint, default, show_default = hint | None, None, False
-    elif name in QUICK_SIZED:
+    elif name in QUICK_SIZED and "quick" in config_cls.__dataclass_fields__:
         text += f"  \\[default: {default}]"
         hint, default, show_default = hint | None, None, False
     elif default is None and hint in (Path | None, int | None, float | None):
@@ -150,11 +166,12 @@ def config_options(
     order: Sequence[str],
     help: Callable[[str], str] | None = None,
     from_preset: Sequence[str] = (),
+    into: str = "options",
 ) -> Callable:
     """Decorator of a Typer command: declare the options ``names`` of ``config_cls`` (see
     :func:`option_parameter`) beside the command's own parameters, listed in ``order`` (every
     name, the command's own parameters included), and call the command with their values as
-    ``options`` (field name -> the value given; see :func:`config_values`).
+    ``into`` (default ``options``: field name -> the value given; see :func:`config_values`).
 
     help: the help text of a field (default ``help_for``); from_preset: names whose value comes
     from a preset when not given (default None, no default shown)."""
@@ -163,7 +180,7 @@ def config_options(
         own = {
             p.name: p
             for p in inspect.signature(command, eval_str=True).parameters.values()
-            if p.name != "options"
+            if p.name != into and p.annotation != dict[str, Any]  # what a stacked one hands on
         }
         added = {
             n: option_parameter(config_cls, n, help=help, from_preset=n in from_preset)
@@ -183,7 +200,7 @@ def config_options(
                           file=sys.stderr)  # fmt: skip
                     values[new] = given
             options = {n: values.pop(n) for n in names}
-            return command(options=options, **values)
+            return command(**{into: options}, **values)
 
         ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]
         ordered += [

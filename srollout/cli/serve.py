@@ -3,11 +3,12 @@ with the engine settings srollout's vLLM backends use (the server side of --back
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from srollout.errors import SrolloutError
+from srollout.cli.rollout_options import config_options
+from srollout.config import ServeConfig, help_for
 
 HELP = (
     "Start a vLLM OpenAI-compatible server for MODEL (`default`: the default policy the package "
@@ -17,6 +18,9 @@ HELP = (
 )
 
 
+OPTIONS = ("host", "port", "lora", "dry_run")
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "serve",
@@ -24,24 +28,11 @@ def register(app: typer.Typer) -> None:
         short_help=HELP.split("\n")[0],
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
+    @config_options(ServeConfig, OPTIONS, order=("ctx", "model", *OPTIONS))
     def serve(
+        options: dict[str, Any],
         ctx: typer.Context,
-        model: Annotated[
-            str, typer.Argument(help="`default` or a local Hugging Face model directory.")
-        ] = "default",
-        host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
-        lora: Annotated[
-            bool,
-            typer.Option(
-                "--lora/--no-lora",
-                help="Serve LoRA adapters loaded at run time "
-                "(on-policy training); costs throughput.",
-            ),
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Print the command instead of running it.")
-        ] = False,
+        model: Annotated[str, typer.Argument(help=help_for(ServeConfig, "model"))] = "default",
     ) -> None:
         import os
         import shlex
@@ -50,12 +41,13 @@ def register(app: typer.Typer) -> None:
         from srollout.policy import resolve_model
         from srollout.policy.vllm_backend import serve_command
 
-        if not 0 < port < 65536:
-            raise SrolloutError(f"--port must lie in 1..65535, got {port}")
-        path = resolve_model(model)
-        argv, env = serve_command(path, host=host, port=port, lora=lora, extra=ctx.args)
+        config = ServeConfig(model=model, **options)
+        path = resolve_model(config.model)
+        argv, env = serve_command(
+            path, host=config.host, port=config.port, lora=config.lora, extra=ctx.args
+        )
         console = make_console()
-        url = f"http://{host}:{port}"
+        url = f"http://{config.host}:{config.port}"
         flags = "" if model == "default" else f" --model {path}"
         console.print(
             f"serving {path} at {url}\nroll out against it: srollout collect --backend vllm-server "
@@ -64,6 +56,6 @@ def register(app: typer.Typer) -> None:
         )
         env_text = " ".join(f"{k}={v}" for k, v in env.items())
         console.print(f"$ {env_text} {shlex.join(argv)}", highlight=False, markup=False)
-        if dry_run:
+        if config.dry_run:
             return
         os.execve(argv[0], argv, {**os.environ, **env})

@@ -49,6 +49,7 @@ from srollout.config.rollout import (  # noqa: F401
     CollectConfig,
     DistConfig,
     RolloutOptions,
+    ServeConfig,
     _check_backend,
     _check_concurrency,
     _check_group_size,

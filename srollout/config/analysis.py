@@ -197,15 +197,18 @@ class StallFitConfig:
         "cross-fitting over groups (--n-folds), chosen at --precision-floor; writes stall.parquet "
         "and gate-stall.json.",
     )
-    W_grid: tuple[int, ...] = doc(
+    stall_W_grid: tuple[int, ...] = doc(
         tuple(range(4, 13)), "Grid of the stall rule's W (steps without news): a comma list."
     )
-    from_grid: tuple[int, ...] = doc(
+    stall_from_grid: tuple[int, ...] = doc(
         (1, 5, 8, 10, 12, 15), "Grid of the stall rule's k0 (first step it may fire): a comma list."
     )
 
     def __post_init__(self) -> None:
-        for name, grid in (("--stall-W-grid", self.W_grid), ("--stall-from-grid", self.from_grid)):
+        for name, grid in (
+            ("--stall-W-grid", self.stall_W_grid),
+            ("--stall-from-grid", self.stall_from_grid),
+        ):
             if not grid:
                 raise SrolloutError(f"{name}: the grid is empty")
             bad = [v for v in grid if isinstance(v, bool) or not isinstance(v, int) or v < 1]

@@ -464,3 +464,21 @@ class DistConfig:
             raise SrolloutError(f"--workers must be >= 1, got {self.workers}")
         if self.chunk_groups is not None and self.chunk_groups < 1:
             raise SrolloutError(f"chunk_groups must be >= 1, got {self.chunk_groups}")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """`srollout serve`: a vLLM OpenAI-compatible server for a model (the server side of
+    ``--backend vllm-server``)."""
+
+    model: str = doc("default", "`default` or a local Hugging Face model directory.")
+    host: str = doc("127.0.0.1", "Address to listen on.")
+    port: int = doc(8000, "Port to listen on.")
+    lora: bool = doc(
+        False, "Serve LoRA adapters loaded at run time (on-policy training); costs throughput."
+    )
+    dry_run: bool = doc(False, "Print the command instead of running it.")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.port, bool) or not 0 < self.port < 65536:
+            raise SrolloutError(f"--port must lie in 1..65535, got {self.port}")

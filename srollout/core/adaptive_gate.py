@@ -242,6 +242,7 @@ def fit_adaptive_gate(
     seed: int = 0,
     groups: np.ndarray | None = None,
     gain_by_K: Mapping[int, ArrayLike] | None = None,
+    names: Sequence[str] | None = None,
 ) -> AdaptiveFit:
     """Fit the pooled model on ``groups`` (default all) at ``check_K`` and the per-step thresholds
     on k-fold cross-fitted scores; the returned gate's model is refit on all ``groups``.
@@ -254,7 +255,7 @@ def fit_adaptive_gate(
         raise SrolloutError(f"adaptive check K {max(Ks)} is beyond T_max={T_max}")
     zv = zv_all[groups]
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv, Ks)
-    heldout = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2)
+    heldout = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2, names)
     proba = {K: heldout.proba[rows.K == K] for K in Ks}
     gains = (
         None
@@ -262,7 +263,7 @@ def fit_adaptive_gate(
         else {K: np.asarray(gain_by_K[K], dtype=np.float64)[groups] for K in Ks}
     )
     choices = choose_step_thresholds(proba, zv, Ks, precision_floor, gains)
-    model = LogisticModel.fit(rows.X, rows.y, l2)
+    model = LogisticModel.fit(rows.X, rows.y, l2, names)
     meta = {
         "n_groups": int(zv.size),
         "n_zero_var": int(zv.sum()),
@@ -288,6 +289,7 @@ def adaptive_selector(
     l2: float = DEFAULT_L2,
     seed: int = 0,
     gain_by_K: Mapping[int, ArrayLike] | None = None,
+    names: Sequence[str] | None = None,
 ) -> Selector:
     """The adaptive gate's selection procedure as a Selector for nested_heldout_cuts."""
 
@@ -303,6 +305,7 @@ def adaptive_selector(
             seed,
             groups=train,
             gain_by_K=gain_by_K,
+            names=names,
         ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -154,12 +154,11 @@ def feature_set_of(width: int) -> str:
 
 
 def feature_matrix(signals: ArrayLike, K: ArrayLike) -> np.ndarray:
-    """[n, S + 1] raw features: the S signals (columns in the order of a :data:`FEATURE_SETS`
-    entry: 7 classic or 9 all) and K."""
+    """[n, S + 1] raw features: the S signals (columns in the order of the model's
+    ``signal_names``) and K."""
     s = np.asarray(signals, dtype=np.float64)
-    if s.ndim != 2:
-        raise SrolloutError(f"signals must be [n, {len(SIGNAL_FIELDS)}], got shape {s.shape}")
-    feature_set_of(s.shape[1])
+    if s.ndim != 2 or s.shape[1] < 1:
+        raise SrolloutError(f"signals must be [n, S] (S signals), got shape {s.shape}")
     k = np.broadcast_to(np.asarray(K, dtype=np.float64), (s.shape[0],))
     return np.column_stack([s, k])
 
@@ -201,11 +200,13 @@ class LogisticModel:
             object.__setattr__(self, name, value)
         if any(v <= 0 for v in self.std):
             raise SrolloutError("learned gate: std must be > 0")
-        allowed = [(*fields, "K") for fields in FEATURE_SETS.values()]
-        if tuple(self.feature_names) not in allowed:
+        *signals, last = self.feature_names or ("",)
+        known = (*SIGNAL_NAMES, *STEP_SIGNAL_NAMES)
+        unknown = [n for n in signals if n not in known]
+        if last != "K" or not signals or unknown or len(set(signals)) != len(signals):
             raise SrolloutError(
-                f"learned gate: features must be {', '.join(FEATURE_NAMES)} (classic) or "
-                f"{', '.join(allowed[-1])} (all), got {list(self.feature_names)}"
+                "learned gate: features must be distinct signal names then K (signals: "
+                f"{', '.join(known)}), got {list(self.feature_names)}"
             )
         object.__setattr__(self, "feature_names", tuple(self.feature_names))
         object.__setattr__(self, "intercept", float(self.intercept))
@@ -217,15 +218,22 @@ class LogisticModel:
 
     @property
     def feature_set(self) -> str:
-        """The feature set: classic (the seven signals) or all (with the step signals)."""
-        return feature_set_of(len(self.signal_names))
+        """The :data:`FEATURE_SETS` entry the model reads (classic, all), else ``custom``."""
+        return next((n for n, f in FEATURE_SETS.items() if f == self.signal_names), "custom")
 
     @classmethod
-    def fit(cls, X: ArrayLike, y: ArrayLike, l2: float = DEFAULT_L2) -> LogisticModel:
+    def fit(
+        cls, X: ArrayLike, y: ArrayLike, l2: float = DEFAULT_L2, names: Sequence[str] | None = None
+    ) -> LogisticModel:
         """Standardise the raw features X [n, S + 1] (:func:`feature_matrix`; nan ignored in μ,
-        σ and imputed with μ) and fit; the feature set follows from the width S."""
+        σ and imputed with μ) and fit. names: the S signals of X's columns but the last (K), by
+        name; without them, the feature set of S's width (7 classic, 9 all)."""
         X = np.asarray(X, dtype=np.float64)
-        names = (*FEATURE_SETS[feature_set_of(X.shape[1] - 1)], "K")
+        if names is None:
+            names = FEATURE_SETS[feature_set_of(X.shape[1] - 1)]
+        if len(names) != X.shape[1] - 1:
+            raise SrolloutError(f"{len(names)} signal names for {X.shape[1] - 1} signal columns")
+        names = (*names, "K")
         with np.errstate(invalid="ignore"):
             all_nan = np.all(np.isnan(X), axis=0)
             mean = np.where(all_nan, 0.0, np.nanmean(np.where(all_nan, 0.0, X), axis=0))
@@ -237,7 +245,13 @@ class LogisticModel:
 
     def standardise(self, X: ArrayLike) -> np.ndarray:
         """(X − μ)/σ with nan → 0 (the training mean)."""
-        Z = (np.asarray(X, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.std)
+        X = np.asarray(X, dtype=np.float64)
+        if X.shape[-1] != len(self.mean):
+            raise SrolloutError(
+                f"learned gate: {X.shape[-1] - 1} signals given, the model reads "
+                f"{len(self.mean) - 1} ({', '.join(self.signal_names)})"
+            )
+        Z = (X - np.asarray(self.mean)) / np.asarray(self.std)
         return np.where(np.isnan(Z), 0.0, Z)
 
     def proba(self, X: ArrayLike) -> np.ndarray:
@@ -425,16 +439,22 @@ class CrossFit(NamedTuple):
     folds: tuple[FoldRecord, ...]
 
 
-def cross_fit_proba(rows: RowTable, group_fold: ArrayLike, l2: float = DEFAULT_L2) -> CrossFit:
+def cross_fit_proba(
+    rows: RowTable,
+    group_fold: ArrayLike,
+    l2: float = DEFAULT_L2,
+    names: Sequence[str] | None = None,
+) -> CrossFit:
     """Score each row with a model fit on the rows of the *other* folds' groups only.
 
     group_fold: int[N] fold per group (rows follow their group, so the K rows of one group are
-    never split between fitting and scoring)."""
+    never split between fitting and scoring); names: the signal of each column of rows.X but K
+    (:meth:`LogisticModel.fit`)."""
     proba = np.full(rows.y.size, np.nan)
     records = fold_records(np.asarray(group_fold))
     for rec in records:
         train = rows.of_groups(rec.train_groups)
-        model = LogisticModel.fit(train.X, train.y, l2)
+        model = LogisticModel.fit(train.X, train.y, l2, names)
         test = np.isin(rows.group, rec.test_groups)
         proba[test] = model.proba(rows.X[test])
     return CrossFit(proba, records)
@@ -585,6 +605,7 @@ def fit_learned_gate(
     seed: int = 0,
     groups: np.ndarray | None = None,
     gain_by_K: Mapping[int, ArrayLike] | None = None,
+    names: Sequence[str] | None = None,
 ) -> LearnedFit:
     """Fit the pooled model on ``groups`` (default all N) at ``train_Ks`` and choose (K, threshold).
 
@@ -600,7 +621,7 @@ def fit_learned_gate(
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv_all[groups], Ks)
     zv = zv_all[groups]
     folds = assign_folds(zv, n_folds, seed)
-    heldout = cross_fit_proba(rows, folds, l2)
+    heldout = cross_fit_proba(rows, folds, l2, names)
     best: tuple[float, int, ThresholdChoice] | None = None
     for K in sorted(gate_Ks):
         at = rows.K == K
@@ -615,7 +636,7 @@ def fit_learned_gate(
             best = (value, K, choice)
     assert best is not None
     _, K, choice = best
-    model = LogisticModel.fit(rows.X, rows.y, l2)
+    model = LogisticModel.fit(rows.X, rows.y, l2, names)
     meta = {
         "n_groups": int(zv.size),
         "n_zero_var": int(zv.sum()),
@@ -644,6 +665,7 @@ def learned_selector(
     l2: float = DEFAULT_L2,
     seed: int = 0,
     gain_by_K: Mapping[int, ArrayLike] | None = None,
+    names: Sequence[str] | None = None,
 ) -> Selector:
     """The learned gate's selection procedure as a :data:`Selector` for
     :func:`nested_heldout_cuts` (gain_by_K: as :func:`fit_learned_gate`)."""
@@ -661,6 +683,7 @@ def learned_selector(
             seed,
             groups=train,
             gain_by_K=gain_by_K,
+            names=names,
         ).gate
 
         def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

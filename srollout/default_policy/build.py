@@ -329,6 +329,11 @@ def check_build_config(cfg: BuildConfig) -> None:
                 f"{getattr(cfg, field)!r}"
             )
     check_user_template(cfg.user_template, "BuildConfig")
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if type(value) is int and value < 1 and field.name not in ("seed", "correction_rounds"):
+            flag = "--" + field.name.replace("_", "-")
+            raise SrolloutError(f"BuildConfig.{field.name} ({flag}) must be >= 1, got {value}")
     if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:
         raise SrolloutError(
             "BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]"

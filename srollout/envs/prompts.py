@@ -95,19 +95,30 @@ def model_prompt(model_dir: str | Path | None) -> ModelPrompt:
     if model_dir is not None:
         f = Path(model_dir) / MODEL_PROMPT_FILE
         if f.is_file():
-            try:
-                spec = json.loads(f.read_text())
-                prompt = spec.get("system_prompt")
-                template = spec.get("user_template", USER_TEMPLATE)
-            except (ValueError, AttributeError) as e:
-                raise SrolloutError(
-                    f"{f}: not a JSON object with a `system_prompt` string ({e})"
-                ) from e
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise SrolloutError(f"{f}: `system_prompt` must be a non-empty string")
-            check_user_template(template, str(f))
-            return ModelPrompt(prompt, template)
+            st = f.stat()
+            key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+            if key not in _READ:  # read once per process while the file is unchanged
+                _READ[key] = _read_model_prompt(f)
+            return _READ[key]
     return ModelPrompt(system_prompt())
+
+
+# srollout.json files read: (path, size, mtime) -> their prompt
+_READ: dict[tuple[str, int, int], ModelPrompt] = {}
+
+
+def _read_model_prompt(f: Path) -> ModelPrompt:
+    """The prompt a model's srollout.json asks for (one line naming the file when bad)."""
+    try:
+        spec = json.loads(f.read_text())
+        prompt = spec.get("system_prompt")
+        template = spec.get("user_template", USER_TEMPLATE)
+    except (ValueError, AttributeError) as e:
+        raise SrolloutError(f"{f}: not a JSON object with a `system_prompt` string ({e})") from e
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SrolloutError(f"{f}: `system_prompt` must be a non-empty string")
+    check_user_template(template, str(f))
+    return ModelPrompt(prompt, template)
 
 
 def system_prompt_for(model_dir: str | Path | None) -> str:

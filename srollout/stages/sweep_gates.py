@@ -369,7 +369,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         )
 
     learned = adaptive = None
-    common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed)
+    common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed, names=data.names)
     if config.objective == "measured":
         if data.remaining_by_K is None:
             raise SrolloutError(f"{config.input}: --objective measured needs real step counts")

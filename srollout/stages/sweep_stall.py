@@ -129,7 +129,7 @@ def sweep_stall(
 ) -> StallSweep:
     """Score every rule of the grid, cross-fit the choice, choose on all groups."""
     trajs = load_trajectories(config.input) if trajs is None else trajs
-    grid = [(W, k0) for W in stall.W_grid for k0 in stall.from_grid]
+    grid = [(W, k0) for W in stall.stall_W_grid for k0 in stall.stall_from_grid]
     rows, scores = [], {}
     for W, k0 in grid:
         stop = stall_stops(trajs, W, k0)

@@ -150,7 +150,7 @@ def _trajectory_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[d
     from srollout.stages.sweep_stall import sweep_stall
 
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
-    stall = StallFitConfig(stall=True, W_grid=tuple(range(2, 13)), from_grid=froms)
+    stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
     result = sweep_stall(sweep_config, stall, n_folds=config.n_folds)
     held = result.held_out
     gate = result.gate

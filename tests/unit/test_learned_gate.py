@@ -126,9 +126,9 @@ def test_cross_fitting_never_scores_a_group_with_a_model_fit_on_it(
     calls: list[tuple[str, set[int]]] = []
     real_fit, real_proba = LogisticModel.fit.__func__, LogisticModel.proba
 
-    def fit(cls, X, y, l2=1.0):
+    def fit(cls, X, y, l2=1.0, names=None):
         calls.append(("fit", set(np.asarray(X)[:, 1].astype(int).tolist())))
-        return real_fit(cls, X, y, l2)
+        return real_fit(cls, X, y, l2, names)
 
     def proba(self, X):
         calls.append(("score", set(np.atleast_2d(X)[:, 1].astype(int).tolist())))
@@ -160,11 +160,11 @@ def test_nested_selection_only_ever_fits_on_the_outer_training_groups(
     real_fit = LogisticModel.fit.__func__
     n_fits = []
 
-    def fit(cls, X, y, l2=1.0):
+    def fit(cls, X, y, l2=1.0, names=None):
         seen = set(np.asarray(X)[:, 1].astype(int).tolist())
         assert seen <= current["train"], "a model saw a held-out group"
         n_fits.append(1)
-        return real_fit(cls, X, y, l2)
+        return real_fit(cls, X, y, l2, names)
 
     monkeypatch.setattr(LogisticModel, "fit", classmethod(fit))
     inner = learned_selector(signals, zv, (10,), (5, 10, 15), 30, 0.8, n_folds=3)
@@ -345,3 +345,21 @@ def test_load_gate_reads_the_new_kinds_without_importing_them_first(tmp_path: Pa
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "AdaptiveGate (5, 10)"
+
+
+def test_a_model_is_fit_on_the_signals_it_is_given_by_name():
+    # two signals, hand-picked: the model reads exactly them, in that order, and K
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.random(40), rng.random(40), np.full(40, 10.0)])
+    y = (X[:, 1] > 0.5).astype(float)  # only invalid_action_rate says it
+    model = LogisticModel.fit(X, y, 1.0, names=("termination_fraction", "invalid_action_rate"))
+    assert model.feature_names == ("termination_fraction", "invalid_action_rate", "K")
+    assert model.feature_set == "custom"
+    assert abs(model.coef[1]) > 5 * abs(model.coef[0])
+    assert LogisticModel.from_dict(model.to_dict()) == model  # a custom set round-trips
+    with pytest.raises(SrolloutError, match="2 signal names for 1 signal columns"):
+        LogisticModel.fit(X[:, 1:], y, 1.0, names=("termination_fraction", "invalid_action_rate"))
+    with pytest.raises(SrolloutError, match="distinct signal names then K"):
+        LogisticModel.fit(X, y, 1.0, names=("d_K", "invalid_action_rate"))
+    with pytest.raises(SrolloutError, match="1 signals given, the model reads 2"):
+        model.proba(X[:, 1:])

@@ -175,3 +175,19 @@ def test_a_model_directory_can_name_its_user_turn_template(tmp_path):
         )
         with pytest.raises(SrolloutError, match="user_template"):
             model_prompt(tmp_path)
+
+
+def test_a_model_prompt_is_read_once_and_again_when_its_file_changes(tmp_path):
+    import json
+    import os
+
+    from srollout.envs.prompts import MODEL_PROMPT_FILE, model_prompt
+
+    f = tmp_path / MODEL_PROMPT_FILE
+    f.write_text(json.dumps({"system_prompt": "Play."}))
+    first = model_prompt(tmp_path)
+    assert model_prompt(tmp_path) is first  # the same object: not read again
+    f.write_text(json.dumps({"system_prompt": "Play well."}))
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # even within one clock tick
+    assert model_prompt(tmp_path).system == "Play well."

@@ -123,6 +123,9 @@ def test_the_run_options_are_fields_of_every_rollout_stage():
         ("train-offpolicy", "TrainOffpolicyConfig", set()),
         ("analyze", "AnalyzeConfig", set()),
         ("what-if", "WhatIfConfig", set()),
+        ("sweep", "SweepConfig,GateFitConfig,StallFitConfig", set()),
+        ("serve", "ServeConfig", set()),
+        ("policy build", "BuildConfig", {"out", "replace_shipped", "force"}),
     ],
 )
 def test_every_field_of_these_configs_is_an_option_declared_once(command, config, own):
@@ -133,14 +136,19 @@ def test_every_field_of_these_configs_is_an_option_declared_once(command, config
     import srollout.config as configs
     from srollout.cli.app import app
     from srollout.config import help_for
+    from srollout.default_policy.build import BuildConfig
 
-    cls = getattr(configs, config)
-    cmd = typer.main.get_command(app).commands[command]
+    classes = [
+        BuildConfig if n == "BuildConfig" else getattr(configs, n) for n in config.split(",")
+    ]
+    cmd = typer.main.get_command(app)
+    for word in command.split():
+        cmd = cmd.commands[word]
     params = {p.name: p for p in cmd.params if p.name != "help"}
-    fields = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: cls for cls in classes for f in dataclasses.fields(cls)}
     hidden = {p.name for p in params.values() if getattr(p, "hidden", False)}
     assert set(params) - hidden == set(fields) | own and hidden <= {"precision_floor"}
-    for name in fields:
+    for name, cls in fields.items():
         p = params[name]
         if p.param_type_name == "option":
             assert p.opts[0] == flag(name) or p.opts[0].startswith(flag(name) + "/"), p.opts
