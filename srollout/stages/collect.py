@@ -32,6 +32,7 @@ from srollout.config import CollectConfig, DistConfig
 from srollout.core.gate import Gate, describe_gate
 from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
+from srollout.rollout.audits import Audit
 from srollout.rollout.engine import (
     GroupRecord,
     GroupSpec,
@@ -48,7 +49,6 @@ from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import LABELS
 from srollout.stages.collect_audit import ONE_PROCESS, AuditSummary, CollectAudit
 from srollout.stages.rollout_setup import (
-    build_auditor,
     build_env_factory,
     build_gate,
     build_policy,
@@ -133,7 +133,7 @@ def run_collect(
     gate, gate_K = collect_gate(config)
     traj_gate = build_traj_gate(config)
     if config.audit > 0:
-        build_auditor(config, gate)
+        Audit.of(config, gate)
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
     preflight(
         config.policy,

@@ -22,7 +22,6 @@ same seeds and threshold give the same parts, and the audit needs their records)
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -34,8 +33,8 @@ import polars as pl
 
 from srollout.config import CollectConfig
 from srollout.core.audit import Band
+from srollout.rollout.audits import Audit
 from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSettings, RolloutSummary
-from srollout.stages.rollout_setup import build_auditor
 
 CHUNKS_FILE = "audit_chunks.json"
 ONE_PROCESS = (
@@ -99,13 +98,12 @@ class AuditSummary(NamedTuple):
 
 
 class CollectAudit:
-    """The audit of one collect run (module docstring): its :class:`GateAuditor`, the chunk size
-    and the rows of the chunks finished so far."""
+    """The audit of one collect run (module docstring): its :class:`Audit` (the group gate's),
+    the chunk size and the rows of the chunks finished so far."""
 
-    def __init__(
-        self, auditor: Any, chunk_groups: int, rows: list[dict[str, Any]], path: Path
-    ) -> None:
-        self.auditor, self.chunk_groups, self.rows, self.path = auditor, chunk_groups, rows, path
+    def __init__(self, audit: Audit, chunk_groups: int, rows: list[dict[str, Any]], path: Path):
+        self.audit, self.chunk_groups, self.rows, self.path = audit, chunk_groups, rows, path
+        self.auditor: Any = audit.gate  # the group gate's: its threshold, floor and band
 
     @classmethod
     def start(cls, config: CollectConfig, gate: Any, run_dir: Path) -> CollectAudit:
@@ -114,8 +112,10 @@ class CollectAudit:
         saved = json.loads(path.read_text()) if config.resume and path.exists() else None
         chunk_groups = int(saved["chunk_groups"]) if saved else chunk_size(config)
         rows = list(saved["chunks"]) if saved else []
-        auditor = build_auditor(config, gate, run_dir, iteration=len(rows), resume=config.resume)
-        audit = cls(auditor, chunk_groups, rows, path)
+        audited = Audit.of(
+            config, gate, ckpt_dir=run_dir, iteration=len(rows), resume=config.resume
+        )
+        audit = cls(audited, chunk_groups, rows, path)
         audit._save_rows()  # the chunk size is fixed from the first start on
         return audit
 
@@ -135,10 +135,10 @@ class CollectAudit:
         summaries = []
         for chunk, batch in itertools.groupby(todo, key=self.chunk_of):
             batch = list(batch)
-            gate, picks = self.auditor.current_gate(), self.auditor.picks
-            records, summary = roll(batch, dataclasses.replace(settings, gate=gate, audit=picks))
+            records, summary = roll(batch, self.audit.settings(settings))
             summaries.append(summary)
-            metrics = self.auditor.audit(records, chunk)
+            metrics, _ = self.audit.label(records, chunk)
+            assert metrics is not None  # a CollectAudit runs only with --audit
             self.rows.append(
                 {
                     "chunk": chunk,
@@ -149,7 +149,7 @@ class CollectAudit:
                 }
             )
             # the ledger first: on resume it is cut back to the rows saved after it
-            self.auditor.save()
+            self.audit.save()
             self._save_rows()
         return summaries
 

@@ -21,7 +21,6 @@ from srollout.errors import EnvError, SrolloutError
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
     from srollout.core.trajectory_gate import StallGate
-    from srollout.rollout.audit import GateAuditor
 
 OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
 
@@ -65,33 +64,6 @@ def build_traj_gate(config: RolloutOptions) -> StallGate | None:
         return None
     gate.check(config.T_max)
     return gate
-
-
-def build_auditor(
-    config: RolloutOptions,
-    gate: Gate,
-    ckpt_dir: Path | None = None,
-    iteration: int = 0,
-    resume: bool = False,
-) -> GateAuditor:
-    """The audit of ``gate`` under ``--audit`` / ``--precision-floor``, seeded by ``--seed``, its
-    ledger ``audit.json`` in ``ckpt_dir`` (:class:`srollout.rollout.audit.GateAuditor`;
-    ``iteration`` / ``resume``: continue from the ledger, cut back to that iteration).
-
-    With ``ckpt_dir`` None it only checks that the audit can move this gate (a gate of another
-    kind is one line), reading and writing nothing: a stage calls it so before its run
-    directory exists."""
-    from srollout.rollout.audit import GateAuditor
-
-    return GateAuditor(
-        gate,
-        fraction=config.audit,
-        floor=config.audit_floor,
-        seed=config.seed,
-        ckpt_dir=Path(ckpt_dir) if ckpt_dir is not None else Path(),
-        iteration=iteration,
-        resume=resume and ckpt_dir is not None,
-    )
 
 
 def build_policy(config: RolloutOptions) -> Any:
@@ -181,7 +153,6 @@ def for_workers(config: OptionsT) -> OptionsT:
 
 
 __all__ = (
-    "build_auditor",
     "build_env_factory",
     "build_gate",
     "build_policy",

@@ -235,10 +235,12 @@ class ArmRunner:
         self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["time/cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.arm.greso else None
-        self.auditor: Any = None
-        # --audit: every arm writes the audit's columns; an arm with a gate has an auditor
-        self.audit_on = config.audit > 0
-        audit_args = dict(
+        # --audit: the arm's gates move between iterations (every arm writes the audit's columns)
+        from srollout.rollout.audits import Audit
+
+        self.audit = Audit(
+            spec.arm.gate_rule,
+            spec.arm.traj_gate,
             fraction=config.audit,
             floor=config.audit_floor,
             seed=spec.seed,
@@ -246,15 +248,6 @@ class ArmRunner:
             iteration=self.iteration,
             resume=resume,
         )
-        if self.audit_on and spec.arm.gate_rule is not None:
-            from srollout.rollout.audit import GateAuditor
-
-            self.auditor = GateAuditor(spec.arm.gate_rule, **audit_args)
-        self.stop_auditor: Any = None  # the trajectory gate's audit moves its W
-        if self.audit_on and spec.arm.traj_gate is not None:
-            from srollout.rollout.stop_audit import StopAuditor
-
-            self.stop_auditor = StopAuditor(spec.arm.traj_gate, **audit_args)
 
     @property
     def on_vllm(self) -> bool:
@@ -421,16 +414,7 @@ class ArmRunner:
             GroupSpec(index=(iteration - 1) * prompts + j, task=spec.train_tasks[i])
             for j, i in enumerate(picked)
         ]
-        if self.auditor is not None:  # the threshold the audit chose after the last iteration
-            self.settings = dataclasses.replace(
-                self.settings, gate=self.auditor.current_gate(), audit=self.auditor.picks
-            )
-        if self.stop_auditor is not None:  # the W the audit chose after the last iteration
-            self.settings = dataclasses.replace(
-                self.settings,
-                traj_gate=self.stop_auditor.current_gate(),
-                traj_audit=self.stop_auditor.picks,
-            )
+        self.settings = self.audit.settings(self.settings)  # the gates the audit chose so far
         totals = _RolloutTotals()
         used = set(picked)
 
@@ -471,20 +455,8 @@ class ArmRunner:
                     r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
                 )
         judged = self._judge(records)  # before the update: the weights that rolled them out
-        audited = None  # --audit: its groups ran on inside this iteration's rollout
-        if self.auditor is not None:
-            audited = self.auditor.audit(records, iteration)
-        elif self.audit_on:
-            from srollout.training.metrics import NO_AUDIT
-
-            audited = NO_AUDIT
-        stops_audited = None  # --audit on the trajectory gate: its stops ran on in the rollout
-        if self.stop_auditor is not None:
-            stops_audited = self.stop_auditor.audit(records, iteration)
-        elif self.audit_on:
-            from srollout.training.metrics import NO_STOP_AUDIT
-
-            stops_audited = NO_STOP_AUDIT
+        # --audit: the cuts and stops it audited ran on inside this iteration's rollout
+        audited, stops_audited = self.audit.label(records, iteration)
         outcomes = [
             GroupOutcome(
                 r.group_id,
@@ -565,9 +537,7 @@ class ArmRunner:
         # 5. checkpoint (atomic; the last thing of an iteration, so a kill loses at most this one;
         # greso.json first: on resume its outcomes after state.pt's iteration are dropped)
         self.iteration = iteration
-        for auditor in (self.auditor, self.stop_auditor):
-            if auditor is not None:
-                auditor.save()
+        self.audit.save()
         if self.greso is not None:
             from srollout.atomic import atomic_write_json
 

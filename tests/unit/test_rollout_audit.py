@@ -157,3 +157,40 @@ def test_a_closed_gate_says_which_band_kept_it_shut(tmp_path):
         f"17 zero-variance) bounds precision at {band.precision_lb:.3f} < floor 0.85"
     )
     assert "no cut" not in summary._replace(cuts=1).line()
+
+
+def test_the_audit_wraps_a_runs_gates_the_same_way_whether_on_or_off(tmp_path):
+    from srollout.core.trajectory_gate import StallGate
+    from srollout.rollout.audits import Audit
+    from srollout.rollout.engine import RolloutSettings
+    from srollout.rollout.stop_audit import NO_STOP_AUDIT
+
+    rule, stall = GateRule("r1", K=2, d_L=0.3), StallGate(W=3, k0=10)
+    settings = RolloutSettings(G=2, T_max=20, gate=rule)
+    groups = [_group(i, i / 100, True, ZERO_VAR if i < 19 else MIXED, True) for i in range(20)]
+
+    off = Audit(rule, stall, fraction=0.0, floor=0.85, seed=7, ckpt_dir=tmp_path / "off")
+    assert off.settings(settings) is settings  # nothing moves, nothing is drawn
+    assert off.label(groups, 1) == (None, None)
+    off.save()
+    assert not (tmp_path / "off").exists()
+
+    on = Audit(rule, None, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path)
+    first = on.settings(settings)
+    assert (first.gate, first.audit(3), first.traj_gate) == (rule, True, None)
+    gate_m, stop_m = on.label(groups, 1)
+    # the group gate's audit as GateAuditor's own (test above): 19 of 20 right, d_L tightens
+    assert (gate_m.audit_tp, gate_m.audit_fp) == (19, 1) and stop_m == NO_STOP_AUDIT
+    assert on.settings(settings).gate.d_L == pytest.approx(0.185)
+    on.save()
+    assert (tmp_path / "audit.json").exists()
+    resumed = Audit(
+        rule, None, fraction=1.0, floor=0.85, seed=7, ckpt_dir=tmp_path, iteration=1, resume=True
+    )
+    assert resumed.settings(settings).gate.d_L == pytest.approx(0.185)
+
+    both = Audit(rule, stall, fraction=0.5, floor=0.9, seed=7, ckpt_dir=tmp_path / "both")
+    s = both.settings(settings)
+    assert s.traj_gate == stall and s.traj_audit is not None
+    with pytest.raises(SrolloutError, match="audit_knob"):  # a gate the audit cannot move
+        Audit(SimpleNamespace(audit_knob=lambda: None, kind="odd"), fraction=0.5, floor=0.9, seed=0)

@@ -388,7 +388,7 @@ def run_ab_rollout(
             roll = roller.roll
             if auditor is not None:  # the gate the audit chose after the arm's last timed run
                 block = audited_block(block, auditor)
-                roll = functools.partial(roller.roll, audit=auditor.picks)
+                roll = functools.partial(roller.roll, audit=auditor.gate.picks)
             run = run_block(
                 block,
                 roll,
@@ -465,7 +465,7 @@ def run_ab_rollout(
         timed_runs=round(float(blocks["wall_s"].sum()), 3),
     )
     outputs = [*paths.values(), *(p for t in tables.values() for p in t.values())]
-    outputs += [a.path for a in auditors.values() if a.path.exists()]  # --audit: the ledgers
+    outputs += [f for a in auditors.values() for f in a.files()]  # --audit: the ledgers
     manifest.complete(
         outputs,
         comparisons=[c.headline() for c in comparisons],

@@ -26,8 +26,8 @@ import polars as pl
 
 from srollout.config import AbRolloutConfig
 from srollout.core.arms import ArmSpec
+from srollout.rollout.audits import Audit
 from srollout.stages.ab_rollout.schedule import Block, arm_dir
-from srollout.stages.rollout_setup import build_auditor
 
 # the audit's columns of blocks.parquet (per timed run) and arms.parquet (per arm), null on an
 # arm without the gate
@@ -48,7 +48,7 @@ def check_auditable(config: AbRolloutConfig, arms: Sequence[ArmSpec]) -> None:
     if config.audit > 0:
         for arm in arms:
             if arm.gate_rule is not None:
-                build_auditor(config, arm.gate_rule)
+                Audit.of(config, arm.gate_rule)
 
 
 def arm_iterations(schedule: Sequence[Block]) -> dict[int, int]:
@@ -68,8 +68,8 @@ def arm_auditors(
     todo: Sequence[Block],
     run_dir: Path,
 ) -> dict[str, Any]:
-    """arm name -> its GateAuditor (gated arms, with ``--audit``), resumed from the arm's finished
-    timed runs (those before its first one still to do)."""
+    """arm name -> its :class:`Audit` (gated arms, with ``--audit``), resumed from the arm's
+    finished timed runs (those before its first one still to do)."""
     if config.audit <= 0:
         return {}
     pending = {b.order for b in todo}
@@ -81,23 +81,25 @@ def arm_auditors(
         done = next((i for i, b in enumerate(mine) if b.order in pending), len(mine))
         ckpt = audit_dir(run_dir, arm.name)
         ckpt.mkdir(parents=True, exist_ok=True)
-        out[arm.name] = build_auditor(
-            config, arm.gate_rule, ckpt, iteration=done, resume=config.resume
+        out[arm.name] = Audit.of(
+            config, arm.gate_rule, ckpt_dir=ckpt, iteration=done, resume=config.resume
         )
     return out
 
 
-def audited_block(block: Block, auditor: Any) -> Block:
+def audited_block(block: Block, audit: Audit) -> Block:
     """``block`` with its arm at the gate the audit chose for it."""
-    arm = block.arm.with_gate(auditor.current_gate(), block.arm.gate_K, block.arm.traj_gate)
-    return block._replace(arm=arm)
+    gate = audit.gate.current_gate() if audit.gate is not None else block.arm.gate_rule
+    return block._replace(arm=block.arm.with_gate(gate, block.arm.gate_K, block.arm.traj_gate))
 
 
-def audit_block(auditor: Any, records: Sequence[Any], iteration: int) -> dict[str, Any]:
+def audit_block(audit: Audit, records: Sequence[Any], iteration: int) -> dict[str, Any]:
     """Audit one timed run's groups (after its clock stopped), save the ledger, and return what
     block-<b>.json keeps of it (:data:`AUDIT_BLOCK_COLUMNS`)."""
-    m = auditor.audit(records, iteration)
-    auditor.save()
+    m, _ = audit.label(records, iteration)
+    assert m is not None and audit.gate is not None  # an arm's audit runs only with --audit
+    audit.save()
+    auditor = audit.gate
     return dict(
         zip(
             AUDIT_BLOCK_COLUMNS,
