@@ -4,21 +4,16 @@ run_ab_rollout)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
 from typing import Annotated, Any
 
 import typer
 
-from srollout.cli.rollout_options import (
-    ROLLOUT_OPTIONS,
-    RUN_OPTIONS,
-    config_options,
-    config_values,
-)
-from srollout.config import AbRolloutConfig, DistConfig, help_for, parse_names
+from srollout.cli.rollout_options import config_options, config_values
+from srollout.config import AbRolloutConfig, DistConfig
 
 _DEFAULT = AbRolloutConfig()
-OPTIONS = (*ROLLOUT_OPTIONS, *RUN_OPTIONS)
+OPTIONS = tuple(f.name for f in dataclasses.fields(AbRolloutConfig))
 # the order `ab-rollout --help` lists its options in
 ORDER = (
     "groups",
@@ -64,10 +59,6 @@ ORDER = (
 )
 
 
-def _h(name: str) -> str:
-    return help_for(AbRolloutConfig, name)
-
-
 def register(app: typer.Typer) -> None:
     @app.command(
         "ab-rollout",
@@ -81,26 +72,6 @@ def register(app: typer.Typer) -> None:
     @config_options(AbRolloutConfig, OPTIONS, order=ORDER)
     def ab_rollout(
         options: dict[str, Any],
-        repeats: Annotated[int, typer.Option("--repeats", help=_h("repeats"))] = _DEFAULT.repeats,
-        blocks: Annotated[int, typer.Option("--blocks", help=_h("blocks"))] = _DEFAULT.blocks,
-        warmup: Annotated[
-            bool, typer.Option("--warmup/--no-warmup", help=_h("warmup"))
-        ] = _DEFAULT.warmup,
-        n_boot: Annotated[int, typer.Option("--n-boot", help=_h("n_boot"))] = _DEFAULT.n_boot,
-        figures: Annotated[
-            bool, typer.Option("--figures/--no-figures", help=_h("figures"))
-        ] = _DEFAULT.figures,
-        arms: Annotated[str, typer.Option("--arms", help=_h("arms"))] = ",".join(_DEFAULT.arms),
-        dapo_max_rounds: Annotated[
-            int, typer.Option("--dapo-max-rounds", help=_h("dapo_max_rounds"))
-        ] = _DEFAULT.dapo_max_rounds,
-        greso_p_explore: Annotated[
-            float, typer.Option("--greso-p-explore", help=_h("greso_p_explore"))
-        ] = _DEFAULT.greso_p_explore,
-        greso_history: Annotated[
-            Path | None,
-            typer.Option("--greso-history", help=_h("greso_history"), show_default=False),
-        ] = None,
         workers: Annotated[
             int,
             typer.Option(
@@ -120,18 +91,9 @@ def register(app: typer.Typer) -> None:
         from srollout.stages.ab_rollout import run_ab_rollout
 
         values = config_values(AbRolloutConfig, options)
-        config = AbRolloutConfig(
-            **values,
-            repeats=repeats,
-            blocks=min(blocks, values["groups"]) if blocks == _DEFAULT.blocks else blocks,
-            warmup=warmup,
-            n_boot=n_boot,
-            figures=figures,
-            arms=parse_names(arms, "--arms"),
-            dapo_max_rounds=dapo_max_rounds,
-            greso_p_explore=greso_p_explore,
-            greso_history=greso_history,
-        )
+        if values["blocks"] == _DEFAULT.blocks:  # the default never asks for more than --groups
+            values["blocks"] = min(values["blocks"], values["groups"])
+        config = AbRolloutConfig(**values)
         dist = DistConfig(workers=workers)
         console = make_console()
         result = run_ab_rollout(config, console=console, dist=dist)

@@ -124,6 +124,8 @@ def test_the_run_options_are_fields_of_every_rollout_stage():
         ("analyze", "AnalyzeConfig", set()),
         ("what-if", "WhatIfConfig", set()),
         ("sweep", "SweepConfig,GateFitConfig,StallFitConfig", set()),
+        ("ab-rollout", "AbRolloutConfig", {"workers"}),
+        ("collect", "CollectConfig", {"workers"}),
         ("serve", "ServeConfig", set()),
         ("policy build", "BuildConfig", {"out", "replace_shipped", "force"}),
     ],
