@@ -130,6 +130,15 @@ class GroupSignals:
     def __repr__(self) -> str:
         return f"GroupSignals({', '.join(f'{k}={v!r}' for k, v in self.as_dict().items())})"
 
+    @classmethod
+    def of(cls, values: Sequence[float]) -> GroupSignals:
+        """From every agreement signal's value in the registry's order, unchecked (the engine's
+        path: :func:`compute_signals`)."""
+        sig = object.__new__(cls)
+        object.__setattr__(sig, "_values", dict(zip(SIGNAL_NAMES, values, strict=True)))
+        object.__setattr__(sig, "steps", ())
+        return sig
+
     def with_steps(self, steps: tuple[tuple[str, float], ...]) -> GroupSignals:
         """The same agreement signals with these step signals."""
         return GroupSignals(**self._values, steps=steps)
@@ -338,7 +347,7 @@ def _entropy(items: Sequence[str], G: int) -> float:
     return min(entropy / math.log(G), 1.0)  # rounding can put a uniform split a hair above log G
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~1 µs a field
 class GroupAtK:
     """What every agreement signal of a group at step K reads, computed once: ``prefixes`` the
     G END-padded K-prefixes, ``counts`` each distinct prefix and how many trajectories share it,
@@ -355,9 +364,7 @@ class GroupAtK:
     a_K: list[str]
     o_K: list[str] | None
 
-    @property
-    def n_pairs(self) -> float:
-        return self.G * (self.G - 1) / 2
+    n_pairs: float  # G (G - 1) / 2
 
 
 def prefix_edit_distance_mean(g: GroupAtK) -> float:
@@ -423,7 +430,8 @@ def group_at_K(
             raise SrolloutError(_observation_error(observations, lens, K)) from None
     counts = _prefix_counts(actions, K, prefixes)
     a_k = [p[K - 1] for p in prefixes]
-    return GroupAtK(G, K, prefixes, list(counts), list(counts.values()), lens, a_k, o_k)
+    distinct, weights = list(counts), list(counts.values())
+    return GroupAtK(G, K, prefixes, distinct, weights, lens, a_k, o_k, G * (G - 1) / 2)
 
 
 def compute_signals(
@@ -448,7 +456,7 @@ def compute_signals(
         GroupSignals. Raises SrolloutError on G < 2, K < 1 or inconsistent inputs.
     """
     g = group_at_K(actions, K, observations, done)
-    return GroupSignals(*(fn(g) for fn in AGREEMENT_SIGNALS.values()))
+    return GroupSignals.of([fn(g) for fn in AGREEMENT_SIGNALS.values()])
 
 
 def _observation_error(observations: Sequence[Sequence[str]], lens: Sequence[int], K: int) -> str:
