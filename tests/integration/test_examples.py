@@ -165,3 +165,37 @@ def test_your_own_environment_with_the_shipped_policy_and_trl(tmp_path):
     trl = summary["trl"]
     assert trl["steps"] == 1 and trl["groups"] == 2 and 0 <= trl["cut"] <= 2
     assert 0 < trl["env_steps"] <= 2 * 4 * 12
+
+
+def test_your_own_signal_prototypes_a_signal_beside_the_registered_ones():
+    """examples/your_own_signal.py: its signal by hand, then the script on a real collect."""
+    import importlib.util
+
+    from srollout.core.signals import AGREEMENT_SIGNALS, group_at_K
+
+    spec = importlib.util.spec_from_file_location("own", ROOT / "examples" / "your_own_signal.py")
+    own = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(own)
+    # steps 1-2 alike, step 3 not: 2 of K = 3; an ended trajectory's END differs from acting
+    assert own.shared_opening(group_at_K([["a", "b", "c"], ["a", "b", "d"]], 3)) == 2 / 3
+    assert own.shared_opening(group_at_K([["a", "b"], ["a", "b"]], 2)) == 1.0
+    assert own.shared_opening(group_at_K([["a"], ["a", "b"]], 2, done=[True, False])) == 1 / 2
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "your_own_signal.py"),
+            "--groups",
+            "8",
+            "--K",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert re.search(r"^8 groups at K = 4, \d+ zero-variance$", out, re.M)
+    rows = dict(re.findall(r"^(\w+)\s+([0-9.]+)\s", out, re.M))
+    assert set(rows) == {*AGREEMENT_SIGNALS, "shared_opening"}
+    assert all(0.0 <= float(v) <= 1.0 for v in rows.values())  # every signal's mean in [0, 1]
