@@ -18,7 +18,7 @@ invalid_action_rate    ``valid``        share of the steps t <= K whose action t
 ====================== =============== ====================================================
 
 A new signal of this kind is one function here, its entry in :data:`STEP_SIGNALS`, its name in
-``srollout.schemas.STEP_SIGNAL_NAMES`` (the Parquet contract) and its test: the engine, the
+``srollout.signal_names.STEP_SIGNAL_NAMES`` (the Parquet contract) and its test: the engine, the
 buffers analyze and sweep read, the signals table and analyze's ranking all take it from there.
 """
 
@@ -45,7 +45,7 @@ def invalid_action_rate(valid: Sequence[Sequence[bool]], K: int) -> float:
     return sum(1 for v in steps if not v) / len(steps) if steps else math.nan
 
 
-# name -> (the steps column it reads, the function); the order of schemas.STEP_SIGNAL_NAMES
+# name -> (the steps column it reads, the function); the order of signal_names.STEP_SIGNAL_NAMES
 STEP_SIGNALS: dict[str, tuple[str, Callable[[Sequence[Sequence[Any]], int], float]]] = {
     "action_logprob_mean": ("logprob_mean", action_logprob_mean),
     "invalid_action_rate": ("valid", invalid_action_rate),
