@@ -329,9 +329,10 @@ def check_build_config(cfg: BuildConfig) -> None:
                 f"{getattr(cfg, field)!r}"
             )
     check_user_template(cfg.user_template, "BuildConfig")
+    may_be_zero = ("seed", "correction_rounds", "correction_replay")
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
-        if type(value) is int and value < 1 and field.name not in ("seed", "correction_rounds"):
+        if type(value) is int and value < 1 and field.name not in may_be_zero:
             flag = "--" + field.name.replace("_", "-")
             raise SrolloutError(f"BuildConfig.{field.name} ({flag}) must be >= 1, got {value}")
     if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:

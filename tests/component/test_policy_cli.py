@@ -206,3 +206,20 @@ def test_a_build_is_deterministic_from_its_seed(tmp_path, monkeypatch):
     assert tok_a == tok_b
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a if a[k].shape == c[k].shape)
+
+
+def test_every_size_of_the_recipe_is_checked_before_the_build():
+    from srollout.default_policy.build import check_build_config
+    from srollout.default_policy.recipe import BuildConfig
+
+    check_build_config(
+        BuildConfig(correction_replay=0, correction_rounds=0, seed=0)
+    )  # 0 means none
+    for field in ("d_ff", "head_dim", "batch_tokens", "correction_G"):
+        with pytest.raises(
+            SrolloutError,
+            match=rf"BuildConfig.{field} \(--{field.replace('_', '-')}\) must be >= 1, got 0",
+        ):
+            check_build_config(BuildConfig(**{field: 0}))
+    res = CliRunner().invoke(policy_app, ["build", "--out", "/nonexistent/m", "--d-ff", "0"])
+    assert isinstance(res.exception, SrolloutError) and "--d-ff" in str(res.exception)
