@@ -183,3 +183,17 @@ def default_model() -> Path:
     from srollout.default_policy import default_policy
 
     return default_policy()
+
+
+@pytest.fixture(scope="session")
+def cooldown_arm() -> str:
+    """examples/custom_arm/cooldown_arm.py imported, so ``@skip_part("cooldown")`` registers the
+    skip part of that example package in this process; the part's name."""
+    import importlib
+    import sys
+
+    folder = str(Path(__file__).resolve().parents[1] / "examples" / "custom_arm")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    importlib.import_module("cooldown_arm")
+    return "cooldown"

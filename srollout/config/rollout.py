@@ -367,7 +367,8 @@ class AbRolloutConfig(RolloutOptions):
     arms: tuple[str, ...] = doc(
         AB_ARMS,
         "Arms to compare (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso, "
-        "stall, gated+stall, stall+dapo, stall+greso); baseline is required.",
+        "stall, gated+stall, stall+dapo, stall+greso; a skip part of another package, entry "
+        "point group srollout.arms, stands where greso does); baseline is required.",
     )
     audit: float = audit_field("a gated arm's timed runs, in schedule order")
     dapo_max_rounds: int = doc(

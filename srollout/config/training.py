@@ -254,7 +254,8 @@ class TrainOnpolicyConfig:
     arms: tuple[str, ...] = doc(
         TRAIN_ARMS,
         "Arms to run (comma list of baseline, gated, dapo, greso, gated+dapo, gated+greso, "
-        "stall, gated+stall, stall+dapo, stall+greso; docs/training.md).",
+        "stall, gated+stall, stall+dapo, stall+greso; a skip part of another package, entry "
+        "point group srollout.arms, stands where greso does; docs/training.md).",
     )
     dapo_max_rounds: int = doc(
         3,

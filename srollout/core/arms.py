@@ -14,8 +14,11 @@ Three filters act at three stages of a GRPO iteration (paper §"Composition with
   (:func:`dapo_fill`), with a cap on extra rounds that degrades gracefully.
 
 An arm is a name from :data:`ARM_NAMES` (its parts joined by ``+``); :func:`parse_arm` turns it
-into an :class:`ArmSpec` of four switches. Pure Python (numpy at most): no torch, no engine, no
-I/O, so a trainer or the ``ab-rollout`` stage can reuse the same logic::
+into an :class:`ArmSpec` of four switches. The pre-rollout skip is pluggable: a *skip part* of
+another package (:func:`skip_part`, or an entry point of group ``srollout.arms``) stands wherever
+``greso`` may (``cooldown``, ``gated+cooldown``, ``stall+cooldown``). Pure Python (numpy at
+most): no torch, no engine, no I/O, so a trainer or the ``ab-rollout`` stage can reuse the
+same logic::
 
     from srollout.core.arms import GresoSkipper, dapo_fill, parse_arms
 
@@ -29,12 +32,12 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from srollout.core.grpo import is_zero_variance
-from srollout.errors import SrolloutError
+from srollout.errors import SrolloutError, one_line
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
@@ -62,9 +65,10 @@ class ArmSpec:
 
     gate: the gate cuts groups at step K (cut groups leave the GRPO batch); stall: the trajectory
     gate ends stalled trajectories (they keep their reward so far and stay in the batch); dapo:
-    zero-variance
-    groups are dropped after the rollout and new prompts sampled until the batch is full;
-    greso: prompts whose recent groups were zero-variance are skipped before the rollout.
+    zero-variance groups are dropped after the rollout and new prompts sampled until the batch is
+    full; greso: prompts are skipped before the rollout, by the skip part named ``skip``
+    (``"greso"``: GRESO's rule, :class:`GresoSkipper`; another name: a part registered with
+    :func:`skip_part`). ``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso.
     gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
     attached by :meth:`with_gate` (None until then, and always None on an arm without the gate);
     traj_gate: the trajectory gate of a stall arm (:class:`srollout.core.trajectory_gate
@@ -82,6 +86,13 @@ class ArmSpec:
     gate_rule: Gate | None = None
     gate_K: int | None = None
     traj_gate: Any = None
+    skip: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.greso and self.skip is None:
+            object.__setattr__(self, "skip", "greso")
+        elif self.skip is not None and not self.greso:
+            object.__setattr__(self, "greso", True)
 
     def with_gate(
         self, gate_rule: Gate | None, gate_K: int | None, traj_gate: Any = None
@@ -108,12 +119,24 @@ _ARMS: dict[str, ArmSpec] = {name: _arm(name) for name in ARM_NAMES}
 
 
 def parse_arm(name: str) -> ArmSpec:
-    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); unknown ->
-    SrolloutError."""
+    """``"gated+dapo"`` -> ArmSpec("gated+dapo", gate=True, dapo=True, greso=False); a name
+    with a registered skip part where :data:`ARM_NAMES` has ``greso`` (``"gated+cooldown"``) ->
+    the same switches with ``skip="cooldown"``; unknown -> SrolloutError."""
     key = str(name).strip().lower()
-    if key not in _ARMS:
-        raise SrolloutError(f"unknown arm {name!r}: expected one of {', '.join(ARM_NAMES)}")
-    return _ARMS[key]
+    if key in _ARMS:
+        return _ARMS[key]
+    parts = key.split("+")
+    own = [p for p in parts if p not in _BUILT_IN_PARTS]
+    if len(own) == 1 and "greso" not in parts and _skip_factory(own[0]) is not None:
+        as_greso = "+".join("greso" if p == own[0] else p for p in parts)
+        if as_greso in _ARMS:
+            return replace(_ARMS[as_greso], name=key, skip=own[0])
+    parts_known = sorted(set(_SKIP_PARTS) - {"greso"})
+    more = f"; skip parts: {', '.join(parts_known)}" if parts_known else ""
+    raise SrolloutError(
+        f"unknown arm {name!r}: expected one of {', '.join(ARM_NAMES)} (a skip part of another "
+        f"package, entry point group {SKIP_ENTRY_POINT_GROUP!r}, stands where greso does{more})"
+    )
 
 
 def parse_arms(text: str | Iterable[str]) -> tuple[ArmSpec, ...]:
@@ -361,8 +384,84 @@ class GresoSkipper:
             self._history[key] = [o for o in outcomes if o.iteration <= last_iteration]
 
 
+class Skipper(Protocol):
+    """What a skip part builds: the pre-rollout skip of one arm (GRESO's :class:`GresoSkipper`
+    is one). ``record`` is told every group the arm rolled out (a cut group counts as
+    zero-variance: it gave no gradient); ``history`` / ``truncate`` checkpoint and resume it."""
+
+    def should_skip(self, prompt_id: str, iteration: int) -> bool: ...
+
+    def record(self, prompt_id: str, iteration: int, zero_var: bool) -> None: ...
+
+    def history(self) -> list[GresoOutcome]: ...
+
+    def truncate(self, last_iteration: int) -> None: ...
+
+
+SKIP_ENTRY_POINT_GROUP = "srollout.arms"  # skip parts of other packages: name = the part
+_BUILT_IN_PARTS = frozenset({"baseline", "gated", "stall", "dapo", "greso"})
+SkipFactory = Callable[..., Skipper]
+_SKIP_PARTS: dict[str, SkipFactory] = {}
+
+
+def skip_part(name: str) -> Callable[[SkipFactory], SkipFactory]:
+    """Decorator: register ``factory(*, seed, history, p_explore) -> Skipper`` (a class or a
+    function) as the skip part ``name``, usable wherever an arm name has ``greso``: ``name``,
+    ``gated+name``, ``stall+name``. ``seed`` is the run's seed, ``history`` the outcomes known
+    before the run (``--greso-history``, a resumed run's own), ``p_explore``
+    ``--greso-p-explore`` (a part may ignore it)."""
+    key = str(name).strip().lower()
+    if not key or not key.replace("-", "").replace("_", "").isalnum():
+        raise SrolloutError(f"skip part {name!r}: a name of letters, digits, '-' and '_'")
+    if key in _BUILT_IN_PARTS and (key != "greso" or key in _SKIP_PARTS):
+        raise SrolloutError(f"{key!r} is a part of srollout's own arms; choose another name")
+
+    def register(factory: SkipFactory) -> SkipFactory:
+        _SKIP_PARTS[key] = factory
+        return factory
+
+    return register
+
+
+@skip_part("greso")
+def _greso_part(*, seed: int, history: Iterable[GresoOutcome], p_explore: float) -> Skipper:
+    return GresoSkipper(p_explore, seed, history)
+
+
+def _skip_factory(name: str) -> SkipFactory | None:
+    """The registered factory of skip part ``name``, else its entry point's (loaded and
+    registered), else None."""
+    if name in _SKIP_PARTS:
+        return _SKIP_PARTS[name]
+    from importlib.metadata import entry_points
+
+    point = next((ep for ep in entry_points(group=SKIP_ENTRY_POINT_GROUP) if ep.name == name), None)
+    if point is None:
+        return None
+    try:
+        target = point.load()
+    except Exception as e:
+        raise SrolloutError(
+            f"arm part {name!r}: entry point {point.value!r} does not load "
+            f"({type(e).__name__}: {one_line(e)})"
+        ) from e
+    return skip_part(name)(target)
+
+
+def make_skipper(
+    arm: ArmSpec, *, seed: int, p_explore: float, history: Iterable[GresoOutcome] = ()
+) -> Skipper | None:
+    """The pre-rollout skip of ``arm`` (None on an arm that skips nothing), fed ``history``."""
+    if arm.skip is None:
+        return None
+    factory = _skip_factory(arm.skip)
+    if factory is None:  # parse_arm only makes arms of known parts
+        raise SrolloutError(f"arm {arm.name}: no skip part {arm.skip!r}")
+    return factory(seed=int(seed), history=list(history), p_explore=float(p_explore))
+
+
 def greso_filter(
-    skipper: GresoSkipper, prompt_ids: Sequence[str], iteration: int
+    skipper: Skipper, prompt_ids: Sequence[str], iteration: int
 ) -> tuple[list[int], list[int]]:
     """Split positions of ``prompt_ids`` into (kept, skipped) at ``iteration``, order kept."""
     kept, skipped = [], []
@@ -391,7 +490,7 @@ def roll_arm(
     refill: Callable[[int, int], Sequence[Any]],
     *,
     iteration: int,
-    skipper: GresoSkipper | None = None,
+    skipper: Skipper | None = None,
     task_ids: Sequence[str] = (),
     max_rounds: int = 3,
     tokens: Callable[[Any], int] | None = None,

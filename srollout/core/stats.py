@@ -528,7 +528,9 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     run are not independent samples of the timing noise and a bootstrap over tasks is
     overconfident; the pairs are. With l_p = ln(arm_p / baseline_p), mean l̄ and standard
     deviation s (ddof 1), the interval on the ratio is R · exp(±t_{P-1} · s / √P) around the
-    ratio of sums R = Σ arm / Σ baseline, and the saving is 1 - ratio.
+    ratio of sums R = Σ arm / Σ baseline, and the saving is 1 - ratio. An arm run of zero
+    wall-clock (a GRESO-like arm skipped its whole block) has no log-ratio: the estimate stands,
+    the interval is NaN.
     Hand-worked: baseline (10, 10), arm (8, 9): l = (ln 0.8, ln 0.9), s = 0.08329,
     t_1 (97.5 %) = 12.706, half-width 0.7483, R = 0.85 -> ratio [0.4022, 1.7964], saving
     15 % [-79.6 %, 59.8 %].
@@ -536,13 +538,13 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     base, mine = _paired_costs(
         baseline, arm, "runs", "run_pair_saving_ci needs at least one pair of timed runs"
     )
-    if np.any(base <= 0) or np.any(mine <= 0):
-        raise SrolloutError("timed runs must have positive wall-clock")
+    if np.any(base <= 0) or np.any(mine < 0):
+        raise SrolloutError("timed runs must have positive wall-clock (an arm's may be 0)")
     if not 0 < level < 1:
         raise SrolloutError(f"confidence level must lie in (0, 1), got {level}")
     ratio = float(mine.sum() / base.sum())
     n = base.size
-    if n < 2:
+    if n < 2 or np.any(mine == 0):
         return RunPairCI(1.0 - ratio, math.nan, math.nan, n, float(level))
     from scipy.stats import t as student_t
 

@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
-from srollout.report.palette import ARM_COLORS
+from srollout.report.palette import arm_color
 
 
 def _pct(x: float) -> str:
@@ -299,13 +299,22 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
             source = (
                 f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
             )
+            greso = "greso" in str(name).split("+")
             text += (
-                f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a task "
-                f"whose last z groups ({source}this arm's groups of earlier repeats) were "
-                "zero-variance or cut is skipped unless a seeded draw keeps it (probability p^z): "
-                f"{r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
-            )
-            if not config.greso_history:
+                (
+                    f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a "
+                    f"task whose last z groups ({source}this arm's groups of earlier repeats) were "
+                    "zero-variance or cut is skipped unless a seeded draw keeps it (probability "
+                    "p^z): "
+                )
+                if greso
+                else (
+                    f"\n\n**{name}** (a skip part of another package, seed {config.seed}): it "
+                    f"skips tasks before the rollout by its own rule, told {source}this arm's "
+                    "groups of earlier repeats (zero-variance or cut, or not): "
+                )
+            ) + f"{r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
+            if greso and not config.greso_history:
                 text += (
                     " Without `--greso-history` it has no history in repeat 0 and skips nothing "
                     "there. Repeats replay the same seeds, so a history from an earlier repeat "
@@ -367,7 +376,7 @@ def stops_figure(tables: dict, arms: Sequence[str], path: Path) -> Path | None:
         steps = sorted(set(df["n_steps"].to_list())) or [0]
         right = [df.filter((pl.col("n_steps") == t) & ~pl.col("success")).height for t in steps]
         wrong = [df.filter((pl.col("n_steps") == t) & pl.col("success")).height for t in steps]
-        ax.bar(steps, right, color=ARM_COLORS.get(arm, "C0"), label="right (twin failed)")
+        ax.bar(steps, right, color=arm_color(arm), label="right (twin failed)")
         ax.bar(steps, wrong, bottom=right, color="#d62728", label="wrong (twin won)")
         n = df.height
         ax.set_title(f"{arm}: {n} stops, precision {sum(right) / n:.2f}" if n else arm)
@@ -397,7 +406,7 @@ def task_time_figure(table: pl.DataFrame, path: Path, arms: Sequence[str]) -> Pa
         }
         xs = np.arange(n) + (j - (len(arms) - 1) / 2) * width
         ys = [rows[i]["wall_s"] for i in order]
-        bars = ax.bar(xs, ys, width=width, color=ARM_COLORS.get(arm, f"C{j}"), label=arm)
+        bars = ax.bar(xs, ys, width=width, color=arm_color(arm), label=arm)
         for bar, i in zip(bars, order, strict=True):
             if rows[i]["cut"]:
                 bar.set_hatch("///")

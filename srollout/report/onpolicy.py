@@ -22,13 +22,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from srollout.report.palette import ARM_COLORS
+from srollout.report.palette import ARM_COLORS, arm_color, arm_order
 
 
 def _arms_in(frame: pl.DataFrame) -> list[str]:
-    """The arms present in ``frame``, in ARM_COLORS order (baseline, gated first, as before)."""
-    present = set(frame["arm"].to_list()) if "arm" in frame.columns else set()
-    return [a for a in ARM_COLORS if a in present]
+    """The arms present in ``frame``, in the pages' order (baseline, gated first, as before)."""
+    return arm_order(set(frame["arm"].to_list()) if "arm" in frame.columns else set())
 
 
 class PairedTest(NamedTuple):
@@ -400,8 +399,8 @@ def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int =
         .sort(x)
     )
     xs, m, s = agg[x].to_numpy(), agg["m"].to_numpy(), agg["s"].fill_nan(0.0).to_numpy()
-    ax.plot(xs, m, marker="o", ms=3, color=ARM_COLORS[arm], label=arm)
-    ax.fill_between(xs, m - s, m + s, color=ARM_COLORS[arm], alpha=0.2)
+    ax.plot(xs, m, marker="o", ms=3, color=arm_color(arm), label=arm)
+    ax.fill_between(xs, m - s, m + s, color=arm_color(arm), alpha=0.2)
 
 
 def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> Path:
@@ -507,7 +506,7 @@ def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
     for (arm, seed), part in m.group_by(["arm", "seed"], maintain_order=True):
         label, x = f"{arm} seed {seed}", part["iteration"].to_list()
         i = seeds.index(seed)
-        look = dict(color=ARM_COLORS.get(str(arm)), ls=("-", "--", ":", "-.")[i % 4], label=label)
+        look = dict(color=arm_color(str(arm)), ls=("-", "--", ":", "-.")[i % 4], label=label)
         axes[0].step(x, part["gate/threshold"].to_list(), where="post", **look)
         axes[1].plot(x, part["gate/precision_lb"].to_list(), marker="o^sDv"[i % 5], ms=3, **look)
     totals = (

@@ -299,16 +299,19 @@ class ArmRunner:
         is written before state.pt, so it may hold one iteration more: that one is dropped)."""
         import json
 
-        from srollout.core.arms import GresoOutcome, GresoSkipper
+        from srollout.core.arms import GresoOutcome, make_skipper
 
-        skipper = GresoSkipper(self.config.greso_p_explore, self.spec.seed)
         path = self.spec.ckpt_dir / GRESO_FILE
+        history = []
         if resume and path.exists():
-            skipper = GresoSkipper(
-                self.config.greso_p_explore,
-                self.spec.seed,
-                [GresoOutcome(*o) for o in json.loads(path.read_text())["history"]],
-            )
+            history = [GresoOutcome(*o) for o in json.loads(path.read_text())["history"]]
+        skipper = make_skipper(
+            self.spec.arm,
+            seed=self.spec.seed,
+            p_explore=self.config.greso_p_explore,
+            history=history,
+        )
+        if history:
             skipper.truncate(self.iteration)
         return skipper
 

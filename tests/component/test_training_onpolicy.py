@@ -333,7 +333,7 @@ def _far_config(model: Path, out: Path, **kw) -> TrainOnpolicyConfig:
     return _config(
         model,
         out,
-        arms=("baseline", "dapo", "greso", "gated+greso"),
+        arms=("baseline", "dapo", "greso", "gated+greso", "cooldown"),
         dapo_max_rounds=1,
         greso_p_explore=0.0,
         d_L=1.0,
@@ -357,7 +357,7 @@ def _far_run(config, **kw):
 
 
 @pytest.fixture(scope="module")
-def far(tiny_model, tmp_path_factory):
+def far(tiny_model, tmp_path_factory, cooldown_arm):
     return _far_run(_far_config(tiny_model, tmp_path_factory.mktemp("far") / "run"))
 
 
@@ -395,13 +395,26 @@ def test_dapo_cap_and_greso_skips_on_all_zero_variance_groups(far):
     greso = m.filter(pl.col("arm") == "greso")
     assert (greso["rollout/gen_tokens"] <= base["rollout/gen_tokens"]).all()
     a = res.arms.to_dicts()
-    assert [r["arm"] for r in a] == ["baseline", "dapo", "greso", "gated+greso"]
+    assert [r["arm"] for r in a] == ["baseline", "dapo", "greso", "gated+greso", "cooldown"]
     assert a[1]["extra_rounds"] == 3 and a[1]["cap_hits"] == 3 and a[1]["useful_groups"] == 0
     assert a[2]["skipped"] == sum(expected) and a[2]["token_saving"] > 0
     assert {t["what"].split(": ")[-1] for t in res.tests.to_dicts()} >= {
         "dapo - baseline",
         "greso - baseline",
     }
+    # cooldown (examples/custom_arm, a skip part of another package) rests a prompt only the
+    # iteration after it was rolled out (a rested prompt records nothing): iteration i skips the
+    # drawn prompts rolled out at i - 1
+    last_rolled: dict[int, int] = {}
+    rested = []
+    for it in (1, 2, 3):
+        picked = set(iteration_tasks(TRAIN, it, 2, 7))
+        rest = {p for p in picked if last_rolled.get(p) == it - 1}
+        last_rolled |= {p: it for p in picked - rest}
+        rested.append(len(rest))
+    assert sum(rested) > 0, "no prompt rests: the test would pass trivially"
+    cool = m.filter(pl.col("arm") == "cooldown")
+    assert cool["gate/skipped"].to_list() == rested and a[4]["skipped"] == sum(rested)
 
 
 def test_greso_history_survives_a_stop_and_resume(tiny_model, tmp_path, far):

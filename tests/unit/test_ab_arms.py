@@ -10,6 +10,8 @@ length 9 can never be won: zero variance (3 + 3 = 6 steps, 3·1 + 3·2 = 9 token
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 
 import polars as pl
@@ -17,7 +19,7 @@ import pytest
 from corridor_env import Corridor, tasks
 
 from srollout.config import AbRolloutConfig
-from srollout.core.arms import parse_arm
+from srollout.core.arms import ArmSpec, parse_arm, skip_part
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActResponse
 from srollout.rollout.engine import make_specs
@@ -263,6 +265,56 @@ def test_greso_learns_from_the_earlier_repeat_and_resumes_the_same(tmp_path):
     )
     assert cfg["arms"] == ["baseline", "greso", "dapo"]
     assert read(again.paths["ab"], AB).drop(TIMING).equals(before)
+
+
+def test_an_arm_part_of_another_package_runs_where_greso_does(tmp_path, cooldown_arm):
+    assert parse_arm("Gated+Cooldown") == ArmSpec(
+        "gated+cooldown", gate=True, dapo=False, greso=True, skip="cooldown"
+    )
+    assert parse_arm("stall+cooldown").stall and parse_arm("cooldown").skip == "cooldown"
+    assert parse_arm("greso") == ArmSpec("greso", gate=False, dapo=False, greso=True, skip="greso")
+    for name in ("cooldown+dapo", "greso+cooldown", "cooldown+nap"):  # no greso+dapo arm either
+        with pytest.raises(SrolloutError, match=f"unknown arm '{re.escape(name)}'"):
+            parse_arm(name)
+    for taken in ("gated", "greso"):
+        with pytest.raises(SrolloutError, match="srollout's own arms"):
+            skip_part(taken)
+    # corridors 9, 1, 9: t/0 and t/2 are zero-variance every time, t/1 always useful. cooldown
+    # rests t/0 and t/2 in repeat 1 and rolls them out again in repeat 2; GRESO with p = 0 skips
+    # them in repeats 1 and 2 (a skip records nothing, so its streak stays)
+    result = _ab(
+        tmp_path,
+        [9, 1, 9],
+        groups=3,
+        arms=("baseline", "greso", "cooldown"),
+        repeats=3,
+        greso_p_explore=0.0,
+    )
+    table = read(result.paths["ab"], AB).sort("repeat", "group_index")
+    skipped = {
+        a: table.filter(pl.col("arm") == a)["skipped"].to_list() for a in ("greso", cooldown_arm)
+    }
+    F, T = False, True
+    assert skipped["cooldown"] == [F, F, F, T, F, T, F, F, F]
+    assert skipped["greso"] == [F, F, F, T, F, T, T, F, T]
+    s = _arms(result)
+    cool = s["cooldown"]
+    assert (cool["skipped"], cool["skip_tp"], cool["skip_fp"]) == (2, 2, 0)
+    assert (s["greso"]["skipped"], s["greso"]["skip_tp"]) == (4, 4)
+    manifest = json.loads((result.run_dir / "manifest.json").read_text())
+    assert manifest["config"]["arms"] == ["baseline", "greso", "cooldown"]
+
+
+def test_an_arm_that_skips_a_whole_block_costs_nothing_and_is_scored(tmp_path, cooldown_arm):
+    # corridors 9, 9: both groups zero-variance in repeat 0, so cooldown rests both in repeat 1:
+    # a timed run of 0 s. Baseline: 2 repeats x 2 tasks x 6 steps = 24; cooldown: 12
+    result = _ab(tmp_path, [9, 9], groups=2, arms=("baseline", "cooldown"), repeats=2)
+    runs = pl.read_parquet(result.paths["blocks"]).filter(pl.col("arm") == "cooldown")
+    assert runs.sort("repeat")["wall_s"][1] == 0.0
+    (c,) = result.comparisons
+    assert c.savings["n_steps"].saving == pytest.approx(0.5)
+    wall = c.savings["wall_s"]
+    assert 0 < wall.saving < 1 and math.isnan(wall.low) and math.isnan(wall.high)
 
 
 def test_history_file_checks_and_order(tmp_path):

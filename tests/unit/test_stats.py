@@ -231,6 +231,12 @@ def test_run_pair_saving_ci_hand_worked():
     assert one.estimate == pytest.approx(0.2) and math.isnan(one.low) and math.isnan(one.high)
     with pytest.raises(SrolloutError, match="positive"):
         run_pair_saving_ci([10, 0], [8, 9])
+    with pytest.raises(SrolloutError, match="positive"):
+        run_pair_saving_ci([10, 10], [-1, 9])
+    # an arm run that skipped its whole block costs 0 s: 1 - 9 / 20, no log-ratio, no interval
+    skipped = run_pair_saving_ci([10, 10], [0, 9])
+    assert skipped.estimate == pytest.approx(0.55) and math.isnan(skipped.low)
+    assert math.isnan(skipped.high) and skipped.n_pairs == 2
     with pytest.raises(SrolloutError, match="different lengths"):
         run_pair_saving_ci([10, 10], [8])
 

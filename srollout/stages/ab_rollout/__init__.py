@@ -70,8 +70,9 @@ from srollout.core.arms import (
     ArmSpec,
     DapoRound,
     GresoOutcome,
-    GresoSkipper,
+    Skipper,
     is_useful,
+    make_skipper,
     parse_arm,
     roll_arm,
 )
@@ -193,7 +194,7 @@ def run_block(
     roll: RollFn,
     config: AbRolloutConfig,
     tasks: Sequence[Any],
-    skipper: GresoSkipper | None = None,
+    skipper: Skipper | None = None,
     workers: int = 1,
 ) -> BlockRun:
     """Run ``block`` in its arm's way: GRESO (``skipper``, iteration = the repeat) drops tasks
@@ -343,7 +344,9 @@ def run_ab_rollout(
     )
     # GRESO: one skipper per arm, fed the history, then every finished block's groups (resume too)
     skippers = {
-        a.name: GresoSkipper(config.greso_p_explore, config.seed, history) for a in arms if a.greso
+        a.name: make_skipper(a, seed=config.seed, p_explore=config.greso_p_explore, history=history)
+        for a in arms
+        if a.greso
     }
     for b in schedule:
         if b not in todo and b.arm.name in skippers:
@@ -503,7 +506,7 @@ def block_data(
     return data
 
 
-def _record_greso(skipper: GresoSkipper, block: Block, data: dict[str, Any]) -> None:
+def _record_greso(skipper: Skipper, block: Block, data: dict[str, Any]) -> None:
     for task_id, no_gradient in data.get("greso_outcomes", []):
         skipper.record(task_id, block.repeat, bool(no_gradient))
 
