@@ -194,10 +194,12 @@ TRAJECTORIES = Artifact(
         Rule("ended_by", "one of " + ", ".join(ENDED_BY), values=ENDED_BY),
         _count("n_gen_tokens", missing=True),
         Rule("shadow_stop_step", "a step >= 1 (null when not stopped)", 1, missing=True),
+        Rule("audited_stop", "a step >= 1 (null when not an audited stop)", 1, missing=True),
     ),
     # written by a shadow run only (collect --shadow): where the trajectory gate would have
-    # stopped it
-    optional={"shadow_stop_step": pl.Int64},
+    # stopped it; by an audited run (collect --audit with the trajectory gate): where the gate
+    # stopped a trajectory the audit let run on to its end
+    optional={"shadow_stop_step": pl.Int64, "audited_stop": pl.Int64},
 )
 
 GROUPS = Artifact(
@@ -580,6 +582,14 @@ AUDIT = Artifact(
         "gate/precision_lb": pl.Float64,
         "gate/threshold": pl.Float64,
         "gate/audit_steps": pl.Int64,
+        # the trajectory gate's audit (zeros, NaN bound and W 0 without the trajectory gate)
+        "gate/stalled": pl.Int64,
+        "gate/stop_audited": pl.Int64,
+        "gate/stop_audit_tp": pl.Int64,
+        "gate/stop_audit_fp": pl.Int64,
+        "gate/stop_precision_lb": pl.Float64,
+        "gate/stall_W": pl.Int64,
+        "gate/stop_audit_steps": pl.Int64,
     },
     (
         Rule("chunk", "1-based: chunk >= 1", 1),
@@ -590,8 +600,16 @@ AUDIT = Artifact(
         _count("gate/audit_tp"),
         _count("gate/audit_fp"),
         _unit("gate/precision_lb", "a precision bound", missing=True),
-        _unit("gate/threshold", "the threshold (d_L, or a learned gate's t)"),
+        # NaN when the run audits only the trajectory gate
+        _unit("gate/threshold", "the threshold (d_L, or a learned gate's t)", missing=True),
         _count("gate/audit_steps"),
+        _count("gate/stalled"),
+        _count("gate/stop_audited"),
+        _count("gate/stop_audit_tp"),
+        _count("gate/stop_audit_fp"),
+        _unit("gate/stop_precision_lb", "a precision bound", missing=True),
+        _count("gate/stall_W"),
+        _count("gate/stop_audit_steps"),
     ),
 )
 ARTIFACTS[AUDIT.name] = AUDIT

@@ -59,13 +59,16 @@ def register(app: typer.Typer) -> None:
         )
         if result.audit is not None:
             from srollout.rollout.audit import AUDITED_GATE_FILE
+            from srollout.rollout.stop_audit import AUDITED_STALL_GATE_FILE
 
             console.print(result.audit.line(), highlight=False)
-            console.print(
-                f"the gate as calibrated: {result.run_dir / AUDITED_GATE_FILE} "
-                "(--gate takes it; docs/gates.md)",
-                highlight=False,
-            )
+            for calibrated in (AUDITED_GATE_FILE, AUDITED_STALL_GATE_FILE):
+                if (result.run_dir / calibrated).exists():
+                    console.print(
+                        f"the gate as calibrated: {result.run_dir / calibrated} "
+                        "(--gate takes it; docs/gates.md)",
+                        highlight=False,
+                    )
         if config.shadow:
             from srollout.stages.collect_shadow import shadow_frame, shadow_scores
 

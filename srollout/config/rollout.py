@@ -263,11 +263,10 @@ class CollectConfig(RolloutOptions):
         _check_concurrency(self.concurrency, self.G)
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
-        if self.audit > 0 and not self.gate_on:
-            stall = " (in collect it does not move the trajectory gate's W: train-onpolicy's does)"
+        if self.audit > 0 and not (self.gate_on or self.stall or self.gate is not None):
             raise SrolloutError(
-                "--audit audits the group gate's cuts: turn it on (--gate, --K or --d-L)"
-                + (stall if self.stall or self.gate is not None else "")
+                "--audit audits a gate's cuts and stops: turn one on (--gate, --K, --d-L or "
+                "--stall)"
             )
         if self.shadow and not (self.gate_on or self.stall or self.gate is not None):
             raise SrolloutError(

@@ -107,6 +107,9 @@ AUDIT_GROUP_SCHEMA: dict[str, pl.DataType] = {**GROUP_SCHEMA, "audited": pl.Bool
 # a shadow run (collect --shadow): where each gate would have acted (null: it would not)
 SHADOW_GROUP_SCHEMA: dict[str, pl.DataType] = {**GROUP_SCHEMA, "shadow_cut_step": pl.Int64}
 SHADOW_TRAJ_SCHEMA: dict[str, pl.DataType] = {**TRAJ_SCHEMA, "shadow_stop_step": pl.Int64}
+# trajectories.parquet of an audited collect: where the trajectory gate stopped a trajectory the
+# audit let run on (null: not an audited stop)
+AUDIT_TRAJ_SCHEMA: dict[str, pl.DataType] = {**TRAJ_SCHEMA, "audited_stop": pl.Int64}
 
 # Columns that hold measured time: they differ between two runs of the same seed.
 TIMING_COLUMNS: frozenset[str] = frozenset(
@@ -128,7 +131,8 @@ class GroupTables(NamedTuple):
 
 def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False) -> GroupTables:
     """Turn one finished :class:`GroupRecord` into its four tables (schemas above); ``audit``:
-    the run audits its gate, so the groups row has ``audited`` (:data:`AUDIT_GROUP_SCHEMA`);
+    the run audits its gates, so the groups row has ``audited`` (:data:`AUDIT_GROUP_SCHEMA`) and
+    each trajectory ``audited_stop`` (:data:`AUDIT_TRAJ_SCHEMA`);
     ``shadow``: a shadow run, so the groups row has ``shadow_cut_step`` and each trajectory
     ``shadow_stop_step`` (:data:`SHADOW_GROUP_SCHEMA`, :data:`SHADOW_TRAJ_SCHEMA`)."""
     from srollout.core.grpo import group_label, is_zero_variance, reward_variance
@@ -179,6 +183,7 @@ def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False)
                 else [],
                 "arm": record.arm,
                 **({"shadow_stop_step": t.shadow_stop} if shadow else {}),
+                **({"audited_stop": t.audited_stop} if audit else {}),
             }
         )
     gate_d_K = (
@@ -230,7 +235,10 @@ def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False)
         steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA)
         if step_rows
         else pl.DataFrame(schema=STEP_SCHEMA),
-        trajectories=pl.DataFrame(traj_rows, schema=SHADOW_TRAJ_SCHEMA if shadow else TRAJ_SCHEMA),
+        trajectories=pl.DataFrame(
+            traj_rows,
+            schema=SHADOW_TRAJ_SCHEMA if shadow else AUDIT_TRAJ_SCHEMA if audit else TRAJ_SCHEMA,
+        ),
         groups=pl.DataFrame([{**group_row, "audited": record.audited}], schema=AUDIT_GROUP_SCHEMA)
         if audit
         else pl.DataFrame(

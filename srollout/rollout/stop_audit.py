@@ -66,6 +66,7 @@ STOP_AUDIT_COLUMNS = tuple(NO_STOP_AUDIT.columns())
 
 
 STOP_AUDIT_FILE = "audit-stall.json"
+AUDITED_STALL_GATE_FILE = "gate-stall-audited.json"  # the calibrated rule, for the next --gate
 # audited stops of evidence: a run stops hundreds of trajectories where the group gate cuts tens
 # of groups, and the bound of a window of 50 cannot clear 0.90 unless 48 of 50 are right (0.05 ^
 # (1/50) = 0.942 at 50 of 50); 200 holds about the last 25 iterations at F 0.25 and 30 stops an
@@ -169,13 +170,16 @@ class StopAuditor:
         return StopAuditMetrics(audited, tp, audited - tp, step.precision_lb, W, cost)
 
     def save(self) -> None:
-        """audit-stall.json, atomically (before state.pt)."""
+        """audit-stall.json, atomically (before state.pt), and beside it the rule at the W the
+        next round runs with (``gate-stall-audited.json``): ``--gate`` takes it."""
         from srollout.atomic import atomic_write_json
 
         atomic_write_json(self.ledger.to_dict(), self.path)
+        self.current_gate().save(self.path.parent / AUDITED_STALL_GATE_FILE)
 
 
 __all__ = (
+    "AUDITED_STALL_GATE_FILE",
     "STOP_AUDIT_FILE",
     "STOP_WINDOW",
     "StopAuditor",

@@ -133,7 +133,7 @@ def run_collect(
     gate, gate_K = collect_gate(config)
     traj_gate = build_traj_gate(config)
     if config.audit > 0:
-        Audit.of(config, gate)
+        Audit.of(config, gate, traj_gate)
     # a missing backend, a damaged model or a server that does not answer leaves nothing behind
     preflight(
         config.policy,
@@ -153,7 +153,7 @@ def run_collect(
     specs = make_specs(tasks, config.groups)
     done_ids = finished_groups(run_dir) if config.resume else []
     # --audit: the finished chunks are kept, every later one is rolled out again whole
-    audit = CollectAudit.start(config, gate, run_dir) if config.audit > 0 else None
+    audit = CollectAudit.start(config, gate, traj_gate, run_dir) if config.audit > 0 else None
     if audit is not None:
         done_ids = audit.done_ids(specs)
     todo = select(specs, done_ids)
@@ -502,10 +502,13 @@ def write_collect_report(
         sections.append(
             Section(
                 f"Audited gate (--audit {config.audit:g}, floor {config.audit_floor:g})",
-                f"{audit.line()}.\n\nThe threshold moves between chunks of {audit.chunk_groups} "
-                "groups (by group index). An audited cut is counted as cut (`cut` = true) but ran "
-                "on to T_max: its row in groups.parquet has `audited` = true and its full outcome "
-                "(label, zero_var), and its steps are in the totals above. Per chunk "
+                audit.line().replace("\n", ".\n\n")
+                + f".\n\nThe threshold (and the trajectory gate's W) moves between chunks of "
+                f"{audit.chunk_groups} groups (by group index). An audited cut is counted as cut "
+                "(`cut` = true) but ran on to T_max: its row in groups.parquet has `audited` = "
+                "true and its full outcome (label, zero_var). An audited stop ran on to the "
+                "trajectory's end: its row in trajectories.parquet has `audited_stop`, the step "
+                "the gate fired at. Their steps are in the totals above. Per chunk "
                 "(`audit.parquet`; docs/gates.md):\n\n"
                 + to_markdown(pl.read_parquet(paths["audit"])),
             )

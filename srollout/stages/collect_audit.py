@@ -1,4 +1,6 @@
-"""``collect --audit F --audit-floor P``: the audited gate over a collect's groups.
+"""``collect --audit F --audit-floor P``: the audited gates over a collect's groups: the group
+gate's threshold and the trajectory gate's W (:class:`srollout.rollout.audits.Audit`), each as
+train-onpolicy moves it between iterations.
 
 The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
 by group index (twice the groups the engine holds in flight, the size of a Ray worker's chunk),
@@ -12,8 +14,14 @@ before), which costs the tail of each chunk; two pool fills a chunk keep that sm
 One process: a chunk's gate depends on every chunk before it, so Ray workers, which take chunks
 side by side, would all run with the first gate (:data:`ONE_PROCESS`).
 
+The trajectory gate (``--stall W``, or a gate-stall.json) moves the same way: a seeded share F
+of its stops runs on to the trajectory's end (``trajectories.audited_stop``: where it would have
+stopped), labelled by that end (right iff it failed), and W rises or falls between chunks
+(:class:`srollout.rollout.stop_audit.StopAuditor`).
+
 Files, after each chunk: ``audit.json`` (the ledger, :meth:`GateAuditor.save`, with the gate as
-calibrated so far beside it) and then ``audit_chunks.json`` (the chunk size and one row per
+calibrated so far beside it; ``audit-stall.json`` and ``gate-stall-audited.json`` for the
+trajectory gate) and then ``audit_chunks.json`` (the chunk size and one row per
 finished chunk); at the end ``audit.parquet`` (:data:`srollout.schemas.AUDIT`). ``--resume``: the
 finished chunks are those in ``audit_chunks.json``; the ledger is cut back to them, and every
 later chunk is rolled out again whole, the groups whose parts a killed run left included (the
@@ -56,7 +64,10 @@ class AuditSummary(NamedTuple):
     """The audit of a whole collect: chunks run (and their size), the gate's cuts, the audited
     ones with TP / FP (by their full outcome) and the steps they took after the cut, the bound
     after the last chunk (nan: no audited cut below its threshold) against the floor, and the
-    threshold (d_L, or a learned gate's t) of the first chunk and the one the audit ends on."""
+    threshold (d_L, or a learned gate's t) of the first chunk and the one the audit ends on
+    (``group``: the run has a group gate). With the trajectory gate (``stall``): the stops that
+    stood, the audited ones with TP (failed) / FP (won) and the steps they took after the stop,
+    the last bound, and the W of the first chunk and the one the audit ends on."""
 
     chunks: int
     chunk_groups: int
@@ -70,20 +81,41 @@ class AuditSummary(NamedTuple):
     start_threshold: float
     final_threshold: float
     band: Band | None = None  # with no cut: the best band of the groups let through
+    group: bool = True
+    stall: bool = False
+    stalled: int = 0
+    stop_audited: int = 0
+    stop_tp: int = 0
+    stop_fp: int = 0
+    stop_steps: int = 0
+    stop_precision_lb: float = math.nan
+    start_W: int = 0
+    final_W: int = 0
+
+    def _bound(self, lb: float, what: str) -> str:
+        if math.isnan(lb):
+            return f"no audited {what} yet"
+        return f"precision bound {lb:.3f} {'>=' if lb >= self.floor else '<'} floor {self.floor:g}"
 
     def line(self) -> str:
-        bound = (
-            "no audited cut below the threshold yet"
-            if math.isnan(self.precision_lb)
-            else f"precision bound {self.precision_lb:.3f} "
-            f"{'>=' if self.precision_lb >= self.floor else '<'} floor {self.floor:g}"
-        )
-        return (
-            f"audit: {self.audited} of {self.cuts} cuts audited (TP {self.tp}, FP {self.fp}; "
-            f"{self.audit_steps} steps after the cut); {bound}; threshold "
-            f"{self.start_threshold:.3g} -> {self.final_threshold:.3g} over {self.chunks} "
-            f"chunk(s) of {self.chunk_groups} groups" + self._closed()
-        )
+        parts = []
+        if self.group:
+            parts.append(
+                f"audit: {self.audited} of {self.cuts} cuts audited (TP {self.tp}, FP {self.fp}; "
+                f"{self.audit_steps} steps after the cut); "
+                f"{self._bound(self.precision_lb, 'cut below the threshold')}; threshold "
+                f"{self.start_threshold:.3g} -> {self.final_threshold:.3g} over {self.chunks} "
+                f"chunk(s) of {self.chunk_groups} groups" + self._closed()
+            )
+        if self.stall:
+            stops = self.stalled + self.stop_audited
+            parts.append(
+                f"stop audit: {self.stop_audited} of {stops} stops audited (TP {self.stop_tp} "
+                f"failed, FP {self.stop_fp} won; {self.stop_steps} steps after the stop); "
+                f"{self._bound(self.stop_precision_lb, 'stop')}; stall W {self.start_W} -> "
+                f"{self.final_W} over {self.chunks} chunk(s) of {self.chunk_groups} groups"
+            )
+        return "\n".join(parts)
 
     def _closed(self) -> str:
         """Why a gate that cut nothing stayed shut: its best band against the floor."""
@@ -101,21 +133,25 @@ class CollectAudit:
     """The audit of one collect run (module docstring): its :class:`Audit` (the group gate's),
     the chunk size and the rows of the chunks finished so far."""
 
-    def __init__(self, audit: Audit, chunk_groups: int, rows: list[dict[str, Any]], path: Path):
+    def __init__(
+        self, audit: Audit, chunk_groups: int, rows: list[dict[str, Any]], path: Path, floor: float
+    ):
         self.audit, self.chunk_groups, self.rows, self.path = audit, chunk_groups, rows, path
-        self.auditor: Any = audit.gate  # the group gate's: its threshold, floor and band
+        self.floor = floor
+        self.auditor: Any = audit.gate  # the group gate's (None without one): threshold and band
+        self.stops: Any = audit.stops  # the trajectory gate's (None without one): W
 
     @classmethod
-    def start(cls, config: CollectConfig, gate: Any, run_dir: Path) -> CollectAudit:
+    def start(cls, config: CollectConfig, gate: Any, traj_gate: Any, run_dir: Path) -> CollectAudit:
         """The audit of ``run_dir``: a new one, or with ``--resume`` the one its files hold."""
         path = Path(run_dir) / CHUNKS_FILE
         saved = json.loads(path.read_text()) if config.resume and path.exists() else None
         chunk_groups = int(saved["chunk_groups"]) if saved else chunk_size(config)
         rows = list(saved["chunks"]) if saved else []
         audited = Audit.of(
-            config, gate, ckpt_dir=run_dir, iteration=len(rows), resume=config.resume
+            config, gate, traj_gate, ckpt_dir=run_dir, iteration=len(rows), resume=config.resume
         )
-        audit = cls(audited, chunk_groups, rows, path)
+        audit = cls(audited, chunk_groups, rows, path, config.audit_floor)
         audit._save_rows()  # the chunk size is fixed from the first start on
         return audit
 
@@ -137,8 +173,8 @@ class CollectAudit:
             batch = list(batch)
             records, summary = roll(batch, self.audit.settings(settings))
             summaries.append(summary)
-            metrics, _ = self.audit.label(records, chunk)
-            assert metrics is not None  # a CollectAudit runs only with --audit
+            metrics, stops = self.audit.label(records, chunk)
+            assert metrics is not None and stops is not None  # a CollectAudit runs with --audit
             self.rows.append(
                 {
                     "chunk": chunk,
@@ -146,6 +182,8 @@ class CollectAudit:
                     "groups": len(batch),
                     "gate/cuts": sum(r.cut for r in records),
                     **metrics.columns(),
+                    "gate/stalled": sum(t.stalled for r in records for t in r.trajs),
+                    **stops.columns(),
                 }
             )
             # the ledger first: on resume it is cut back to the rows saved after it
@@ -156,9 +194,11 @@ class CollectAudit:
     def files(self) -> list[Path]:
         """The audit's files in the run directory: the ledger, the chunk rows and the gate as
         calibrated (for the next run's ``--gate``)."""
-        from srollout.rollout.audit import AUDITED_GATE_FILE
+        from srollout.rollout.audit import AUDIT_FILE, AUDITED_GATE_FILE
+        from srollout.rollout.stop_audit import AUDITED_STALL_GATE_FILE, STOP_AUDIT_FILE
 
-        names = [self.auditor.path.name, self.path.name, AUDITED_GATE_FILE]
+        names = [AUDIT_FILE, self.path.name, AUDITED_GATE_FILE]
+        names += [STOP_AUDIT_FILE, AUDITED_STALL_GATE_FILE]
         return [p for p in (self.path.parent / n for n in names) if p.exists()]
 
     def _save_rows(self) -> None:
@@ -168,25 +208,45 @@ class CollectAudit:
 
     def table(self) -> pl.DataFrame:
         """audit.parquet: one row per chunk (:data:`srollout.schemas.AUDIT`)."""
+        from srollout.rollout.stop_audit import NO_STOP_AUDIT
         from srollout.schemas import AUDIT
 
-        return pl.DataFrame(self.rows, schema=dict(AUDIT.columns))
+        # chunks of a run audited before the trajectory gate's columns: its empty ones
+        empty = {"gate/stalled": 0, **NO_STOP_AUDIT.columns()}
+        return pl.DataFrame([{**empty, **r} for r in self.rows], schema=dict(AUDIT.columns))
 
     def summary(self) -> AuditSummary:
-        rows = self.rows
+        rows = [{"gate/stalled": 0, **r} for r in self.rows]
+        group, stops = self.auditor, self.stops
+
+        def total(col: str) -> int:
+            return sum(int(r.get(col, 0)) for r in rows)
+
         return AuditSummary(
             chunks=len(rows),
             chunk_groups=self.chunk_groups,
-            cuts=sum(r["gate/cuts"] for r in rows),
-            audited=sum(r["gate/audited"] for r in rows),
-            tp=sum(r["gate/audit_tp"] for r in rows),
-            fp=sum(r["gate/audit_fp"] for r in rows),
-            audit_steps=sum(r["gate/audit_steps"] for r in rows),
+            cuts=total("gate/cuts"),
+            audited=total("gate/audited"),
+            tp=total("gate/audit_tp"),
+            fp=total("gate/audit_fp"),
+            audit_steps=total("gate/audit_steps"),
             precision_lb=float(rows[-1]["gate/precision_lb"]) if rows else math.nan,
-            floor=self.auditor.floor,
+            floor=self.floor,
             start_threshold=float(rows[0]["gate/threshold"]) if rows else math.nan,
-            final_threshold=float(self.auditor.knob.shown(self.auditor.threshold)),
-            band=self.auditor.band(),
+            final_threshold=float(group.knob.shown(group.threshold)) if group else math.nan,
+            band=group.band() if group is not None else None,
+            group=group is not None,
+            stall=stops is not None,
+            stalled=total("gate/stalled"),
+            stop_audited=total("gate/stop_audited"),
+            stop_tp=total("gate/stop_audit_tp"),
+            stop_fp=total("gate/stop_audit_fp"),
+            stop_steps=total("gate/stop_audit_steps"),
+            stop_precision_lb=float(rows[-1].get("gate/stop_precision_lb", math.nan))
+            if rows
+            else math.nan,
+            start_W=int(rows[0].get("gate/stall_W", 0)) if rows else 0,
+            final_W=stops.W if stops is not None else 0,
         )
 
 

@@ -311,11 +311,10 @@ def _ab(out: Path) -> pl.DataFrame:
             ["--K", "3", "--audit", "0.5", "--audit-floor", "0"],
             "--audit-floor must lie in (0, 1), got 0.0",
         ),
-        ("collect", ["--audit", "0.5"], "--audit audits the group gate's cuts: turn it on"),
         (
             "collect",
-            ["--stall", "3", "--audit", "0.5"],
-            "it does not move the trajectory gate's W: train-onpolicy's does",
+            ["--audit", "0.5"],
+            "--audit audits a gate's cuts and stops: turn one on (--gate, --K, --d-L or --stall)",
         ),
         ("collect", ["--gate", "FIXED", "--audit", "0.5"], "--audit moves a rule gate's d_L"),
         ("ab-rollout", ["--audit", "-0.1"], "--audit must be a fraction in [0, 1], got -0.1"),

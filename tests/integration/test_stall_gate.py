@@ -370,3 +370,103 @@ def test_what_if_sets_every_method_side_by_side_on_the_runs_own_groups(ungated, 
     proc = srollout("what-if", str(bare), "--T-max", "20", "--out", str(tmp_path / "w3"))
     assert proc.returncode == 2 and "no column(s) task_id, n_gen_tokens" in proc.stderr
     assert not (tmp_path / "w3").exists()
+
+
+def test_collect_audits_the_trajectory_gate_and_moves_W_between_chunks(ungated, tmp_path):
+    """`collect --stall 3 --stall-from 6 --audit 0.5 --audit-floor 0.25`, in chunks of 4 groups:
+    each chunk runs at the W the audits of the chunks before it chose (a floor this low lets W
+    move, down to 1, in a run this short). In chunk c, a trajectory
+    the rule (W_c, 6) stops in the ungated run (the offline evaluator) is either stopped there or,
+    when the seeded draw picks it, audited: it plays on to its ungated end, recording the stop in
+    ``audited_stop``; every other trajectory is its ungated twin. audit.parquet's counts are
+    these trajectories' counts, and each chunk's W is the ledger's move after the chunk before."""
+    from srollout.core.audit import AuditLedger, audit_pick_stop, next_threshold
+    from srollout.rollout.stop_audit import STOP_AUDIT_FILE, W_of, evidence
+    from srollout.schemas import AUDIT, GROUPS
+
+    out = tmp_path / "audited"
+    gates = ["--stall", "3", "--stall-from", "6", "--audit", "0.5", "--audit-floor", "0.25"]
+    proc = srollout("collect", *RUN, *gates, "--concurrency", "8", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    audit = read(out / "audit.parquet", AUDIT).sort("chunk")
+    assert audit["chunk"].to_list() == [1, 2, 3] and audit["gate/stall_W"][0] == 3
+    assert audit["gate/threshold"].is_nan().all() and audit["gate/audited"].sum() == 0
+    full = read(ungated / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    mine = read(out / "trajectories.parquet", TRAJECTORIES).sort("group_id", "traj_idx")
+    index = dict(read(out / "groups.parquet", GROUPS).select("group_id", "group_index").iter_rows())
+    offline = load_trajectories(ungated)
+    ran_W = dict(zip(audit["chunk"], audit["gate/stall_W"], strict=True))
+    assert len(set(ran_W.values())) > 1, ran_W  # W moved
+    stops = {W: stall_stops(offline, W, 6) for W in set(ran_W.values())}
+    rows = []
+    pairs = zip(mine.iter_rows(named=True), full.iter_rows(named=True), strict=True)
+    for i, (me, twin) in enumerate(pairs):
+        g = index[me["group_id"]]
+        chunk = g // 4 + 1
+        stop = int(stops[ran_W[chunk]][i])
+        picked = stop > 0 and audit_pick_stop(5, g, me["traj_idx"], 0.5)
+        if stop and not picked:
+            assert (me["ended_by"], me["n_steps"]) == ("stalled", stop), me
+            assert me["audited_stop"] is None
+        else:  # never stopped, or audited: the ungated trajectory, whole
+            assert (me["n_steps"], me["success"]) == (twin["n_steps"], twin["success"])
+            assert me["audited_stop"] == (stop if picked else None)
+        rows.append((chunk, stop > 0 and not picked, picked, picked and not me["success"],
+                     me["n_steps"] - stop if picked else 0))  # fmt: skip
+    assert sum(r[2] for r in rows) > 0 and sum(r[1] for r in rows) > 0  # some audited, some not
+    for c in (1, 2, 3):
+        mine_c = [r for r in rows if r[0] == c]
+        row = audit.row(c - 1, named=True)
+        assert row["gate/stalled"] == sum(r[1] for r in mine_c)
+        assert row["gate/stop_audited"] == sum(r[2] for r in mine_c)
+        assert row["gate/stop_audit_tp"] == sum(r[3] for r in mine_c)
+        assert row["gate/stop_audit_fp"] == row["gate/stop_audited"] - row["gate/stop_audit_tp"]
+        assert row["gate/stop_audit_steps"] == sum(r[4] for r in mine_c)
+    # every chunk's W is the ledger's move after the chunk before; the calibrated rule is the next
+    ledger = AuditLedger.from_dict(json.loads((out / STOP_AUDIT_FILE).read_text()))
+    for c in (1, 2, 3):
+        theta = ledger.thresholds[c]
+        assert W_of(theta) == ran_W[c]
+        step = next_threshold(theta, evidence(ledger.recent(c), theta), floor=0.25)
+        if c < 3:
+            assert W_of(step.threshold) == ran_W[c + 1]
+    calibrated = json.loads((out / "gate-stall-audited.json").read_text())
+    assert calibrated == {"kind": "stall", "version": 1, "W": W_of(step.threshold), "k0": 6}
+    audited = int(audit["gate/stop_audited"].sum())
+    assert f"stop audit: {audited} of {audited + int(audit['gate/stalled'].sum())} stops" in (
+        proc.stdout
+    )
+    assert "`audited_stop`" in (out / "report.md").read_text()
+
+
+def test_an_audited_stall_collect_resumes_from_its_ledger_a_chunk_ahead(tmp_path):
+    """Killed after chunk 2's audit-stall.json but before audit_chunks.json, parts of chunks 2-3
+    lost: --resume cuts the ledger back to chunk 1 and rolls chunks 2-3 again, at the same W,
+    into the same tables as one run."""
+    import shutil
+
+    from srollout.rollout.records import TIMING_COLUMNS
+
+    run = ["collect", *RUN, "--stall", "3", "--stall-from", "6", "--audit", "0.5"]
+    run += ["--audit-floor", "0.25", "--concurrency", "8"]
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    for out in (ref, cut):
+        proc = srollout(*run, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    chunks = json.loads((cut / "audit_chunks.json").read_text())
+    chunks["chunks"] = chunks["chunks"][:1]
+    (cut / "audit_chunks.json").write_text(json.dumps(chunks))
+    for gid in ("g00005", "g00008", "g00009", "g00010", "g00011"):
+        shutil.rmtree(cut / "parts" / gid)
+    tables = ("steps", "trajectories", "groups", "signals", "audit")
+    for name in tables:
+        (cut / f"{name}.parquet").unlink()
+    proc = srollout(*run, "--out", str(cut), "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in tables:
+        a, b = (pl.read_parquet(r / f"{name}.parquet") for r in (ref, cut))
+        drop = [c for c in a.columns if c in TIMING_COLUMNS]
+        assert a.drop(drop).equals(b.drop(drop)), name
+    for name in ("audit-stall.json", "gate-stall-audited.json"):
+        assert json.loads((ref / name).read_text()) == json.loads((cut / name).read_text())
+    assert pl.read_parquet(cut / "audit.parquet")["gate/stall_W"].n_unique() > 1
