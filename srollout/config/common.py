@@ -37,7 +37,8 @@ def audit_field(between: str, stops: bool = False) -> Any:
     unit the threshold moves between ("iterations", ...); ``stops``: the stage audits the
     trajectory gate's stops too."""
     also = (
-        "; in the stall arms the same share of the trajectory gate's stops plays on, and W moves"
+        "; the same share of the trajectory gate's stops (--stall, the stall arms) plays on, "
+        "and W moves"
         if stops
         else ""
     )

@@ -151,7 +151,7 @@ class RolloutOptions:
         "srollout.envs.registry.register_env or an entry point of group srollout.envs, or "
         "package.module:attr (an EnvSpec); --tasks then names one of its task sets.",
     )
-    audit: float = audit_field("chunks of groups")
+    audit: float = audit_field("chunks of groups", stops=True)
     audit_floor: float = audit_floor_field()
     stall: int = stall_field()
     stall_from: int = stall_from_field()
@@ -369,7 +369,7 @@ class AbRolloutConfig(RolloutOptions):
         "stall, gated+stall, stall+dapo, stall+greso; a skip part of another package, entry "
         "point group srollout.arms, stands where greso does); baseline is required.",
     )
-    audit: float = audit_field("a gated arm's timed runs, in schedule order")
+    audit: float = audit_field("an arm's timed runs, in schedule order", stops=True)
     dapo_max_rounds: int = doc(
         3,
         "DAPO arms: most extra rollout rounds per block, after which the "
@@ -422,10 +422,10 @@ class AbRolloutConfig(RolloutOptions):
                 "stall+greso (e.g. --arms baseline,stall)"
             )
         object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
-        if self.audit > 0 and not any(a.gate for a in parsed):
+        if self.audit > 0 and not any(a.gate or a.stall for a in parsed):
             raise SrolloutError(
-                "--audit audits a gated arm's cuts: --arms has none (add gated, gated+dapo or "
-                "gated+greso)"
+                "--audit audits a gated arm's cuts and a stall arm's stops: --arms has neither "
+                "(add gated, stall, or one of their combinations)"
             )
         if self.dapo_max_rounds < 0:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")

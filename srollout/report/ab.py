@@ -182,7 +182,9 @@ def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
         c
         for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers")
         if c in blocks.columns
-    ] + [c for c in blocks.columns if c.startswith("audit")]  # --audit's, in their order
+    ] + [  # --audit's, in their order: the group gate's, then the trajectory gate's
+        c for c in blocks.columns if c.startswith(("audit", "stop_", "stall_W", "next_stall_W"))
+    ]
     return blocks.select(
         "order",
         "arm",
@@ -203,15 +205,25 @@ def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
 
 
 def _audit_cell(r: dict[str, Any]) -> str:
-    """``--audit``: audited cuts (TP / FP), the last bound, the threshold the audit ended on."""
-    if r.get("audited") is None:
-        return "—"
-    lb = r["audit_precision_lb"]
-    return (
-        f"{r['audited']} ({r['audit_tp']} / {r['audit_fp']}), bound "
-        f"{'—' if lb is None or math.isnan(lb) else f'{lb:.2f}'}, "
-        f"threshold {r['audit_threshold']:.3g} → {r['audit_next_threshold']:.3g}"
-    )
+    """``--audit``: audited cuts (TP / FP), the last bound, the threshold the audit ended on; and
+    the same for the trajectory gate's stops and W."""
+
+    def bound(lb: float | None) -> str:
+        return "—" if lb is None or math.isnan(lb) else f"{lb:.2f}"
+
+    parts = []
+    if r.get("audited") is not None:
+        parts.append(
+            f"{r['audited']} ({r['audit_tp']} / {r['audit_fp']}), bound "
+            f"{bound(r['audit_precision_lb'])}, "
+            f"threshold {r['audit_threshold']:.3g} → {r['audit_next_threshold']:.3g}"
+        )
+    if r.get("stop_audited") is not None:
+        parts.append(
+            f"stops {r['stop_audited']} ({r['stop_audit_tp']} / {r['stop_audit_fp']}), bound "
+            f"{bound(r['stop_precision_lb'])}, W {r['stall_W']} → {r['next_stall_W']}"
+        )
+    return "; ".join(parts) or "—"
 
 
 def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
@@ -330,7 +342,9 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
             "runs to the next (schedule order) so that the 95 % Clopper–Pearson bound on its "
             "precision stays at or above the floor (docs/gates.md). The audit's TP / FP are its "
             "own; the cuts' TP / FP beside them are judged by the baseline (they agree on an "
-            "audited cut whose trajectories match their baseline twin)."
+            "audited cut whose trajectories match their baseline twin). Each stall arm audits "
+            "its trajectory gate the same way: a seeded share of its stops played on to the "
+            "trajectory's end (TP: it failed), and W moved between its timed runs."
         )
     return text
 

@@ -326,7 +326,7 @@ def _ab(out: Path) -> pl.DataFrame:
         (
             "ab-rollout",
             ["--audit", "0.5", "--arms", "baseline,dapo"],
-            "--audit audits a gated arm's cuts: --arms has none",
+            "--audit audits a gated arm's cuts and a stall arm's stops: --arms has neither",
         ),
         ("ab-rollout", ["--gate", "FIXED", "--audit", "0.5"], "--audit moves a rule gate's d_L"),
     ],
@@ -359,5 +359,9 @@ def test_the_audit_options_are_declared_once_with_the_floor_of_core_audit():
     assert CollectConfig().audit_floor == AbRolloutConfig().audit_floor == DEFAULT_FLOOR
     assert TrainOnpolicyConfig.__dataclass_fields__["audit_floor"].default == DEFAULT_FLOOR
     assert "between chunks of groups" in help_for(CollectConfig, "audit")
-    assert "between a gated arm's timed runs" in help_for(AbRolloutConfig, "audit")
+    assert "between an arm's timed runs" in help_for(AbRolloutConfig, "audit")
+    for config in (CollectConfig, AbRolloutConfig, TrainOnpolicyConfig):
+        assert "trajectory gate's stops (--stall, the stall arms) plays on" in help_for(
+            config, "audit"
+        )
     assert "between iterations" in help_for(TrainOnpolicyConfig, "audit")

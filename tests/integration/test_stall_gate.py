@@ -470,3 +470,49 @@ def test_an_audited_stall_collect_resumes_from_its_ledger_a_chunk_ahead(tmp_path
     for name in ("audit-stall.json", "gate-stall-audited.json"):
         assert json.loads((ref / name).read_text()) == json.loads((cut / name).read_text())
     assert pl.read_parquet(cut / "audit.parquet")["gate/stall_W"].n_unique() > 1
+
+
+def test_ab_rollout_audits_every_stall_arms_stops_and_moves_its_W(tmp_path):
+    """`ab-rollout --audit 1.0` with the stall arms: every stop plays on to the trajectory's end,
+    so the stall arm's trajectories are the baseline's (same seeds), every audited stop is
+    labelled by the twin's outcome, no stop stands; W moves from one of the arm's timed runs to
+    the next; gated+stall audits its cuts and its stops, each in its own ledger."""
+    from srollout.schemas import AB, AB_ARMS
+
+    out = tmp_path / "ab"
+    gates = ["--K", "5", "--d-L", "0.9", "--stall", "3", "--stall-from", "6"]
+    audit = ["--audit", "1.0", "--audit-floor", "0.25", "--no-warmup", "--no-figures"]
+    proc = srollout(
+        "ab-rollout", *RUN, *gates, *audit, "--arms", "baseline,stall,gated+stall",
+        "--repeats", "2", "--blocks", "2", "--n-boot", "50", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ab = read(out / "ab.parquet", AB)
+    per = {
+        a: ab.filter(pl.col("arm") == a).sort("repeat", "group_id") for a in ("baseline", "stall")
+    }
+    assert per["stall"]["n_steps"].to_list() == per["baseline"]["n_steps"].to_list()
+    trajs = pl.concat(
+        [read(out / "stall" / f"r{r}" / "trajectories.parquet", TRAJECTORIES) for r in (0, 1)]
+    )
+    audited = trajs.filter(pl.col("audited_stop").is_not_null())
+    assert audited.height > 0 and (trajs["ended_by"] != "stalled").all()
+    arms = {r["arm"]: r for r in read(out / "arms.parquet", AB_ARMS).iter_rows(named=True)}
+    s = arms["stall"]
+    assert s["stop_audited"] == audited.height and s["stalls"] == 0
+    assert s["stop_audit_tp"] == int((~audited["success"]).sum())
+    assert s["stop_audit_fp"] == int(audited["success"].sum())
+    assert s["stop_audit_steps"] == int((audited["n_steps"] - audited["audited_stop"]).sum())
+    assert s["audited"] is None and arms["baseline"]["stop_audited"] is None
+    blocks = pl.read_parquet(out / "blocks.parquet").filter(pl.col("arm") == "stall").sort("order")
+    Ws, nexts = blocks["stall_W"].to_list(), blocks["next_stall_W"].to_list()
+    assert Ws[0] == 3 and Ws[1:] == nexts[:-1] and len(set(Ws + nexts)) > 1, (Ws, nexts)
+    assert s["next_stall_W"] == nexts[-1]
+    ledger = json.loads((out / "stall" / "audit-stall.json").read_text())
+    assert len(ledger["thresholds"]) == 4  # 2 repeats x 2 blocks
+    both = arms["gated+stall"]
+    assert both["audited"] == both["cuts"] and both["stop_audited"] > 0
+    assert (out / "gated+stall" / "audit.json").exists()
+    assert (out / "gated+stall" / "audit-stall.json").exists()
+    report = (out / "report.md").read_text()
+    assert f"stops {s['stop_audited']} ({s['stop_audit_tp']} / {s['stop_audit_fp']})" in report

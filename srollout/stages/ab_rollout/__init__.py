@@ -391,7 +391,7 @@ def run_ab_rollout(
             roll = roller.roll
             if auditor is not None:  # the gate the audit chose after the arm's last timed run
                 block = audited_block(block, auditor)
-                roll = functools.partial(roller.roll, audit=auditor.gate.picks)
+                roll = functools.partial(roller.roll, audit=auditor)
             run = run_block(
                 block,
                 roll,

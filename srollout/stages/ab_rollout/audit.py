@@ -1,7 +1,10 @@
-"""``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gate.
+"""``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gates.
 
-Each arm with the gate (gated, gated+dapo, gated+greso) has its own
-:class:`srollout.rollout.audit.GateAuditor`, its ledger in ``<run>/<arm>/audit.json``. The
+Each arm with the group gate (gated, gated+dapo, gated+greso) or the trajectory gate (stall,
+gated+stall, stall+dapo, stall+greso) has its own :class:`srollout.rollout.audits.Audit`: the
+group gate's ledger in ``<run>/<arm>/audit.json``, the trajectory gate's in
+``<run>/<arm>/audit-stall.json`` (W moving as the threshold does, its audited stops playing on to
+the trajectory's end; :class:`srollout.rollout.stop_audit.StopAuditor`). The
 arm's timed runs, in schedule order, are its iterations (1, 2, ... over repeats and blocks): run
 k rolls its groups (all DAPO rounds) with the gate at the threshold the audits of runs 1 .. k-1
 chose, a seeded share F of its cuts running on to T_max inside the timed engine call (their
@@ -17,7 +20,6 @@ the audit's TP / FP equal the baseline-judged ones.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,8 @@ from srollout.rollout.audits import Audit
 from srollout.stages.ab_rollout.schedule import Block, arm_dir
 
 # the audit's columns of blocks.parquet (per timed run) and arms.parquet (per arm), null on an
-# arm without the gate
-AUDIT_DTYPES: dict[str, Any] = {
+# arm without the gate: the group gate's, then the trajectory gate's
+GROUP_AUDIT_DTYPES: dict[str, Any] = {
     "audited": pl.Int64,
     "audit_tp": pl.Int64,
     "audit_fp": pl.Int64,
@@ -40,6 +42,16 @@ AUDIT_DTYPES: dict[str, Any] = {
     "audit_threshold": pl.Float64,
     "audit_next_threshold": pl.Float64,
 }
+STOP_AUDIT_DTYPES: dict[str, Any] = {
+    "stop_audited": pl.Int64,
+    "stop_audit_tp": pl.Int64,
+    "stop_audit_fp": pl.Int64,
+    "stop_audit_steps": pl.Int64,
+    "stop_precision_lb": pl.Float64,
+    "stall_W": pl.Int64,
+    "next_stall_W": pl.Int64,
+}
+AUDIT_DTYPES: dict[str, Any] = {**GROUP_AUDIT_DTYPES, **STOP_AUDIT_DTYPES}
 AUDIT_BLOCK_COLUMNS = tuple(AUDIT_DTYPES)
 
 
@@ -47,8 +59,8 @@ def check_auditable(config: AbRolloutConfig, arms: Sequence[ArmSpec]) -> None:
     """With ``--audit``: a gate the audit cannot move is one line, before anything is written."""
     if config.audit > 0:
         for arm in arms:
-            if arm.gate_rule is not None:
-                Audit.of(config, arm.gate_rule)
+            if arm.gate_rule is not None or arm.traj_gate is not None:
+                Audit.of(config, arm.gate_rule, arm.traj_gate)
 
 
 def arm_iterations(schedule: Sequence[Block]) -> dict[int, int]:
@@ -68,68 +80,82 @@ def arm_auditors(
     todo: Sequence[Block],
     run_dir: Path,
 ) -> dict[str, Any]:
-    """arm name -> its :class:`Audit` (gated arms, with ``--audit``), resumed from the arm's
-    finished timed runs (those before its first one still to do)."""
+    """arm name -> its :class:`Audit` (arms with a gate, with ``--audit``), resumed from the
+    arm's finished timed runs (those before its first one still to do)."""
     if config.audit <= 0:
         return {}
     pending = {b.order for b in todo}
     out = {}
     for arm in arms:
-        if arm.gate_rule is None:
+        if arm.gate_rule is None and arm.traj_gate is None:
             continue
         mine = [b for b in schedule if b.arm.name == arm.name]
         done = next((i for i, b in enumerate(mine) if b.order in pending), len(mine))
         ckpt = audit_dir(run_dir, arm.name)
         ckpt.mkdir(parents=True, exist_ok=True)
         out[arm.name] = Audit.of(
-            config, arm.gate_rule, ckpt_dir=ckpt, iteration=done, resume=config.resume
+            config,
+            arm.gate_rule,
+            arm.traj_gate,
+            ckpt_dir=ckpt,
+            iteration=done,
+            resume=config.resume,
         )
     return out
 
 
 def audited_block(block: Block, audit: Audit) -> Block:
-    """``block`` with its arm at the gate the audit chose for it."""
-    gate = audit.gate.current_gate() if audit.gate is not None else block.arm.gate_rule
-    return block._replace(arm=block.arm.with_gate(gate, block.arm.gate_K, block.arm.traj_gate))
+    """``block`` with its arm at the gates the audit chose for it."""
+    arm = block.arm
+    gate = audit.gate.current_gate() if audit.gate is not None else arm.gate_rule
+    traj = audit.stops.current_gate() if audit.stops is not None else arm.traj_gate
+    return block._replace(arm=arm.with_gate(gate, arm.gate_K, traj))
 
 
 def audit_block(audit: Audit, records: Sequence[Any], iteration: int) -> dict[str, Any]:
-    """Audit one timed run's groups (after its clock stopped), save the ledger, and return what
-    block-<b>.json keeps of it (:data:`AUDIT_BLOCK_COLUMNS`)."""
-    m, _ = audit.label(records, iteration)
-    assert m is not None and audit.gate is not None  # an arm's audit runs only with --audit
+    """Audit one timed run's groups (after its clock stopped), save the ledgers, and return what
+    block-<b>.json keeps of it (:data:`AUDIT_BLOCK_COLUMNS`; only the gates the arm has)."""
+    m, stops = audit.label(records, iteration)
+    assert m is not None and stops is not None  # an arm's audit runs only with --audit
     audit.save()
-    auditor = audit.gate
-    return dict(
-        zip(
-            AUDIT_BLOCK_COLUMNS,
-            (
-                m.audited,
-                m.audit_tp,
-                m.audit_fp,
-                m.audit_steps,
-                m.precision_lb,
-                m.threshold,
-                float(auditor.knob.shown(auditor.threshold)),
-            ),
-            strict=True,
+    out: dict[str, Any] = {}
+    if audit.gate is not None:
+        auditor = audit.gate
+        values = (m.audited, m.audit_tp, m.audit_fp, m.audit_steps, m.precision_lb, m.threshold)
+        out |= dict(zip(GROUP_AUDIT_DTYPES, values, strict=False))
+        out["audit_next_threshold"] = float(auditor.knob.shown(auditor.threshold))
+    if audit.stops is not None:
+        values = (
+            stops.stop_audited,
+            stops.stop_audit_tp,
+            stops.stop_audit_fp,
+            stops.stop_audit_steps,
+            stops.stop_precision_lb,
+            stops.stall_W,
+            audit.stops.W,
         )
-    )
+        out |= dict(zip(STOP_AUDIT_DTYPES, values, strict=True))
+    return out
 
 
 def arm_audit_totals(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One arm's audit over its timed runs (schedule order; each a blocks.parquet row): the counts
-    summed, the last run's bound and threshold, and the threshold the audit ends on."""
+    summed, the last run's bound and threshold (or W), and the one the audit ends on; null for a
+    gate the arm does not have."""
     last = runs[-1] if runs else {}
-    return {
-        "audited": sum(int(r["audited"]) for r in runs),
-        "audit_tp": sum(int(r["audit_tp"]) for r in runs),
-        "audit_fp": sum(int(r["audit_fp"]) for r in runs),
-        "audit_steps": sum(int(r["audit_steps"]) for r in runs),
-        "audit_precision_lb": last.get("audit_precision_lb", math.nan),
-        "audit_threshold": last.get("audit_threshold", math.nan),
-        "audit_next_threshold": last.get("audit_next_threshold", math.nan),
-    }
+    out: dict[str, Any] = {}
+    for prefix, counts, lasts in (
+        ("audited", ("audited", "audit_tp", "audit_fp", "audit_steps"),
+         ("audit_precision_lb", "audit_threshold", "audit_next_threshold")),
+        ("stop_audited", ("stop_audited", "stop_audit_tp", "stop_audit_fp", "stop_audit_steps"),
+         ("stop_precision_lb", "stall_W", "next_stall_W")),
+    ):  # fmt: skip
+        has = bool(runs) and all(r.get(prefix) is not None for r in runs)
+        for c in counts:
+            out[c] = sum(int(r[c]) for r in runs) if has else None
+        for c in lasts:
+            out[c] = last.get(c) if has else None
+    return out
 
 
 def audit_dir(run_dir: Path, arm: str) -> Path:

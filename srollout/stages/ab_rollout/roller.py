@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srollout.config import AbRolloutConfig
 from srollout.core.arms import ArmSpec
@@ -29,12 +29,12 @@ from srollout.stages.rollout_setup import (
     for_workers,
 )
 
+if TYPE_CHECKING:
+    from srollout.rollout.audits import Audit
 
-def arm_settings(
-    arm: ArmSpec, config: AbRolloutConfig, audit: Callable[[int], bool] | None = None
-) -> RolloutSettings:
-    """The engine settings of ``arm``: everything but the gate (and, with ``--audit``, which of
-    its cuts run on: ``audit``) is the same in every arm."""
+
+def arm_settings(arm: ArmSpec, config: AbRolloutConfig) -> RolloutSettings:
+    """The engine settings of ``arm``: everything but the gates is the same in every arm."""
     return RolloutSettings(
         G=config.G,
         T_max=config.T_max,
@@ -44,7 +44,6 @@ def arm_settings(
         gate=arm.gate_rule,
         gate_K=arm.gate_K,
         arm=arm.name,
-        audit=audit,
         traj_gate=arm.traj_gate,
     )
 
@@ -124,13 +123,16 @@ class Roller:
         self,
         specs: Sequence[GroupSpec],
         arm: ArmSpec,
-        audit: Callable[[int], bool] | None = None,
+        audit: Audit | None = None,
     ) -> tuple[list[GroupRecord], RolloutSummary]:
-        """One timed engine call of ``arm`` (its gate as the arm carries it) over ``specs``;
-        ``audit``: which of its cuts run on to T_max (``RolloutSettings.audit``)."""
+        """One timed engine call of ``arm`` (its gates as the arm carries them) over ``specs``;
+        ``audit``: the arm's audit, whose gates and draws the call runs with
+        (:meth:`srollout.rollout.audits.Audit.settings`)."""
         records: list[GroupRecord] = []
         self.show.extend(sum(s.group_id not in self.planned for s in specs))
-        settings = arm_settings(arm, self.config, audit)
+        settings = arm_settings(arm, self.config)
+        if audit is not None:
+            settings = audit.settings(settings)
         if self.workers == 1:
             summary = run_groups(
                 list(specs),

@@ -361,7 +361,7 @@ def arms_table(
             }
         )
         if audited:
-            mine_runs = runs.sort("order").to_dicts() if arm.gate else []
+            mine_runs = runs.sort("order").to_dicts() if arm.gate or arm.stall else []
             totals = arm_audit_totals(mine_runs) if mine_runs else {}
             rows[-1].update({c: totals.get(c) for c in AUDIT_BLOCK_COLUMNS})
     df = pl.DataFrame(
