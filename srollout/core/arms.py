@@ -448,16 +448,28 @@ def _skip_factory(name: str) -> SkipFactory | None:
     return skip_part(name)(target)
 
 
+def skipper_for(
+    name: str, *, seed: int, p_explore: float, history: Iterable[GresoOutcome] = ()
+) -> Skipper:
+    """The skipper of skip part ``name`` (``"greso"``, or one registered / an entry point), fed
+    ``history``; an unknown name is one SrolloutError."""
+    factory = _skip_factory(str(name).strip().lower())
+    if factory is None:
+        known = ", ".join(sorted(_SKIP_PARTS))
+        raise SrolloutError(
+            f"no skip part {name!r} (known: {known}; a part of another package is found through "
+            f"an entry point of group {SKIP_ENTRY_POINT_GROUP!r})"
+        )
+    return factory(seed=int(seed), history=list(history), p_explore=float(p_explore))
+
+
 def make_skipper(
     arm: ArmSpec, *, seed: int, p_explore: float, history: Iterable[GresoOutcome] = ()
 ) -> Skipper | None:
     """The pre-rollout skip of ``arm`` (None on an arm that skips nothing), fed ``history``."""
     if arm.skip is None:
         return None
-    factory = _skip_factory(arm.skip)
-    if factory is None:  # parse_arm only makes arms of known parts
-        raise SrolloutError(f"arm {arm.name}: no skip part {arm.skip!r}")
-    return factory(seed=int(seed), history=list(history), p_explore=float(p_explore))
+    return skipper_for(arm.skip, seed=seed, p_explore=p_explore, history=history)
 
 
 def greso_filter(

@@ -160,7 +160,10 @@ class GatedRollout:
     dynamic_sampling: DAPO's filter and refill in each training call: zero-variance (or cut)
     groups are replaced by groups of tasks outside the batch, up to ``max_refill_rounds`` extra
     rounds; greso_p: GRESO's skip of tasks whose recent groups were zero-variance, rolled out
-    anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`). Evaluation calls
+    anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`); skip: the skip
+    part greso_p turns on (``"greso"``; a part of another package, registered with
+    :func:`srollout.core.arms.skip_part` or its entry point, gets greso_p as its p_explore, as in
+    ``ab-rollout`` and ``train-onpolicy``). Evaluation calls
     are never filtered. log_dir: every group of every training call is written there as it
     trains, in the Parquet contract with the trainer's step in each row, and resumed with the
     trainer (:mod:`srollout.rollout.trainer_log`).
@@ -181,6 +184,7 @@ class GatedRollout:
     dynamic_sampling: bool = False
     max_refill_rounds: int = 3
     greso_p: float | None = None
+    skip: str = "greso"
     log_dir: str | None = None
     counts: RolloutCounts = field(default_factory=RolloutCounts)
     last: RolloutCounts = field(default_factory=RolloutCounts)
@@ -212,9 +216,9 @@ class GatedRollout:
 
         check_sampling(self)
         if self.greso_p is not None:
-            from srollout.core.arms import GresoSkipper
+            from srollout.core.arms import skipper_for
 
-            self._greso = GresoSkipper(self.greso_p, self.seed)
+            self._greso = skipper_for(self.skip, seed=self.seed, p_explore=self.greso_p)
         if self.log_dir is not None:
             from srollout.rollout.trainer_log import TrainerLog
 
@@ -292,6 +296,8 @@ class GatedRollout:
             "dynamic_sampling": self.dynamic_sampling,
             "max_refill_rounds": self.max_refill_rounds,
             "greso_p": self.greso_p,
+            # only off the default, so the logs of GRESO runs resume as they were written
+            **({"skip": self.skip} if self.skip != "greso" else {}),
         }
 
     def _open_log(self, trainer: Any, global_step: int) -> None:
@@ -302,9 +308,11 @@ class GatedRollout:
         if resume.steps:
             self._next_group = resume.next_group
             if self._greso is not None:
-                from srollout.core.arms import GresoSkipper
+                from srollout.core.arms import skipper_for
 
-                self._greso = GresoSkipper(self.greso_p, self.seed, resume.greso)
+                self._greso = skipper_for(
+                    self.skip, seed=self.seed, p_explore=self.greso_p, history=resume.greso
+                )
         trainer.add_callback(_merge_log_at_end(self._log))
 
     # --- what TRL is given ---------------------------------------------------------------------

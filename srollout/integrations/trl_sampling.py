@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srollout.core.arms import GresoSkipper, dapo_fill, extra_round_tasks, greso_filter
+from srollout.core.arms import Skipper, dapo_fill, extra_round_tasks, greso_filter
 from srollout.core.grpo import is_zero_variance
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
@@ -84,7 +84,7 @@ def sample_batch(
     tasks: Sequence[Task],
     roll: Callable[[list[GroupSpec]], list[GroupRecord]],
     call: int,
-    skipper: GresoSkipper | None,
+    skipper: Skipper | None,
 ) -> SampledBatch:
     """Fill the ``len(tasks)`` slots of training call ``call`` (1, 2, ...): GRESO's skip, the
     rollouts (``roll(specs)``, records in spec order) and DAPO's refill. Group indices (so seeds)

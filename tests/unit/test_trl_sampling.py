@@ -96,3 +96,24 @@ def test_settings_dynamic_sampling_cannot_work_with_are_one_line():
     with pytest.raises(SrolloutError, match="already uses all 2 tasks"):
         check_pool(_rollout(tasks=TASKS[:2]), TASKS[:2])
     check_pool(_rollout(dynamic_sampling=False, tasks=TASKS[:2]), TASKS[:2])
+
+
+def test_a_skip_part_of_another_package_runs_inside_trl_where_greso_does(cooldown_arm):
+    from srollout.core.arms import skipper_for
+    from srollout.integrations.trl import GatedRollout
+
+    # cooldown (examples/custom_arm): t1 gave no gradient at call 1, so call 2 rests it; it
+    # records nothing then, so call 3 rolls it again (GRESO at p = 0 would skip it for good)
+    skipper = skipper_for(cooldown_arm, seed=3, p_explore=0.0, history=[("t1", 1, True)])
+    rollout, rolled = _rollout(dynamic_sampling=False, greso_p=0.0), []
+    batch = sample_batch(rollout, [TASKS[1], TASKS[2]], _roller(rolled), 2, skipper)
+    assert [t for _, t in rolled[0]] == ["t2"] and batch.skipped == 1
+    batch = sample_batch(rollout, [TASKS[1], TASKS[2]], _roller(rolled), 3, skipper)
+    assert [t for _, t in rolled[1]] == ["t1", "t2"] and batch.skipped == 0
+    # GatedRollout builds it by name; an unknown name is one line naming the entry point group
+    gated = GatedRollout(tasks=TASKS, G=2, env_factory=object, greso_p=0.0, skip=cooldown_arm)
+    assert type(gated._greso).__name__ == "CooldownSkipper"
+    assert gated.log_config()["skip"] == "cooldown"
+    assert "skip" not in GatedRollout(tasks=TASKS, G=2, env_factory=object).log_config()
+    with pytest.raises(SrolloutError, match="no skip part 'nap'.*'srollout.arms'"):
+        GatedRollout(tasks=TASKS, G=2, env_factory=object, greso_p=0.0, skip="nap")
