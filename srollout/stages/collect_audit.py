@@ -206,21 +206,26 @@ class CollectAudit:
 
         atomic_write_json({"chunk_groups": self.chunk_groups, "chunks": self.rows}, self.path)
 
+    def _full_rows(self) -> list[dict[str, Any]]:
+        """The chunk rows, those of a run audited before the trajectory gate's columns given its
+        empty ones."""
+        from srollout.rollout.stop_audit import NO_STOP_AUDIT
+
+        empty = {"gate/stalled": 0, **NO_STOP_AUDIT.columns()}
+        return [{**empty, **r} for r in self.rows]
+
     def table(self) -> pl.DataFrame:
         """audit.parquet: one row per chunk (:data:`srollout.schemas.AUDIT`)."""
-        from srollout.rollout.stop_audit import NO_STOP_AUDIT
         from srollout.schemas import AUDIT
 
-        # chunks of a run audited before the trajectory gate's columns: its empty ones
-        empty = {"gate/stalled": 0, **NO_STOP_AUDIT.columns()}
-        return pl.DataFrame([{**empty, **r} for r in self.rows], schema=dict(AUDIT.columns))
+        return pl.DataFrame(self._full_rows(), schema=dict(AUDIT.columns))
 
     def summary(self) -> AuditSummary:
-        rows = [{"gate/stalled": 0, **r} for r in self.rows]
+        rows = self._full_rows()
         group, stops = self.auditor, self.stops
 
         def total(col: str) -> int:
-            return sum(int(r.get(col, 0)) for r in rows)
+            return sum(int(r[col]) for r in rows)
 
         return AuditSummary(
             chunks=len(rows),
@@ -242,10 +247,8 @@ class CollectAudit:
             stop_tp=total("gate/stop_audit_tp"),
             stop_fp=total("gate/stop_audit_fp"),
             stop_steps=total("gate/stop_audit_steps"),
-            stop_precision_lb=float(rows[-1].get("gate/stop_precision_lb", math.nan))
-            if rows
-            else math.nan,
-            start_W=int(rows[0].get("gate/stall_W", 0)) if rows else 0,
+            stop_precision_lb=float(rows[-1]["gate/stop_precision_lb"]) if rows else math.nan,
+            start_W=int(rows[0]["gate/stall_W"]) if rows else 0,
             final_W=stops.W if stops is not None else 0,
         )
 

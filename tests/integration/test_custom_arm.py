@@ -4,27 +4,18 @@ folder on PYTHONPATH: the arm ``cooldown`` is found through the entry point grou
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import polars as pl
 
 from srollout.schemas import AB, AB_ARMS, read
-from tests.integration.test_custom_gate import _srollout
+from tests.integration.test_custom_gate import _srollout, install_example
 
-ROOT = Path(__file__).resolve().parents[2]
 # the planner with half its actions random: no LM, seconds
 AB_RUN = ["ab-rollout", "--policy", "noisy-expert", "--eps", "0.5", "--groups", "6", "--G", "3"]
 AB_RUN += ["--T-max", "8", "--repeats", "2", "--n-boot", "50", "--arms", "baseline,cooldown"]
 
 
 def test_an_arm_part_of_another_package_loads_by_its_entry_point_and_skips(tmp_path):
-    src, site = tmp_path / "custom_arm", tmp_path / "site"
-    shutil.copytree(ROOT / "examples" / "custom_arm", src)
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip, "--target", str(site), str(src)], check=True, capture_output=True)
+    site = install_example("custom_arm", tmp_path)
     assert (site / "cooldown_arm.py").exists()
 
     # without the package the arm is unknown: one line that names the entry point group

@@ -27,12 +27,18 @@ def _srollout(*args: str | Path, site: Path | None = None) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 
 
-def test_a_gate_kind_of_another_package_loads_by_its_entry_point_and_cuts(tmp_path):
-    # install the example package as pip would for a user (a copy: pip builds in the tree)
-    src, site = tmp_path / "custom_gate", tmp_path / "site"
-    shutil.copytree(ROOT / "examples" / "custom_gate", src)
+def install_example(name: str, tmp_path: Path) -> Path:
+    """examples/<name> installed as pip would for a user, into a folder (a copy: pip builds in
+    the tree); the folder, to put on PYTHONPATH."""
+    src, site = tmp_path / name, tmp_path / "site"
+    shutil.copytree(ROOT / "examples" / name, src)
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
     subprocess.run([*pip, "--target", str(site), str(src)], check=True, capture_output=True)
+    return site
+
+
+def test_a_gate_kind_of_another_package_loads_by_its_entry_point_and_cuts(tmp_path):
+    site = install_example("custom_gate", tmp_path)
     assert (site / "distinct_gate.py").exists()
 
     gate = tmp_path / "gate.json"

@@ -121,9 +121,16 @@ def audit_block(audit: Audit, records: Sequence[Any], iteration: int) -> dict[st
     out: dict[str, Any] = {}
     if audit.gate is not None:
         auditor = audit.gate
-        values = (m.audited, m.audit_tp, m.audit_fp, m.audit_steps, m.precision_lb, m.threshold)
-        out |= dict(zip(GROUP_AUDIT_DTYPES, values, strict=False))
-        out["audit_next_threshold"] = float(auditor.knob.shown(auditor.threshold))
+        values = (
+            m.audited,
+            m.audit_tp,
+            m.audit_fp,
+            m.audit_steps,
+            m.precision_lb,
+            m.threshold,
+            float(auditor.knob.shown(auditor.threshold)),
+        )
+        out |= dict(zip(GROUP_AUDIT_DTYPES, values, strict=True))
     if audit.stops is not None:
         values = (
             stops.stop_audited,
