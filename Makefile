@@ -8,6 +8,10 @@ CORE_STAMP := $(VENV)/.srollout-core-installed
 STAMP  := $(VENV)/.srollout-installed
 VLLM_STAMP := $(VENV)/.srollout-vllm-installed
 DEMO_OUT ?= runs/demo
+# The suite runs on this many pytest-xdist workers (a file's tests stay on one worker: its module
+# fixtures, a vLLM server say, start once); 1 runs it in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 .PHONY: setup setup-core setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
 
@@ -62,7 +66,7 @@ $(GAMES_STAMP): $(VLLM_STAMP)
 	touch $(GAMES_STAMP)
 
 test: setup setup-vllm setup-games lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST) $(if $(XDIST),--dist loadfile)
 	$(MAKE) --no-print-directory test-other-kernels
 
 # The golden runs once more with torch on other CPU kernels than this machine's own, standing in
@@ -74,10 +78,11 @@ OTHER_KERNELS := MKL_CBWR=COMPATIBLE $(shell grep -qw avx512f /proc/cpuinfo 2>/d
 	&& echo ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
 	|| echo ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41)
 test-other-kernels: setup
-	env $(OTHER_KERNELS) $(BIN)/python -m pytest -q -p no:cacheprovider tests/golden/test_golden_runs.py
+	env $(OTHER_KERNELS) $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) \
+	  tests/golden/test_golden_runs.py
 
 test-fast: setup setup-vllm setup-games
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) $(if $(XDIST),--dist loadfile)
 
 lint: setup
 	$(BIN)/ruff check srollout tests benchmarks examples

@@ -197,3 +197,17 @@ def cooldown_arm() -> str:
         sys.path.insert(0, folder)
     importlib.import_module("cooldown_arm")
     return "cooldown"
+
+
+# `make test` runs the suite on two workers (pytest-xdist, `--dist loadfile`: a file's tests and
+# its module fixtures, a vLLM server say, stay on one worker). A worker takes the next file in
+# collection order when it finishes one, so the slowest files go first and the many short unit
+# files fill the end: the two workers then finish close together.
+_TIER_ORDER = {"golden": 0, "component": 1, "integration": 2, "unit": 3}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def tier(item: pytest.Item) -> int:
+        return _TIER_ORDER.get(item.path.parent.name, len(_TIER_ORDER))
+
+    items.sort(key=tier)  # stable: a file's tests keep their order
