@@ -5,6 +5,7 @@ Kept generic on purpose; add fixtures for other stages below.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -198,6 +199,12 @@ def cooldown_arm() -> str:
     importlib.import_module("cooldown_arm")
     return "cooldown"
 
+
+# A pytest-xdist worker's environment holds COLUMNS=80, which a serial run's has not: the stages
+# the tests start would print 80 columns wide instead of srollout's 160 off a terminal
+# (srollout.console), and wrap the table rows the tests read. Every run sees one width.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 # `make test` runs the suite on two workers (pytest-xdist, `--dist loadfile`: a file's tests and
 # its module fixtures, a vLLM server say, stay on one worker). A worker takes the next file in
