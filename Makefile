@@ -12,6 +12,7 @@ DEMO_OUT ?= runs/demo
 # fixtures, a vLLM server say, start once); 1 runs it in one process.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+XDIST_FILES = $(if $(XDIST),$(XDIST) --dist loadfile)
 
 .PHONY: setup setup-core setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
 
@@ -66,7 +67,7 @@ $(GAMES_STAMP): $(VLLM_STAMP)
 	touch $(GAMES_STAMP)
 
 test: setup setup-vllm setup-games lint
-	$(BIN)/python -m pytest -q $(XDIST) $(if $(XDIST),--dist loadfile)
+	$(BIN)/python -m pytest -q $(XDIST_FILES)
 	$(MAKE) --no-print-directory test-other-kernels
 
 # The golden runs once more with torch on other CPU kernels than this machine's own, standing in
@@ -82,7 +83,7 @@ test-other-kernels: setup
 	  tests/golden/test_golden_runs.py
 
 test-fast: setup setup-vllm setup-games
-	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) $(if $(XDIST),--dist loadfile)
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST_FILES)
 
 lint: setup
 	$(BIN)/ruff check srollout tests benchmarks examples
