@@ -18,7 +18,8 @@ XDIST_FILES = $(if $(XDIST),$(XDIST) --dist loadfile)
 
 setup: $(STAMP)
 
-# What the demo runs and no more (collect, analyze, sweep need no extra). torch==2.13.0 first:
+# What the demo runs and no more: collect, analyze, sweep, and Ray (the `dist` extra), on which
+# collect's `--workers auto` rolls the demo's 100 groups on one worker per core. torch==2.13.0 first:
 # it is the CPU build on disk; anything that depends on torch installed before it would pull a
 # multi-GB CUDA build instead.
 setup-core: $(CORE_STAMP)
@@ -27,10 +28,10 @@ $(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[dist]'
 	touch $(CORE_STAMP)
 
-# The tests' tools, Ray (the `dist` extra) and TRL on top.
+# The tests' tools and TRL on top.
 $(STAMP): $(CORE_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl]'
 	touch $(STAMP)
