@@ -1,8 +1,10 @@
 """Atomic file writes (temp file in the same directory, then ``os.replace``).
 
 A crash never leaves half a file, and a write that runs out of space leaves the previous version in
-place (:class:`~srollout.errors.DiskFullError`). No third-party imports, so ``srollout.core`` can
-use it without pulling polars; ``srollout.schemas`` uses it for JSON and text artifacts.
+place (:class:`~srollout.errors.DiskFullError`). Every file srollout writes goes through
+:func:`atomic_file` (Parquet, JSON, text, figures, checkpoints); a directory written whole (a
+group's part, a built model) is renamed into place by its own module. No third-party imports, so
+``srollout.core`` can use it without pulling polars.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from typing import IO, Any
 from srollout.errors import DiskFullError, disk_full
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
-    """Create ``path``'s directory, let ``write(fh)`` fill a temp file, rename it into place."""
+def atomic_file(path: str | Path, fill: Callable[[str], None]) -> Path:
+    """Create ``path``'s directory, let ``fill(tmp)`` write a temp file beside it (any writer:
+    Parquet, ``torch.save``, a figure), give it the mode a plain ``open`` would and rename it into
+    place; on any error the temp file goes and ``path`` is as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as fh:
-            write(fh)
+        fill(tmp)
         umask_mode(tmp)
         os.replace(tmp, path)
     except BaseException as err:
@@ -33,6 +37,16 @@ def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
             raise no_space(path) from err
         raise
     return path
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
+    """:func:`atomic_file` for text: ``write(fh)`` fills the temp file through a text handle."""
+
+    def fill(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            write(fh)
+
+    return atomic_file(path, fill)
 
 
 def _umask() -> int:

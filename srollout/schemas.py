@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,8 @@ from typing import Any
 
 import polars as pl
 
-from srollout.atomic import atomic_write_json, atomic_write_text, no_space, umask_mode
-from srollout.errors import SchemaError, SrolloutError, disk_full
+from srollout.atomic import atomic_file, atomic_write_json, atomic_write_text
+from srollout.errors import SchemaError, SrolloutError
 from srollout.signal_names import AGREEMENT_UNITS, SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 
@@ -473,22 +472,9 @@ def check_rules_lazy(lazy: pl.LazyFrame, artifact: Artifact, source: str | Path)
 
 def write(df: pl.DataFrame, path: str | Path, artifact: Artifact | None = None) -> Path:
     """Write ``df`` to ``path`` atomically (temp file + rename); validate first if ``artifact``."""
-    path = Path(path)
     if artifact is not None:
-        validate(df, artifact, path, allow_empty=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        dump_parquet(df, tmp)
-        umask_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, Exception) and disk_full(err):
-            raise no_space(path) from err
-        raise
-    return path
+        validate(df, artifact, Path(path), allow_empty=True)
+    return atomic_file(path, lambda tmp: dump_parquet(df, tmp))
 
 
 def dump_parquet(df: pl.DataFrame, path: str | Path) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from srollout.atomic import atomic_write_text
 from srollout.default_policy.recipe import BuildConfig
 from srollout.default_policy.sft import (
     make_model,
@@ -475,9 +476,7 @@ def build_default_policy(
         "demonstrations (games included)": round(demo_s),
         "total": round(total),
     }
-    tmp = out / ".build.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(tmp, out / "build.json")
+    atomic_write_text(json.dumps(record, indent=2, default=str) + "\n", out / "build.json")
     return res._replace(seconds=total)
 
 

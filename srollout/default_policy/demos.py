@@ -28,14 +28,6 @@ class Turn:
     admissible: tuple[str, ...] = ()
     observation: str = ""
 
-    @property
-    def response(self) -> str:  # alias used by the policy builder
-        return self.assistant
-
-    @property
-    def noise(self) -> bool:  # alias used by the policy builder
-        return self.is_noise
-
 
 @dataclass(frozen=True)
 class Episode:

@@ -20,7 +20,7 @@ import functools
 import json
 import os
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from srollout.envs.base import TASK_TYPES
@@ -108,9 +108,6 @@ class GameSpec:
     recep: str
     toggle: str
     pddl_problem: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 # --- the wheel's data -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ as the walkthrough. Games are generated once and cached under
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from srollout.atomic import atomic_write_text
 from srollout.envs.base import TASK_TYPES, Task
 from srollout.envs.gen import Difficulty, GameSpec, generate_game, resolve_difficulty
 from srollout.errors import SrolloutError
@@ -121,44 +123,13 @@ class GameRecord:
 def _read_cache(path: Path) -> list[GameRecord]:
     if not path.exists():
         return []
-    out = []
     with open(path) as f:
-        for line in f:
-            d = json.loads(line)
-            out.append(
-                GameRecord(
-                    d["k"],
-                    d["task_type"],
-                    d["task_text"],
-                    d["floorplan"],
-                    d["seed"],
-                    d["pddl_problem"],
-                    tuple(d["walkthrough"]),
-                )
-            )
-    return out
+        rows = [json.loads(line) for line in f]
+    return [GameRecord(**{**d, "walkthrough": tuple(d["walkthrough"])}) for d in rows]
 
 
 def _write_cache(path: Path, records: list[GameRecord]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        for r in records:
-            f.write(
-                json.dumps(
-                    {
-                        "k": r.k,
-                        "task_type": r.task_type,
-                        "task_text": r.task_text,
-                        "floorplan": r.floorplan,
-                        "seed": r.seed,
-                        "pddl_problem": r.pddl_problem,
-                        "walkthrough": list(r.walkthrough),
-                    }
-                )
-                + "\n"
-            )
-    os.replace(tmp, path)
+    atomic_write_text("".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in records), path)
 
 
 def solve_check(spec: GameSpec, env=None) -> tuple[str, ...] | None:

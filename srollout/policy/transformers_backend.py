@@ -241,13 +241,6 @@ class TransformersPolicy:
         """Sum of the parameters' in-place version counters (changes with every update)."""
         return sum(int(getattr(p, "_version", 0)) for p in self.model.parameters())
 
-    def weights_updated(self) -> None:
-        """Call after changing ``self.model``'s weights in place (e.g. a GRPO step on a shared
-        peft model): drops the cached system-prompt KV. No trajectory may be live."""
-        if self._states:
-            raise SrolloutError("weights changed while trajectories are live; finish them first")
-        self._prefixes.clear()
-
     def fits(self, request: ActRequest) -> bool:
         """Whether ``request``'s turn fits the model's context: the trajectory's tokens, this
         turn's injected tokens and ``max_new_tokens`` of response. :meth:`act` and :meth:`force`

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from srollout.atomic import atomic_file
 from srollout.schemas import LABELS, signal_names
 
 # One colour per group label, the paper's convention (Fig. "d_K by label").
@@ -32,17 +33,15 @@ def save_figure(fig: Any, path: str | Path, tight: bool = True) -> Path:
     tight: apply ``tight_layout`` first when the figure has no layout engine (the figures of this
     module set their margins by hand instead: layout passes cost a few hundred ms each, which
     matters for the 5 s budget of analyze + sweep)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
     if tight and fig.get_layout_engine() is None:
         fig.tight_layout()
     # metadata without "Software"/date keeps the bytes reproducible for the same data;
     # bbox_inches="tight" is avoided because it draws the figure twice
-    fig.savefig(tmp, dpi=100, metadata={"Software": None})
-    tmp.replace(path)
+    atomic_file(
+        path, lambda tmp: fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    )
     pyplot().close(fig)
-    return path
+    return Path(path)
 
 
 # the names other stages imported first

@@ -225,17 +225,3 @@ def random_measured_of_cuts(
         n = int((cut & (cut_K == K)).sum())
         value += random_measured_share(n, remaining_by_K[int(K)], total)
     return value
-
-
-def gate_rows(table: pl.DataFrame, extra: list[float]) -> pl.DataFrame:
-    """The gates table plus random_measured_step_savings (one value per row) and the ratio."""
-    table = table.with_columns(random_measured_step_savings=pl.Series(extra, dtype=pl.Float64))
-    return table.with_columns(
-        measured_vs_random=pl.Series(
-            [
-                _ratio(a, b)
-                for a, b in zip(table["measured_step_savings"].to_list(), extra, strict=True)
-            ],
-            dtype=pl.Float64,
-        )
-    )

@@ -8,13 +8,12 @@ same metrics as an uninterrupted run (timing columns aside).
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srollout.atomic import atomic_file
 from srollout.errors import SrolloutError
 
 STATE_FILE = "state.pt"
@@ -60,17 +59,7 @@ def save_state(directory: Path, state: ArmState) -> Path:
     """Write ``directory/state.pt`` atomically (temp file + rename)."""
     import torch
 
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / STATE_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".state.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        torch.save(state.__dict__, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_file(directory / STATE_FILE, lambda tmp: torch.save(state.__dict__, tmp))
 
 
 def load_state(directory: Path) -> ArmState | None:

@@ -8,7 +8,6 @@ the scoring itself (attribution, confusion, savings, seed match) is pure and liv
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,18 +28,11 @@ from srollout.core.ab_scoring import (
 )
 from srollout.core.arms import ArmSpec, arm_summary
 from srollout.stages.ab_rollout.audit import AUDIT_BLOCK_COLUMNS, AUDIT_DTYPES, arm_audit_totals
-from srollout.stages.ab_rollout.schedule import Block, block_file
+from srollout.stages.ab_rollout.schedule import Block
 
 # the columns ab.parquet gained with --arms; written last (after n_traj_matched) so the older
 # columns keep their place
 ARMS_AB_COLUMNS = ("skipped", "dapo_round", "useful")
-
-
-def read_blocks(run_dir: Path, schedule: Sequence[Block]) -> pl.DataFrame:
-    """One row per timed run (schedule order) from its block-<b>.json (:func:`blocks_table`)."""
-    return blocks_table(
-        schedule, [json.loads(block_file(run_dir, b).read_text()) for b in schedule]
-    )
 
 
 def blocks_table(schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]) -> pl.DataFrame:
