@@ -44,9 +44,14 @@ def save_figure(fig: Any, path: str | Path, tight: bool = True) -> Path:
     return Path(path)
 
 
-# the names other stages imported first
-_pyplot = pyplot
-_save = save_figure
+def _finish(fig: Any, ax: Any, path: str | Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label the axes, title the plot (when ``title``), set this module's margins and save."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
+    return save_figure(fig, path, tight=False)
 
 
 def correlation_heatmap(corr: pl.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -116,13 +121,8 @@ def histogram_by_label(
         ax.axvline(
             threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}"
         )
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("groups")
     ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
-    return save_figure(fig, path, tight=False)
+    return _finish(fig, ax, path, xlabel, "groups", title)
 
 
 def scatter_by_label(
@@ -149,13 +149,8 @@ def scatter_by_label(
         ax.axvline(
             threshold, color="red", linestyle="--", linewidth=1.2, label=f"d_L = {threshold:g}"
         )
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
-    return save_figure(fig, path, tight=False)
+    return _finish(fig, ax, path, xlabel, ylabel, title)
 
 
 def curves_over_K(
@@ -169,14 +164,9 @@ def curves_over_K(
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for name, (ks, ys) in curves.items():
         ax.plot(list(ks), [np.nan if v is None else v for v in ys], marker="o", label=name)
-    ax.set_xlabel("K (gate step)")
-    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
-    return save_figure(fig, path, tight=False)
+    return _finish(fig, ax, path, "K (gate step)", ylabel, title)
 
 
 def pareto(
@@ -249,12 +239,8 @@ def pareto(
             label=f"chosen: {row['rule']} K={row['K']} d_L={row['d_L']:g}",
             zorder=6,
         )
-    ax.set_xlabel("precision = TP / cut")
-    ax.set_ylabel("safe savings (% of N·T_max steps)")
     ax.set_xlim(-0.02, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    if title:
-        ax.set_title(title, fontsize=10)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
-    return save_figure(fig, path, tight=False)
+    ylabel = "safe savings (% of N·T_max steps)"
+    return _finish(fig, ax, path, "precision = TP / cut", ylabel, title)

@@ -406,9 +406,9 @@ def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int =
 def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> Path:
     """The paper's 4-panel Tier-3 figure: held-out success, cumulative wall-clock, training reward
     (5-iteration rolling; the gated arm over uncut groups only), gradient L2 norm."""
-    from srollout.report.figures import _pyplot, _save
+    from srollout.report.figures import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     stepped = metrics.filter(pl.col("train/stepped"))
     ev = evals.group_by("arm", "seed", "iteration").agg(
@@ -430,15 +430,15 @@ def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> P
     n = metrics["seed"].n_unique()
     fig.suptitle(f"On-policy GRPO A/B, mean ± 1 std over {n} seed(s)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
     """App. "Mechanism evolution": zero-variance rate (gated: uncut groups), cut rate vs the
     baseline arm's zero-variance rate, gradient L2, zero-advantage fraction; per iteration."""
-    from srollout.report.figures import _pyplot, _save
+    from srollout.report.figures import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     m = metrics.with_columns(
         # an iteration whose groups were all cut has no zero-variance rate (not 0)
         pl.when(pl.col("gate/kept") > 0)
@@ -491,15 +491,15 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
     axes[0][0].legend()
     fig.suptitle("Mechanism: zero-variance groups, cuts and dilution over training")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
     """``--audit``: per gated (seed, arm), the d_L each iteration ran with, the Clopper-Pearson
     bound on the gate's precision against the floor, and the audited cuts' TP / FP."""
-    from srollout.report.figures import _pyplot, _save
+    from srollout.report.figures import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     m = metrics.filter(pl.col("gate/threshold").is_not_nan()).sort("iteration")
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     seeds = sorted(set(m["seed"].to_list()))  # an arm's colour, a seed's line style and marker
@@ -529,7 +529,7 @@ def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle("Audited gate: threshold, precision bound and audits over training")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def audit_frame(metrics: pl.DataFrame) -> pl.DataFrame:

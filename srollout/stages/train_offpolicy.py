@@ -418,9 +418,9 @@ ARM_COLORS = {"baseline": "#1f77b4", "gated": "#ff7f0e"}
 def trace_figure(metrics: pl.DataFrame, path: Path) -> Path:
     """The paper's per-step trace (App. "Off-policy training per-step trace"): cumulative
     training wall-clock, gradient L2 norm, items per step, loss per step; one line per arm."""
-    from srollout.report.figures import _pyplot, _save
+    from srollout.report.figures import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     panels = [
         ("time/cum_update_s", "cumulative training wall-clock (s)"),
@@ -445,7 +445,7 @@ def trace_figure(metrics: pl.DataFrame, path: Path) -> Path:
     axes[0][0].legend()
     fig.suptitle("Off-policy GRPO A/B: baseline vs gated")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def summary_frame(s: OffpolicySummary) -> pl.DataFrame:
