@@ -28,8 +28,7 @@ srollout's engine (:mod:`srollout.rollout.engine`) follows the full contract.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -48,7 +47,6 @@ from srollout.core.learned_gate import (
     DEFAULT_FOLDS,
     DEFAULT_L2,
     LogisticModel,
-    Selector,
     ThresholdChoice,
     assign_folds,
     choose_threshold,
@@ -59,7 +57,7 @@ from srollout.core.learned_gate import (
     signals_row,
 )
 from srollout.core.signals import GroupSignals
-from srollout.core.sweep import GateOutcome
+from srollout.core.sweep import GateOutcome, evaluate_cuts
 from srollout.errors import SrolloutError
 
 DEFAULT_CHECK_K = (5, 10, 15)
@@ -279,43 +277,6 @@ def fit_adaptive_gate(
     return AdaptiveFit(AdaptiveGate(model, Ks, tuple(c.threshold for c in choices), meta), proba)
 
 
-def adaptive_selector(
-    signals_by_K: Mapping[int, ArrayLike],
-    zero_var: ArrayLike,
-    check_K: Sequence[int],
-    precision_floor: float,
-    T_max: int,
-    n_folds: int = DEFAULT_FOLDS,
-    l2: float = DEFAULT_L2,
-    seed: int = 0,
-    gain_by_K: Mapping[int, ArrayLike] | None = None,
-    names: Sequence[str] | None = None,
-) -> Selector:
-    """The adaptive gate's selection procedure as a Selector for nested_heldout_cuts."""
-
-    def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        gate = fit_adaptive_gate(
-            signals_by_K,
-            zero_var,
-            check_K,
-            precision_floor,
-            T_max,
-            n_folds,
-            l2,
-            seed,
-            groups=train,
-            gain_by_K=gain_by_K,
-            names=names,
-        ).gate
-
-        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return gate.decide_matrix({K: np.asarray(signals_by_K[K])[test] for K in gate.check_K})
-
-        return decide
-
-    return select
-
-
 def evaluate_variable_cuts(
     cut: ArrayLike,
     cut_K: ArrayLike,
@@ -338,30 +299,8 @@ def evaluate_variable_cuts(
     if np.any(c & ((k < 1) | (k > T_max))):
         raise SrolloutError(f"a cut step must lie in [1, T_max={T_max}]")
     saved = np.where(c, (T_max - k) / T_max, 0.0)
-    tp_mask = c & zv
-    n_cut, tp = int(c.sum()), int(tp_mask.sum())
-    n_zv = int(zv.sum())
-    precision = tp / n_cut if n_cut else math.nan
-    recall = tp / n_zv if n_zv else math.nan
-    safe = float(saved[tp_mask].sum() / N)
-    raw = float(saved.sum() / N)
-    if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError(
-            "measured savings need both remaining_steps and total_steps (or neither)"
-        )
-    if remaining_steps is None:
-        measured = math.nan
-    else:
-        total = float(np.sum(np.asarray(total_steps, dtype=np.float64)))
-        remaining = np.asarray(remaining_steps, dtype=np.float64)
-        measured = float(remaining[c].sum() / total) if total > 0 else math.nan
-    if advantages is None:
-        kept = math.nan
-    else:
-        # ||A_g||² per group g; adv_l2_kept = ||A_kept||₂ / ||A_full||₂
-        sq_norms = np.array(
-            [float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in advantages]
-        )
-        full = float(sq_norms.sum())
-        kept = math.sqrt(float(sq_norms[~c].sum()) / full) if full > 0 else math.nan
-    return GateOutcome(n_cut, tp, n_cut - tp, precision, recall, safe, raw, measured, kept)
+    # every field but the two savings that depend on the step is evaluate_cuts' (its K is moot)
+    out = evaluate_cuts(c, zv, 1, T_max, remaining_steps, total_steps, advantages)
+    return out._replace(
+        safe_savings=float(saved[c & zv].sum() / N), raw_savings=float(saved.sum() / N)
+    )

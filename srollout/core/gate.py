@@ -72,6 +72,7 @@ class Gate:
 
     kind: ClassVar[str] = ""
     scope: ClassVar[str] = "group"
+    required_keys: ClassVar[tuple[str, ...] | None] = None  # from_dict's; None: no default
     K: int
 
     def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
@@ -126,9 +127,10 @@ class Gate:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> Gate:
         """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict. By default
-        the kind's dataclass from its fields: those without a default required, no other."""
+        the kind's dataclass from its fields: ``required_keys`` (default: those without a default)
+        required, no other."""
         fields = _fields_of(cls)
-        required = [
+        required = cls.required_keys or [
             n for n, f in fields.items() if f.default is MISSING and f.default_factory is MISSING
         ]
         optional = [n for n in fields if n not in required]
@@ -242,6 +244,7 @@ class GateRule(Gate):
     K: int = 10
     d_L: float = 0.12
     t_high: float | None = None
+    required_keys: ClassVar[tuple[str, ...]] = ("rule", "K", "d_L")  # in a gate.json
 
     def __post_init__(self) -> None:
         rule = self.rule.lower() if isinstance(self.rule, str) else self.rule
@@ -321,27 +324,6 @@ class GateRule(Gate):
             return True
         return self.rule == "r3" and termination_fraction(actions, self.K) >= self.t_high
 
-    def to_dict(self) -> dict[str, Any]:
-        """The gate.json content."""
-        return {
-            "kind": "threshold",
-            "version": GATE_FILE_VERSION,
-            "rule": self.rule,
-            "K": self.K,
-            "d_L": self.d_L,
-            "t_high": self.t_high,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> GateRule:
-        """Inverse of :meth:`to_dict`; SrolloutError naming ``source`` on a bad dict."""
-        body = _check_header(d, "threshold", source)
-        _check_keys(body, required=("rule", "K", "d_L"), optional=("t_high",), source=source)
-        try:
-            return cls(rule=body["rule"], K=body["K"], d_L=body["d_L"], t_high=body.get("t_high"))
-        except SrolloutError as err:
-            raise SrolloutError(f"{source}: {err}") from None
-
     @classmethod
     def never(cls, K: int = 10) -> GateRule:
         """An R1 gate that never fires (d_L = 0 and d_K >= 0): gated training equals plain GRPO."""
@@ -365,28 +347,10 @@ class FixedGate(Gate):
     def decide(self, signals: GroupSignals) -> bool:
         return self.cut
 
-    def decide_values(self, d_K: float, tau_K: float | None = None) -> bool:
-        return self.cut
-
-    def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
-        return np.full(np.shape(d_K), self.cut, dtype=bool)
-
     def should_cut(
         self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
     ) -> bool:
         return self.cut
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "fixed", "version": GATE_FILE_VERSION, "cut": self.cut, "K": self.K}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> FixedGate:
-        body = _check_header(d, "fixed", source)
-        _check_keys(body, required=("cut",), optional=("K",), source=source)
-        try:
-            return cls(cut=body["cut"], K=body.get("K", 10))
-        except SrolloutError as err:
-            raise SrolloutError(f"{source}: {err}") from None
 
 
 def gate_from_dict(d: Mapping[str, Any], source: str = "gate") -> Gate:

@@ -40,7 +40,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -566,6 +566,8 @@ class HeldoutCuts(NamedTuple):
     folds: tuple[FoldRecord, ...]
 
 
+G = TypeVar("G")
+
 # select(train group indices) -> decide(test group indices) -> (cut bool[n_test], cut_K int[n_test])
 Selector = Callable[[np.ndarray], Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]]
 
@@ -654,42 +656,14 @@ def fit_learned_gate(
     return LearnedFit(LearnedGate(model, K, choice.threshold, meta), heldout.proba, heldout.folds)
 
 
-def learned_selector(
-    signals_by_K: Mapping[int, ArrayLike],
-    zero_var: ArrayLike,
-    gate_Ks: Sequence[int],
-    train_Ks: Sequence[int],
-    T_max: int,
-    precision_floor: float,
-    n_folds: int = DEFAULT_FOLDS,
-    l2: float = DEFAULT_L2,
-    seed: int = 0,
-    gain_by_K: Mapping[int, ArrayLike] | None = None,
-    names: Sequence[str] | None = None,
+def gate_selector(
+    fit: Callable[[np.ndarray], G], decide: Callable[[G, np.ndarray], tuple[np.ndarray, np.ndarray]]
 ) -> Selector:
-    """The learned gate's selection procedure as a :data:`Selector` for
-    :func:`nested_heldout_cuts` (gain_by_K: as :func:`fit_learned_gate`)."""
+    """A gate's selection procedure as a :data:`Selector` for :func:`nested_heldout_cuts`:
+    ``fit(train groups)`` gives the gate, ``decide(gate, test groups)`` its (cut, cut_K)."""
 
     def select(train: np.ndarray) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        gate = fit_learned_gate(
-            signals_by_K,
-            zero_var,
-            gate_Ks,
-            train_Ks,
-            T_max,
-            precision_floor,
-            n_folds,
-            l2,
-            seed,
-            groups=train,
-            gain_by_K=gain_by_K,
-            names=names,
-        ).gate
-
-        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            c = gate.decide_matrix(np.asarray(signals_by_K[gate.K])[test])
-            return c, np.full(test.size, gate.K)
-
-        return decide
+        gate = fit(train)
+        return lambda test: decide(gate, test)
 
     return select

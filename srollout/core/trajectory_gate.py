@@ -24,17 +24,10 @@ Inside your own loop, one tracker per trajectory::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from srollout.core.gate import (
-    GATE_FILE_VERSION,
-    Gate,
-    _check_header,
-    _check_keys,
-    gate_kind,
-)
+from srollout.core.gate import Gate, gate_kind
 from srollout.core.trajectory_signals import TrajectoryState
 from srollout.errors import SrolloutError
 
@@ -58,6 +51,7 @@ class StallGate(Gate):
     W: int = 8
     k0: int = 10
     scope: ClassVar[str] = "trajectory"
+    required_keys: ClassVar[tuple[str, ...]] = ("W", "k0")  # in a gate.json
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "W", _as_count(self.W, "stall W"))
@@ -74,15 +68,3 @@ class StallGate(Gate):
         """Refuse a rule that can never fire within T_max steps."""
         if self.k0 > T_max:
             raise SrolloutError(f"stall k0 (--stall-from) {self.k0} is larger than --T-max {T_max}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "stall", "version": GATE_FILE_VERSION, "W": self.W, "k0": self.k0}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> StallGate:
-        body = _check_header(d, "stall", source)
-        _check_keys(body, required=("W", "k0"), optional=(), source=source)
-        try:
-            return cls(W=body["W"], k0=body["k0"])
-        except SrolloutError as err:
-            raise SrolloutError(f"{source}: {err}") from None

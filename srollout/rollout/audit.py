@@ -14,6 +14,7 @@ after the checkpoint are dropped, and the next threshold is recomputed from what
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,14 +51,7 @@ class AuditMetrics:
     audit_steps: int
 
     def columns(self) -> dict[str, Any]:
-        return {
-            "gate/audited": self.audited,
-            "gate/audit_tp": self.audit_tp,
-            "gate/audit_fp": self.audit_fp,
-            "gate/precision_lb": self.precision_lb,
-            "gate/threshold": self.threshold,
-            "gate/audit_steps": self.audit_steps,
-        }
+        return {f"gate/{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # written after the judge's columns, and only by a run with --audit > 0 (every arm)

@@ -149,7 +149,8 @@ def load_buffer(
         if (path / "trajectories.parquet").exists():
             trajectories_file = path / "trajectories.parquet"
         if steps_file.exists():
-            return _from_steps(path, steps_file, trajectories_file, K, default_K, progress)
+            with schemas.reading(steps_file):
+                return _from_steps(path, steps_file, trajectories_file, K, default_K, progress)
         if signals_file.exists():
             return _from_signals(path, signals_file, trajectories_file, K)
         raise SrolloutError(f"{path}: no steps.parquet or signals.parquet in this directory")
@@ -158,7 +159,8 @@ def load_buffer(
     except Exception as err:  # polars raises several error types for a non-Parquet file
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     if path.name == "steps.parquet" or ("action" in columns and "step" in columns):
-        return _from_steps(path, path, None, K, default_K, progress)
+        with schemas.reading(path):
+            return _from_steps(path, path, None, K, default_K, progress)
     return _from_signals(path, path, None, K)
 
 
@@ -480,18 +482,6 @@ READ_BAR_FROM = 1_000_000
 
 
 def _from_steps(
-    source: Path,
-    steps_file: Path,
-    trajectories_file: Path | None,
-    K: Sequence[int] | None,
-    default_K: Sequence[int],
-    progress: Callable[..., Callable[..., None]] | None = None,
-) -> Buffer:
-    with schemas.reading(steps_file):
-        return _read_steps(source, steps_file, trajectories_file, K, default_K, progress)
-
-
-def _read_steps(
     source: Path,
     steps_file: Path,
     trajectories_file: Path | None,

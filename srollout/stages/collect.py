@@ -54,6 +54,7 @@ from srollout.stages.rollout_setup import (
     build_policy,
     build_prompter,
     build_traj_gate,
+    check_policy,
     check_rollout_env,
     for_workers,
     load_tasks,
@@ -125,8 +126,6 @@ def run_collect(
         require_ray(dist.workers)
     if config.resume and config.out is None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    from srollout.policy import preflight
-
     # an unknown --env, or one that does not speak the TextEnv protocol, leaves nothing behind
     check_rollout_env(config)
     # a bad gate.json, or a gate --audit cannot move, leaves nothing behind
@@ -134,14 +133,7 @@ def run_collect(
     traj_gate = build_traj_gate(config)
     if config.audit > 0:
         Audit.of(config, gate, traj_gate)
-    # a missing backend, a damaged model or a server that does not answer leaves nothing behind
-    preflight(
-        config.policy,
-        config.model,
-        config.backend,
-        adapter=config.adapter,
-        base_url=config.base_url,
-    )
+    check_policy(config)  # a missing backend, a damaged model, a silent server: nothing written
     run_dir = prepare_run_dir(
         config.out, "collect", overwrite=config.overwrite, resume=config.resume
     )

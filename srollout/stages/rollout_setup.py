@@ -114,6 +114,17 @@ def check_rollout_env(config: RolloutOptions) -> None:
     check_env(spec, spec.task_set(config.tasks, difficulty=config.difficulty))
 
 
+def check_policy(config: RolloutOptions) -> None:
+    """Fail now (one line) on a missing backend, a damaged model or a server that does not
+    answer, before a run directory exists (:func:`srollout.policy.preflight`)."""
+    from srollout.policy import preflight
+
+    preflight(
+        config.policy, config.model, config.backend, adapter=config.adapter,
+        base_url=config.base_url,
+    )  # fmt: skip
+
+
 def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
     """A callable making one environment of ``--env`` (the engine reuses them); for the
     planner policies the one that also gives the expert's plan (ALFWorld's computes it only

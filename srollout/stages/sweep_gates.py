@@ -288,11 +288,11 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     """The gate comparison table (held-out decisions only for learned/adaptive) and the final gates.
 
     sweep: the plain sweep table of INPUT (its chosen rows give the in-sample R1/R3 reference)."""
-    from srollout.core.adaptive_gate import adaptive_selector, fit_adaptive_gate
+    from srollout.core.adaptive_gate import fit_adaptive_gate
     from srollout.core.learned_gate import (
         assign_folds,
         fit_learned_gate,
-        learned_selector,
+        gate_selector,
         nested_heldout_cuts,
     )
 
@@ -392,17 +392,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
             cut = gate.decide_batch(gate.K, eval_data.named(gate.K, test))
             return cut, np.full(test.size, gate.K)
 
-        selector = learned_selector(
-            data.signals_by_K,
-            data.zero_var,
-            config.K,
-            Ks,
-            config.T_max,
-            config.precision_floor,
-            **common,
-        )
-        selector = _on_eval(selector, eval_data, gates, decide_learned, fit_learned)
-        cut, cut_K = heldout(selector)
+        cut, cut_K = heldout(gate_selector(fit_learned, decide_learned))
         learned = fit_learned()
         label_K = _label_K(cut, cut_K, learned.K)
         rows.append(score_row("learned", selection, label_K, cut, cut_K, eval_data, K_ref, config))
@@ -422,16 +412,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         def decide_adaptive(gate: AdaptiveGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return gate.decide_matrix({K: eval_data.signals_by_K[K][test] for K in gate.check_K})
 
-        selector = adaptive_selector(
-            data.signals_by_K,
-            data.zero_var,
-            gates.check_K,
-            config.precision_floor,
-            config.T_max,
-            **common,
-        )
-        selector = _on_eval(selector, eval_data, gates, decide_adaptive, fit_adaptive)
-        cut, cut_K = heldout(selector)
+        cut, cut_K = heldout(gate_selector(fit_adaptive, decide_adaptive))
         adaptive = fit_adaptive()
         first_K = min(gates.check_K)
         rows.append(score_row("adaptive", selection, first_K, cut, cut_K, eval_data, K_ref, config))
@@ -451,24 +432,6 @@ def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:
         return default
     values, counts = np.unique(cut_K[cut], return_counts=True)
     return int(values[np.argmax(counts)])
-
-
-def _on_eval(
-    selector: Callable,
-    eval_data: GroupData,
-    gates: GateFitConfig,
-    decide_eval: Callable,
-    fit: Callable,
-) -> Callable:
-    """With --eval-buffer, the selected gate decides the *eval* buffer's groups."""
-    if gates.eval_buffer is None:
-        return selector
-
-    def select(train: np.ndarray) -> Callable:
-        gate = fit(train)
-        return lambda test: decide_eval(gate, test)
-
-    return select
 
 
 def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from srollout.core.gate import FixedGate, GateRule, load_gate, register_gate_kind, should_cut
 from srollout.core.signals import GroupSignals, compute_signals
 from srollout.errors import SrolloutError
+from srollout.signal_names import SIGNAL_NAMES
 
 
 def _signals(d: float, tau: float = 0.0) -> GroupSignals:
@@ -87,7 +88,10 @@ def test_decide_arrays_vectorised():
         True,
         True,
     ]
-    assert FixedGate(True).decide_arrays(d).tolist() == [True] * 5
+    named = {name: d for name in SIGNAL_NAMES}  # the contract's default: decide() row by row
+    assert FixedGate(True).decide_batch(10, named).tolist() == [True] * 5
+    assert FixedGate(True).decide_batch(9, named).tolist() == [False] * 5  # only at its K
+    assert FixedGate(False).decide_batch(10, named).tolist() == [False] * 5
 
 
 @pytest.mark.parametrize(

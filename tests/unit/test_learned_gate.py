@@ -29,7 +29,7 @@ from srollout.core.learned_gate import (
     cross_fit_proba,
     fit_learned_gate,
     fit_logistic,
-    learned_selector,
+    gate_selector,
     nested_heldout_cuts,
     row_table,
 )
@@ -167,7 +167,12 @@ def test_nested_selection_only_ever_fits_on_the_outer_training_groups(
         return real_fit(cls, X, y, l2, names)
 
     monkeypatch.setattr(LogisticModel, "fit", classmethod(fit))
-    inner = learned_selector(signals, zv, (10,), (5, 10, 15), 30, 0.8, n_folds=3)
+    inner = gate_selector(
+        lambda train: (
+            fit_learned_gate(signals, zv, (10,), (5, 10, 15), 30, 0.8, n_folds=3, groups=train).gate
+        ),
+        lambda gate, test: (gate.decide_matrix(signals[10][test]), np.full(test.size, 10)),
+    )
 
     def select(train):
         current["train"] = set(train.tolist())

@@ -107,6 +107,7 @@ from srollout.stages.ab_rollout.tables import (
 from srollout.stages.rollout_setup import (
     build_gate,
     build_traj_gate,
+    check_policy,
     check_rollout_env,
     load_tasks,
 )
@@ -312,15 +313,7 @@ def run_ab_rollout(
         else []
     )
     if policy is None:  # a missing backend, a damaged model or a silent server: nothing written
-        from srollout.policy import preflight
-
-        preflight(
-            config.policy,
-            config.model,
-            config.backend,
-            adapter=config.adapter,
-            base_url=config.base_url,
-        )
+        check_policy(config)
     # 1. the run directory
     run_dir = prepare_run_dir(
         config.out, "ab-rollout", overwrite=config.overwrite, resume=config.resume
