@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SrolloutError(Exception):
     """A known, user-facing error: bad input, missing file, wrong schema, bad option value.
@@ -58,6 +60,22 @@ def one_line(err: BaseException, limit: int = 200) -> str:
     lines = [line.strip() for line in plain.splitlines()]
     text = next((line for line in lines if any(c.isalnum() for c in line)), "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def entry_point(group: str, name: str, what: str) -> Any:
+    """The entry point ``name`` of ``group`` as (its object, its value), or None when no package
+    installs it; one that does not load is one SrolloutError starting with ``what``."""
+    from importlib.metadata import entry_points
+
+    point = next((ep for ep in entry_points(group=group) if ep.name == name), None)
+    if point is None:
+        return None
+    try:
+        return point.load(), point.value
+    except Exception as e:
+        raise SrolloutError(
+            f"{what}: entry point {point.value!r} does not load ({type(e).__name__}: {one_line(e)})"
+        ) from e
 
 
 NO_SPACE_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)

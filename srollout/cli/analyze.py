@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from srollout.cli.rollout_options import config_options, parse_lists
-from srollout.config import AnalyzeConfig, help_for
+from srollout.config import AnalyzeConfig
 
 HELP = (
     "Measure how well mid-rollout divergence predicts "
@@ -26,13 +25,8 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(AnalyzeConfig) if f.name != "
 
 def register(app: typer.Typer) -> None:
     @app.command("analyze", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(AnalyzeConfig, OPTIONS, order=("input", *OPTIONS))
-    def analyze(
-        options: dict[str, Any],
-        input: Annotated[
-            Path, typer.Argument(help=help_for(AnalyzeConfig, "input"), show_default=False)
-        ],
-    ) -> None:
+    @config_options(AnalyzeConfig, OPTIONS, order=("input", *OPTIONS), argument="input")
+    def analyze(options: dict[str, Any]) -> None:
         from srollout.stages.analyze import run_analyze
 
-        run_analyze(AnalyzeConfig(input=input, **parse_lists(AnalyzeConfig, options)))
+        run_analyze(AnalyzeConfig(**parse_lists(AnalyzeConfig, options)))

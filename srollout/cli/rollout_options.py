@@ -167,6 +167,7 @@ def config_options(
     help: Callable[[str], str] | None = None,
     from_preset: Sequence[str] = (),
     into: str = "options",
+    argument: str | None = None,
 ) -> Callable:
     """Decorator of a Typer command: declare the options ``names`` of ``config_cls`` (see
     :func:`option_parameter`) beside the command's own parameters, listed in ``order`` (every
@@ -174,7 +175,8 @@ def config_options(
     ``into`` (default ``options``: field name -> the value given; see :func:`config_values`).
 
     help: the help text of a field (default ``help_for``); from_preset: names whose value comes
-    from a preset when not given (default None, no default shown)."""
+    from a preset when not given (default None, no default shown); argument: a path field given
+    as the command's positional argument (``INPUT``), handed on with the options."""
 
     def decorate(command: Callable) -> Callable:
         own = {
@@ -186,6 +188,12 @@ def config_options(
             n: option_parameter(config_cls, n, help=help, from_preset=n in from_preset)
             for n in names
         }
+        if argument is not None:
+            text = help(argument) if help else help_for(config_cls, argument)
+            shown = typer.Argument(help=text, show_default=False)
+            added[argument] = inspect.Parameter(
+                argument, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[Path, shown]
+            )
         params = {**own, **added}
         missing = set(params) - set(order)
         if missing or len(order) != len(params):
@@ -199,7 +207,7 @@ def config_options(
                     print(f"note: {flag(old)} is now {flag(new)}; the old name still works",
                           file=sys.stderr)  # fmt: skip
                     values[new] = given
-            options = {n: values.pop(n) for n in names}
+            options = {n: values.pop(n) for n in (*names, *filter(None, (argument,)))}
             return command(**{into: options}, **values)
 
         ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from srollout.cli.rollout_options import config_options, parse_lists
-from srollout.config import GateFitConfig, StallFitConfig, SweepConfig, help_for
+from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
 from srollout.errors import SrolloutError
 
 _GATES = GateFitConfig()
@@ -43,22 +42,15 @@ ORDER = (
 
 def register(app: typer.Typer) -> None:
     @app.command("sweep", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(SweepConfig, SWEEP, order=ORDER)
-    @config_options(GateFitConfig, GATES, order=("input", *GATES, *STALL), into="gates")
-    @config_options(StallFitConfig, STALL, order=("input", *STALL), into="stalls")
-    def sweep(
-        stalls: dict[str, Any],
-        input: Annotated[
-            Path, typer.Argument(help=help_for(SweepConfig, "input"), show_default=False)
-        ],
-        gates: dict[str, Any],
-        options: dict[str, Any],
-    ) -> None:
+    @config_options(SweepConfig, SWEEP, order=ORDER, argument="input")
+    @config_options(GateFitConfig, GATES, order=(*GATES, *STALL), into="gates")
+    @config_options(StallFitConfig, STALL, order=STALL, into="stalls")
+    def sweep(stalls: dict[str, Any], gates: dict[str, Any], options: dict[str, Any]) -> None:
         from srollout.stages.sweep import run_sweep
 
         if options["rule"] == "r1":  # r1 reads no t_high
             options["t_high_grid"] = ()
-        config = SweepConfig(input=input, **parse_lists(SweepConfig, options))
+        config = SweepConfig(**parse_lists(SweepConfig, options))
         fit = GateFitConfig(**parse_lists(GateFitConfig, gates))
         if fit.eval_buffer is not None and not fit.any:
             raise SrolloutError(

@@ -6,13 +6,12 @@ Parses options into :class:`srollout.config.TrainOffpolicyConfig` and calls the 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from srollout.cli.rollout_options import config_options, parse_lists
-from srollout.config import TrainOffpolicyConfig, help_for
+from srollout.config import TrainOffpolicyConfig
 
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOffpolicyConfig) if f.name != "buffer")
 
@@ -24,20 +23,14 @@ def register(app: typer.Typer) -> None:
         "LoRA r8/alpha16 on q,v, AdamW lr 5e-5; writes metrics.parquet, the per-step trace figure, "
         "summary.json and report.md.",
     )
-    @config_options(TrainOffpolicyConfig, OPTIONS, order=("buffer", *OPTIONS))
-    def train_offpolicy(
-        options: dict[str, Any],
-        buffer: Annotated[
-            Path,
-            typer.Argument(help=help_for(TrainOffpolicyConfig, "buffer"), show_default=False),
-        ],
-    ) -> None:
+    @config_options(TrainOffpolicyConfig, OPTIONS, order=("buffer", *OPTIONS), argument="buffer")
+    def train_offpolicy(options: dict[str, Any]) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.train_offpolicy import run_train_offpolicy, summary_frame
 
         options = parse_lists(TrainOffpolicyConfig, options)
-        config = TrainOffpolicyConfig(buffer=buffer, **options)
+        config = TrainOffpolicyConfig(**options)
         console = make_console()
         _threads()
         result = run_train_offpolicy(config, console=console)

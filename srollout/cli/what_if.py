@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from srollout.cli.rollout_options import config_options
-from srollout.config import WhatIfConfig, help_for
+from srollout.config import WhatIfConfig
 
 HELP = (
     "What would the group gate, the trajectory gate, DAPO and GRESO do on this run?\n\n"
@@ -27,13 +26,8 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(WhatIfConfig) if f.name != "i
 
 def register(app: typer.Typer) -> None:
     @app.command("what-if", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(WhatIfConfig, OPTIONS, order=("input", *OPTIONS))
-    def what_if(
-        options: dict[str, Any],
-        input: Annotated[
-            Path, typer.Argument(help=help_for(WhatIfConfig, "input"), show_default=False)
-        ],
-    ) -> None:
+    @config_options(WhatIfConfig, OPTIONS, order=("input", *OPTIONS), argument="input")
+    def what_if(options: dict[str, Any]) -> None:
         from srollout.stages.what_if import run_what_if
 
-        run_what_if(WhatIfConfig(input=input, **options))
+        run_what_if(WhatIfConfig(**options))

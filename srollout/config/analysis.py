@@ -14,6 +14,7 @@ from srollout.config.common import (
     _check_K,
     _check_seed,
     _check_unit,
+    check_at_least,
     doc,
 )
 from srollout.errors import SrolloutError
@@ -124,14 +125,12 @@ class SweepConfig:
             _check_unit(tuple(self.t_high_grid), "--t-high-grid")
         if self.T_max is None:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
-        if self.T_max < 1:
-            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        check_at_least(self, T_max=1)
         too_late = [k for k in self.K if k > self.T_max]
         if too_late:
             raise SrolloutError(f"--K {too_late[0]} is larger than --T-max {self.T_max}")
         _check_unit((self.precision_floor,), "--precision-floor")
-        if self.n_boot < 1:
-            raise SrolloutError("--n-boot must be >= 1")
+        check_at_least(self, n_boot=1)
 
 
 @dataclass(frozen=True)
@@ -252,5 +251,4 @@ class WhatIfConfig:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
         if self.K > self.T_max:
             raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
-        if self.n_folds < 2:
-            raise SrolloutError(f"--n-folds must be >= 2, got {self.n_folds}")
+        check_at_least(self, n_folds=2)

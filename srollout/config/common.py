@@ -119,6 +119,15 @@ def _check_unit(values: tuple[float, ...], option: str) -> None:
         raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")
 
 
+def check_at_least(config: Any, **lows: int) -> None:
+    """Each named field of ``config`` (None: not given) >= its bound, else one SrolloutError
+    naming its flag."""
+    for name, low in lows.items():
+        value = getattr(config, name)
+        if value is not None and value < low:
+            raise SrolloutError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+
+
 def _check_seed(seed: int) -> None:
     """``--seed`` >= 0 (numpy's generators take no negative seed), else one line."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

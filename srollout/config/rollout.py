@@ -19,6 +19,7 @@ from srollout.config.common import (
     _check_unit,
     audit_field,
     audit_floor_field,
+    check_at_least,
     check_stall,
     doc,
     stall_field,
@@ -162,11 +163,9 @@ class RolloutOptions:
     def _check_rollout(self) -> None:
         _check_seed(self.seed)
         """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
-        if self.groups < 1:
-            raise SrolloutError(f"--groups must be >= 1, got {self.groups}")
+        check_at_least(self, groups=1)
         _check_group_size(self.G)
-        if self.T_max < 1:
-            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        check_at_least(self, T_max=1)
         if not self.temperature >= 0.0:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -390,16 +389,13 @@ class AbRolloutConfig(RolloutOptions):
         self._check_rollout()
         if self.rule == "r1" and self.t_high is not None:
             raise SrolloutError("--t-high is only used by --rule r3")
-        if self.repeats < 1:
-            raise SrolloutError(f"--repeats must be >= 1, got {self.repeats}")
+        check_at_least(self, repeats=1, n_boot=1, dapo_max_rounds=0)
         if not 1 <= self.blocks <= self.groups:
             raise SrolloutError(
                 f"--blocks must lie in [1, --groups={self.groups}], got {self.blocks}"
             )
         _check_K(tuple(self.signal_K), "--signal-K")
         _check_concurrency(self.concurrency, self.G)
-        if self.n_boot < 1:
-            raise SrolloutError(f"--n-boot must be >= 1, got {self.n_boot}")
         if self.overwrite and self.resume:
             raise SrolloutError("--overwrite and --resume exclude each other")
         from srollout.core.arms import parse_arms
@@ -427,8 +423,6 @@ class AbRolloutConfig(RolloutOptions):
                 "--audit audits a gated arm's cuts and a stall arm's stops: --arms has neither "
                 "(add gated, stall, or one of their combinations)"
             )
-        if self.dapo_max_rounds < 0:
-            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         if self.greso_history is not None and not Path(self.greso_history).exists():
@@ -460,8 +454,7 @@ class DistConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise SrolloutError(f"--workers must be >= 1, got {self.workers}")
+        check_at_least(self, workers=1)
         if self.chunk_groups is not None and self.chunk_groups < 1:
             raise SrolloutError(f"chunk_groups must be >= 1, got {self.chunk_groups}")
 

@@ -18,6 +18,7 @@ from srollout.config.common import (
     _check_unit,
     audit_field,
     audit_floor_field,
+    check_at_least,
     check_stall,
     doc,
     stall_field,
@@ -47,10 +48,7 @@ def _check_training(cfg: Any) -> None:
         raise SrolloutError("--denominator constant needs --denominator-constant > 0")
     if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
         raise SrolloutError(f"--clip-eps must lie in (0, 1), got {cfg.clip_eps}")
-    if cfg.kl_coef < 0:
-        raise SrolloutError(f"--kl-coef must be >= 0, got {cfg.kl_coef}")
-    if cfg.micro_batch < 1:
-        raise SrolloutError(f"--micro-batch must be >= 1, got {cfg.micro_batch}")
+    check_at_least(cfg, kl_coef=0, micro_batch=1)
     _check_K((cfg.K,), "--K")
     _check_unit((cfg.d_L,), "--d-L")
     _check_choice(cfg.rule, GATE_RULES, "--rule")
@@ -123,11 +121,7 @@ class TrainOffpolicyConfig:
             raise SrolloutError(
                 f"BUFFER {self.buffer}: not a directory (give a `srollout collect` run directory)"
             )
-        for name in ("steps", "groups_per_step", "turns_per_traj", "max_items"):
-            if getattr(self, name) < 1:
-                raise SrolloutError(
-                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-                )
+        check_at_least(self, steps=1, groups_per_step=1, turns_per_traj=1, max_items=1)
         _check_training(self)
 
 
@@ -292,22 +286,10 @@ class TrainOnpolicyConfig:
         if not self.seeds:
             raise SrolloutError("--seeds: give at least one seed")
         _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
-        sizes = (
-            "iterations",
-            "prompts_per_iter",
-            "eval_every",
-            "n_eval",
-            "train_tasks",
-            "max_new_tokens",
-        )
-        for name in sizes:
-            if getattr(self, name) < 1:
-                raise SrolloutError(
-                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
-                )
+        sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks")
+        check_at_least(self, **dict.fromkeys(sizes, 1), max_new_tokens=1)
         _check_group_size(self.G)
-        if self.T_max < 1:
-            raise SrolloutError(f"--T-max must be >= 1, got {self.T_max}")
+        check_at_least(self, T_max=1)
         if self.K > self.T_max:
             raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
         if not self.temperature >= 0:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from srollout.core.grpo import is_zero_variance
-from srollout.errors import SrolloutError, one_line
+from srollout.errors import SrolloutError, entry_point
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
@@ -433,19 +433,8 @@ def _skip_factory(name: str) -> SkipFactory | None:
     registered), else None."""
     if name in _SKIP_PARTS:
         return _SKIP_PARTS[name]
-    from importlib.metadata import entry_points
-
-    point = next((ep for ep in entry_points(group=SKIP_ENTRY_POINT_GROUP) if ep.name == name), None)
-    if point is None:
-        return None
-    try:
-        target = point.load()
-    except Exception as e:
-        raise SrolloutError(
-            f"arm part {name!r}: entry point {point.value!r} does not load "
-            f"({type(e).__name__}: {one_line(e)})"
-        ) from e
-    return skip_part(name)(target)
+    found = entry_point(SKIP_ENTRY_POINT_GROUP, name, f"arm part {name!r}")
+    return None if found is None else skip_part(name)(found[0])
 
 
 def skipper_for(

@@ -37,7 +37,7 @@ from srollout.core.signals import (
     prefix_edit_distance,
     termination_fraction,
 )
-from srollout.errors import SrolloutError
+from srollout.errors import SrolloutError, entry_point
 from srollout.signal_names import SIGNAL_NAMES
 
 RULES = ("r1", "r3")
@@ -148,11 +148,13 @@ class Gate:
     @classmethod
     def load(cls, path: str | Path) -> Any:
         """Read a gate.json that must hold this kind."""
-        article = "an" if cls.kind[:1] in tuple("aeiou") else "a"
-        return load_kind(path, cls, f"{article} {cls.kind} gate")
-
-
-G = TypeVar("G")
+        gate, article = load_gate(path), "an" if cls.kind[:1] in tuple("aeiou") else "a"
+        if not isinstance(gate, cls):
+            kind = gate.to_dict()["kind"]
+            raise SrolloutError(
+                f"{path}: holds a {kind!r} gate, expected {article} {cls.kind} gate"
+            )
+        return gate
 
 
 # kind -> from_dict(d, source): filled by @gate_kind.
@@ -193,20 +195,9 @@ def register_gate_kind(kind: str, from_dict: Callable[[Mapping[str, Any], str], 
 def _entry_point_kind(kind: str, source: str) -> None:
     """Load the entry point of group ``srollout.gates`` named ``kind``, if one is installed: its
     module registers the kind (or the entry point is the class, registered here)."""
-    from importlib.metadata import entry_points
-
-    point = next((ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == kind), None)
-    if point is None:
-        return
-    try:
-        target = point.load()
-    except Exception as e:
-        raise SrolloutError(
-            f"{source}: gate kind {kind!r}: entry point {point.value!r} does not load "
-            f"({type(e).__name__}: {e})"
-        ) from e
-    if kind not in _GATE_KINDS:
-        gate_kind(kind)(target)
+    found = entry_point(ENTRY_POINT_GROUP, kind, f"{source}: gate kind {kind!r}")
+    if found is not None and kind not in _GATE_KINDS:
+        gate_kind(kind)(found[0])
 
 
 def _as_unit_float(value: Any, name: str) -> float:
@@ -269,22 +260,13 @@ class GateRule(Gate):
             )
 
     def decide(self, signals: GroupSignals) -> bool:
-        """True iff the group is cut, given its signals at step K."""
-        return self.decide_values(signals.prefix_edit_distance_mean, signals.termination_fraction)
-
-    def decide_values(self, d_K: float, tau_K: float | None = None) -> bool:
-        """The decision from the two numbers the rules read (τ_K needed by r3 only). nan d_K: no
-        cut."""
-        if d_K < self.d_L:
-            return True
-        if self.rule == "r3":
-            if tau_K is None:
-                raise SrolloutError("rule r3 needs tau_K (termination_fraction)")
-            return bool(tau_K >= self.t_high)
-        return False
+        """True iff the group is cut, given its signals at step K (nan d_K: no cut)."""
+        d_K, tau_K = [signals.prefix_edit_distance_mean], [signals.termination_fraction]
+        return bool(self.decide_arrays(d_K, tau_K)[0])
 
     def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
-        """Vectorised :meth:`decide_values` over N groups: bool[N] (nan d_K never cuts)."""
+        """The decision for N groups from the two signals the rules read (τ_K needed by r3 only):
+        bool[N] (nan d_K never cuts)."""
         d = np.asarray(d_K, dtype=np.float64)
         cut = d < self.d_L
         if self.rule == "r3":
@@ -391,15 +373,6 @@ def load_gate(path: str | Path) -> Gate:
             f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         ) from None
     return gate_from_dict(d, str(path))
-
-
-def load_kind(path: str | Path, cls: type[G], what: str) -> G:
-    """Read a gate.json that must hold one kind (``cls``; ``what`` names it in the error, e.g.
-    "a learned gate"): every kind's ``load`` is this."""
-    gate = load_gate(path)
-    if not isinstance(gate, cls):
-        raise SrolloutError(f"{path}: holds a {gate.to_dict()['kind']!r} gate, expected {what}")
-    return gate
 
 
 def resolve_gate(

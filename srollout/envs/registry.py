@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from srollout.envs.base import StepResult, Task
-from srollout.errors import SrolloutError, one_line
+from srollout.errors import SrolloutError, entry_point, one_line
 
 ALFWORLD = "alfworld"
 ENTRY_POINT_GROUP = "srollout.envs"
@@ -215,16 +215,9 @@ def resolve_env(name: str) -> EnvSpec:
         return _REGISTRY[name]
     from importlib.metadata import entry_points
 
-    point = next((ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name), None)
-    if point is not None:
-        try:
-            target = point.load()
-        except Exception as e:
-            raise SrolloutError(
-                f"--env {name}: entry point {point.value!r} does not load ({type(e).__name__}: "
-                f"{one_line(e)})"
-            ) from e
-        return _as_spec(target, f"--env {name} (entry point {point.value})")
+    found = entry_point(ENTRY_POINT_GROUP, name, f"--env {name}")
+    if found is not None:
+        return _as_spec(found[0], f"--env {name} (entry point {found[1]})")
     prefix, _, game = name.partition(":")
     family = next((ep for ep in entry_points(group=LIBRARY_GROUP) if ep.name == prefix), None)
     if game and family is not None:  # <library>:<game id>: the library's function of the id

@@ -227,13 +227,3 @@ def carried_over(ledger: AuditLedger) -> AuditLedger:
     last = max((r.iteration for r in ledger.rows), default=0)
     rows = [r._replace(iteration=r.iteration - last) for r in ledger.rows]
     return AuditLedger(ledger.window, rows, {})
-
-
-__all__ = (
-    "AUDITED_GATE_FILE",
-    "AUDIT_FILE",
-    "GateAuditor",
-    "carried_over",
-    "knob",
-    "resumed_ledger",
-)

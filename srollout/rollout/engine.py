@@ -57,7 +57,6 @@ from srollout.rollout.env_calls import (
 from srollout.rollout.seeding import traj_seeds
 from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
     RolloutSettings,
-    gate_fires,
 )
 
 if TYPE_CHECKING:
@@ -547,7 +546,7 @@ class _Pool:
         sig = with_step_signals(self.compute_signals(actions, g.step, observations), trajs, g.step)
         g.record.gate_K, g.record.gate_signals = g.step, sig
         g.record.gate_checks.append(g.step)
-        if gate_fires(self.settings.gate, g.step, sig):
+        if self.settings.gate.decide_at(g.step, sig):
             if self.settings.shadow:  # recorded, and the group plays on
                 g.record.shadow_cut_step = g.step
                 return

@@ -12,7 +12,7 @@ from srollout.core.gate import Gate, require_group_gate
 from srollout.errors import SrolloutError
 
 if TYPE_CHECKING:
-    from srollout.core.signals import GroupSignals
+    pass
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,3 @@ class RolloutSettings:
     def gate_steps(self) -> tuple[int, ...]:
         """The steps the gate is evaluated after: ``gate.check_steps(T_max)``; () without a gate."""
         return () if self.gate is None else self.gate.check_steps(self.T_max)
-
-
-def gate_fires(gate: Gate, K: int, signals: GroupSignals) -> bool:
-    """The gate's decision after step K (one of its check steps)."""
-    return bool(gate.decide_at(K, signals))

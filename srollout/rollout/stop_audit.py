@@ -176,15 +176,3 @@ class StopAuditor:
 
         atomic_write_json(self.ledger.to_dict(), self.path)
         self.current_gate().save(self.path.parent / AUDITED_STALL_GATE_FILE)
-
-
-__all__ = (
-    "AUDITED_STALL_GATE_FILE",
-    "STOP_AUDIT_FILE",
-    "STOP_WINDOW",
-    "StopAuditor",
-    "evidence",
-    "W_of",
-    "stop_score",
-    "theta_of",
-)

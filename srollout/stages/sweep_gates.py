@@ -149,9 +149,10 @@ def _threshold_selector(
     or, objective measured, measured step — savings with precision ≥ floor), apply it to the
     test groups of ``eval_data``."""
     from srollout.core.gate import GateRule
+    from srollout.core.learned_gate import gate_selector
     from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
-    def select(train: np.ndarray) -> Callable:
+    def fit(train: np.ndarray) -> GateRule | None:
         rows, params = [], []
         for K in config.K:
             s = data.named(K, train)
@@ -180,18 +181,14 @@ def _threshold_selector(
                 )
                 params.append((K, d_L, t_high))
         i = choose_operating_point(rows, config.precision_floor, config.objective)
+        return None if i is None else GateRule(rule, *params[i])
 
-        def decide(test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if i is None:
-                return np.zeros(test.size, dtype=bool), np.zeros(test.size, dtype=np.int64)
-            K, d_L, t_high = params[i]
-            gate = GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high)
-            cut = gate.decide_batch(K, eval_data.named(K, test))
-            return cut, np.full(test.size, K)
+    def decide(gate: GateRule | None, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if gate is None:
+            return np.zeros(test.size, dtype=bool), np.zeros(test.size, dtype=np.int64)
+        return gate.decide_batch(gate.K, eval_data.named(gate.K, test)), np.full(test.size, gate.K)
 
-        return decide
-
-    return select
+    return gate_selector(fit, decide)
 
 
 # --- scoring held-out decisions --------------------------------------------------------------
