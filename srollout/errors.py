@@ -62,7 +62,7 @@ def one_line(err: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def entry_point(group: str, name: str, what: str) -> Any:
+def entry_point(group: str, name: str, what: str) -> tuple[Any, str] | None:
     """The entry point ``name`` of ``group`` as (its object, its value), or None when no package
     installs it; one that does not load is one SrolloutError starting with ``what``."""
     from importlib.metadata import entry_points

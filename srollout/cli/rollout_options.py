@@ -207,7 +207,9 @@ def config_options(
                     print(f"note: {flag(old)} is now {flag(new)}; the old name still works",
                           file=sys.stderr)  # fmt: skip
                     values[new] = given
-            options = {n: values.pop(n) for n in (*names, *filter(None, (argument,)))}
+            options = {n: values.pop(n) for n in names}
+            if argument is not None:
+                options[argument] = values.pop(argument)
             return command(**{into: options}, **values)
 
         ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]

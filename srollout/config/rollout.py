@@ -161,8 +161,8 @@ class RolloutOptions:
         self._check_rollout()
 
     def _check_rollout(self) -> None:
-        _check_seed(self.seed)
         """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
+        _check_seed(self.seed)
         check_at_least(self, groups=1)
         _check_group_size(self.G)
         check_at_least(self, T_max=1)

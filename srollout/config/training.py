@@ -287,7 +287,7 @@ class TrainOnpolicyConfig:
             raise SrolloutError("--seeds: give at least one seed")
         _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
         sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks")
-        check_at_least(self, **dict.fromkeys(sizes, 1), max_new_tokens=1)
+        check_at_least(self, **dict.fromkeys((*sizes, "max_new_tokens"), 1))
         _check_group_size(self.G)
         check_at_least(self, T_max=1)
         if self.K > self.T_max:

@@ -148,12 +148,10 @@ class Gate:
     @classmethod
     def load(cls, path: str | Path) -> Any:
         """Read a gate.json that must hold this kind."""
-        gate, article = load_gate(path), "an" if cls.kind[:1] in tuple("aeiou") else "a"
+        gate = load_gate(path)
         if not isinstance(gate, cls):
-            kind = gate.to_dict()["kind"]
-            raise SrolloutError(
-                f"{path}: holds a {kind!r} gate, expected {article} {cls.kind} gate"
-            )
+            got, article = gate.to_dict()["kind"], "an" if cls.kind[:1] in tuple("aeiou") else "a"
+            raise SrolloutError(f"{path}: holds a {got!r} gate, expected {article} {cls.kind} gate")
         return gate
 
 
@@ -261,8 +259,9 @@ class GateRule(Gate):
 
     def decide(self, signals: GroupSignals) -> bool:
         """True iff the group is cut, given its signals at step K (nan d_K: no cut)."""
-        d_K, tau_K = [signals.prefix_edit_distance_mean], [signals.termination_fraction]
-        return bool(self.decide_arrays(d_K, tau_K)[0])
+        if signals.prefix_edit_distance_mean < self.d_L:
+            return True
+        return self.rule == "r3" and bool(signals.termination_fraction >= self.t_high)
 
     def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
         """The decision for N groups from the two signals the rules read (τ_K needed by r3 only):
