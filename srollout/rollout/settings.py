@@ -6,13 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from srollout.core.gate import Gate, require_group_gate
 from srollout.errors import SrolloutError
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
