@@ -165,6 +165,7 @@ _LAZY_GATE_KINDS = {
     "adaptive": "srollout.core.adaptive_gate",
     "audited": "srollout.core.audited_gate",
     "stall": "srollout.core.trajectory_gate",
+    "loop": "srollout.core.trajectory_gate",
 }
 ENTRY_POINT_GROUP = "srollout.gates"  # kinds of other packages: name = kind, value = the class
 

@@ -1,6 +1,7 @@
-"""Scoring trajectory stops offline: what the stall rule (W, k0) would have stopped in an ungated
-collect, how often wrongly, what it saves, what the stops do to the GRPO batch, and a held-out
-choice of the rule under a precision floor (beyond the paper; DESIGN.md, "Trajectory gate").
+"""Scoring trajectory stops offline: what the stall rule (W, k0) or the loop detector (k0) would
+have stopped in an ungated collect, how often wrongly, what it saves, what the stops do to the
+GRPO batch, and a held-out choice of the stall rule under a precision floor (beyond the paper;
+DESIGN.md, "Trajectory gate").
 
 Every number is judged by the trajectories' full outcomes, which an ungated collect holds:
 
@@ -17,7 +18,10 @@ Every number is judged by the trajectories' full outcomes, which an ungated coll
   uniformly from the trajectories still live after that step (seeded).
 
 Shapes: N trajectories, T = the longest one's steps. ``since_new`` [N, T] is
-:func:`srollout.core.trajectory_signals.steps_since_new` padded with −1 past each trajectory's end.
+:func:`srollout.core.trajectory_signals.steps_since_new` padded with −1 past each trajectory's end;
+the loop detector's :class:`~srollout.core.trajectory_signals.LoopCounts` are three [N, T] int
+arrays padded with 0. Each rule's body is its elementwise function in
+:mod:`srollout.core.trajectory_signals`, applied here to every step at once.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+
+from srollout.core.trajectory_signals import LoopCounts, loop_fires, stall_fires
 
 
 class Trajectories(NamedTuple):
@@ -59,14 +65,28 @@ class StopScore(NamedTuple):
     groups_ended_early: int  # groups whose last trajectory ends earlier than it would have
 
 
+def first_stops(fire: np.ndarray, n_steps: np.ndarray) -> np.ndarray:
+    """[N] the first step t (1-based) at which ``fire`` ([N, T] bool: a rule fires after step t)
+    holds and the trajectory went on (t < n_steps, [N]: a trajectory gate is not asked after a
+    trajectory's last step), 0 where there is none."""
+    t = np.arange(1, fire.shape[1] + 1)
+    fire = fire & (t < n_steps[:, None])
+    first = fire.argmax(axis=1) + 1
+    return np.where(fire.any(axis=1), first, 0)
+
+
 def stall_stops(trajs: Trajectories, W: int, k0: int) -> np.ndarray:
     """[N] the step after which the stall rule (W, k0) stops each trajectory, 0 where it does
     not: the first t >= k0, t < n_steps, with since_new after step t >= W."""
-    N, T = trajs.since_new.shape
-    t = np.arange(1, T + 1)
-    fire = (trajs.since_new >= W) & (t >= k0) & (t < trajs.n_steps[:, None])
-    first = fire.argmax(axis=1) + 1
-    return np.where(fire.any(axis=1), first, 0)
+    t = np.arange(1, trajs.since_new.shape[1] + 1)
+    return first_stops(stall_fires(t, trajs.since_new, W, k0), trajs.n_steps)
+
+
+def loop_stops(counts: LoopCounts, n_steps: np.ndarray, k0: int) -> np.ndarray:
+    """[N] the step after which the loop detector (k0) stops each trajectory, 0 where it does
+    not; ``counts``: three [N, T] int arrays (0 past the end), ``n_steps`` [N]."""
+    t = np.arange(1, np.shape(counts.same_pair_run)[1] + 1)
+    return first_stops(loop_fires(t, counts, k0), n_steps)
 
 
 def _rewards(trajs: Trajectories, stop: np.ndarray) -> np.ndarray:

@@ -1,10 +1,11 @@
 """The trajectory gate: a rule evaluated after every step of one trajectory that ends that
 trajectory alone (``ended_by="stalled"``), beside the group gate that ends a whole group at K.
 
-The first kind is the **stall** rule (W, k0): end a trajectory after step t >= k0 once none of
-its last W observations was new to it (``steps_since_new`` >= W, :mod:`srollout.core
-.trajectory_signals`). A stopped trajectory keeps its tokens and the reward it earned so far, as
-one cut by T_max does. ``srollout sweep --stall`` chooses W and k0 on an ungated collect and
+Two kinds, each a pure rule of :mod:`srollout.core.trajectory_signals` (one elementwise body,
+called here after one step and offline over [N, T] arrays). The first is the **stall** rule
+(W, k0): end a trajectory after step t >= k0 once none of its last W observations was new to it
+(``steps_since_new`` >= W). A stopped trajectory keeps its tokens and the reward it earned so far,
+as one cut by T_max does. ``srollout sweep --stall`` chooses W and k0 on an ungated collect and
 writes it as ``gate-stall.json``::
 
     {"kind": "stall", "version": 1, "W": 8, "k0": 10}
@@ -19,6 +20,20 @@ Inside your own loop, one tracker per trajectory::
     ...  # after step t of this trajectory, if the episode is not over:
     if gate.stops(TrajectoryState(step=t, since_new=tracker.step(observation), rejected_run=0)):
         ...  # end this trajectory now; it keeps its reward so far
+
+The second is the **loop** detector (k0), the field's fixed rule after OpenHands' StuckDetector:
+end a trajectory after step t >= k0 when its last 4 (action, observation) pairs are identical, or
+its last 3 actions are identical and were all rejected, or its last 6 pairs alternate A, B, A, B,
+A, B with A != B. It states no precision (``srollout what-if`` measures one). A stop of either
+kind is recorded as ``ended_by="stalled"``; the run's manifest says which kind ran. Its file::
+
+    {"kind": "loop", "version": 1, "k0": 1}
+
+and its signals come from :class:`~srollout.core.trajectory_signals.LoopTracker`
+(``TrajectoryState.loop``)::
+
+    loops = LoopTracker()
+    ...  # after step t: TrajectoryState(t, since_new, rejected_run, loops.step(action, obs, valid))
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from srollout.core.gate import Gate, gate_kind
-from srollout.core.trajectory_signals import TrajectoryState
+from srollout.core.trajectory_signals import TrajectoryState, loop_fires, stall_fires
 from srollout.errors import SrolloutError
 
 
@@ -62,9 +77,36 @@ class StallGate(Gate):
 
     def stops(self, state: TrajectoryState) -> bool:
         """End this trajectory now, after step ``state.step``? (Asked only while it goes on.)"""
-        return state.step >= self.k0 and state.since_new >= self.W
+        return bool(stall_fires(state.step, state.since_new, self.W, self.k0))
 
     def check(self, T_max: int) -> None:
         """Refuse a rule that can never fire within T_max steps."""
         if self.k0 > T_max:
             raise SrolloutError(f"stall k0 (--stall-from) {self.k0} is larger than --T-max {T_max}")
+
+
+@gate_kind("loop")
+@dataclass(frozen=True)
+class LoopGate(Gate):
+    """The loop detector: end a trajectory after step t >= k0 when it loops
+    (:func:`srollout.core.trajectory_signals.loop_fires`). k0: the first step it may fire at
+    (>= 1; default 1, the field's rule has none)."""
+
+    k0: int = 1
+    scope: ClassVar[str] = "trajectory"
+    required_keys: ClassVar[tuple[str, ...]] = ("k0",)  # in a gate.json
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k0", _as_count(self.k0, "loop k0"))
+
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        return ()  # asked after every step (stops), never shown a group
+
+    def stops(self, state: TrajectoryState) -> bool:
+        """End this trajectory now, after step ``state.step``? (Asked only while it goes on.)"""
+        return bool(loop_fires(state.step, state.loop, self.k0))
+
+    def check(self, T_max: int) -> None:
+        """Refuse a rule that can never fire within T_max steps."""
+        if self.k0 > T_max:
+            raise SrolloutError(f"loop k0 {self.k0} is larger than --T-max {T_max}")

@@ -1,5 +1,8 @@
-"""Signals of one trajectory after each of its steps, and the stall rule that reads them (the
-trajectory gate, beyond the paper: DESIGN.md, "Trajectory gate").
+"""Signals of one trajectory after each of its steps, and the two trajectory rules that read them
+(the trajectory gate, beyond the paper: DESIGN.md, "Trajectory gate"): the stall rule and the loop
+detector. Each rule is ONE elementwise function (:func:`stall_fires`, :func:`loop_fires`) that
+takes Python scalars (a gate asked after one step) or numpy arrays of any one shape ([N, T]: every
+step of N trajectories, offline); every other form calls it.
 
 A trajectory's observations are o_1 (the initial observation, before any action) and then the
 one each step returns: step t's ``steps.observation`` is o_{t+1}. Two observations are **the same**
@@ -15,10 +18,31 @@ signal, after step t       definition
                            0 right after a step that saw something new.
 ``rejected_run``           the number of steps ending at t, t included, whose action the
                            environment rejected (``valid`` false); 0 when step t's was valid.
+``same_pair_run``          the number of steps ending at t, t included, whose (action, returned
+                           observation) pair equals step t's: 1 after a pair unlike step t−1's.
+``rejected_repeat_run``    the number of steps ending at t, t included, whose action equals step
+                           t's and was rejected (``valid`` false); 0 when step t's was valid.
+``alternation_run``        the length of the longest run of pairs ending at t that alternates
+                           between two different pairs (A, B, A, B, ...): 1 after a pair equal to
+                           step t−1's (or at t = 1), 2 after one unlike steps t−1's and t−2's.
 =========================  =========================================================================
+
+Actions are compared as recorded (``steps.action``, parsed and normalised), observations as
+above (:func:`normalise_observation`).
 
 The **stall rule** (W, k0) ends a trajectory after the first step t >= k0 with
 ``steps_since_new`` >= W: none of its last W observations was new to it. W >= 1, k0 >= 1.
+
+The **loop detector** (k0), the field's rule-based baseline after OpenHands' StuckDetector, ends a
+trajectory after the first step t >= k0 at which any of these holds:
+
+- its last 4 (action, observation) pairs are identical (``same_pair_run`` >= 4);
+- its last 3 actions are identical and each was rejected (``rejected_repeat_run`` >= 3);
+- its last 6 pairs alternate A, B, A, B, A, B with A != B (``alternation_run`` >= 6).
+
+A trajectory gate is asked after every step but its last (a trajectory that is won, lost or
+reaches T_max at t ends anyway), so offline a rule's stop is its first firing step t < n_steps
+(:func:`srollout.core.stall_sweep.first_stops`).
 
 Shapes: a trajectory of T steps gives lists of length T, element t−1 the value after step t.
 
@@ -28,6 +52,8 @@ Example (hand-worked in tests/unit/test_trajectory_signals.py)::
     obs = ["on desk 1: a pen", "nothing happens.", "on desk 1: a pen", "drawer 1 is closed"]
     steps_since_new(initial, obs)      # [0, 0, 1, 0]
     rejected_run([True, False, False, True])  # [0, 1, 2, 0]
+    loop_counts(["go", "go", "go"], ["x", "x", "y"], [True, True, True])
+    # [LoopCounts(1, 0, 1), LoopCounts(2, 0, 1), LoopCounts(1, 0, 2)]
 """
 
 from __future__ import annotations
@@ -40,12 +66,22 @@ from typing import NamedTuple
 _SPACE = re.compile(r"\s+")
 
 
+class LoopCounts(NamedTuple):
+    """The loop detector's three signals after one step (table above); ints, or [N, T] int
+    arrays offline (0 past a trajectory's end)."""
+
+    same_pair_run: int = 0
+    rejected_repeat_run: int = 0
+    alternation_run: int = 0
+
+
 class TrajectoryState(NamedTuple):
     """One trajectory's signals after step ``step``: what a trajectory gate decides on."""
 
     step: int
     since_new: int
     rejected_run: int
+    loop: LoopCounts = LoopCounts()
 
 
 def normalise_observation(text: str) -> str:
@@ -90,19 +126,82 @@ def rejected_run(valid: Sequence[bool]) -> list[int]:
     return out
 
 
-def stall_step(since_new: Sequence[int], W: int, k0: int) -> int | None:
-    """The step (1-based) after which the stall rule (W, k0) ends the trajectory, or None if it
-    never fires: the first t >= k0 with since_new[t-1] >= W."""
-    for t in range(max(k0, 1), len(since_new) + 1):
-        if since_new[t - 1] >= W:
-            return t
-    return None
+@dataclass
+class LoopTracker:
+    """:class:`LoopCounts` one step at a time: ``LoopTracker().step(action, observation, valid)``
+    after each step returns the counts after it (the one body of the loop detector's signals)."""
+
+    last: tuple[tuple[str, str], ...] = ()  # the last two (action, observation) pairs, oldest first
+    counts: LoopCounts = LoopCounts()
+
+    def step(self, action: str, observation: str, valid: bool) -> LoopCounts:
+        pair = (action, normalise_observation(observation))
+        prev = self.last[-1] if self.last else None
+        before = self.last[-2] if len(self.last) == 2 else None
+        same, rejected, alternation = self.counts
+        same = same + 1 if pair == prev else 1
+        if valid:
+            rejected = 0
+        else:  # the previous step's action equal and rejected too (its run > 0 says rejected)
+            rejected = rejected + 1 if prev is not None and action == prev[0] else 1
+        if prev is None or pair == prev:
+            alternation = 1
+        else:  # A, B, A: the run ending at the previous step alternates between these two
+            alternation = alternation + 1 if pair == before else 2
+        self.last = (*self.last[-1:], pair)
+        self.counts = LoopCounts(same, rejected, alternation)
+        return self.counts
+
+
+def loop_counts(
+    actions: Sequence[str], observations: Sequence[str], valid: Sequence[bool]
+) -> list[LoopCounts]:
+    """:class:`LoopCounts` after each step: [T] actions, [T] returned observations o_2..o_{T+1}
+    and [T] validity flags -> [T] counts."""
+    tracker = LoopTracker()
+    return [tracker.step(a, o, v) for a, o, v in zip(actions, observations, valid, strict=True)]
+
+
+# --- the rules: one elementwise body each (scalars or numpy arrays of one shape) ----------------
+
+
+def stall_score(step, since_new, k0):
+    """The stall rule's score after step ``step``: ``since_new`` from step k0 on, −1 before it;
+    the rule (W, k0) fires iff score >= W (the form the trajectory gate's audit moves W in).
+    Elementwise: ints, or int arrays that broadcast together ([N, T] offline)."""
+    return (step >= k0) * (since_new + 1) - 1
+
+
+def stall_fires(step, since_new, W, k0):
+    """The stall rule (W, k0) after step ``step``: none of the last W observations was new
+    (``since_new`` >= W), from step k0 on. Elementwise as :func:`stall_score`; bool(s)."""
+    return stall_score(step, since_new, k0) >= W
+
+
+LOOP_SAME_PAIRS = 4  # identical (action, observation) pairs in a row
+LOOP_REJECTED_REPEATS = 3  # the same action rejected in a row
+LOOP_ALTERNATION = 6  # pairs alternating A, B, A, B, A, B
+
+
+def loop_fires(step, counts: LoopCounts, k0):
+    """The loop detector (k0) after step ``step``, from its :class:`LoopCounts`: 4 identical
+    pairs, or 3 identical rejected actions, or 6 pairs alternating between two, from step k0 on.
+    Elementwise: ints, or int arrays of one shape ([N, T] offline); bool(s)."""
+    same, rejected, alternation = counts
+    looping = (
+        (same >= LOOP_SAME_PAIRS)
+        | (rejected >= LOOP_REJECTED_REPEATS)
+        | (alternation >= LOOP_ALTERNATION)
+    )
+    return (step >= k0) & looping
 
 
 def longest_stall(since_new: Sequence[int], k0: int) -> int | None:
     """The longest run without a new observation the stall gate saw in a trajectory of
-    n = len(since_new) steps: max since_new[t-1] over the steps t in [k0, n-1] after which it
-    went on (the gate is not asked after its last step); None when there is none. The stall
-    rule (W, k0) fires on it iff this is >= W: the score the trajectory gate's audit reads."""
-    seen = since_new[max(k0, 1) - 1 : len(since_new) - 1]
-    return max(seen) if len(seen) else None
+    n = len(since_new) steps: the largest :func:`stall_score` over the steps t in [k0, n-1]
+    after which it went on (the gate is not asked after its last step); None when there is
+    none. The stall rule (W, k0) fires on it iff this is >= W: the score the trajectory gate's
+    audit reads."""
+    asked = range(1, len(since_new))  # steps 1..n-1
+    best = max((stall_score(t, since_new[t - 1], k0) for t in asked), default=-1)
+    return best if best >= 0 else None

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from srollout.core.audit import audit_pick, audit_pick_stop, clopper_pearson_lower
+from srollout.core.stall_sweep import Trajectories, stall_stops
 from srollout.core.trajectory_gate import StallGate
-from srollout.core.trajectory_signals import longest_stall, stall_step
+from srollout.core.trajectory_signals import longest_stall
 from srollout.rollout.engine import GroupRecord, GroupSpec, TrajRecord
 from srollout.rollout.stop_audit import STOP_WINDOW, StopAuditor, W_of, stop_score, theta_of
 
@@ -38,8 +40,16 @@ def test_longest_stall_reads_the_steps_the_gate_was_asked_after():
     assert longest_stall([0], 1) is None
     # the rule (W, k0) fires iff the longest stall is >= W: W 3 after step 7; W 4 only after
     # step 8, the last, where the gate is not asked (the trajectory ended there)
-    assert stall_step(since, 3, 1) == 7
-    assert stall_step(since, 4, 1) == 8 == len(since)
+    one = Trajectories(
+        group=np.array([0]),
+        n_steps=np.array([len(since)]),
+        success=np.array([False]),
+        since_new=np.array([since]),
+        step_reward=np.zeros((1, len(since))),
+        step_tokens=np.zeros((1, len(since)), dtype=np.int64),
+    )
+    assert stall_stops(one, 3, 1).tolist() == [7]
+    assert stall_stops(one, 4, 1).tolist() == [0]
 
 
 @pytest.mark.parametrize("W", range(1, 31))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,7 +10,7 @@ from srollout.core.trajectory_signals import (
     NoveltyTracker,
     normalise_observation,
     rejected_run,
-    stall_step,
+    stall_fires,
     steps_since_new,
 )
 
@@ -47,14 +48,28 @@ def test_the_tracker_is_the_function_one_step_at_a_time():
     assert [tracker.step(o) for o in obs] == steps_since_new("x", obs) == [1, 0, 1, 2, 0, 1]
 
 
+def _first_firing(since: list[int], W: int, k0: int) -> int | None:
+    t = np.arange(1, len(since) + 1)
+    hits = np.flatnonzero(stall_fires(t, np.array(since, dtype=np.int64), W, k0)) + 1
+    return int(hits[0]) if hits.size else None
+
+
 def test_the_stall_rule_fires_at_the_first_step_from_k0_with_W_steps_without_news():
     since = [0, 1, 2, 3, 0, 1, 2, 3, 4]
-    assert stall_step(since, W=3, k0=1) == 4
-    assert stall_step(since, W=3, k0=5) == 8  # steps 5-7 have 0, 1, 2
-    assert stall_step(since, W=4, k0=1) == 9
-    assert stall_step(since, W=5, k0=1) is None
-    assert stall_step(since, W=1, k0=10) is None  # the trajectory has 9 steps
-    assert stall_step([], W=1, k0=1) is None
+    assert _first_firing(since, W=3, k0=1) == 4
+    assert _first_firing(since, W=3, k0=5) == 8  # steps 5-7 have 0, 1, 2
+    assert _first_firing(since, W=4, k0=1) == 9
+    assert _first_firing(since, W=5, k0=1) is None
+    assert _first_firing(since, W=1, k0=10) is None  # the trajectory has 9 steps
+    assert _first_firing([], W=1, k0=1) is None
+
+
+def test_the_stall_rule_is_one_body_for_a_step_and_for_an_array():
+    since = [0, 1, 2, 3, 0, 1, 2, 3, 4]
+    array = stall_fires(np.arange(1, 10), np.array(since), 3, 5)
+    scalar = [stall_fires(t, s, 3, 5) for t, s in enumerate(since, start=1)]
+    assert array.tolist() == scalar == [False] * 7 + [True, True]
+    assert all(type(x) is bool for x in scalar)  # plain Python in, plain Python out
 
 
 @given(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=40))
