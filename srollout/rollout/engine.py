@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
+from srollout.core.trajectory_signals import LoopTracker, NoveltyTracker, TrajectoryState
 from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
@@ -266,6 +266,7 @@ class _Live:
     rng: EnvRandom | Any
     state: TrajectoryState = TrajectoryState(0, 0, 0)
     over: bool = False  # the environment said the episode is over (won or lost)
+    loops: LoopTracker = field(default_factory=LoopTracker)  # the loop detector's signals
 
 
 @dataclass
@@ -491,7 +492,8 @@ class _Pool:
             rec.n_prompt_tokens += int(resp.n_prompt_tokens)
             rejected = 0 if result.valid else live.state.rejected_run + 1
             since_new = live.novelty.step(result.observation)
-            live.state = TrajectoryState(g.step + 1, since_new, rejected)
+            loops = live.loops.step(turn.normalized, result.observation, bool(result.valid))
+            live.state = TrajectoryState(g.step + 1, since_new, rejected, loops)
             rec.steps.append(_step_row(live.state, turn, resp, result, gen_s * share, env_s))
             live.observation = result.observation
             live.admissible = tuple(result.admissible)
