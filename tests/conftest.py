@@ -200,6 +200,31 @@ def cooldown_arm() -> str:
     return "cooldown"
 
 
+def linked_docs(text: str) -> str:
+    """The sections of docs/ that ``text`` (a report's prose) links to, joined: a report gives a
+    run's numbers and links to the doc that explains them. Fails when ``text`` links nowhere or a
+    link names no heading of its page (anchors as GitHub makes them, worked out here on their own:
+    lower case, punctuation but hyphens dropped, spaces to hyphens)."""
+    import re
+
+    links = re.findall(r"\]\(docs/([\w-]+\.md)#([^)]+)\)", text)
+    assert links, f"no link to docs/ in {text!r}"
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    found = []
+    for page, anchor in links:
+        sections = re.split(r"^(?=#+ )", (docs / page).read_text(), flags=re.M)
+        by_anchor = {
+            re.sub(r"[^\w\- ]", "", s.splitlines()[0].lstrip("#").strip().lower()).replace(
+                " ", "-"
+            ): s
+            for s in sections
+            if s.startswith("#")
+        }
+        assert anchor in by_anchor, f"docs/{page} has no heading #{anchor}"
+        found.append(by_anchor[anchor])
+    return "\n".join(found)
+
+
 # A pytest-xdist worker's environment holds COLUMNS=80, which a serial run's has not: the stages
 # the tests start would print 80 columns wide instead of srollout's 160 off a terminal
 # (srollout.console), and wrap the table rows the tests read. Every run sees one width.

@@ -16,7 +16,16 @@ import numpy as np
 import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
+from srollout.report.markdown import doc_link
 from srollout.report.palette import arm_color
+
+# The sections of docs/ab-rollout.md that explain what the report shows
+NOISE = "Noise the task bootstrap does not see"
+ARMS_DOC = "DAPO and GRESO arms (rollout-only)"
+AUDIT_DOC = "`--audit F`: the audited arms"
+REPORT_DOC = "What the report says (`report.md`, console table, `manifest.json` → `comparisons`)"
+COMPARED_DOC = "What is compared"
+ATTRIBUTION_DOC = "Per-task wall-clock: attribution inside a batched run"
 
 
 def _pct(x: float) -> str:
@@ -128,22 +137,20 @@ def block_savings_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
 
 
 def drift_text(c: Any, per_block: pl.DataFrame) -> str:
-    """What the per-block savings say about run-to-run noise, in words."""
+    """The spread of the per-block savings and the wall-clock interval, with a link to why."""
     lo, hi = float(per_block["saving"].min()), float(per_block["saving"].max())
     w = c.savings["wall_s"]
     text = (
-        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. A slow-down hits "
-        "every task of one timed run alike (other jobs on the machine), so the wall-clock "
-        f"interval treats the timed-run pairs, not the tasks, as the samples: [{_pct(w.low)}, "
-        f"{_pct(w.high)}] over {w.ci_over} (a Student t interval on the log ratio of each pair). "
-        "More pairs (`--blocks`, `--repeats`) narrow it."
+        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. Wall-clock "
+        f"interval: [{_pct(w.low)}, {_pct(w.high)}] over {w.ci_over}; why over the pairs: "
+        + doc_link("ab-rollout.md", NOISE)
+        + "."
     )
     if same_work(c):
         text += (
             "\n\n**The gate cut no group**: both arms did identical work "
             f"({_num(c.savings['n_gen_tokens'].baseline, 0)} generated tokens, the same "
-            "environment steps), so this run is an A/A test — its wall-clock difference is the "
-            "measurement noise of this machine, not an effect of the gate."
+            "environment steps): an A/A test, whose wall-clock difference is this machine's noise."
         )
     return text
 
@@ -282,69 +289,40 @@ def _stall_cell(r: dict) -> str:
 
 
 def arms_text(config: Any, arms: pl.DataFrame) -> str:
-    """What the per-arm table counts, and what each arm did, in words."""
-    R = config.repeats
+    """What each arm did, in numbers; what the columns count is in the doc linked."""
     text = (
-        f"Totals over {R} repeat(s) of {config.groups} tasks per arm. *Useful* groups were not cut "
-        "and have reward variance (σ_r > 0): the groups a GRPO update learns from. Useful / s = "
-        "useful groups ÷ the arm's measured wall-clock (its timed runs, DAPO's extra rounds "
-        "included). Cuts and GRESO skips are judged by the baseline arm's group of the same task "
-        "and seeds (TP: it had zero variance)."
+        f"Totals over {config.repeats} repeat(s) of {config.groups} tasks per arm; cuts and skips "
+        "judged by the baseline arm. What each column counts: "
+        + doc_link("ab-rollout.md", ARMS_DOC)
+        + "."
     )
-    by = {r["arm"]: r for r in arms.iter_rows(named=True)}
-    for name, r in by.items():
+    source = f", history `{config.greso_history}`" if config.greso_history else ""
+    for r in arms.iter_rows(named=True):
+        name = r["arm"]
         if r["dapo"]:
             text += (
-                f"\n\n**{name}** (DAPO): after each timed block's rollout, groups that are not "
-                f"useful are dropped and the next tasks of `{config.tasks}` are rolled out (group "
-                "indices after the A/B's, same seed scheme) until the block has as many useful "
-                f"groups as tasks, at most {config.dapo_max_rounds} extra round(s): "
+                f"\n\n**{name}** (DAPO, at most {config.dapo_max_rounds} extra round(s) a block): "
                 f"{r['extra_rounds']} extra round(s), {r['extra_groups']} extra group(s)."
             )
             if r["cap_hits"]:
                 text += (
                     f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds "
-                    f"{config.dapo_max_rounds}`) still short of useful groups; they keep what they "
-                    "gathered (not an error)."
+                    f"{config.dapo_max_rounds}`) and kept what they gathered."
                 )
         if r["greso"]:
-            source = (
-                f"`--greso-history {config.greso_history}`, then " if config.greso_history else ""
-            )
             greso = "greso" in str(name).split("+")
+            what = f"GRESO, p = {config.greso_p_explore}" if greso else "a skip part of a package"
             text += (
-                (
-                    f"\n\n**{name}** (GRESO, p = {config.greso_p_explore}, seed {config.seed}): a "
-                    f"task whose last z groups ({source}this arm's groups of earlier repeats) were "
-                    "zero-variance or cut is skipped unless a seeded draw keeps it (probability "
-                    "p^z): "
-                )
-                if greso
-                else (
-                    f"\n\n**{name}** (a skip part of another package, seed {config.seed}): it "
-                    f"skips tasks before the rollout by its own rule, told {source}this arm's "
-                    "groups of earlier repeats (zero-variance or cut, or not): "
-                )
-            ) + f"{r['skipped']} skipped ({r['skip_tp']} had zero variance in the baseline)."
+                f"\n\n**{name}** ({what}, seed {config.seed}{source}): {r['skipped']} skipped "
+                f"({r['skip_tp']} had zero variance in the baseline)."
+            )
             if greso and not config.greso_history:
-                text += (
-                    " Without `--greso-history` it has no history in repeat 0 and skips nothing "
-                    "there. Repeats replay the same seeds, so a history from an earlier repeat "
-                    "foretells the outcome (an optimistic GRESO); a history from another run "
-                    "(`srollout collect --seed 1`) is the realistic one."
-                )
+                text += " No `--greso-history`: repeat 0 skipped nothing (an optimistic GRESO)."
     if "audited" in arms.columns and config.audit > 0:
         text += (
             f"\n\n**Audited gate** (`--audit {config.audit:g} --audit-floor "
-            f"{config.audit_floor:g}`): each gated arm audits its own gate. A seeded share of "
-            "its cuts ran on to T_max inside the timed run (their steps and tokens are the arm's "
-            "cost) and was labelled by its full outcome; the arm's d_L moved from one of its timed "
-            "runs to the next (schedule order) so that the 95 % Clopper–Pearson bound on its "
-            "precision stays at or above the floor (docs/gates.md). The audit's TP / FP are its "
-            "own; the cuts' TP / FP beside them are judged by the baseline (they agree on an "
-            "audited cut whose trajectories match their baseline twin). Each stall arm audits "
-            "its trajectory gate the same way: a seeded share of its stops played on to the "
-            "trajectory's end (TP: it failed), and W moved between its timed runs."
+            f"{config.audit_floor:g}`): each gated arm audited a share of its cuts, each stall arm "
+            "of its stops; " + doc_link("ab-rollout.md", AUDIT_DOC) + "."
         )
     return text
 
@@ -485,15 +463,12 @@ def _mismatch_text(c: Any) -> str:
     m = c.match
     if m.n_traj == 0:
         return "No gated trajectories to compare."
-    what = (
-        "actions, raw responses and generated token ids"
-        if m.tokens_checked
-        else "actions and raw responses (this policy records no token ids)"
-    )
+    what = "actions, raw responses and token ids" if m.tokens_checked else "actions, raw responses"
     text = (
         f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to "
-        f"their baseline twin (same group, traj_idx and repeat) in {what} up to step K (the "
-        "group's cut step, or the gate's K; up to their end if they ended earlier)."
+        f"their baseline twin up to step K in {what}: "
+        + doc_link("ab-rollout.md", REPORT_DOC)
+        + "."
     )
     if m.mismatches:
         rows = ", ".join(
@@ -501,13 +476,7 @@ def _mismatch_text(c: Any) -> str:
             f"{x.step if x.step is not None else 'tokens only'})"
             for x in m.mismatches[:10]
         )
-        text += (
-            f"\n\n**{len(m.mismatches)} differ** — first: {rows}. The seeds are the same by "
-            "construction, so a difference comes from the backend: sampling that depends on the "
-            "batch a row shares (padding, batched kernels), or non-deterministic GPU kernels. "
-            "Savings on such groups are still real; their TP/FP are judged on a baseline twin "
-            "that is not the exact counterfactual."
-        )
+        text += f"\n\n**{len(m.mismatches)} differ** — first: {rows}."
     return text
 
 
@@ -520,18 +489,9 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
     order = " ".join(a[0].upper() for a in runs) if n_arms == 2 else ", ".join(runs)
     workers = int(blocks["workers"].max()) if "workers" in blocks.columns else 1
     ray = (
-        f" Every timed run went through {workers} Ray workers (`--workers {workers}`): each call "
-        "starts its workers, which build their policy replica and warm up before the clock; a "
-        "run's time counts from when all are up, and its per-task charges are worker-seconds "
-        "(workers × wall-clock)."
-        if workers > 1
-        else ""
-    )
-    warmup = (
-        "A warm-up (every game loaded, a throw-away batch with other seeds rolled to T_max) ran "
-        "before any clock. "
-        if config.warmup
-        else "No warm-up (--no-warmup). "
+        f" Every timed run went through {workers} Ray workers (`--workers {workers}`): "
+        + doc_link("ab-rollout.md", "`--workers N`: the timed runs on Ray")
+        + "."
     )
     return (
         f"{'Both' if n_arms == 2 else f'All {n_arms}'} arms roll the same {config.groups} tasks of "
@@ -541,23 +501,16 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
             if "difficulty" in resolve_env(config.env).task_options
             else f" of environment `{config.env}`"
         )
-        + f" (G={config.G}, "
-        f"T_max={config.T_max}, temperature {config.temperature}, seed {config.seed}) through the "
-        f"same batched engine at concurrency {config.concurrency} trajectories; per-trajectory "
-        f"seeds derive from (seed, group index, traj_idx), never from scheduling.{ray} "
-        f"{warmup}{config.repeats} "
-        f"repeat(s) × {config.blocks} block(s) of tasks; run order: {order} (ABBA over blocks).\n\n"
-        "Per-task wall-clock is attributed within each timed run: a task is charged its groups' "
-        "generation time (each batched call's time split over its rows by generated tokens), its "
-        "own env-step and reset time, and a share of the run's remaining overhead proportional to "
-        "its env steps; the charges of a run sum to its measured wall-clock. Savings are 1 − Σ "
-        "arm / Σ baseline over tasks (each task's mean over repeats). Token and step counts are "
-        f"fixed by the seeds: their CI is a percentile bootstrap over tasks ({config.n_boot} "
-        "resamples, both arms of a task resampled together). Wall-clock also carries run-to-run "
-        "drift: its CI is a Student t interval over the timed-run pairs (baseline and arm on the "
-        "same block and repeat), on the log ratio of each pair. Cuts are judged by the baseline "
-        "arm's outcome of the same task, seeds and repeat (TP = the baseline group has zero "
-        "reward variance)."
+        + f" (G={config.G}, T_max={config.T_max}, temperature {config.temperature}, seed "
+        f"{config.seed}) through the same batched engine at concurrency {config.concurrency} "
+        f"trajectories.{ray if workers > 1 else ''} "
+        + ("A warm-up ran before any clock. " if config.warmup else "No warm-up (--no-warmup). ")
+        + f"{config.repeats} repeat(s) × {config.blocks} block(s) of tasks; run order: {order} "
+        f"(ABBA over blocks). Token and step CIs: a bootstrap over tasks ({config.n_boot} "
+        "resamples). How the tasks are matched, the wall-clock attributed and the intervals "
+        "computed: "
+        + ", ".join(doc_link("ab-rollout.md", h) for h in (COMPARED_DOC, ATTRIBUTION_DOC, NOISE))
+        + "."
     )
 
 
@@ -653,8 +606,9 @@ def write_ab_outputs(
             Section(
                 "Trajectories stopped by the trajectory gate",
                 figure(paths["stops"], run_dir, "Stops by step, judged by the baseline twin")
-                + "\n\nA stop is right when the same trajectory in the baseline arm (same task "
-                "and seeds, so the same prefix) went on to fail.",
+                + "\n\nA stop is right when its baseline twin failed: "
+                + doc_link("ab-rollout.md", COMPARED_DOC)
+                + ".",
             )
         )
     if "task_time" in paths:

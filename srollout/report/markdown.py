@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +24,14 @@ def figure(path: str | Path, run_dir: str | Path, caption: str) -> str:
     """Markdown that shows the PNG ``path`` (linked relative to ``run_dir``) with a caption."""
     rel = os.path.relpath(Path(path), Path(run_dir))
     return f"![{caption}]({rel})\n\n*{caption}*\n"
+
+
+def doc_link(page: str, heading: str) -> str:
+    """A markdown link to the section ``heading`` of docs/``page``: a report gives a run's numbers
+    and links to the doc that explains them (the anchor is GitHub's: lower case, punctuation
+    dropped, spaces to hyphens)."""
+    anchor = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+    return f"[docs/{page}, “{heading}”](docs/{page}#{anchor})"
 
 
 def render_report(title: str, sections: Sequence[Section], preamble: str = "") -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import linked_docs
 
 from srollout.core.audit import DEFAULT_FLOOR, Labelled, next_threshold
 from srollout.core.gate import FixedGate
@@ -276,6 +277,7 @@ def test_ab_rollout_audit_of_every_cut_equals_the_baseline_judgement(run_cli, tm
     assert list(ledger["thresholds"].values()) == pytest.approx([1.0, 1.0, 5 / 6, 7 / 9])
     report = (out / "report.md").read_text()
     assert "**Audited gate** (`--audit 1 --audit-floor 0.95`)" in report
+    assert "The audit's TP / FP are its own; the cuts' TP / FP beside them" in linked_docs(report)
     assert "| 5 (2 / 3), bound —, threshold 0.778 → 0.778 |" in report
     # --resume after a kill during repeat 1 (its timed runs' files lost): the same A/B
     before = _ab(out)

@@ -14,11 +14,13 @@ import math
 
 import polars as pl
 import pytest
+from conftest import linked_docs
 
 from srollout.config import AbRolloutConfig
 from srollout.core.ab_scoring import Comparison, Confusion, Mismatch, Saving, SeedMatch
 from srollout.core.stats import PairedBootstrap
 from srollout.report.ab import (
+    _mismatch_text,
     arms_view,
     block_savings_frame,
     blocks_frame,
@@ -166,6 +168,8 @@ def test_an_arm_that_cut_nothing_and_took_the_same_steps_is_called_an_a_a_test()
     assert text.startswith("Wall-clock saving per timed block ranges from -25.0 % to 25.0 %.")
     assert "[10.0 %, 40.0 %] over 2 timed-run pair(s)" in text
     assert "cut no group" not in text
+    # why the pairs, not the tasks, are the samples: in the doc section the report links to
+    assert "the wall-clock interval is computed over the timed-run pairs" in linked_docs(text)
     idle = _comparison(cut=0, tp=0, arm_steps=40.0)
     assert same_work(idle)
     assert (
@@ -308,3 +312,19 @@ def test_method_names_the_abba_order_and_the_settings():
     assert "Ray workers" not in text
     ray = method_text(config, _blocks().with_columns(pl.lit(2).alias("workers")))
     assert "went through 2 Ray workers (`--workers 2`)" in ray
+    # how the tasks are matched, the wall-clock attributed and the intervals computed: the doc
+    docs = linked_docs(text)
+    assert "(`srollout.rollout.seeding`), never from" in docs
+    assert "**attribute** each run's measured wall-clock to its tasks" in docs
+    assert "R · exp(±t_{P−1} · sd(l) / √P)" in docs
+    assert "Its per-task charges are worker-seconds" in linked_docs(ray)
+
+
+def test_seed_match_lists_the_first_mismatches_and_links_to_their_causes():
+    text = _mismatch_text(_comparison())
+    assert text.startswith(
+        "7 of 8 gated-arm trajectories (87.5 %) are identical to their baseline twin up to step K "
+        "in actions, raw responses and token ids: [docs/ab-rollout.md"
+    )
+    assert text.endswith("**1 differ** — first: g1/2 (repeat 0, step 3).")
+    assert "sampling that depends on the batch a row shares" in linked_docs(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from srollout.report.markdown import Section, figure, write_report
+from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import format_value, to_markdown, to_rich
 
 
@@ -57,6 +57,17 @@ def test_write_report_links_figures_relative_to_the_run_dir(tmp_path: Path) -> N
     assert path == tmp_path / "report.md"
     assert text.startswith("# srollout sweep\n")
     assert "- input: x" in text and "## Sweep" in text and "![Pareto](pareto.png)" in text
+
+
+def test_doc_link_names_the_page_and_section_with_githubs_anchor() -> None:
+    # lower case, backticks, colon and parentheses dropped, spaces to hyphens (hyphens kept)
+    assert doc_link("ab-rollout.md", "`--audit F`: the audited arms") == (
+        "[docs/ab-rollout.md, “`--audit F`: the audited arms”]"
+        "(docs/ab-rollout.md#--audit-f-the-audited-arms)"
+    )
+    assert doc_link("gates.md", "DAPO and GRESO arms (rollout-only)").endswith(
+        "(docs/gates.md#dapo-and-greso-arms-rollout-only)"
+    )
 
 
 def test_figures_are_png(tmp_path: Path) -> None:
