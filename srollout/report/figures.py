@@ -15,6 +15,7 @@ from srollout.schemas import LABELS, signal_names
 
 # One colour per group label, the paper's convention (Fig. "d_K by label").
 LABEL_COLORS = {"all_fail": "#d62728", "mixed": "#7f7f7f", "all_succeed": "#2ca02c"}
+ORACLE = {"marker": "*", "s": 120, "color": "gold", "edgecolor": "black"}  # pareto's oracle
 
 
 def pyplot() -> Any:
@@ -76,14 +77,8 @@ def correlation_heatmap(corr: pl.DataFrame, path: str | Path, title: str = "") -
                 )
         image = ax.imshow(grid, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
         for (i, j), value in np.ndenumerate(grid):
-            ax.text(
-                j,
-                i,
-                "—" if np.isnan(value) else f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=8,
-            )
+            text = "—" if np.isnan(value) else f"{value:.2f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
         ax.set_xticks(range(len(Ks)), [f"K={k}" for k in Ks])
         ax.set_yticks(range(len(metrics)), metrics if ax is axes[0] else [""] * len(metrics))
         ax.set_title(label, fontsize=9)
@@ -201,25 +196,9 @@ def pareto(
                 color="gray",
             )
         if "oracle_safe_savings" in part.columns:
-            ax.scatter(
-                [1.0],
-                [100 * part["oracle_safe_savings"][0]],
-                marker="*",
-                s=120,
-                color="gold",
-                edgecolor="black",
-                zorder=5,
-            )
+            ax.scatter([1.0], [100 * part["oracle_safe_savings"][0]], zorder=5, **ORACLE)
     ax.scatter([], [], marker="x", color="gray", label="random cut, same #cuts (mean)")
-    ax.scatter(
-        [],
-        [],
-        marker="*",
-        s=120,
-        color="gold",
-        edgecolor="black",
-        label="oracle (all zero-variance cut)",
-    )
+    ax.scatter([], [], label="oracle (all zero-variance cut)", **ORACLE)
     ax.axvline(
         precision_floor,
         color="red",

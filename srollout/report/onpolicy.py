@@ -16,6 +16,7 @@ against the baseline arm of the same seed.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -148,19 +149,9 @@ def paired_test(
     xb = joined["success_b"].to_numpy().astype(bool)
     boot = paired_bootstrap(xa.astype(float), xb.astype(float), seed=seed)
     mc = mcnemar(xa, xb)
-    return PairedTest(
-        what,
-        joined.height,
-        float(xa.mean()),
-        float(xb.mean()),
-        float(boot.diff),
-        float(boot.low),
-        float(boot.high),
-        float(boot.p_value),
-        int(mc.b01),
-        int(mc.b10),
-        float(mc.p_value),
-    )
+    boots = (float(x) for x in (boot.diff, boot.low, boot.high, boot.p_value))
+    stats = (*boots, int(mc.b01), int(mc.b10), float(mc.p_value))
+    return PairedTest(what, joined.height, float(xa.mean()), float(xb.mean()), *stats)
 
 
 def mean_std(values: Any) -> tuple[float, float]:
@@ -171,71 +162,46 @@ def mean_std(values: Any) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
 
 
+# aggregate_frame's rows: quantity, column stem (``<stem>_baseline``, ``<stem>_gated``), scale,
+# digits, and the delta cell with ``{<column>[:scale:digits]}`` fields
+_AGGREGATE = (
+    ("training wall-clock (s)", "wall_s", 1, 1, "saving {wall_saving:100:1} %"),
+    ("groups cut by the gate", "cuts", 1, 1, "of {groups_gated:1:0} groups"),
+    ("generated tokens", "gen_tokens", 1, 0, "saving {token_saving:100:1} %"),
+    ("gradient L2 norm", "grad_l2", 1, 4, "x {grad_l2_ratio}"),
+    ("zero-advantage fraction", "zero_adv", 1, 3, "dilution prediction x {dilution_prediction}"),
+    ("held-out success, iteration 0", "eval0", 100, 1, "same policy"),
+    ("held-out success, last eval", "eval_last", 100, 1, "{eval_last_delta:100:1} pp"),
+)
+_JUDGED = (  # with --judge-cuts, after the generated tokens
+    "cuts judged by full outcome: TP / FP",
+    "—",
+    "{cut_tp_gated:1:1} / {cut_fp_gated:1:1}",
+    "precision {cut_precision:1:2}",
+)
+
+
 def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
     """The paper's Table "Tier 3": quantity, baseline, gated, delta — mean ± std over seeds."""
+    import re
 
     def ms(col: str, scale: float = 1.0, digits: int = 3) -> str:
-        m, s = (
-            mean_std(seeds[col].to_list()) if col in seeds.columns else (float("nan"), float("nan"))
-        )
+        m, s = mean_std(seeds[col].to_list()) if col in seeds.columns else (math.nan, math.nan)
         return "—" if m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
 
+    def fill(template: str) -> str:
+        def cell(match: re.Match) -> str:
+            col, *fmt = match.group(1).split(":")
+            return ms(col, float(fmt[0]), int(fmt[1])) if fmt else ms(col)
+
+        return re.sub(r"\{([^}]+)\}", cell, template)
+
     rows = [
-        (
-            "training wall-clock (s)",
-            ms("wall_s_baseline", digits=1),
-            ms("wall_s_gated", digits=1),
-            f"saving {ms('wall_saving', 100, 1)} %",
-        ),
-        (
-            "groups cut by the gate",
-            ms("cuts_baseline", digits=1),
-            ms("cuts_gated", digits=1),
-            f"of {ms('groups_gated', digits=0)} groups",
-        ),
-        (
-            "generated tokens",
-            ms("gen_tokens_baseline", digits=0),
-            ms("gen_tokens_gated", digits=0),
-            f"saving {ms('token_saving', 100, 1)} %",
-        ),
-        *(
-            [
-                (
-                    "cuts judged by full outcome: TP / FP",
-                    "—",
-                    f"{ms('cut_tp_gated', digits=1)} / {ms('cut_fp_gated', digits=1)}",
-                    f"precision {ms('cut_precision', digits=2)}",
-                )
-            ]
-            if "cut_tp_gated" in seeds.columns
-            else []
-        ),
-        (
-            "gradient L2 norm",
-            ms("grad_l2_baseline", digits=4),
-            ms("grad_l2_gated", digits=4),
-            f"x {ms('grad_l2_ratio')}",
-        ),
-        (
-            "zero-advantage fraction",
-            ms("zero_adv_baseline"),
-            ms("zero_adv_gated"),
-            f"dilution prediction x {ms('dilution_prediction')}",
-        ),
-        (
-            "held-out success, iteration 0",
-            ms("eval0_baseline", 100, 1),
-            ms("eval0_gated", 100, 1),
-            "same policy",
-        ),
-        (
-            "held-out success, last eval",
-            ms("eval_last_baseline", 100, 1),
-            ms("eval_last_gated", 100, 1),
-            f"{ms('eval_last_delta', 100, 1)} pp",
-        ),
+        (name, ms(f"{stem}_baseline", scale, digits), ms(f"{stem}_gated", scale, digits), fill(d))
+        for name, stem, scale, digits, d in _AGGREGATE
     ]
+    if "cut_tp_gated" in seeds.columns:
+        rows.insert(3, tuple(fill(c) for c in _JUDGED))
     return pl.DataFrame(
         rows,
         schema={"quantity": pl.Utf8, "baseline": pl.Utf8, "gated": pl.Utf8, "delta": pl.Utf8},
@@ -452,31 +418,15 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
         _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
         _band(axes[1][0], m.filter(pl.col("train/stepped")), "iteration", "train/grad_l2", arm)
         _band(axes[1][1], m, "iteration", "train/zero_adv_frac", arm)
-    base = (
-        m.filter(pl.col("arm") == "baseline")
-        .group_by("iteration")
-        .agg(pl.col("zv_rate").mean())
-        .sort("iteration")
-    )
-    cut = (
-        m.filter(pl.col("arm") == "gated")
-        .group_by("iteration")
-        .agg(pl.col("cut_rate").mean())
-        .sort("iteration")
-    )
     ax = axes[0][1]
-    ax.plot(
-        base["iteration"].to_list(),
-        base["zv_rate"].to_list(),
-        color=ARM_COLORS["baseline"],
-        label="baseline zero-variance rate",
-    )
-    ax.plot(
-        cut["iteration"].to_list(),
-        cut["cut_rate"].to_list(),
-        color=ARM_COLORS["gated"],
-        label="gated cut rate",
-    )
+    lines = (("baseline", "zv_rate", "zero-variance rate"), ("gated", "cut_rate", "cut rate"))
+    for arm, col, what in lines:
+        by_it = m.filter(pl.col("arm") == arm).group_by("iteration").agg(pl.col(col).mean())
+        by_it = by_it.sort("iteration")
+        ax.plot(
+            by_it["iteration"].to_list(), by_it[col].to_list(), color=ARM_COLORS[arm],
+            label=f"{arm} {what}",
+        )  # fmt: skip
     ax.legend()
     labels = [
         "zero-variance rate (gated: uncut groups)",

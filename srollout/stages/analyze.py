@@ -25,7 +25,7 @@ import polars as pl
 
 from srollout import schemas
 from srollout.config import PAPER_K_VALUES, AnalyzeConfig
-from srollout.report.markdown import Section, figure, write_report
+from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import Manifest, prepare_run_dir
 from srollout.schemas import LABELS, signal_names
@@ -473,12 +473,10 @@ def _report_sections(
     sections = [
         Section(
             "Correlation with reward variance",
-            "Spearman ρ of each signal against the group's reward variance σ_r², and AUROC of the "
-            "signal as a score for the label *non-zero variance* (positive class: mixed groups). A "
-            "higher divergence predicts non-zero variance, so ρ > 0 and AUROC > 0.5 mean the "
-            "signal works — except termination_fraction τ_K, whose relation to the label is "
-            "U-shaped; its AUROC is reported raw (not flipped). Full table with p-values and n: "
-            "`correlation.parquet`.\n\n"
+            "ρ > 0 and AUROC > 0.5 mean the signal works (τ_K's AUROC is raw). The columns, and "
+            "the full table `correlation.parquet`: "
+            + doc_link("artifacts.md", "correlation.parquet — one row per (K, metric) (analyze)")
+            + ".\n\n"
             + to_markdown(wide_correlation(corr))
             + (
                 "\n"

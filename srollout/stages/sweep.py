@@ -26,7 +26,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
 from srollout.errors import SrolloutError
-from srollout.report.markdown import Section, figure, write_report
+from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import Manifest, prepare_run_dir
 from srollout.stages.buffer import Buffer, load_buffer
@@ -441,12 +441,9 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
     sections = [
         Section(
             "Sweep",
-            "cut = groups the rule fires on; TP = cut and zero-variance; precision = TP/cut; "
-            "recall = TP/#zero-variance; safe = TP·(T_max−K)/(N·T_max); raw = "
-            "cut·(T_max−K)/(N·T_max); measured = real environment steps after K in the cut groups "
-            "/ all real steps; adv_l2_kept = ‖A_kept‖₂/‖A_full‖₂; random_* = a random cut of the "
-            "same number of groups (its expectation over all such cuts). The chosen row is in "
-            "bold. All columns: `sweep.parquet`.\n\n"
+            "The chosen row is in bold. The columns, and all of them in `sweep.parquet`: "
+            + doc_link("artifacts.md", "sweep.parquet — one row per (rule, K, d_L, t_high) (sweep)")
+            + ".\n\n"
             + to_markdown(sweep, columns=shown, bold_rows=bold),
         )
     ]

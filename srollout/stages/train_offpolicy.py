@@ -513,7 +513,7 @@ def write_report(
     k_turns: int,
     figure: Path,
 ) -> Path:
-    from srollout.report.markdown import Section
+    from srollout.report.markdown import Section, doc_link
     from srollout.report.markdown import figure as fig_md
     from srollout.report.markdown import write_report as write
     from srollout.report.tables import to_markdown
@@ -524,11 +524,9 @@ def write_report(
         f"--max-items {config.max_items}); LoRA r={config.lora_r}, alpha={config.lora_alpha} on "
         f"{', '.join(config.lora_targets)}; AdamW lr {config.lr:g}; loss denominator "
         f"`{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; gate {gate}; seed "
-        f"{config.seed}.\n\n"
-        "The gated arm drops the groups the gate cuts at K from the batch entirely; their post-K "
-        "rollout cost, measured in the buffer (generation + environment seconds of the steps after "
-        "K), is counted as saved. Rollout seconds come from the buffer's measurements, training "
-        "seconds are measured here."
+        f"{config.seed}.\n\nHow the arms are built and the savings counted: "
+        + doc_link("training.md", "`srollout train-offpolicy BUFFER` (Tier 2)")
+        + "."
     )
     sections = [
         Section("Summary", to_markdown(summary_frame(s))),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import linked_docs
 
 from srollout import schemas
 
@@ -83,6 +84,7 @@ def test_analyze_hand_buffer_numbers(hand_buffer: Path, tmp_path: Path, run_cli)
         assert (out / name).stat().st_size > 0, name
     report = (out / "report.md").read_text()
     assert "](heatmap.png)" in report and "False positives" in report
+    assert "for τ_K (U-shaped against the label)" in linked_docs(report)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stage"] == "analyze"
     assert "correlation.parquet" in manifest["outputs"]

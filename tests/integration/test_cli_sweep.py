@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import linked_docs
 
 from srollout import schemas
 
@@ -89,6 +90,7 @@ def test_sweep_r1_hand_numbers_and_gate_json(hand_buffer: Path, tmp_path: Path, 
     assert (out / "pareto.png").stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "**r1**" in report and "Operating point" in report and "](pareto.png)" in report
+    assert "its expectation in closed form (hypergeometric" in linked_docs(report)
     assert "chosen: r1 K=4 d_L=0.13" in result.stdout
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import torch
+from conftest import linked_docs
 
 from srollout import schemas
 
@@ -113,6 +114,7 @@ def test_train_offpolicy_end_to_end(run_cli, real_model, tmp_path):
     assert (out / "offpolicy_trace.png").stat().st_size > 1000
     report = (out / "report.md").read_text()
     assert "gradient L2 mean" in report and "offpolicy_trace.png" in report
+    assert "a cut group saves the generation + environment seconds" in linked_docs(report)
     assert "train-offpolicy: baseline vs gated" in res.stdout
 
 
