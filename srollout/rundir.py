@@ -8,6 +8,9 @@ One writer per run directory: :func:`prepare_run_dir` takes an advisory lock (``
 ``<run>/.srollout.lock`` and keeps it until the process exits. The kernel drops the lock when the
 process dies, however it dies, so a lock file left by a killed run never blocks ``--resume``; a
 second live process on the same directory is refused at once with the other one's PID.
+
+A run is *complete* when no gate acted on any of its trajectories (:func:`require_complete`, the
+one definition every reader of outcomes calls): only then are its labels the full outcomes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from srollout import __version__
+import polars as pl
+
+from srollout import __version__, schemas
 from srollout.errors import RunDirBusyError, SrolloutError
 from srollout.schemas import write_json
 
@@ -348,3 +353,68 @@ def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what:
                 f"--resume: {run_dir} was made with {name}={before!r}, not {now!r}; use the same "
                 f"options (its {what} would not match)"
             )
+
+
+# --- a complete run (DESIGN.md "Complete runs") -------------------------------------------------
+
+# ended_by of a trajectory a gate stopped: its reward is only what it had earned by then
+STOPPED_BY_GATE: tuple[str, ...] = ("gate", "stalled")
+UNGATED_ALTERNATIVE = (
+    "rerun collect without --stall / --gate / --audit (or with --shadow, which cuts nothing), or "
+    "give the ungated twin (an A/B's baseline arm)"
+)
+
+
+def require_complete(run: str | Path) -> None:
+    """The one definition of a complete run: no gate acted on any of its trajectories, so every
+    outcome is the full, ungated one that labels are made from. analyze, sweep, what-if and
+    train-offpolicy call it on their input, a collect, an A/B arm or a trainer's log alike.
+
+    A gate acted on a trajectory that ended_by ``gate`` (its group was cut at K) or ``stalled``
+    (the trajectory gate stopped it), on every trajectory of a group cut by a gate (an audited
+    cut too: the run was gated, only a seeded share of its cuts ran on), and on an audited stop
+    (``audited_stop``). ``run``: a run directory; its trajectories.parquet and groups.parquet are
+    read where present (of trajectories only the columns this needs). Raises SrolloutError, one
+    line: the counts and the ungated alternative."""
+    run = Path(run)
+    trajs_file, groups_file = run / schemas.TRAJECTORIES.filename, run / schemas.GROUPS.filename
+    cut_groups = pl.DataFrame(schema={"group_id": pl.Utf8, "audited": pl.Boolean})
+    n_groups = 0
+    if groups_file.exists():
+        groups = schemas.read(groups_file, schemas.GROUPS)
+        n_groups = groups.height
+        audited = pl.col("audited") if "audited" in groups.columns else pl.lit(None)
+        cut_groups = groups.filter(pl.col("cut").fill_null(False)).select(
+            "group_id", audited.fill_null(False).cast(pl.Boolean).alias("audited")
+        )
+    parts: list[str] = []
+    n, total, unit = cut_groups.height, n_groups, "groups"
+    if trajs_file.exists():
+        names = schemas.column_names(trajs_file)
+        wanted = ["group_id", "ended_by", *(["audited_stop"] if "audited_stop" in names else [])]
+        trajs = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=wanted)
+        ended = pl.col("ended_by")
+        in_cut = pl.col("group_id").is_in(cut_groups["group_id"].implode())
+        audited_stop = (
+            pl.col("audited_stop").is_not_null() if "audited_stop" in names else pl.lit(False)
+        )
+        flags = trajs.select(
+            stalled=(ended == "stalled").sum(),
+            gate=(ended == "gate").sum(),
+            audited_stop=audited_stop.sum(),
+            any=(ended.is_in(list(STOPPED_BY_GATE)) | in_cut | audited_stop).sum(),
+        ).row(0, named=True)
+        n, total, unit = int(flags["any"]), trajs.height, "trajectories"
+        parts = [f"ended_by '{e}': {flags[e]}" for e in ("stalled", "gate") if flags[e]]
+        if flags["audited_stop"]:
+            parts.append(f"audited stops: {flags['audited_stop']}")
+    if cut_groups.height:
+        n_audited = int(cut_groups["audited"].sum())
+        audited_note = f", {n_audited} audited" if n_audited else ""
+        parts.append(f"{cut_groups.height} group(s) cut by a gate{audited_note}")
+    if n:
+        raise SrolloutError(
+            f"{run}: not an ungated run: a gate stopped or cut {n} of its {total} {unit} "
+            f"({'; '.join(parts)}), so their full outcomes are unknown and no label can be made "
+            f"from them; {UNGATED_ALTERNATIVE}"
+        )

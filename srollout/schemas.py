@@ -399,20 +399,53 @@ def check_rules(df: pl.DataFrame, artifact: Artifact, source: str | Path) -> pl.
     return df
 
 
-def read(path: str | Path, artifact: Artifact, allow_empty: bool = False) -> pl.DataFrame:
+def read(
+    path: str | Path,
+    artifact: Artifact,
+    allow_empty: bool = False,
+    columns: Sequence[str] | None = None,
+) -> pl.DataFrame:
     """Read and validate a Parquet artifact: required columns and types (:func:`validate`), then
     every value rule of the contract (:func:`check_rules`). Missing or unreadable files raise
-    SrolloutError; every failure is one line."""
+    SrolloutError; every failure is one line. columns: read only these (a reader that needs a
+    few columns of a large or hand-made table); each must be there, and only they are checked."""
     path = Path(path)
     if not path.exists():
         raise SrolloutError(f"{path}: no such file")
     if path.is_dir():
         raise SrolloutError(f"{path}: is a directory, not a {artifact.filename}")
     try:
-        df = pl.read_parquet(path)
+        if columns is None:
+            df = pl.read_parquet(path)
+        else:
+            missing = [c for c in columns if c not in column_names(path)]
+            if missing:
+                raise SchemaError(
+                    f"{path}: missing column(s) {', '.join(missing)} ({artifact.name} table, "
+                    f"{artifact.row} per row)"
+                )
+            df = pl.read_parquet(path, columns=list(columns))
+    except SchemaError:
+        raise
     except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
+    if columns is not None:
+        artifact = Artifact(
+            artifact.name,
+            artifact.row,
+            {c: t for c, t in artifact.columns.items() if c in columns},
+            artifact.rules,
+            artifact.optional,
+        )
     return check_rules(validate(df, artifact, path, allow_empty=allow_empty), artifact, path)
+
+
+def column_names(path: str | Path) -> list[str]:
+    """The columns of a Parquet file, from its footer; one line if it is not readable Parquet."""
+    try:
+        return list(pl.read_parquet_schema(path))
+    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
+        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
 
 
 def scan(

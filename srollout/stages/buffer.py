@@ -18,7 +18,8 @@ observation, the same task text for every member of a group) is :data:`INITIAL_O
 
 Every check happens here, before a stage writes anything: a wrong file gets one line naming the
 file and the column (``SchemaError``), as does a group with fewer than 2 trajectories, a K outside
-the data, a gated (truncated) buffer whose labels would be wrong.
+the data, a run that is not complete (:func:`srollout.rundir.require_complete`: a gate stopped
+or cut some of its trajectories, so their labels would come from truncated rewards).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import polars as pl
 from srollout import schemas
 from srollout.core.step_signals import STEP_COLUMNS
 from srollout.errors import SchemaError, SrolloutError
+from srollout.rundir import require_complete
 from srollout.schemas import LABELS, SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
 INITIAL_OBSERVATION = "<o_1>"
@@ -135,22 +137,21 @@ def load_buffer(
     groups)`` while the signals are computed.
     K: the K values wanted (None: ``default_K`` from steps, every K present in a signals table).
     Raises SrolloutError (one line) on a missing file, wrong schema, empty table, a group with
-    G < 2, a K outside the data or a buffer whose groups were cut by a gate.
+    G < 2, a K outside the data or a run that is not complete (a gate acted on it).
     """
     path = Path(path)
     if not path.exists():
         raise SrolloutError(f"{path}: no such file or directory")
+    # a steps or signals file of a run is judged with the run's trajectories and groups
+    require_complete(path if path.is_dir() else path.parent)
     trajectories_file = None
     if path.is_dir():
         steps_file, signals_file = path / "steps.parquet", path / "signals.parquet"
-        groups_file = path / "groups.parquet"
-        if groups_file.exists():
-            _refuse_gated_groups(groups_file)
         if (path / "trajectories.parquet").exists():
             trajectories_file = path / "trajectories.parquet"
         if steps_file.exists():
             with schemas.reading(steps_file):
-                return _from_steps(path, steps_file, trajectories_file, K, default_K, progress)
+                return _from_steps(path, steps_file, K, default_K, progress)
         if signals_file.exists():
             return _from_signals(path, signals_file, trajectories_file, K)
         raise SrolloutError(f"{path}: no steps.parquet or signals.parquet in this directory")
@@ -160,19 +161,8 @@ def load_buffer(
         raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     if path.name == "steps.parquet" or ("action" in columns and "step" in columns):
         with schemas.reading(path):
-            return _from_steps(path, path, None, K, default_K, progress)
+            return _from_steps(path, path, K, default_K, progress)
     return _from_signals(path, path, None, K)
-
-
-def _refuse_gated_groups(groups_file: Path) -> None:
-    groups = schemas.read(groups_file, schemas.GROUPS)
-    cut = groups.filter(pl.col("cut").fill_null(False))
-    if cut.height:
-        raise SrolloutError(
-            f"{groups_file}: {cut.height} group(s) were cut by a gate (e.g. "
-            f"{cut['group_id'][0]}); their labels come from truncated rewards "
-            "— analyze/sweep need un-gated rollouts (the baseline arm)"
-        )
 
 
 def _check_no_nulls(df: pl.DataFrame, columns: Sequence[str], source: Path) -> None:
@@ -484,7 +474,6 @@ READ_BAR_FROM = 1_000_000
 def _from_steps(
     source: Path,
     steps_file: Path,
-    trajectories_file: Path | None,
     K: Sequence[int] | None,
     default_K: Sequence[int],
     progress: Callable[..., Callable[..., None]] | None,
@@ -497,8 +486,6 @@ def _from_steps(
         c for c in ("arm", *STEP_COLUMNS) if c in names and c not in ("step",)
     ]
     steps = schemas.check_rules_lazy(steps.select(wanted), schemas.STEPS, steps_file)
-    if trajectories_file is not None:
-        _refuse_gated_trajectories(trajectories_file)
     longest, n_rows = (
         steps.select(pl.col("step").max(), pl.len()).collect().row(0)
     )  # longest = the longest trajectory once steps are 1..n
@@ -520,17 +507,6 @@ def _from_steps(
         trajs, groups, Ks, progress("signals") if progress is not None else None
     )
     return Buffer(source, "steps", groups, signals, trajs, True, Ks)
-
-
-def _refuse_gated_trajectories(trajectories_file: Path) -> pl.DataFrame:
-    trajs = schemas.read(trajectories_file, schemas.TRAJECTORIES)
-    gated = trajs.filter(pl.col("ended_by") == "gate")
-    if gated.height:
-        raise SrolloutError(
-            f"{trajectories_file}: {gated.height} trajectories ended_by 'gate'; their rewards are "
-            "truncated — analyze/sweep need un-gated rollouts (the baseline arm)"
-        )
-    return trajs
 
 
 # --- from signals -----------------------------------------------------------------------------
@@ -643,11 +619,10 @@ def _from_signals(
 
 def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.DataFrame:
     """Per-trajectory rewards and real step counts from trajectories.parquet, joined by group."""
-    trajs = _refuse_gated_trajectories(trajectories_file)
-    _check_no_nulls(trajs, ("group_id", "traj_idx", "reward", "n_steps"), trajectories_file)
-    from_trajs = groups_from_trajectories(
-        trajs.select(["group_id", "traj_idx", "reward", "n_steps"]), trajectories_file
-    )
+    needs = ("group_id", "traj_idx", "reward", "n_steps")
+    trajs = schemas.read(trajectories_file, schemas.TRAJECTORIES, columns=needs)
+    _check_no_nulls(trajs, needs, trajectories_file)
+    from_trajs = groups_from_trajectories(trajs, trajectories_file)
     missing = groups.join(from_trajs, on="group_id", how="anti")
     if missing.height:
         raise SrolloutError(

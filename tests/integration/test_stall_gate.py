@@ -137,7 +137,9 @@ def test_sweep_stall_refuses_a_gated_run_and_a_table_without_its_columns(ungated
     assert srollout("collect", *RUN, "--stall", "3", "--out", str(gated)).returncode == 0
     proc = srollout("sweep", str(gated), "--K", "5", "--T-max", "20", "--stall",
                     "--out", str(tmp_path / "s1"))  # fmt: skip
-    assert proc.returncode == 2 and "not an ungated collect" in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "not an ungated run: a gate stopped or cut" in proc.stderr, proc.stderr
+    assert "(ended_by 'stalled': " in proc.stderr, proc.stderr
     assert not (tmp_path / "s1").exists()
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -358,7 +360,9 @@ def test_what_if_sets_every_method_side_by_side_on_the_runs_own_groups(ungated, 
     gated = tmp_path / "stalled"
     assert srollout("collect", *RUN, "--stall", "3", "--out", str(gated)).returncode == 0
     proc = srollout("what-if", str(gated), "--out", str(tmp_path / "w2"))
-    assert proc.returncode == 2 and "not an ungated collect" in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "not an ungated run: a gate stopped or cut" in proc.stderr, proc.stderr
+    assert "(ended_by 'stalled': " in proc.stderr, proc.stderr
     assert not (tmp_path / "w2").exists()
     # a table without the columns a method needs: they are named
     bare = tmp_path / "bare"
