@@ -236,6 +236,12 @@ class WhatIfConfig:
         "GRESO's exploration probability p: a task with z zero-variance groups in a row is "
         "still rolled out with probability p^z.",
     )
+    loop_from: int = doc(
+        1,
+        "First step k0 at which the loop detector (gate kind loop: 4 identical (action, "
+        "observation) pairs, 3 identical rejected actions, or 6 pairs alternating A, B) may stop "
+        "a trajectory; a fixed rule shown beside the fitted trajectory gate.",
+    )
     n_folds: int = doc(5, "Folds of the cross-fitting over groups (held-out operating points).")
     n_boot: int = doc(2000, "Bootstrap resamples (over groups) of the group gate's intervals.")
     seed: int = doc(0, "Seed of the folds, the bootstrap and GRESO's draws.")
@@ -251,4 +257,9 @@ class WhatIfConfig:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
         if self.K > self.T_max:
             raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
-        check_at_least(self, n_folds=2)
+        check_at_least(self, n_folds=2, loop_from=1)
+        if self.loop_from > self.T_max:
+            raise SrolloutError(
+                f"--loop-from {self.loop_from} is larger than --T-max {self.T_max}: the loop "
+                "detector would never fire"
+            )

@@ -11,7 +11,12 @@ import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
 
-COLOURS = {"group gate": "#1f77b4", "trajectory gate": "#2ca02c", "DAPO": "#ff7f0e"}
+COLOURS = {
+    "group gate": "#1f77b4",
+    "trajectory gate": "#2ca02c",
+    "loop detector": "#8c564b",
+    "DAPO": "#ff7f0e",
+}
 
 
 def _pct(x: float) -> str:

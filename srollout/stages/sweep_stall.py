@@ -7,6 +7,8 @@ the grid, the stops the rule makes, scored by the full outcomes
 trajectories at the same steps → held out: every fold of the groups stopped by the rule chosen
 on the others at --precision-floor (:func:`~srollout.core.stall_sweep.crossfit`) → the rule
 chosen on all the groups, written as gate-stall.json; stall.parquet, a report section and a table.
+The loop detector, a fixed rule, is scored beside it at each k0 of the grid
+(:mod:`srollout.stages.sweep_loop`): stall.parquet's rows with ``rule = "loop"``.
 """
 
 from __future__ import annotations
@@ -67,29 +69,28 @@ def run_dir_of(path: Path | str) -> Path:
 
 
 def load_trajectories(path: Path) -> Trajectories:
-    """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id): only
-    the columns NEEDS names (and steps_since_new, or what it is computed from), read through the
-    contract's validating reader."""
-    from srollout import schemas
-    from srollout.rundir import require_complete
-
+    """A collect's trajectories as :class:`Trajectories` (groups in order of group_id)."""
     run = run_dir_of(path)
-    require_complete(run)
-    steps_file, trajs_file = run / "steps.parquet", run / "trajectories.parquet"
-    since, initial = [SINCE_NEW], []
-    if SINCE_NEW not in schemas.column_names(steps_file):
-        since, initial = ["observation"], ["initial_observation"]
-        missing = [c for c in since if c not in schemas.column_names(steps_file)]
-        missing += [c for c in initial if c not in schemas.column_names(trajs_file)]
+    steps = pl.read_parquet(run / "steps.parquet")
+    trajs = pl.read_parquet(run / "trajectories.parquet")
+    for name, df in (("steps.parquet", steps), ("trajectories.parquet", trajs)):
+        missing = [c for c in NEEDS[name] if c not in df.columns]
+        if missing:
+            raise SrolloutError(f"--stall: {run / name} has no column(s) {', '.join(missing)}")
+    if SINCE_NEW not in steps.columns:
+        missing = [c for c in ("observation",) if c not in steps.columns]
+        missing += [c for c in ("initial_observation",) if c not in trajs.columns]
         if missing:
             raise SrolloutError(
                 f"--stall: {run} has neither steps' {SINCE_NEW} nor what it is computed from "
                 f"(no column(s) {', '.join(missing)})"
             )
-    steps = schemas.read(steps_file, schemas.STEPS, columns=[*NEEDS["steps.parquet"], *since])
-    trajs = schemas.read(
-        trajs_file, schemas.TRAJECTORIES, columns=[*NEEDS["trajectories.parquet"], *initial]
-    )
+    cut = trajs.filter(~pl.col("ended_by").is_in(["done", "lost", "max_steps"]))
+    if cut.height:
+        raise SrolloutError(
+            f"--stall: {run} is not an ungated collect: {cut.height} trajectories ended by "
+            f"{', '.join(sorted(set(cut['ended_by'])))}, so their full outcomes are unknown"
+        )
     trajs = trajs.sort("group_id", "traj_idx")
     steps = steps.sort("group_id", "traj_idx", "step")
     keys = ["group_id", "traj_idx"]
@@ -126,12 +127,16 @@ def load_trajectories(path: Path) -> Trajectories:
 
 
 def sweep_stall(
-    config: SweepConfig, stall: StallFitConfig, n_folds: int = 5, trajs: Trajectories | None = None
+    config: SweepConfig,
+    stall: StallFitConfig,
+    n_folds: int = 5,
+    trajs: Trajectories | None = None,
+    loops: bool = True,
 ) -> StallSweep:
-    """Score every rule of the grid, cross-fit the choice, choose on all groups."""
-    froms = _from_grid(stall, config.T_max)
+    """Score every rule of the grid, cross-fit the choice, choose on all groups; with ``loops``
+    also score the loop detector at each k0 of the grid (rows ``rule = "loop"``)."""
     trajs = load_trajectories(config.input) if trajs is None else trajs
-    grid = [(W, k0) for W in stall.stall_W_grid for k0 in froms]
+    grid = [(W, k0) for W in stall.stall_W_grid for k0 in stall.stall_from_grid]
     rows, scores = [], {}
     for W, k0 in grid:
         stop = stall_stops(trajs, W, k0)
@@ -141,6 +146,12 @@ def sweep_stall(
         rows.append(
             {"W": W, "k0": k0, **s._asdict(), **{f"random_{k}": v for k, v in r._asdict().items()}}
         )
+    rows = [{"rule": "stall", **r} for r in rows]
+    if loops:
+        from srollout.stages.sweep_loop import load_loop_counts, loop_rows
+
+        counts = load_loop_counts(run_dir_of(config.input), trajs.since_new.shape, "--stall")
+        rows += loop_rows(trajs, counts, sorted({k0 for _, k0 in grid}), config.seed)
     table = pl.DataFrame(rows)
     held = crossfit(trajs, grid, config.precision_floor, n_folds=n_folds, seed=config.seed)
     chosen = choose_rule(scores, config.precision_floor)
@@ -158,22 +169,6 @@ def sweep_stall(
         n_groups=int(trajs.group.max()) + 1 if len(trajs.group) else 0,
         n_trajs=len(trajs.group),
     )
-
-
-def _from_grid(stall: StallFitConfig, T_max: int) -> tuple[int, ...]:
-    """The k0 grid within T_max: a value of the default grid beyond it is dropped (the user asked
-    for none), one the user gave is refused: a rule from a step no trajectory reaches never
-    fires, and its rows would only look like a result."""
-    froms = stall.stall_from_grid
-    if froms == StallFitConfig().stall_from_grid:
-        return tuple(k for k in froms if k <= T_max)
-    beyond = [k for k in froms if k > T_max]
-    if beyond:
-        raise SrolloutError(
-            f"--stall-from-grid {beyond[0]} is beyond --T-max {T_max}: no trajectory reaches step "
-            f"{beyond[0]}, so a stall rule from there never fires"
-        )
-    return froms
 
 
 def write(run_dir: Path, result: StallSweep) -> list[Path]:
@@ -206,7 +201,7 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
     from srollout.report.tables import to_markdown
 
     shown = result.table.select(
-        "W", "k0", "n_stops", "n_false", "precision", "step_savings", "token_savings",
+        "rule", "W", "k0", "n_stops", "n_false", "precision", "step_savings", "token_savings",
         "random_precision", "random_step_savings", "to_zero_var", "to_mixed", "adv_l2_moved",
     )  # fmt: skip
     gate = result.gate
@@ -220,7 +215,9 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
             "A stop ends one trajectory after step t once its last W observations were all seen "
             "before (from step k0); judged by the full outcome (precision: stopped ⇒ would have "
             "failed); savings are the real steps and tokens after the stop; random: as many "
-            "stops at the same steps on live trajectories.",
+            "stops at the same steps on live trajectories. Rows `loop`: the loop detector (a "
+            "fixed rule: 4 identical (action, observation) pairs, 3 identical rejected actions, "
+            "or 6 pairs alternating A, B; docs/gates.md) from step k0, for comparison.",
             f"- {_held_out_line(result, config)}\n- {chosen}",
             to_markdown(shown),
         ]
@@ -231,7 +228,7 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
 def print_table(console: Any, result: StallSweep, config: SweepConfig) -> None:
     from rich.table import Table
 
-    best = result.table.sort("step_savings", descending=True)
+    best = result.table.filter(pl.col("rule") == "stall").sort("step_savings", descending=True)
     ok = best.filter(pl.col("precision") >= config.precision_floor).head(8)
     table = Table(title=f"stall rules at precision >= {config.precision_floor:g} (best 8)")
     for c in ("W", "k0", "stops", "prec", "steps", "tokens", "rnd prec", "rnd steps"):
@@ -244,3 +241,10 @@ def print_table(console: Any, result: StallSweep, config: SweepConfig) -> None:
         )  # fmt: skip
     console.print(table)
     console.print(_held_out_line(result, config))
+    for r in result.table.filter(pl.col("rule") == "loop").iter_rows(named=True):
+        precision = "—" if not r["n_stops"] else f"{r['precision']:.3f}"
+        console.print(
+            f"loop detector from k0 {r['k0']}: {r['n_stops']} stops, precision {precision}, "
+            f"steps saved {r['step_savings']:.1%}, tokens saved {r['token_savings']:.1%}",
+            highlight=False,
+        )

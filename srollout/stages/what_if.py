@@ -1,9 +1,8 @@
 """`srollout what-if RUN`: would selective rollout, DAPO or GRESO save anything on *this* run, and
 how often would each be wrong? Every method on the run's own groups, side by side.
 
-RUN is a complete run (:func:`srollout.rundir.require_complete`: no gate acted on it), so every
-group's full outcome is known: a collect, a shadow collect, or a trainer's log
-(``GatedRollout(log_dir=...)``). Each method is judged by those outcomes:
+RUN is an ungated run, so every group's full outcome is known: a collect, a shadow collect, or a
+trainer's log (``GatedRollout(log_dir=...)``). Each method is judged by those outcomes:
 
 - **group gate** (R1 at K): the operating point chosen at the precision floor on the other folds
   decides each held-out fold (k-fold cross-fitting over groups,
@@ -11,6 +10,9 @@ group's full outcome is known: a collect, a shadow collect, or a trainer's log
   zero-variance; saved: the steps and tokens the cut groups took after K.
 - **trajectory gate** (stall W from k0): the same protocol over the stall grid
   (:func:`srollout.stages.sweep_stall.sweep_stall`); a stop is right iff the trajectory failed.
+- **loop detector** (from k0 = --loop-from): the field's fixed rule (gate kind ``loop``,
+  :mod:`srollout.stages.sweep_loop`), nothing fitted, so its stops on every group are scored as
+  they are; judged as the trajectory gate's.
 - **DAPO** (filter and refill): it sees rewards, so it is never wrong, and saves nothing: it
   discards the zero-variance groups after their whole rollout and rolls more to refill. Shown:
   the steps spent on discarded groups and the extra groups per useful group.
@@ -75,17 +77,15 @@ GROUP_NEEDS = ("group_id", "task_id", "reward", "n_steps", "n_gen_tokens")
 def _groups(run: Path) -> pl.DataFrame:
     """One row per group, in play order (a trainer log: by trainer step; a collect: by group
     index): task, zero-variance (its rewards), and the steps and tokens it took."""
-    from srollout import schemas
     from srollout.core.grpo import is_zero_variance
 
-    trajs_file = run / "trajectories.parquet"
-    missing = [c for c in GROUP_NEEDS if c not in schemas.column_names(trajs_file)]
+    trajs = pl.read_parquet(run / "trajectories.parquet")
+    missing = [c for c in GROUP_NEEDS if c not in trajs.columns]
     if missing:
         raise SrolloutError(
-            f"what-if: {trajs_file} has no column(s) {', '.join(missing)} "
+            f"what-if: {run / 'trajectories.parquet'} has no column(s) {', '.join(missing)} "
             "(DAPO and GRESO need each group's task, rewards, steps and tokens)"
         )
-    trajs = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=GROUP_NEEDS)
     per = trajs.group_by("group_id", maintain_order=True).agg(
         pl.col("task_id").first(),
         pl.col("reward").alias("rewards"),
@@ -100,12 +100,11 @@ def _groups(run: Path) -> pl.DataFrame:
     order: list[str] = []
     groups_file = run / "groups.parquet"
     if groups_file.exists():
-        names = schemas.column_names(groups_file)
+        names = pl.read_parquet_schema(groups_file)
         order = [c for c in ("trainer_step", "group_index") if c in names]
         if order:
             per = per.join(
-                schemas.read(groups_file, schemas.GROUPS, columns=["group_id", *order]),
-                on="group_id",
+                pl.read_parquet(groups_file, columns=["group_id", *order]), on="group_id"
             )
     return per.sort(order or "group_id")
 
@@ -155,7 +154,7 @@ def _trajectory_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[d
 
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
     stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
-    result = sweep_stall(sweep_config, stall, n_folds=config.n_folds)
+    result = sweep_stall(sweep_config, stall, n_folds=config.n_folds, loops=False)
     held = result.held_out
     gate = result.gate
     setting = f"stall W {gate.W} from {gate.k0}" if gate is not None else "stall (no rule)"
@@ -171,6 +170,20 @@ def _trajectory_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[d
         note,
     )
     return row, gate
+
+
+def _loop_detector(config: WhatIfConfig, run: Path) -> dict:
+    from srollout.stages.sweep_loop import load_loop_counts, loop_rows
+    from srollout.stages.sweep_stall import load_trajectories
+
+    trajs = load_trajectories(run)
+    counts = load_loop_counts(run, trajs.since_new.shape, "what-if")
+    r = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
+    note = "a fixed rule (nothing fitted): its stops on every group"
+    setting = f"loop from {config.loop_from}"
+    right = r["n_stops"] - r["n_false"]
+    return _row("loop detector", setting, r["n_stops"], right, r["step_savings"],
+                r["token_savings"], note)  # fmt: skip
 
 
 def _dapo(groups: pl.DataFrame) -> dict:
@@ -232,13 +245,12 @@ def _merge_if_trainer_log(path: Path) -> None:
 def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResult:
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
-    from srollout.rundir import Manifest, prepare_run_dir, require_complete
+    from srollout.rundir import Manifest, prepare_run_dir
     from srollout.stages.sweep_stall import run_dir_of
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
     run = run_dir_of(config.input)
-    require_complete(run)
     sweep_config = SweepConfig(
         input=run,
         K=(config.K,),
@@ -249,14 +261,11 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     )
     with console.status("judging the group gate, the trajectory gate, DAPO and GRESO"):
         groups = _groups(run)  # names the columns a table lacks, before any long work
-        if config.n_folds > groups.height:
-            raise SrolloutError(
-                f"--n-folds {config.n_folds} is more than the {groups.height} groups of {run}: "
-                f"each fold holds out at least one group; give --n-folds {groups.height} or fewer"
-            )
         stall_row, stall_gate = _trajectory_gate(config, sweep_config)  # refuses a gated run
+        loop_row = _loop_detector(config, run)  # names the steps column it lacks (valid)
         group_row, group_gate = _group_gate(config, sweep_config)
-        rows = [group_row, stall_row, _dapo(groups), _greso(groups, config.greso_p, config.seed)]
+        rows = [group_row, stall_row, loop_row, _dapo(groups)]
+        rows.append(_greso(groups, config.greso_p, config.seed))
     table = pl.DataFrame(rows)
     run_dir = prepare_run_dir(config.out, "what-if", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "what-if", config)

@@ -1,0 +1,81 @@
+"""The loop detector offline: what the fixed rule (gate kind ``loop``, after OpenHands'
+StuckDetector) would have stopped in an ungated collect, scored as the stall rule is.
+
+Story: read the collect's steps (action, observation, valid) → each trajectory's
+:class:`~srollout.core.trajectory_signals.LoopCounts` after every step, as [N, T] arrays in the
+order of :func:`srollout.stages.sweep_stall.load_trajectories` → for each k0, the stops the rule
+makes (:func:`srollout.core.stall_sweep.loop_stops`), scored by the full outcomes
+(:func:`~srollout.core.stall_sweep.score_stops`) beside the random reference. Nothing is fitted:
+the rule is fixed, so its stops on every group are already "held out". ``sweep --stall`` adds
+these rows to stall.parquet (``rule = "loop"``, W null); ``what-if`` shows one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from srollout.core.stall_sweep import Trajectories, loop_stops, random_reference, score_stops
+from srollout.core.trajectory_signals import LoopCounts, loop_counts
+from srollout.errors import SrolloutError
+
+KEYS = ("group_id", "traj_idx")
+# the columns the loop detector reads, and why
+NEEDS = {
+    "action": "the pairs it compares",
+    "observation": "the pairs it compares",
+    "valid": "its rule on rejected actions",
+}
+
+
+def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCounts:
+    """[N, T] loop counts of the collect in ``run`` (0 past each trajectory's end), trajectories
+    in order of (group_id, traj_idx) as :class:`~srollout.core.stall_sweep.Trajectories` holds
+    them; ``shape`` is that table's (N, T). A missing column is one SrolloutError naming it."""
+    file = run / "steps.parquet"
+    names = pl.read_parquet_schema(file)
+    missing = [c for c in (*KEYS, "step", *NEEDS) if c not in names]
+    if missing:
+        why = "; ".join(f"{c}: {NEEDS[c]}" for c in missing if c in NEEDS)
+        raise SrolloutError(
+            f"{source}: {file} has no column(s) {', '.join(missing)}, which the loop detector "
+            f"needs" + (f" ({why})" if why else "")
+        )
+    steps = pl.read_parquet(file, columns=[*KEYS, "step", *NEEDS]).sort(*KEYS, "step")
+    per = steps.group_by(list(KEYS), maintain_order=True).agg(pl.col(*NEEDS))
+    keys = pl.read_parquet(run / "trajectories.parquet", columns=list(KEYS)).sort(*KEYS)
+    joined = keys.join(per, on=list(KEYS), how="left", maintain_order="left")
+    N, T = shape
+    if joined.height != N:
+        raise SrolloutError(f"{source}: {run} holds {joined.height} trajectories, expected {N}")
+    out = np.zeros((3, N, T), dtype=np.int64)
+    for i, (actions, observations, valid) in enumerate(joined.select(*NEEDS).iter_rows()):
+        if actions:
+            n = min(len(actions), T)
+            counts = loop_counts(actions[:n], observations[:n], [bool(v) for v in valid[:n]])
+            out[:, i, :n] = np.array(counts, dtype=np.int64).T
+    return LoopCounts(*out)
+
+
+def loop_rows(trajs: Trajectories, counts: LoopCounts, k0s: Sequence[int], seed: int) -> list[dict]:
+    """One row per k0: the loop detector's stops scored by the full outcomes
+    (:class:`~srollout.core.stall_sweep.StopScore`'s fields) and the random reference's
+    (``random_*``), with ``rule = "loop"`` and ``W`` None (the stall table's columns)."""
+    rows = []
+    for k0 in k0s:
+        stop = loop_stops(counts, trajs.n_steps, k0)
+        score = score_stops(trajs, stop)
+        rnd = random_reference(trajs, stop, seed=seed)
+        rows.append(
+            {
+                "rule": "loop",
+                "W": None,
+                "k0": k0,
+                **score._asdict(),
+                **{f"random_{k}": v for k, v in rnd._asdict().items()},
+            }
+        )
+    return rows
