@@ -69,28 +69,29 @@ def run_dir_of(path: Path | str) -> Path:
 
 
 def load_trajectories(path: Path) -> Trajectories:
-    """A collect's trajectories as :class:`Trajectories` (groups in order of group_id)."""
+    """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id): only
+    the columns NEEDS names (and steps_since_new, or what it is computed from), read through the
+    contract's validating reader."""
+    from srollout import schemas
+    from srollout.rundir import require_complete
+
     run = run_dir_of(path)
-    steps = pl.read_parquet(run / "steps.parquet")
-    trajs = pl.read_parquet(run / "trajectories.parquet")
-    for name, df in (("steps.parquet", steps), ("trajectories.parquet", trajs)):
-        missing = [c for c in NEEDS[name] if c not in df.columns]
-        if missing:
-            raise SrolloutError(f"--stall: {run / name} has no column(s) {', '.join(missing)}")
-    if SINCE_NEW not in steps.columns:
-        missing = [c for c in ("observation",) if c not in steps.columns]
-        missing += [c for c in ("initial_observation",) if c not in trajs.columns]
+    require_complete(run)
+    steps_file, trajs_file = run / "steps.parquet", run / "trajectories.parquet"
+    since, initial = [SINCE_NEW], []
+    if SINCE_NEW not in schemas.column_names(steps_file):
+        since, initial = ["observation"], ["initial_observation"]
+        missing = [c for c in since if c not in schemas.column_names(steps_file)]
+        missing += [c for c in initial if c not in schemas.column_names(trajs_file)]
         if missing:
             raise SrolloutError(
                 f"--stall: {run} has neither steps' {SINCE_NEW} nor what it is computed from "
                 f"(no column(s) {', '.join(missing)})"
             )
-    cut = trajs.filter(~pl.col("ended_by").is_in(["done", "lost", "max_steps"]))
-    if cut.height:
-        raise SrolloutError(
-            f"--stall: {run} is not an ungated collect: {cut.height} trajectories ended by "
-            f"{', '.join(sorted(set(cut['ended_by'])))}, so their full outcomes are unknown"
-        )
+    steps = schemas.read(steps_file, schemas.STEPS, columns=[*NEEDS["steps.parquet"], *since])
+    trajs = schemas.read(
+        trajs_file, schemas.TRAJECTORIES, columns=[*NEEDS["trajectories.parquet"], *initial]
+    )
     trajs = trajs.sort("group_id", "traj_idx")
     steps = steps.sort("group_id", "traj_idx", "step")
     keys = ["group_id", "traj_idx"]
@@ -135,8 +136,9 @@ def sweep_stall(
 ) -> StallSweep:
     """Score every rule of the grid, cross-fit the choice, choose on all groups; with ``loops``
     also score the loop detector at each k0 of the grid (rows ``rule = "loop"``)."""
+    froms = _from_grid(stall, config.T_max)
     trajs = load_trajectories(config.input) if trajs is None else trajs
-    grid = [(W, k0) for W in stall.stall_W_grid for k0 in stall.stall_from_grid]
+    grid = [(W, k0) for W in stall.stall_W_grid for k0 in froms]
     rows, scores = [], {}
     for W, k0 in grid:
         stop = stall_stops(trajs, W, k0)
@@ -169,6 +171,22 @@ def sweep_stall(
         n_groups=int(trajs.group.max()) + 1 if len(trajs.group) else 0,
         n_trajs=len(trajs.group),
     )
+
+
+def _from_grid(stall: StallFitConfig, T_max: int) -> tuple[int, ...]:
+    """The k0 grid within T_max: a value of the default grid beyond it is dropped (the user asked
+    for none), one the user gave is refused: a rule from a step no trajectory reaches never
+    fires, and its rows would only look like a result."""
+    froms = stall.stall_from_grid
+    if froms == StallFitConfig().stall_from_grid:
+        return tuple(k for k in froms if k <= T_max)
+    beyond = [k for k in froms if k > T_max]
+    if beyond:
+        raise SrolloutError(
+            f"--stall-from-grid {beyond[0]} is beyond --T-max {T_max}: no trajectory reaches step "
+            f"{beyond[0]}, so a stall rule from there never fires"
+        )
+    return froms
 
 
 def write(run_dir: Path, result: StallSweep) -> list[Path]:

@@ -1,8 +1,9 @@
 """`srollout what-if RUN`: would selective rollout, DAPO or GRESO save anything on *this* run, and
 how often would each be wrong? Every method on the run's own groups, side by side.
 
-RUN is an ungated run, so every group's full outcome is known: a collect, a shadow collect, or a
-trainer's log (``GatedRollout(log_dir=...)``). Each method is judged by those outcomes:
+RUN is a complete run (:func:`srollout.rundir.require_complete`: no gate acted on it), so every
+group's full outcome is known: a collect, a shadow collect, or a trainer's log
+(``GatedRollout(log_dir=...)``). Each method is judged by those outcomes:
 
 - **group gate** (R1 at K): the operating point chosen at the precision floor on the other folds
   decides each held-out fold (k-fold cross-fitting over groups,
@@ -77,15 +78,17 @@ GROUP_NEEDS = ("group_id", "task_id", "reward", "n_steps", "n_gen_tokens")
 def _groups(run: Path) -> pl.DataFrame:
     """One row per group, in play order (a trainer log: by trainer step; a collect: by group
     index): task, zero-variance (its rewards), and the steps and tokens it took."""
+    from srollout import schemas
     from srollout.core.grpo import is_zero_variance
 
-    trajs = pl.read_parquet(run / "trajectories.parquet")
-    missing = [c for c in GROUP_NEEDS if c not in trajs.columns]
+    trajs_file = run / "trajectories.parquet"
+    missing = [c for c in GROUP_NEEDS if c not in schemas.column_names(trajs_file)]
     if missing:
         raise SrolloutError(
-            f"what-if: {run / 'trajectories.parquet'} has no column(s) {', '.join(missing)} "
+            f"what-if: {trajs_file} has no column(s) {', '.join(missing)} "
             "(DAPO and GRESO need each group's task, rewards, steps and tokens)"
         )
+    trajs = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=GROUP_NEEDS)
     per = trajs.group_by("group_id", maintain_order=True).agg(
         pl.col("task_id").first(),
         pl.col("reward").alias("rewards"),
@@ -100,11 +103,12 @@ def _groups(run: Path) -> pl.DataFrame:
     order: list[str] = []
     groups_file = run / "groups.parquet"
     if groups_file.exists():
-        names = pl.read_parquet_schema(groups_file)
+        names = schemas.column_names(groups_file)
         order = [c for c in ("trainer_step", "group_index") if c in names]
         if order:
             per = per.join(
-                pl.read_parquet(groups_file, columns=["group_id", *order]), on="group_id"
+                schemas.read(groups_file, schemas.GROUPS, columns=["group_id", *order]),
+                on="group_id",
             )
     return per.sort(order or "group_id")
 
@@ -245,12 +249,13 @@ def _merge_if_trainer_log(path: Path) -> None:
 def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResult:
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
-    from srollout.rundir import Manifest, prepare_run_dir
+    from srollout.rundir import Manifest, prepare_run_dir, require_complete
     from srollout.stages.sweep_stall import run_dir_of
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
     run = run_dir_of(config.input)
+    require_complete(run)
     sweep_config = SweepConfig(
         input=run,
         K=(config.K,),
@@ -261,6 +266,11 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     )
     with console.status("judging the group gate, the trajectory gate, DAPO and GRESO"):
         groups = _groups(run)  # names the columns a table lacks, before any long work
+        if config.n_folds > groups.height:
+            raise SrolloutError(
+                f"--n-folds {config.n_folds} is more than the {groups.height} groups of {run}: "
+                f"each fold holds out at least one group; give --n-folds {groups.height} or fewer"
+            )
         stall_row, stall_gate = _trajectory_gate(config, sweep_config)  # refuses a gated run
         loop_row = _loop_detector(config, run)  # names the steps column it lacks (valid)
         group_row, group_gate = _group_gate(config, sweep_config)
