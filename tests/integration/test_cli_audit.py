@@ -18,12 +18,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 from conftest import linked_docs
+from frozen_run import signal_when_frozen
 
 from srollout.core.audit import DEFAULT_FLOOR, Labelled, next_threshold
 from srollout.core.gate import FixedGate
@@ -195,27 +195,12 @@ def test_kill_9_during_an_audited_collect_then_resume_equals_one_run(tmp_path):
 
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     assert run("--out", str(ref)).returncode == 0
-    proc = subprocess.Popen(
-        [*command, "--out", str(cut)],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def saved() -> int:
-        try:
-            return len(json.loads((cut / "audit_chunks.json").read_text())["chunks"])
-        except (OSError, ValueError):
-            return 0
-
-    deadline = time.monotonic() + 240
-    while saved() < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    if proc.returncode != -signal.SIGKILL or not 0 < saved() < 4:
-        pytest.fail(f"the run was not killed mid-way (rc {proc.returncode}, {saved()} chunks)")
+    # frozen right after the first chunk's rows were saved (the start saves the empty list
+    # first), then killed: exactly one of the four chunks is in the file
+    after_one_chunk = ("srollout.stages.collect_audit", "CollectAudit._save_rows", 2)
+    rc = signal_when_frozen([*args, "--out", str(cut)], after_one_chunk, env, ROOT)
+    chunks = json.loads((cut / "audit_chunks.json").read_text())["chunks"]
+    assert rc == -signal.SIGKILL and len(chunks) == 1, (rc, chunks)
     assert not (cut / "groups.parquet").exists()
     resumed = run("--out", str(cut), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]

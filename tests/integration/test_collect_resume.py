@@ -1,5 +1,6 @@
 """kill -9 during `srollout collect`, then --resume: exactly the groups and rows of an
-uninterrupted run with the same seed (timing columns aside). A real process, a real SIGKILL."""
+uninterrupted run with the same seed (timing columns aside). A real process, a real SIGKILL, at an
+exact point (frozen_run: the process stops itself there, no polling)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
+from frozen_run import signal_when_frozen
 
 from srollout.rollout.records import TIMING_COLUMNS
 
@@ -69,21 +70,10 @@ def _kill_then_resume(tmp_path: Path, args: list[str], n_groups: int) -> Path:
     done = _run(*args, "--out", str(ref))
     assert done.returncode == 0, done.stderr[-2000:]
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "srollout.cli.app", *args, "--out", str(cut)],
-        env=_env(),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 240
-    while len(_finished(cut)) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    n_before = len(_finished(cut))
-    if proc.returncode != -signal.SIGKILL or not 0 < n_before < n_groups:
-        pytest.fail(f"the run was not killed mid-way (rc {proc.returncode}, {n_before} parts)")
+    # frozen right after its second group's part was written, then killed: exactly 2 parts
+    after_two_parts = ("srollout.stages.collect", "write_part", 2)
+    rc = signal_when_frozen([*args, "--out", str(cut)], after_two_parts, _env(), ROOT)
+    assert rc == -signal.SIGKILL and len(_finished(cut)) == 2 < n_groups, rc
     assert not (cut / "groups.parquet").exists()
 
     resumed = _run(*args, "--out", str(cut), "--resume")

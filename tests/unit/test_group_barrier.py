@@ -3,14 +3,67 @@
 from __future__ import annotations
 
 import asyncio
+import selectors
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import pytest
 from corridor_env import roll, tasks
 
 from srollout.core.gate import FixedGate, Gate, GateRule
 from srollout.errors import SrolloutError
+from srollout.integrations import group_barrier
 from srollout.integrations.group_barrier import DECIDED, NOT_SHOWN, TIMEOUT, GroupBarrier
 from srollout.rollout.engine import RolloutSettings, make_specs
+
+
+class VirtualClock:
+    """Seconds that pass only when every task waits: then the loop moves the clock straight to
+    its next timer instead of sleeping (see _JumpingSelector). Sleeps and timeouts keep their
+    order exactly and take no real time, whatever the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout=None):
+        ready = super().select(0)
+        if not ready and timeout is None:
+            raise RuntimeError("every task waits and no timer is set: the test would hang")
+        if not ready:
+            self.clock.now += timeout  # nothing to do until the next timer: go there at once
+        return ready
+
+
+class VirtualTime(NamedTuple):
+    clock: VirtualClock
+    run: object  # run(coroutine) -> its result, on a loop whose time is the clock's
+
+
+@pytest.fixture
+def virtual_time(monkeypatch) -> VirtualTime:
+    """The barrier's clock (time.monotonic) and the event loop's (loop.time: sleeps, timers),
+    both one VirtualClock starting at 0."""
+    clock = VirtualClock()
+    monkeypatch.setattr(group_barrier, "time", SimpleNamespace(monotonic=clock.monotonic))
+
+    def run(coroutine):
+        loop = asyncio.SelectorEventLoop(_JumpingSelector(clock))
+        loop.time = clock.monotonic
+        try:
+            return loop.run_until_complete(coroutine)
+        finally:
+            loop.close()
+
+    return VirtualTime(clock, run)
 
 
 class CountingGate(Gate):
@@ -111,7 +164,7 @@ def test_a_group_with_no_session_acting_after_K_is_not_shown_to_the_gate():
     assert all(not fate.cut and fate.how == NOT_SHOWN for _, fate, _ in results)
 
 
-def test_a_session_that_never_arrives_times_out_and_the_group_is_kept():
+def test_a_session_that_never_arrives_times_out_and_the_group_is_kept(virtual_time):
     barrier = GroupBarrier(GateRule(K=3, d_L=1.0), G=4, timeout_s=0.05)
     late = asyncio.Event()
 
@@ -133,7 +186,9 @@ def test_a_session_that_never_arrives_times_out_and_the_group_is_kept():
         late.set()
         return done, await late_task
 
-    (others, late_decision) = asyncio.run(main())
+    (others, late_decision) = virtual_time.run(main())
+    # released timeout_s after the last report (every session joined at 0 and reported at once)
+    assert virtual_time.clock.now == pytest.approx(0.05)
     for _, fate, _ in others:
         assert not fate.cut and fate.how == TIMEOUT and fate.K == 3 and fate.n_sessions == 4
     assert [n for _, _, n in others] == [5, 4, 2]  # kept: they played their episodes out
@@ -141,7 +196,7 @@ def test_a_session_that_never_arrives_times_out_and_the_group_is_kept():
     assert barrier.open_groups == 0
 
 
-def test_a_group_short_of_sessions_is_released_by_the_timeout():
+def test_a_group_short_of_sessions_is_released_by_the_timeout(virtual_time):
     barrier = GroupBarrier(FixedGate(cut=True, K=2), G=3, timeout_s=0.05)
 
     async def main():
@@ -149,14 +204,18 @@ def test_a_group_short_of_sessions_is_released_by_the_timeout():
             play(barrier, "g", 0, ["a", "b", "c"]), play(barrier, "g", 1, ["a", "b", "c"])
         )
 
-    for _, fate, n in asyncio.run(main()):
+    for _, fate, n in virtual_time.run(main()):
         assert not fate.cut and fate.how == TIMEOUT and fate.n_sessions == 2 and n == 3
+    assert virtual_time.clock.now == pytest.approx(0.05)
 
 
-def test_the_clock_restarts_on_every_report():
-    # Session 0 ends at step 1 and waits for the group's fate while session 1 plays 8 steps,
-    # each slower than nothing but all together slower than timeout_s: no timeout.
-    barrier = GroupBarrier(GateRule(K=8, d_L=0.0), G=2, timeout_s=0.2)
+@pytest.mark.parametrize(("timeout_s", "how"), [(0.2, DECIDED), (0.04, TIMEOUT)])
+def test_the_clock_restarts_on_every_report(virtual_time, timeout_s, how):
+    # Session 0 ends at step 1 and waits for the group's fate while session 1 plays 9 steps,
+    # 0.05 s apart: 0.45 s in all. A timeout of 0.2 s is longer than every gap: the clock
+    # restarts at each report and never runs out, the gate decides at K=8. One of 0.04 s is
+    # shorter than the first gap: the group is released (kept) before session 1's first step.
+    barrier = GroupBarrier(GateRule(K=8, d_L=0.0), G=2, timeout_s=timeout_s)
 
     async def slow(member_index):
         member = barrier.join("g", member_index)
@@ -171,8 +230,9 @@ def test_the_clock_restarts_on_every_report():
     async def main():
         return await asyncio.gather(play(barrier, "g", 0, ["go"], ended_after=1), slow(1))
 
-    (_, fate0, _), (fate1, _) = asyncio.run(main())
-    assert fate0.how == DECIDED and fate1.how == DECIDED and not fate0.cut
+    (_, fate0, _), (fate1, _) = virtual_time.run(main())
+    assert fate0.how == how and fate1.how == how and not fate0.cut
+    assert virtual_time.clock.now == pytest.approx(0.45)
 
 
 def test_a_session_that_fails_counts_as_ended_and_frees_the_others():
@@ -243,8 +303,10 @@ def test_groups_are_independent():
     assert gate.calls == 2 and all(f.cut for _, f, _ in r1 + r2)
 
 
-@pytest.mark.parametrize("d_L", [0.1, 0.3, 0.5])
-def test_the_barrier_cuts_the_groups_the_engine_cuts(d_L):
+# the 12 groups' d_3 (ungated, seed 5): 1/6, 1/3 x3, 7/18 x2, 4/9, 1/2, 5/9 x2, 11/18 x2;
+# R1 cuts d_3 < d_L: none below 0.1, one below 0.3, seven below 0.5
+@pytest.mark.parametrize(("d_L", "n_cut"), [(0.1, 0), (0.3, 1), (0.5, 7)])
+def test_the_barrier_cuts_the_groups_the_engine_cuts(d_L, n_cut):
     """Replay the engine's ungated trajectories as asyncio sessions: the barrier cuts the same
     groups at the same step as the engine's own gate, and the same steps are played."""
     G, K = 4, 3
@@ -279,5 +341,5 @@ def test_the_barrier_cuts_the_groups_the_engine_cuts(d_L):
         fates = {(f.cut, f.K if f.cut else None) for f, _ in out}
         assert fates == {engine_cut[rec.group_id]}, rec.group_id
         assert [n for _, n in out] == engine_steps[rec.group_id], rec.group_id
-    assert any(c for c, _ in engine_cut.values()) or d_L == 0.1
+    assert sum(c for c, _ in engine_cut.values()) == n_cut
     assert barrier.open_groups == 0
