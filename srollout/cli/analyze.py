@@ -25,7 +25,7 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(AnalyzeConfig) if f.name != "
 
 def register(app: typer.Typer) -> None:
     @app.command("analyze", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(AnalyzeConfig, OPTIONS, order=("input", *OPTIONS), argument="input")
+    @config_options(AnalyzeConfig, OPTIONS, argument="input")
     def analyze(options: dict[str, Any]) -> None:
         from srollout.stages.analyze import run_analyze
 

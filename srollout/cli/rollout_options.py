@@ -163,7 +163,7 @@ def config_options(
     config_cls: type,
     names: Sequence[str],
     *,
-    order: Sequence[str],
+    order: Sequence[str] | None = None,
     help: Callable[[str], str] | None = None,
     from_preset: Sequence[str] = (),
     into: str = "options",
@@ -171,8 +171,9 @@ def config_options(
 ) -> Callable:
     """Decorator of a Typer command: declare the options ``names`` of ``config_cls`` (see
     :func:`option_parameter`) beside the command's own parameters, listed in ``order`` (every
-    name, the command's own parameters included), and call the command with their values as
-    ``into`` (default ``options``: field name -> the value given; see :func:`config_values`).
+    name, the command's own parameters included; default: ``argument``, ``names``, then the
+    command's own), and call the command with their values as ``into`` (default ``options``:
+    field name -> the value given; see :func:`config_values`).
 
     help: the help text of a field (default ``help_for``); from_preset: names whose value comes
     from a preset when not given (default None, no default shown); argument: a path field given
@@ -195,8 +196,9 @@ def config_options(
                 argument, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[Path, shown]
             )
         params = {**own, **added}
-        missing = set(params) - set(order)
-        if missing or len(order) != len(params):
+        ordered_names = order or ([argument] if argument else []) + [*names, *own]
+        missing = set(params) - set(ordered_names)
+        if missing or len(ordered_names) != len(params):
             raise TypeError(f"rollout_options: order must list each of {sorted(params)} once")
         renamed = {new: old for new, old in RENAMED.items() if new in names}
 
@@ -212,7 +214,7 @@ def config_options(
                 options[argument] = values.pop(argument)
             return command(**{into: options}, **values)
 
-        ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in order]
+        ordered = [params[n].replace(kind=inspect.Parameter.KEYWORD_ONLY) for n in ordered_names]
         ordered += [
             inspect.Parameter(
                 old,

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         "LoRA r8/alpha16 on q,v, AdamW lr 5e-5; writes metrics.parquet, the per-step trace figure, "
         "summary.json and report.md.",
     )
-    @config_options(TrainOffpolicyConfig, OPTIONS, order=("buffer", *OPTIONS), argument="buffer")
+    @config_options(TrainOffpolicyConfig, OPTIONS, argument="buffer")
     def train_offpolicy(options: dict[str, Any]) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich

@@ -24,54 +24,7 @@ def _h(name: str) -> str:
     return help_for(TrainOnpolicyConfig, name) + suffix
 
 
-# the order `train-onpolicy --help` lists its options in
-ORDER = (
-    "seeds",
-    "preset",
-    "iterations",
-    "prompts_per_iter",
-    "G",
-    "T_max",
-    "temperature",
-    "eval_every",
-    "n_eval",
-    "train_tasks",
-    "train_set",
-    "eval_set",
-    "env",
-    "lr",
-    "lora_r",
-    "lora_alpha",
-    "lora_targets",
-    "denominator",
-    "denominator_constant",
-    "clip_eps",
-    "kl_coef",
-    "gate",
-    "K",
-    "d_L",
-    "rule",
-    "t_high",
-    "model",
-    "backend",
-    "base_url",
-    "max_new_tokens",
-    "concurrency",
-    "micro_batch",
-    "arms",
-    "dapo_max_rounds",
-    "greso_p_explore",
-    "interleave",
-    "judge_cuts",
-    "audit",
-    "audit_floor",
-    "stall",
-    "stall_from",
-    "out",
-    "overwrite",
-    "resume",
-    "workers",
-)
+# `train-onpolicy --help` lists them in field order, then --workers
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOnpolicyConfig))
 # the options that take their value from --preset when not given (default None, none shown)
 FROM_PRESET = tuple(
@@ -94,7 +47,7 @@ def register(app: typer.Typer) -> None:
         "every iteration (--resume). Writes metrics.parquet, eval.parquet, the 4-panel and "
         "mechanism figures, report.md.",
     )
-    @config_options(TrainOnpolicyConfig, OPTIONS, order=ORDER, help=_h, from_preset=FROM_PRESET)
+    @config_options(TrainOnpolicyConfig, OPTIONS, help=_h, from_preset=FROM_PRESET)
     def train_onpolicy(
         options: dict[str, Any],
         # --workers (srollout.stages.train_onpolicy_seeds): seeds in parallel on Ray

@@ -26,7 +26,7 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(WhatIfConfig) if f.name != "i
 
 def register(app: typer.Typer) -> None:
     @app.command("what-if", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(WhatIfConfig, OPTIONS, order=("input", *OPTIONS), argument="input")
+    @config_options(WhatIfConfig, OPTIONS, argument="input")
     def what_if(options: dict[str, Any]) -> None:
         from srollout.stages.what_if import run_what_if
 
