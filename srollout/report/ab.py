@@ -317,7 +317,10 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
                 f"({r['skip_tp']} had zero variance in the baseline)."
             )
             if greso and not config.greso_history:
-                text += " No `--greso-history`: repeat 0 skipped nothing (an optimistic GRESO)."
+                text += (
+                    " No `--greso-history`: repeat 0 skipped nothing, later repeats read this "
+                    "arm's earlier ones (an optimistic GRESO)."
+                )
     if "audited" in arms.columns and config.audit > 0:
         text += (
             f"\n\n**Audited gate** (`--audit {config.audit:g} --audit-floor "
@@ -463,7 +466,11 @@ def _mismatch_text(c: Any) -> str:
     m = c.match
     if m.n_traj == 0:
         return "No gated trajectories to compare."
-    what = "actions, raw responses and token ids" if m.tokens_checked else "actions, raw responses"
+    what = (
+        "actions, raw responses and token ids"
+        if m.tokens_checked
+        else "actions and raw responses (this policy records no token ids)"
+    )
     text = (
         f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to "
         f"their baseline twin up to step K in {what}: "
