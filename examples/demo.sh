@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: collect -> analyze -> sweep (the paper's §4 pipeline).
+# The main job on the embedded default: collect -> analyze -> sweep (the paper's §4 pipeline),
+# then what-if: every method (the group gate, the trajectory gate, DAPO, GRESO) side by side on
+# the collect's own groups, each judged by its full outcomes.
 #
 #   bash examples/demo.sh [OUT_DIR]            # full: 100 groups, G=8, T_max=30 (default policy)
 #   DEMO_QUICK=1 bash examples/demo.sh [OUT]   # a one-minute look (collect --quick)
@@ -23,6 +25,8 @@ fi
 "$SROLLOUT" collect "${collect_args[@]}"
 "$SROLLOUT" analyze "$OUT/collect" --out "$OUT/analyze" --overwrite
 "$SROLLOUT" sweep "$OUT/collect" --K 10 --out "$OUT/sweep" --overwrite
+"$SROLLOUT" what-if "$OUT/collect" --K 10 --out "$OUT/what-if" --overwrite
 
 echo
 echo "Reports: $OUT/collect/report.md  $OUT/analyze/report.md  $OUT/sweep/report.md"
+echo "         $OUT/what-if/report.md"

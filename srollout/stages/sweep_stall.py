@@ -183,8 +183,8 @@ def _from_grid(stall: StallFitConfig, T_max: int) -> tuple[int, ...]:
     beyond = [k for k in froms if k > T_max]
     if beyond:
         raise SrolloutError(
-            f"--stall-from-grid {beyond[0]} is beyond --T-max {T_max}: no trajectory reaches step "
-            f"{beyond[0]}, so a stall rule from there never fires"
+            f"--stall-from-grid {beyond[0]} is larger than --T-max {T_max}: no trajectory reaches "
+            f"step {beyond[0]}, so a stall rule from there never fires"
         )
     return froms
 

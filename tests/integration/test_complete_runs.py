@@ -88,7 +88,7 @@ def test_a_stall_grid_beyond_T_max_is_one_line(runs, tmp_path):
     out = tmp_path / "s"
     proc = srollout("sweep", str(ungated), "--K", "5", "--stall", "--stall-from-grid", "5,99",
                     "--out", str(out))  # fmt: skip
-    _one_line(proc, out, "--stall-from-grid 99 is beyond --T-max 12")
+    _one_line(proc, out, "--stall-from-grid 99 is larger than --T-max 12")
     # the default grid (k0 up to 15) is cut to the run's T_max 12, not refused
     proc = srollout("sweep", str(ungated), "--K", "5", "--n-boot", "50", "--stall",
                     "--out", str(out))  # fmt: skip

@@ -72,8 +72,8 @@ def test_trl_example_trains_two_steps_with_the_gate(tmp_path):
     assert 0 < summary["steps_saved_max"] <= summary["groups_cut"] * 4 * (4 - 2)
 
 
-@pytest.mark.slow  # ~13 s: the demo script twice (collect, analyze, sweep, then its resume)
-def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
+@pytest.mark.slow  # ~20 s: the demo script twice (collect, analyze, sweep, what-if; its resume)
+def test_demo_pipeline_quick_runs_collect_analyze_sweep_what_if(tmp_path):
     """`make demo`'s script on the real engine, quick settings, noisy expert (no model build)."""
     import os
 
@@ -100,7 +100,14 @@ def test_demo_pipeline_quick_runs_collect_analyze_sweep(tmp_path):
     assert set(corr["metric"]) >= {"prefix_edit_distance_mean", "termination_fraction"}
     sweep = pl.read_parquet(out / "sweep" / "sweep.parquet")
     assert (sweep["K"] == 10).any()
-    for stage in ("collect", "analyze", "sweep"):
+    # what-if on the collect just made: every method on its 8 groups; DAPO discards exactly the
+    # zero-variance ones
+    what_if = {
+        r["method"]: r for r in pl.read_parquet(out / "what-if" / "what-if.parquet").to_dicts()
+    }
+    assert {"group gate", "trajectory gate", "DAPO", "GRESO"} <= set(what_if)
+    assert what_if["DAPO"]["decisions"] == groups["zero_var"].sum()
+    for stage in ("collect", "analyze", "sweep", "what-if"):
         assert (out / stage / "report.md").exists()
     # a second run continues the finished collect instead of refusing or redoing it
     subprocess.run(
