@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: collect -> analyze -> sweep (the paper's §4 pipeline),
-# then what-if: every method (the group gate, the trajectory gate, DAPO, GRESO) side by side on
-# the collect's own groups, each judged by its full outcomes.
+# then what-if: every method (the group gate, the trajectory gate, the loop detector, DAPO, GRESO)
+# side by side on the collect's own groups, each judged by their full outcomes.
 #
 #   bash examples/demo.sh [OUT_DIR]            # full: 100 groups, G=8, T_max=30 (default policy)
 #   DEMO_QUICK=1 bash examples/demo.sh [OUT]   # a one-minute look (collect --quick)
