@@ -103,3 +103,42 @@ def test_a_run_with_groups_only_is_judged_by_its_groups(tmp_path):
     run = _run(tmp_path, ["done", "max_steps", "done", "gate"], cut=(True, False))
     (run / "trajectories.parquet").unlink()
     assert "1 of its 2 groups (1 group(s) cut by a gate)" in _refusal(run)
+
+
+def _verl_log(out: Path, stalled: bool) -> Path:
+    """A verl trainer log as the agent loop writes it: one part per session (group u0 and u1, two
+    sessions each, two steps each), merged by merge_log into the four tables."""
+    from srollout.rollout.trainer_log import merge_log, write_session
+
+    for gid in ("u0", "u1"):
+        for idx in (0, 1):
+            keys = {"group_id": gid, "traj_idx": idx, "task_id": f"t-{gid}", "task_type": "x"}
+            won = gid == "u0" and idx == 0
+            ended_by = "done" if won else "stalled" if stalled and gid == "u0" else "max_steps"
+            steps = pl.DataFrame(
+                [
+                    {**keys, "step": t, "thought": "", "action": "look", "response": "look",
+                     "observation": "room", "valid": True, "reward": float(won and t == 2),
+                     "done": won and t == 2, "n_prompt_tokens": 10, "n_gen_tokens": 3,
+                     "gen_s": 0.0, "env_s": 0.0, "trainer_step": 1}
+                    for t in (1, 2)
+                ]
+            )  # fmt: skip
+            trajs = pl.DataFrame(
+                [{**keys, "seed": 0, "reward": float(won), "success": won, "n_steps": 2,
+                  "ended_by": ended_by, "n_gen_tokens": 6, "initial_observation": "room",
+                  "arm": "gated", "cut": False, "cut_step": None, "shadow_cut_step": None,
+                  "trainer_step": 1}],
+                schema_overrides={"cut_step": pl.Int64, "shadow_cut_step": pl.Int64},
+            )  # fmt: skip
+            tables = {"steps": steps, "trajectories": trajs}
+            write_session(out, {"stall": 2}, 1, "p1", tables)
+    merge_log(out)
+    return out
+
+
+def test_a_trainer_log_is_judged_by_the_same_definition(tmp_path):
+    # verl's agent loop with the stall rule on (not in shadow): session 1 of group u0 stopped
+    line = _refusal(_verl_log(tmp_path / "stopped", stalled=True))
+    assert "a gate stopped or cut 1 of its 4 trajectories (ended_by 'stalled': 1)" in line
+    require_complete(_verl_log(tmp_path / "ungated", stalled=False))
