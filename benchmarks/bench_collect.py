@@ -74,10 +74,10 @@ def warm_games(groups: int) -> float:
     concurrency), so that neither arm pays the per-process game parse and planner-library copies
     (shared and pooled by AlfworldEnv) that the first arm would otherwise pay alone."""
     from srollout.envs.alfworld_env import AlfworldEnv
-    from srollout.stages.rollout_setup import load_tasks
+    from srollout.envs.registry import resolve_env
 
     t0 = time.perf_counter()
-    tasks = load_tasks("eval")
+    tasks = resolve_env("alfworld").task_set("eval")
     envs = [AlfworldEnv(expert_plan=False) for _ in range(64)]
     for i, env in enumerate(envs):
         env.reset(tasks[i % min(groups, len(tasks))], 0)

@@ -158,14 +158,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from bench_collect import warm_games
 
+    from srollout.envs.registry import resolve_env
     from srollout.policy import make_policy
     from srollout.rollout.engine import make_specs
-    from srollout.stages.rollout_setup import load_tasks
 
     policy = make_policy(
         "lm", model=args.model, temperature=0.7, max_new_tokens=args.max_new_tokens
     )
-    specs = make_specs(load_tasks("eval"), args.groups)
+    specs = make_specs(resolve_env("alfworld").task_set("eval"), args.groups)
     warm_s = warm_games(args.groups)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = (

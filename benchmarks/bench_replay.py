@@ -100,12 +100,7 @@ def main() -> None:
     from srollout.policy import resolve_model
     from srollout.rollout.engine import RolloutSettings
     from srollout.rollout.warmup import warm_up
-    from srollout.stages.rollout_setup import (
-        build_env_factory,
-        build_policy,
-        build_prompter,
-        load_tasks,
-    )
+    from srollout.stages.rollout_setup import build_policy, plan_rollout
 
     torch.set_num_threads(args.threads)
     args.model = resolve_model(args.model)
@@ -116,25 +111,26 @@ def main() -> None:
             groups=args.groups, G=args.G, T_max=args.T_max, concurrency=args.concurrency,
             seed=args.seed,
         )  # fmt: skip
-        policy = build_policy(config)
+        plan = plan_rollout(config)  # the stage below is handed the same plan
+        policy = build_policy(config, plan.model_dir)
         settings = RolloutSettings(
             G=config.G, T_max=config.T_max, seed=config.seed, concurrency=config.concurrency
         )
         w0 = time.perf_counter()
         warm_up(
-            build_env_factory(config),
-            load_tasks(config.tasks, config.difficulty),
+            plan.env_factory(),
+            plan.tasks,
             policy=policy,
-            prompter=build_prompter(config),
+            prompter=plan.prompter(),
             settings=settings,
         )
         warm_s = time.perf_counter() - w0
         recorder = Recorder(policy)
         original = stage.build_policy
-        stage.build_policy = lambda _config: recorder
+        stage.build_policy = lambda _config, _model_dir: recorder
         try:
             t0 = time.perf_counter()
-            result = stage.run_collect(config, progress=False)
+            result = stage.run_collect(config, progress=False, plan=plan)
             collect_process_s = time.perf_counter() - t0
         finally:
             stage.build_policy = original

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -10,6 +11,22 @@ class SrolloutError(Exception):
 
     The message must be one line that says what is wrong and, where it helps, what to do.
     """
+
+
+class ArgumentError(SrolloutError, ValueError):
+    """A bad argument, named as the function or config that takes it names it. ``template``
+    holds one ``{name}`` field per argument it is about; ``str()`` shows each as ``name=value``
+    (``K=12 is larger than T_max=10``), and the CLI's one error handler shows the same line with
+    each argument's flag (``--K 12 is larger than --T-max 10``; :meth:`render`,
+    ``srollout.cli.app.cli_line``). So the pure core never names a command-line flag."""
+
+    def __init__(self, template: str, **values: Any) -> None:
+        self.template, self.values = template, values
+        super().__init__(self.render(lambda name, value: f"{name}={value}"))
+
+    def render(self, show: Callable[[str, Any], str]) -> str:
+        """The message with each argument shown as ``show(name, value)``."""
+        return self.template.format(**{n: show(n, v) for n, v in self.values.items()})
 
 
 class SchemaError(SrolloutError):

@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from srollout.errors import DiskFullError, Interrupted, SrolloutError, disk_full
+from srollout.errors import ArgumentError, DiskFullError, Interrupted, SrolloutError, disk_full
 
 app = typer.Typer(
     name="srollout",
@@ -104,7 +104,7 @@ def _run() -> None:
         if _is_disk_full(err):
             _disk_full(str(err))
         _drop_empty_run_dir()
-        _fail(str(err))
+        _fail(cli_line(err))
     except (typer.Exit, SystemExit) as done:
         code = getattr(done, "exit_code", None)
         if code is None:
@@ -123,6 +123,18 @@ def _run() -> None:
                 f"no space left on the device ({first}); the files already written are intact"
             )
         raise
+
+
+def cli_line(err: SrolloutError) -> str:
+    """The one line the user sees for ``err``: an :class:`~srollout.errors.ArgumentError` (a
+    library function or config naming its own argument, ``T_max``) shown with the flag that
+    argument comes from (``--T-max``), every other error as it is. The one place argument names
+    become flags."""
+    if not isinstance(err, ArgumentError):
+        return str(err)
+    from srollout.cli.rollout_options import flag
+
+    return err.render(lambda name, value: f"{flag(name)} {value}")
 
 
 def _click_errors() -> tuple[type, ...]:

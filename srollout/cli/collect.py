@@ -42,18 +42,20 @@ def register(app: typer.Typer) -> None:
         from srollout.console import make_console
         from srollout.report.tables import to_rich
         from srollout.stages.collect import auto_workers, run_collect, stats_frame
+        from srollout.stages.rollout_setup import plan_rollout
 
         config = CollectConfig(**config_values(CollectConfig, options))
         console = make_console()
+        plan = plan_rollout(config)  # the environment, tasks, model and gates, resolved once
         if workers == "auto":
-            n, why = auto_workers(config)
+            n, why = auto_workers(config, plan.env)
             console.print(f"--workers auto: {why}", style="dim", highlight=False, markup=False)
         elif workers.isdigit():
             n = int(workers)
         else:
             raise SrolloutError(f"--workers {workers!r}: a number of workers >= 1, or auto")
         dist = DistConfig(workers=n)
-        result = run_collect(config, console=console, dist=dist)
+        result = run_collect(config, console=console, dist=dist, plan=plan)
         console.print(
             to_rich(stats_frame(result.stats), title=f"collect: {result.stats.n_groups} groups")
         )

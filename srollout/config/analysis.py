@@ -126,9 +126,10 @@ class SweepConfig:
         if self.T_max is None:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
         check_at_least(self, T_max=1)
-        too_late = [k for k in self.K if k > self.T_max]
-        if too_late:
-            raise SrolloutError(f"--K {too_late[0]} is larger than --T-max {self.T_max}")
+        from srollout.core.gate import check_step
+
+        for k in self.K:
+            check_step(k, self.T_max)
         _check_unit((self.precision_floor,), "--precision-floor")
         check_at_least(self, n_boot=1)
 
@@ -255,8 +256,9 @@ class WhatIfConfig:
         _check_unit((self.greso_p,), "--greso-p")
         if self.T_max is None:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
-        if self.K > self.T_max:
-            raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        from srollout.core.gate import check_step
+
+        check_step(self.K, self.T_max)
         check_at_least(self, n_folds=2, loop_from=1)
         if self.loop_from > self.T_max:
             raise SrolloutError(

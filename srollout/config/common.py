@@ -86,9 +86,34 @@ def check_stall(stall: Any, stall_from: Any, T_max: int) -> None:
             raise SrolloutError(f"{name} must be an integer, got {value!r}")
     if stall < 0:
         raise SrolloutError(f"--stall W must be >= 1 (0 turns it off), got {stall}")
+    if stall_from < 1:
+        raise SrolloutError(f"--stall-from must be >= 1, got {stall_from}")
     # the default k0 (10) may exceed a short --T-max while the trajectory gate is off
-    if stall_from < 1 or (stall and stall_from > T_max):
-        raise SrolloutError(f"--stall-from must lie in [1, --T-max {T_max}], got {stall_from}")
+    if stall:
+        from srollout.core.gate import check_step
+
+        check_step(stall_from, T_max, "stall_from")
+
+
+def check_run_dir_options(config: Any) -> None:
+    """--out / --overwrite / --resume of a stage that writes a run directory, checked once for
+    every such stage: --resume continues the run in --out (so it needs one) and never with
+    --overwrite."""
+    if config.overwrite and config.resume:
+        raise SrolloutError("--overwrite and --resume exclude each other")
+    if config.resume and config.out is None:
+        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+
+
+def check_stall_arms(stall: int, arms: Any) -> None:
+    """--stall sets the trajectory gate of the stall arms: refused when none of ``arms`` (ArmSpecs)
+    is one (a stall gate.json in --gate: :func:`srollout.stages.rollout_setup.plan_gates`)."""
+    if stall and not any(a.stall for a in arms):
+        raise SrolloutError(
+            f"--stall sets the trajectory gate of the stall arms; none of --arms "
+            f"{','.join(a.name for a in arms)} is one: add stall, gated+stall, stall+dapo or "
+            "stall+greso (e.g. --arms baseline,stall)"
+        )
 
 
 def help_for(config_cls: type, name: str) -> str:

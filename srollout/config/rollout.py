@@ -20,7 +20,9 @@ from srollout.config.common import (
     audit_field,
     audit_floor_field,
     check_at_least,
+    check_run_dir_options,
     check_stall,
+    check_stall_arms,
     doc,
     stall_field,
     stall_from_field,
@@ -50,11 +52,9 @@ def _check_group_size(G: int) -> None:
 
 
 def _check_concurrency(concurrency: int, G: int) -> None:
-    if concurrency < G:
-        raise SrolloutError(
-            f"--concurrency ({concurrency}) must be >= --G ({G}): a group starts "
-            "only when all G trajectories fit"
-        )
+    from srollout.rollout.settings import check_concurrency
+
+    check_concurrency(concurrency, G)
 
 
 def _check_backend(backend: str, base_url: str | None) -> None:
@@ -196,8 +196,9 @@ class RolloutOptions:
             raise SrolloutError(f"--gate {self.gate}: no such file")
         if self.K is not None:
             _check_K((self.K,), "--K")
-            if self.K > self.T_max:
-                raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+            from srollout.core.gate import check_step
+
+            check_step(self.K, self.T_max)
         if self.d_L is not None:
             _check_unit((self.d_L,), "--d-L")
         _check_choice(self.rule, GATE_RULES, "--rule")
@@ -208,30 +209,16 @@ class RolloutOptions:
         from srollout.core.audit import check_audit_options
 
         check_audit_options(self.audit, self.audit_floor)
-        self._check_stall()
-
-    def _check_stall(self) -> None:
+        # --stall beside a stall gate.json in --gate is the plan's to refuse: it reads the file
+        # once (srollout.stages.rollout_setup.plan_gates)
         check_stall(self.stall, self.stall_from, self.T_max)
-        if self.stall and self.gate is not None and self.gate_scope == "trajectory":
-            raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
 
     @property
-    def gate_on(self) -> bool:
-        """The group gate runs when a group gate.json (not a gate-stall.json) or any of --K /
-        --d-L / --t-high / --rule r3 is given."""
-        explicit = self.K is not None or self.d_L is not None or self.t_high is not None
-        return (
-            (self.gate is not None and self.gate_scope == "group") or explicit or self.rule != "r1"
-        )
-
-    @property
-    def gate_scope(self) -> str | None:
-        """What --gate's file ends: "group" or "trajectory" (None without --gate)."""
-        if self.gate is None:
-            return None
-        from srollout.core.gate import load_gate
-
-        return load_gate(self.gate).scope
+    def gate_given(self) -> bool:
+        """A gate of either scope is asked for: --gate, --K, --d-L, --t-high, --rule r3 or
+        --stall (which one runs is the plan's to say: it reads --gate's file)."""
+        explicit = (self.K, self.d_L, self.t_high) != (None, None, None)
+        return explicit or self.rule != "r1" or self.gate is not None or self.stall > 0
 
 
 @dataclass(frozen=True)
@@ -260,14 +247,13 @@ class CollectConfig(RolloutOptions):
         self._check_rollout()
         _check_K(tuple(self.signal_K), "--signal-K")
         _check_concurrency(self.concurrency, self.G)
-        if self.overwrite and self.resume:
-            raise SrolloutError("--overwrite and --resume exclude each other")
-        if self.audit > 0 and not (self.gate_on or self.stall or self.gate is not None):
+        check_run_dir_options(self)
+        if self.audit > 0 and not self.gate_given:
             raise SrolloutError(
                 "--audit audits a gate's cuts and stops: turn one on (--gate, --K, --d-L or "
                 "--stall)"
             )
-        if self.shadow and not (self.gate_on or self.stall or self.gate is not None):
+        if self.shadow and not self.gate_given:
             raise SrolloutError(
                 "--shadow records what a gate would do: give one (--gate, --K, --d-L or --stall)"
             )
@@ -396,8 +382,7 @@ class AbRolloutConfig(RolloutOptions):
             )
         _check_K(tuple(self.signal_K), "--signal-K")
         _check_concurrency(self.concurrency, self.G)
-        if self.overwrite and self.resume:
-            raise SrolloutError("--overwrite and --resume exclude each other")
+        check_run_dir_options(self)
         from srollout.core.arms import parse_arms
 
         try:
@@ -410,13 +395,7 @@ class AbRolloutConfig(RolloutOptions):
                 "--arms must include baseline (every arm is judged against it), got "
                 f"{','.join(names)!r}"
             )
-        stall_set = self.stall > 0 or self.gate_scope == "trajectory"
-        if stall_set and not any(a.stall for a in parsed):
-            raise SrolloutError(
-                f"--stall / a stall gate.json sets the trajectory gate of the stall arms; none of "
-                f"--arms {','.join(names)} is one: add stall, gated+stall, stall+dapo or "
-                "stall+greso (e.g. --arms baseline,stall)"
-            )
+        check_stall_arms(self.stall, parsed)  # a stall gate.json: the plan's (plan_gates)
         object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
         if self.audit > 0 and not any(a.gate or a.stall for a in parsed):
             raise SrolloutError(

@@ -19,12 +19,19 @@ from srollout.config.common import (
     audit_field,
     audit_floor_field,
     check_at_least,
+    check_run_dir_options,
     check_stall,
+    check_stall_arms,
     doc,
     stall_field,
     stall_from_field,
 )
-from srollout.config.rollout import GATE_RULES, _check_backend, _check_group_size
+from srollout.config.rollout import (
+    GATE_RULES,
+    _check_backend,
+    _check_concurrency,
+    _check_group_size,
+)
 from srollout.errors import SrolloutError
 
 # --- train-offpolicy / train-onpolicy (GRPO with the gate, §5.2–5.4) ---------------------------
@@ -290,12 +297,12 @@ class TrainOnpolicyConfig:
         check_at_least(self, **dict.fromkeys((*sizes, "max_new_tokens"), 1))
         _check_group_size(self.G)
         check_at_least(self, T_max=1)
-        if self.K > self.T_max:
-            raise SrolloutError(f"--K {self.K} is larger than --T-max {self.T_max}")
+        from srollout.core.gate import check_step
+
+        check_step(self.K, self.T_max)
         if not self.temperature >= 0:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
-        if self.concurrency < self.G:
-            raise SrolloutError(f"--concurrency ({self.concurrency}) must be >= --G ({self.G})")
+        _check_concurrency(self.concurrency, self.G)
         from srollout.core.arms import parse_arms
 
         try:
@@ -303,11 +310,7 @@ class TrainOnpolicyConfig:
         except SrolloutError as err:
             raise SrolloutError(f"--arms: {err}") from None
         check_stall(self.stall, self.stall_from, self.T_max)
-        if self.stall and not any(a.stall for a in parse_arms(self.arms)):
-            raise SrolloutError(
-                f"--stall sets the trajectory gate of the stall arms; none of --arms "
-                f"{','.join(self.arms)} is one: add stall, gated+stall, stall+dapo or stall+greso"
-            )
+        check_stall_arms(self.stall, parse_arms(self.arms))
         if self.dapo_max_rounds < 0:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:
@@ -315,8 +318,7 @@ class TrainOnpolicyConfig:
         from srollout.core.audit import check_audit_options
 
         check_audit_options(self.audit, self.audit_floor)
-        if self.overwrite and self.resume:
-            raise SrolloutError("--overwrite and --resume exclude each other")
+        check_run_dir_options(self)
         _check_backend(self.backend, self.base_url)
         _check_training(self)
 

@@ -41,6 +41,7 @@ from srollout.core.gate import (
     _as_step,
     _check_header,
     _check_keys,
+    check_step,
     gate_kind,
 )
 from srollout.core.learned_gate import (
@@ -249,8 +250,7 @@ def fit_adaptive_gate(
     zv_all = np.asarray(zero_var, dtype=bool)
     groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
     Ks = tuple(sorted(set(check_K)))
-    if any(k > T_max for k in Ks):
-        raise SrolloutError(f"adaptive check K {max(Ks)} is beyond T_max={T_max}")
+    check_step(max(Ks), T_max, "check_K")
     zv = zv_all[groups]
     rows = row_table({K: np.asarray(signals_by_K[K])[groups] for K in Ks}, zv, Ks)
     heldout = cross_fit_proba(rows, assign_folds(zv, n_folds, seed), l2, names)

@@ -37,7 +37,7 @@ from srollout.core.signals import (
     prefix_edit_distance,
     termination_fraction,
 )
-from srollout.errors import SrolloutError, entry_point
+from srollout.errors import ArgumentError, SrolloutError, entry_point
 from srollout.signal_names import SIGNAL_NAMES
 
 RULES = ("r1", "r3")
@@ -108,7 +108,7 @@ class Gate:
     def check(self, T_max: int) -> None:
         """Refuse a gate that can never act within T_max steps (one SrolloutError)."""
         if self.scope == "group" and not self.check_steps(T_max):
-            raise SrolloutError(f"gate K={self.K} is larger than --T-max {T_max}")
+            check_step(self.K, T_max, of="gate K")
 
     def stops(self, state: Any) -> bool:
         """A trajectory gate's decision after a step of one trajectory: end it now? (A trajectory
@@ -376,7 +376,7 @@ def load_gate(path: str | Path) -> Gate:
 
 
 def resolve_gate(
-    path: str | Path | None = None,
+    path: str | Path | Gate | None = None,
     *,
     K: int | None = None,
     d_L: float | None = None,
@@ -384,8 +384,8 @@ def resolve_gate(
     t_high: float | None = None,
     T_max: int | None = None,
 ) -> tuple[Gate, int]:
-    """The gate every stage uses, and its step K: from a gate.json (``--gate``), or a
-    :class:`GateRule` from the options ``--K/--d-L/--rule/--t-high``.
+    """The gate every stage uses, and its step K: from a gate.json (``path``, or the gate already
+    read from one), or a :class:`GateRule` from ``K``, ``d_L``, ``rule``, ``t_high``.
 
     One rule for K: a gate.json carries its own K (every registered kind has one; a threshold
     rule must name it) and that K is used; a loaded gate without a K is not a gate file of this
@@ -394,20 +394,33 @@ def resolve_gate(
     given, a K beyond it is refused (the gate could never fire).
     """
     if path is not None:
-        gate = load_gate(path)
+        gate = path if isinstance(path, Gate) else load_gate(path)
         k = getattr(gate, "K", None)  # a kind of another package may have none
         if k is None:
             raise SrolloutError(
-                f"--gate {path}: the gate has no step K (write one with `srollout sweep`)"
+                f"{'the' if isinstance(path, Gate) else path} gate has no step K (write one with "
+                "`srollout sweep`)"
             )
         K = int(k)
     else:
         defaults = GateRule()
         K = defaults.K if K is None else K
         gate = GateRule(rule=rule, K=K, d_L=defaults.d_L if d_L is None else d_L, t_high=t_high)
-    if T_max is not None and K > T_max:
-        raise SrolloutError(f"gate K={K} is larger than --T-max {T_max}")
+    if T_max is not None:
+        check_step(K, T_max, of="gate K" if path is not None else None)
     return gate, K
+
+
+def check_step(step: int, T_max: int, name: str = "K", *, of: str | None = None) -> None:
+    """The one check that a step lies within the step limit: ``step <= T_max``, else one
+    :class:`~srollout.errors.ArgumentError` (a gate past T_max could never act).
+
+    name: the caller's argument ``step`` is (``K``, ``k0``, ``stall_from``, ``check_K``; the CLI
+    shows its flag); of: what ``step`` is when it is no argument but a gate's own field
+    (``"gate K"``: the line reads ``gate K=12 is larger than T_max=10``)."""
+    if step > T_max:
+        shown, values = (f"{of}={step}", {}) if of is not None else (f"{{{name}}}", {name: step})
+        raise ArgumentError(f"{shown} is larger than {{T_max}}", T_max=T_max, **values)
 
 
 def describe_gate(gate: Gate | None, K: int | None) -> dict[str, Any] | None:

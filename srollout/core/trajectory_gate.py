@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from srollout.core.gate import Gate, gate_kind
+from srollout.core.gate import Gate, check_step, gate_kind
 from srollout.core.trajectory_signals import TrajectoryState, loop_fires, stall_fires
 from srollout.errors import SrolloutError
 
@@ -70,7 +70,7 @@ class StallGate(Gate):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "W", _as_count(self.W, "stall W"))
-        object.__setattr__(self, "k0", _as_count(self.k0, "stall k0 (--stall-from)"))
+        object.__setattr__(self, "k0", _as_count(self.k0, "stall k0"))
 
     def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
         return ()  # asked after every step (stops), never shown a group
@@ -81,8 +81,7 @@ class StallGate(Gate):
 
     def check(self, T_max: int) -> None:
         """Refuse a rule that can never fire within T_max steps."""
-        if self.k0 > T_max:
-            raise SrolloutError(f"stall k0 (--stall-from) {self.k0} is larger than --T-max {T_max}")
+        check_step(self.k0, T_max, of="stall k0")
 
 
 @gate_kind("loop")
@@ -108,5 +107,4 @@ class LoopGate(Gate):
 
     def check(self, T_max: int) -> None:
         """Refuse a rule that can never fire within T_max steps."""
-        if self.k0 > T_max:
-            raise SrolloutError(f"loop k0 {self.k0} is larger than --T-max {T_max}")
+        check_step(self.k0, T_max, of="loop k0")

@@ -32,7 +32,6 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +188,6 @@ def register_env(spec: EnvSpec) -> EnvSpec:
     if spec.name == ALFWORLD:
         raise SrolloutError(f"{ALFWORLD!r} is srollout's built-in environment; choose another name")
     _REGISTRY[spec.name] = spec
-    resolve_env.cache_clear()
     return spec
 
 
@@ -203,7 +201,6 @@ def env_names() -> list[str]:
     return sorted({ALFWORLD, *_REGISTRY, *points}) + sorted(libraries)
 
 
-@lru_cache(maxsize=32)
 def resolve_env(name: str) -> EnvSpec:
     """The EnvSpec ``--env name`` means: a registered name, an entry point of group
     ``srollout.envs``, or ``package.module:attr`` (imported with the working directory on
@@ -393,7 +390,6 @@ def _alfworld_parse(text: str) -> tuple[str, str, str]:
     return parsed.thought, parsed.action, parsed.action
 
 
-@lru_cache(maxsize=1)
 def alfworld_spec() -> EnvSpec:
     """ALFWorld as an EnvSpec, the one path every environment takes (``--env alfworld``, the
     default): the real engine (:class:`~srollout.envs.alfworld_env.AlfworldEnv`; the planner's

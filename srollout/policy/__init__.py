@@ -58,14 +58,16 @@ def preflight(
     *,
     adapter: str | Path | None = None,
     base_url: str | None = None,
+    model_dir: Path | None = None,
 ) -> None:
     """The checks a stage runs before it writes anything: the model's and the adapter's files,
     vLLM installed and importable (``vllm``), the server answering and safe for seeded requests
     (``vllm-server``, :mod:`srollout.policy.server_probe`). Each
-    failure is one line (:class:`SrolloutError`); nothing is loaded."""
+    failure is one line (:class:`SrolloutError`); nothing is loaded. model_dir: ``model`` as
+    :func:`resolve_model` already gave it (a stage's plan), not resolved again."""
     if kind != "lm":
         return
-    path = resolve_model(model)
+    path = model_dir if model_dir is not None else resolve_model(model)
     if adapter is not None:
         from srollout.policy.model_files import check_adapter
 
@@ -96,6 +98,7 @@ def make_policy(
     noise: float = 0.3,
     seed: int = 0,
     base_url: str | None = None,
+    model_dir: Path | None = None,
     **backend_kwargs: Any,
 ) -> Policy:
     """Build the policy a stage rolls out.
@@ -105,6 +108,8 @@ def make_policy(
     model: ``default`` or a local HF model directory; adapter: a peft LoRA directory.
     backend: ``transformers``, ``vllm`` (in process) or ``vllm-server`` (``base_url`` names the
         server). Extra keyword arguments go to the backend.
+    model_dir: ``model`` as :func:`resolve_model` already gave it (a stage's plan resolves it
+        once); None: resolved here.
     """
     if kind not in POLICY_KINDS:
         raise SrolloutError(f"--policy {kind!r}: choose one of {', '.join(POLICY_KINDS)}")
@@ -127,7 +132,7 @@ def make_policy(
             raise SrolloutError("--backend vllm-server needs --base-url")
         return VLLMServerPolicy(
             base_url,
-            resolve_model(model),
+            model_dir if model_dir is not None else resolve_model(model),
             adapter,
             temperature=temperature,
             top_p=top_p,
@@ -138,7 +143,7 @@ def make_policy(
         from srollout.policy.vllm_backend import VLLMPolicy, require_vllm
 
         require_vllm()  # fail fast, before the model is read
-        path = resolve_model(model)
+        path = model_dir if model_dir is not None else resolve_model(model)
         if adapter is not None:
             from srollout.policy.model_files import check_adapter
 
@@ -153,7 +158,7 @@ def make_policy(
         )
     from srollout.policy.transformers_backend import TransformersPolicy
 
-    path = resolve_model(model)
+    path = model_dir if model_dir is not None else resolve_model(model)
     return TransformersPolicy(
         path,
         adapter,

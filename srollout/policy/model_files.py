@@ -83,40 +83,15 @@ def check_safetensors(path: Path, hint: str = "") -> None:
         )
 
 
-# the directories check_model_dir passed: (path, tokenizer) -> the files' (name, size, mtime)
-_PASSED: dict[tuple[str, bool], tuple] = {}
-
-
-def _files_state(path: Path) -> tuple:
-    """What a model directory holds, by name, size and modification time."""
-    return tuple(
-        sorted(
-            (e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in path.iterdir() if e.is_file()
-        )
-    )
-
-
 def check_model_dir(path: Path, *, rebuild: str | None = None, tokenizer: bool = True) -> None:
     """Raise one :class:`SrolloutError` line naming the first file of ``path`` that cannot load.
-
-    A directory is read once per process: a second check of a directory whose files have not
-    changed (names, sizes, modification times) returns at once, so a stage that names the model
-    in several places checks it once.
 
     Checks config.json (parses, names a ``model_type``), the weights (a whole safetensors file,
     or the index / ``.bin`` transformers also reads), and with ``tokenizer`` the tokenizer files
     that exist (tokenizer.json, tokenizer_config.json parse). ``rebuild``: the command that
-    makes the directory again, added to the message.
+    makes the directory again, added to the message. A stage checks its model once, when its
+    plan resolves ``--model`` (:func:`srollout.stages.rollout_setup.plan_model`).
     """
-    key = (str(Path(path).resolve()), tokenizer)
-    state = _files_state(path) if path.is_dir() else None
-    if state is not None and _PASSED.get(key) == state:
-        return
-    _check_model_dir(path, rebuild, tokenizer)
-    _PASSED[key] = state
-
-
-def _check_model_dir(path: Path, rebuild: str | None, tokenizer: bool) -> None:
     hint = f"; rebuild it with `{rebuild}`" if rebuild else ""
     if not path.is_dir():
         raise SrolloutError(f"{path}: no such model directory{hint}")

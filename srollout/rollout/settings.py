@@ -8,7 +8,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from srollout.core.gate import Gate, require_group_gate
-from srollout.errors import SrolloutError
+from srollout.errors import ArgumentError, SrolloutError
+
+
+def check_concurrency(concurrency: int, G: int) -> None:
+    """The one check that a group fits the engine: ``concurrency`` (trajectories in flight) >= G,
+    else an ArgumentError (the CLI names --concurrency and --G)."""
+    if concurrency < G:
+        raise ArgumentError(
+            "{concurrency} must be >= {G}: a group starts only when all G of its trajectories fit",
+            concurrency=concurrency,
+            G=G,
+        )
 
 
 @dataclass(frozen=True)
@@ -56,11 +67,7 @@ class RolloutSettings:
             )
         if self.T_max < 1:
             raise SrolloutError(f"T_max must be >= 1, got {self.T_max}")
-        if self.concurrency < self.G:
-            raise SrolloutError(
-                f"concurrency ({self.concurrency}) must be >= G ({self.G}): "
-                "a group starts only when all G of its trajectories fit"
-            )
+        check_concurrency(self.concurrency, self.G)
         if any(k < 1 for k in self.signal_K):
             raise SrolloutError(f"signal K values must be >= 1, got {list(self.signal_K)}")
         if self.traj_gate is not None and self.traj_gate.scope != "trajectory":

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from srollout.config import CollectConfig, DistConfig
-from srollout.core.gate import Gate, describe_gate
+from srollout.core.gate import describe_gate
 from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
 from srollout.rollout.audits import Audit
@@ -48,18 +48,7 @@ from srollout.rollout.records import group_tables
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.schemas import LABELS
 from srollout.stages.collect_audit import ONE_PROCESS, AuditSummary, CollectAudit
-from srollout.stages.rollout_setup import (
-    build_env_factory,
-    build_gate,
-    build_policy,
-    build_prompter,
-    build_traj_gate,
-    check_policy,
-    check_rollout_env,
-    for_workers,
-    load_tasks,
-    resume_hint,
-)
+from srollout.stages.rollout_setup import RolloutPlan, build_policy, plan_rollout, resume_hint
 
 
 class CollectStats(NamedTuple):
@@ -107,12 +96,15 @@ def run_collect(
     console: Any = None,
     progress: bool = True,
     dist: DistConfig | None = None,
+    plan: RolloutPlan | None = None,
 ) -> CollectResult:
     """Run ``collect`` as configured; return where the files are and the headline numbers.
 
     dist: ``--workers`` (None or 1 worker: in this process, Ray never imported). The number of
     workers is not part of the resume key: a run may be resumed with another N. With ``--audit``
     the run is in this process whatever N (:data:`srollout.stages.collect_audit.ONE_PROCESS`).
+    plan: the environment, task set, model and gates, resolved once
+    (:func:`srollout.stages.rollout_setup.plan_rollout`; resolved here when None).
     """
     t0 = time.perf_counter()
     if dist is not None and dist.workers > 1 and config.audit > 0:
@@ -124,16 +116,12 @@ def run_collect(
         from srollout.rollout.ray_pool import require_ray
 
         require_ray(dist.workers)
-    if config.resume and config.out is None:
-        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    # an unknown --env, or one that does not speak the TextEnv protocol, leaves nothing behind
-    check_rollout_env(config)
-    # a bad gate.json, or a gate --audit cannot move, leaves nothing behind
-    gate, gate_K = collect_gate(config)
-    traj_gate = build_traj_gate(config)
-    if config.audit > 0:
+    # an unknown --env or one off the TextEnv protocol, a bad gate.json, a missing backend, a
+    # damaged model or a silent server: each one line, and nothing written
+    plan = plan if plan is not None else plan_rollout(config)
+    gate, gate_K, traj_gate = plan.gate, plan.gate_K, plan.traj_gate
+    if config.audit > 0:  # a gate --audit cannot move leaves nothing behind
         Audit.of(config, gate, traj_gate)
-    check_policy(config)  # a missing backend, a damaged model, a silent server: nothing written
     run_dir = prepare_run_dir(
         config.out, "collect", overwrite=config.overwrite, resume=config.resume
     )
@@ -141,7 +129,7 @@ def run_collect(
         _check_resumable(run_dir, config)
 
     # 2. tasks and groups
-    tasks = load_tasks(config.tasks, config.difficulty, config.env)
+    tasks = plan.tasks
     specs = make_specs(tasks, config.groups)
     done_ids = finished_groups(run_dir) if config.resume else []
     # --audit: the finished chunks are kept, every later one is rolled out again whole
@@ -171,35 +159,30 @@ def run_collect(
     distributed = dist.workers > 1 and bool(todo)
     # --- workers > 1: each Ray worker builds its own policy replica from the recipe
     try:
-        policy = build_policy(config) if todo and not distributed else None
+        policy = build_policy(config, plan.model_dir) if todo and not distributed else None
     except SrolloutError:
         if not config.resume:  # the directory this call made holds nothing yet: leave none behind
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    env_factory = build_env_factory(config)
+    env_factory = plan.env_factory(expert=config.policy != "lm")
     manifest.update(
         policy=getattr(policy, "name", None),
         gate=describe_gate(gate, gate_K),
         traj_gate=traj_gate.to_dict() if traj_gate is not None else None,
         workers=dist.workers,
     )
-    if config.policy == "lm":
-        from srollout.policy import resolve_model
+    if plan.model_dir is not None:
         from srollout.policy.model_files import model_provenance
         from srollout.policy.shipped import SHIPPED_DIR
 
-        manifest.update(
-            model=model_provenance(
-                resolve_model(config.model if config.model is not None else "default"), SHIPPED_DIR
-            )
-        )
+        manifest.update(model=model_provenance(plan.model_dir, SHIPPED_DIR))
 
     # 4-5. roll out; each finished group becomes a part file at once
     def on_group(record: GroupRecord) -> None:
         tables = group_tables(record, audit=audit is not None, shadow=config.shadow)
         write_part(run_dir, record.group_id, tables)
 
-    prompter = build_prompter(config) if audit is not None and todo else None
+    prompter = plan.prompter() if todo else None
     bar = _progress(console, total=len(specs), done=len(done_ids), enabled=progress)
     with resume_hint(run_dir, "collect"), bar as show:
 
@@ -229,6 +212,7 @@ def run_collect(
                 settings,
                 dist,
                 manifest,
+                plan,
                 lambda r: (on_group(r), show.advance(1)),
                 show.tick,
             )
@@ -238,7 +222,7 @@ def run_collect(
                     todo,
                     policy,
                     env_factory,
-                    build_prompter(config),
+                    prompter,
                     settings,
                     on_group=lambda r: (on_group(r), show.advance(1)),
                     on_tick=show.tick,
@@ -269,6 +253,7 @@ def run_collect(
         paths,
         workers=dist.workers if distributed else 1,
         audit=audited,
+        gate=describe_gate(gate, gate_K),
     )
     manifest.data["timings_s"].update(
         rollout=round(summary.wall_s, 3),
@@ -296,12 +281,13 @@ def run_collect(
 AUTO_GROUPS_PER_WORKER = 16
 
 
-def auto_workers(config: CollectConfig) -> tuple[int, str]:
+def auto_workers(config: CollectConfig, env: Any = None) -> tuple[int, str]:
     """What ``--workers auto`` (collect's default) runs on, and why: one Ray worker per usable
     core (capped by ``$OMP_NUM_THREADS`` when set) for the language model on the transformers
     backend, when Ray is installed, ``$RAY_ADDRESS`` is unset and every worker gets at least
     :data:`AUTO_GROUPS_PER_WORKER` groups; otherwise 1 (this process, torch on every core).
-    With ``--audit``: 1 (:data:`srollout.stages.collect_audit.ONE_PROCESS`)."""
+    With ``--audit``: 1 (:data:`srollout.stages.collect_audit.ONE_PROCESS`). env: ``--env``'s
+    EnvSpec as the plan resolved it (resolved here when None)."""
     import importlib.util
 
     if config.audit > 0:
@@ -316,9 +302,11 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
         cores = min(cores, int(omp))
     if config.policy != "lm" or config.backend != "transformers":
         return 1, "one process: only the transformers LM is spread over workers by default"
-    from srollout.envs.registry import resolve_env
+    if env is None:
+        from srollout.envs.registry import resolve_env
 
-    if not resolve_env(config.env).auto_workers:  # its module must import on every worker
+        env = resolve_env(config.env)
+    if not env.auto_workers:  # its module must import on every worker
         return 1, f"one process: --env {config.env}; ask for --workers N to spread it"
     if os.environ.get("RAY_ADDRESS"):
         return 1, "one process: $RAY_ADDRESS is set; ask for --workers N to use that cluster"
@@ -331,11 +319,6 @@ def auto_workers(config: CollectConfig) -> tuple[int, str]:
         return 1, "one process: Ray is not installed (pip install 'srollout[dist]')"
     per = "one per core" if n == cores else f"{AUTO_GROUPS_PER_WORKER}+ groups each, {cores} cores"
     return n, f"{n} Ray workers of 1 torch thread, {per} ({config.groups} groups)"
-
-
-def collect_gate(config: CollectConfig) -> tuple[Gate | None, int | None]:
-    """(gate, its step K) when the gate is on (``config.gate_on``), else (None, None)."""
-    return build_gate(config) if config.gate_on else (None, None)
 
 
 def summarise(
@@ -384,7 +367,7 @@ def stats_frame(stats: CollectStats) -> pl.DataFrame:
         ("valid-action rate (steps)", f"{stats.valid_rate:.1%}"),
         ("groups cut by the gate", str(stats.n_cut)),
         *(
-            [("trajectories stopped by the stall gate", str(stats.n_stalled))]
+            [("trajectories stopped by the trajectory gate", str(stats.n_stalled))]
             if stats.n_stalled
             else []
         ),
@@ -417,12 +400,14 @@ def write_collect_report(
     paths: dict[str, Path],
     workers: int = 1,
     audit: AuditSummary | None = None,
+    gate: dict[str, Any] | None = None,
 ) -> Path:
     """``report.md``: the summary, a per-task-type breakdown, the signal means by label, the files
     (with ``--audit``, the audit per chunk).
 
     workers: Ray rollout workers of this process's rollout (1: in process); with several, the
-    engine's times are summed over workers and "other" is worker-seconds spent on neither."""
+    engine's times are summed over workers and "other" is worker-seconds spent on neither.
+    gate: the group gate as the manifest records it (None: off)."""
     from srollout.envs.tasks import rooms_note
     from srollout.report.markdown import Section, write_report
     from srollout.report.tables import to_markdown
@@ -446,11 +431,11 @@ def write_collect_report(
         if signals.height
         else None
     )
-    gate = (
+    gate_line = (
         "off (outcomes are complete)"
-        if not config.gate_on
+        if gate is None
         else (
-            f"on: {json.dumps(describe_gate(*collect_gate(config)))}. Labels of cut groups come "
+            f"on: {json.dumps(gate)}. Labels of cut groups come "
             "from their truncated rewards (logging only); an A/B (`srollout ab-rollout`) judges "
             "them by the baseline arm."
         )
@@ -477,7 +462,7 @@ def write_collect_report(
             f"policy "
             f"`{config.policy}`, G={config.G}, T_max={config.T_max}, temperature "
             f"{config.temperature}, top-p {config.top_p}, seed {config.seed}; gate "
-            f"{gate}\n\n{engine}",
+            f"{gate_line}\n\n{engine}",
         ),
         Section("By task type", to_markdown(by_type)),
     ]
@@ -509,20 +494,19 @@ def write_collect_report(
     return write_report(run_dir, "srollout collect", sections)
 
 
-def worker_recipe(config: CollectConfig, settings: RolloutSettings) -> Any:
+def worker_recipe(config: CollectConfig, settings: RolloutSettings, plan: RolloutPlan) -> Any:
     """What a Ray rollout worker needs to act as this process would: a policy replica built by
-    :func:`build_policy` from the same options (the default model resolved, and built if need
-    be, here once rather than by every worker), the environment factory, the ReAct protocol and
-    the engine settings (``--concurrency`` is per worker)."""
+    :func:`build_policy` from the same options and the plan's model directory (resolved here
+    once, not by every worker), the environment factory, the ReAct protocol and the engine
+    settings (``--concurrency`` is per worker)."""
     from functools import partial
 
     from srollout.rollout.ray_pool import WorkerRecipe
 
-    config = for_workers(config)
     return WorkerRecipe(
-        make_policy=partial(build_policy, config),
-        env_factory=build_env_factory(config),
-        prompter=build_prompter(config),
+        make_policy=partial(build_policy, config, plan.model_dir),
+        env_factory=plan.env_factory(expert=config.policy != "lm"),
+        prompter=plan.prompter(),
         settings=settings,
         threads=1 if config.policy == "lm" else None,
     )
@@ -534,6 +518,7 @@ def _run_distributed(
     settings: RolloutSettings,
     dist: DistConfig,
     manifest: Manifest,
+    plan: RolloutPlan,
     on_group: Callable[[GroupRecord], None],
     on_tick: Callable[[TickStats], None],
 ) -> RolloutSummary:
@@ -545,7 +530,7 @@ def _run_distributed(
     with ray_session(dist.workers) as where:
         result = run_groups_distributed(
             todo,
-            worker_recipe(config, settings),
+            worker_recipe(config, settings, plan),
             dist.workers,
             on_group=on_group,
             on_tick=on_tick,

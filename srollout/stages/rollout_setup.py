@@ -1,79 +1,175 @@
-"""What every stage that rolls groups out builds the same way from its rollout options
-(:class:`srollout.config.RolloutOptions`): the task set, the policy, the ReAct prompter, the
-environment factory, the gate and its audit (``--audit``).
+"""What every stage that rolls groups out resolves and builds the same way from its options: the
+plan (:class:`RolloutPlan`: the environment, its task set, the model directory and the gates,
+each resolved once before a run directory exists), then from the plan the policy, the ReAct
+prompter and the environment factory.
 
-Not a stage: ``collect`` and ``ab-rollout`` both build their rollouts from here, so neither
-calls the other's internals. Heavy imports (torch, transformers, alfworld) stay inside the
+Not a stage: ``collect``, ``ab-rollout`` and ``train-onpolicy`` build their rollouts from here,
+so none calls another's internals. Heavy imports (torch, transformers, alfworld) stay inside the
 functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from srollout.config import RolloutOptions
 from srollout.errors import EnvError, SrolloutError
 
 if TYPE_CHECKING:
     from srollout.core.gate import Gate
-    from srollout.core.trajectory_gate import StallGate
-
-OptionsT = TypeVar("OptionsT", bound=RolloutOptions)
+    from srollout.envs.registry import EnvSpec
 
 
-def load_tasks(name: str, difficulty: str = "small", env: str = "alfworld") -> list:
-    """The tasks of set ``name`` of environment ``env`` (an unknown name is a SrolloutError),
-    ALFWorld's with rooms of ``difficulty`` (:meth:`srollout.envs.registry.EnvSpec.task_set`)."""
+@dataclass(frozen=True)
+class RolloutPlan:
+    """A stage's inputs, each resolved once before anything is written, then handed on.
+
+    env: the EnvSpec of ``--env``; tasks: its task set (``--tasks``; train-onpolicy's training
+    pool), loaded once and played once through the TextEnv protocol; eval_tasks: train-onpolicy's
+    held-out tasks (() elsewhere); model_dir: the LM's directory, ``resolve_model(--model)`` (its
+    files checked), None for the planner policies; gate / gate_K: the group gate and its step K
+    (None: no group gate); traj_gate: the trajectory gate (None: none). ``--gate``'s file is read
+    once, into whichever of the two it is.
+    """
+
+    env: EnvSpec
+    tasks: tuple[Any, ...]
+    model_dir: Path | None
+    gate: Gate | None = None
+    gate_K: int | None = None
+    traj_gate: Gate | None = None
+    eval_tasks: tuple[Any, ...] = ()
+
+    def prompter(self) -> Any:
+        """The environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`), with
+        the LM's own system prompt and user-turn template where its model directory names them
+        (the default policy is fine-tuned on a prompt of its own)."""
+        from srollout.rollout.react import EnvPrompter
+
+        return EnvPrompter.for_env(self.env, self.model_dir)
+
+    def env_factory(self, expert: bool = False) -> Callable[[], Any]:
+        """A callable making one environment (the engine reuses them); ``expert``: the one that
+        also gives the planner's plan (ALFWorld's computes it only then)."""
+        return self.env.env_factory(expert=expert)
+
+
+def plan_rollout(
+    config: RolloutOptions,
+    *,
+    arms: Sequence[Any] | None = None,
+    tasks: Sequence[Any] | None = None,
+    check_env: bool = True,
+    check_policy: bool = True,
+) -> RolloutPlan:
+    """Resolve ``config`` once: ``--env`` and its task set ``--tasks`` (``tasks``: these instead;
+    ``check_env``: play the protocol once), the gates (:func:`plan_gates`; ``arms``: the A/B's,
+    whose switches say which gates are needed) and ``--model`` (``check_policy``: also the
+    backend, the adapter and the server, :func:`srollout.policy.preflight`). Every failure is
+    one SrolloutError line, before a run directory exists."""
+    from srollout.envs.registry import check_env as play_once
     from srollout.envs.registry import resolve_env
 
-    return resolve_env(env).task_set(name, difficulty=difficulty)
-
-
-def build_gate(config: RolloutOptions) -> tuple[Gate, int]:
-    """(gate, K) of ``config``'s gate options: --gate gate.json (its own K) or rule --rule at
-    (--K, --d-L), the paper's (10, 0.12) where not given
-    (:func:`srollout.core.gate.resolve_gate`)."""
-    from srollout.core.gate import resolve_gate
-
-    # a trajectory gate's file (gate-stall.json) is the stall arms'; the group gate is the options'
-    return resolve_gate(
-        config.gate if config.gate_scope != "trajectory" else None,
-        K=config.K,
-        d_L=config.d_L,
-        rule=config.rule,
-        t_high=config.t_high,
-        T_max=config.T_max,
+    env = resolve_env(config.env)
+    if config.difficulty != "small" and "difficulty" not in env.task_options:
+        raise SrolloutError(
+            f"--difficulty sizes ALFWorld's generated rooms; not with --env {config.env}"
+        )
+    loaded = (
+        tuple(tasks)
+        if tasks is not None
+        else tuple(env.task_set(config.tasks, difficulty=config.difficulty))
     )
+    if check_env:
+        play_once(env, loaded)
+    if arms is None:
+        gates = plan_gates(config)
+    else:
+        gates = plan_gates(
+            config, group=any(a.gate for a in arms), stall_arms=any(a.stall for a in arms)
+        )
+    return RolloutPlan(env, loaded, plan_model(config, check_policy=check_policy), *gates)
 
 
-def build_traj_gate(config: RolloutOptions) -> StallGate | None:
-    """The trajectory gate of ``config``: --stall W from --stall-from, or a gate.json of a
-    trajectory kind in --gate; None when neither (checked against --T-max)."""
-    from srollout.core.gate import load_gate
+def plan_model(config: Any, *, check_policy: bool = True) -> Path | None:
+    """``--model`` resolved once (:func:`srollout.policy.resolve_model`; None for the planner
+    policies); with ``check_policy`` the rest of the policy is checked too (backend, adapter,
+    server: :func:`srollout.policy.preflight`), nothing loaded."""
+    if getattr(config, "policy", "lm") != "lm":
+        return None
+    from srollout.policy import preflight, resolve_model
+
+    model_dir = resolve_model(config.model if config.model is not None else "default")
+    if check_policy:
+        preflight(
+            "lm", model_dir, config.backend, adapter=getattr(config, "adapter", None),
+            base_url=config.base_url, model_dir=model_dir,
+        )  # fmt: skip
+    return model_dir
+
+
+def plan_gates(
+    config: Any, *, group: bool | None = None, stall_arms: bool | None = None
+) -> tuple[Gate | None, int | None, Gate | None]:
+    """(gate, gate_K, traj_gate) of ``config``'s gate options, ``--gate``'s file read once.
+
+    group: whether the group gate is needed (True: an arm applies it, from --gate or rule --rule
+    at (--K, --d-L), the paper's (10, 0.12) where not given; None: only when asked for, by a
+    group gate.json or any of --K / --d-L / --t-high / --rule r3). stall_arms: whether an arm
+    applies the trajectory gate (True: the default rule when none is given; False: a stall
+    gate.json is refused; None: no arms, the trajectory gate runs when given). The trajectory
+    gate is ``--stall W --stall-from K0`` or a gate.json of a trajectory kind in ``--gate``."""
+    from srollout.core.gate import load_gate, resolve_gate
     from srollout.core.trajectory_gate import StallGate
 
+    loaded = load_gate(config.gate) if config.gate is not None else None
+    stall_file = loaded is not None and loaded.scope == "trajectory"
+    if stall_file and config.stall:
+        raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
+    if stall_file and stall_arms is False:
+        raise SrolloutError(
+            f"--gate {config.gate} is a trajectory gate: it is the rule of the stall arms; add "
+            "stall, gated+stall, stall+dapo or stall+greso to --arms"
+        )
+    if group is None:
+        asked = (config.K, config.d_L, config.t_high) != (None, None, None)
+        group = asked or config.rule != "r1" or (loaded is not None and not stall_file)
+    gate = K = None
+    if group:
+        # a trajectory gate's file (gate-stall.json) is the stall arms'; the group gate then is
+        # the options'
+        gate, K = resolve_gate(
+            None if stall_file else loaded,
+            K=config.K,
+            d_L=config.d_L,
+            rule=config.rule,
+            t_high=config.t_high,
+            T_max=config.T_max,
+        )
+    traj_gate: Gate | None = None
     if config.stall > 0:
-        gate = StallGate(W=config.stall, k0=config.stall_from)
-    elif config.gate is not None and (loaded := load_gate(config.gate)).scope == "trajectory":
-        gate = loaded
-    else:
-        return None
-    gate.check(config.T_max)
-    return gate
+        traj_gate = StallGate(W=config.stall, k0=config.stall_from)
+    elif stall_file:
+        traj_gate = loaded
+    elif stall_arms:
+        traj_gate = StallGate()
+    if traj_gate is not None:
+        traj_gate.check(config.T_max)
+    return gate, K, traj_gate
 
 
-def build_policy(config: RolloutOptions) -> Any:
-    """The policy that acts: the LM (default policy or --model), the planner, or the noisy
-    planner."""
+def build_policy(config: RolloutOptions, model_dir: Path | None) -> Any:
+    """The policy that acts: the LM in ``model_dir`` (the plan's, resolved once), the planner,
+    or the noisy planner. A Ray worker builds its replica with it too (``functools.partial``)."""
     from srollout.policy import make_policy
 
     return make_policy(
         kind=config.policy,
-        model=config.model if config.model is not None else "default",
+        model=model_dir,
         backend=config.backend,
         temperature=config.temperature,
         top_p=config.top_p,
@@ -81,57 +177,8 @@ def build_policy(config: RolloutOptions) -> Any:
         noise=config.eps,
         seed=config.seed,
         base_url=config.base_url,
+        model_dir=model_dir,
     )
-
-
-def build_prompter(config: RolloutOptions) -> Any:
-    """The environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`), with the
-    LM's own system prompt and user-turn template where its model directory names them (the
-    default policy is fine-tuned on a prompt of its own; ``srollout.envs.prompts.model_prompt``)."""
-    from srollout.envs.registry import resolve_env
-    from srollout.rollout.react import EnvPrompter
-
-    model_dir = None
-    if config.policy == "lm":
-        from srollout.policy import resolve_model
-
-        model_dir = resolve_model(config.model if config.model is not None else "default")
-    return EnvPrompter.for_env(resolve_env(config.env), model_dir)
-
-
-def check_rollout_env(config: RolloutOptions) -> None:
-    """Resolve ``--env``, load its task set ``--tasks`` and play the TextEnv protocol once
-    (:func:`srollout.envs.registry.check_env`), so that an unknown name, an option it does not
-    take or an environment that does not speak the protocol fails before a run directory
-    exists."""
-    from srollout.envs.registry import check_env, resolve_env
-
-    spec = resolve_env(config.env)
-    if config.difficulty != "small" and "difficulty" not in spec.task_options:
-        raise SrolloutError(
-            f"--difficulty sizes ALFWorld's generated rooms; not with --env {config.env}"
-        )
-    check_env(spec, spec.task_set(config.tasks, difficulty=config.difficulty))
-
-
-def check_policy(config: RolloutOptions) -> None:
-    """Fail now (one line) on a missing backend, a damaged model or a server that does not
-    answer, before a run directory exists (:func:`srollout.policy.preflight`)."""
-    from srollout.policy import preflight
-
-    preflight(
-        config.policy, config.model, config.backend, adapter=config.adapter,
-        base_url=config.base_url,
-    )  # fmt: skip
-
-
-def build_env_factory(config: RolloutOptions) -> Callable[[], Any]:
-    """A callable making one environment of ``--env`` (the engine reuses them); for the
-    planner policies the one that also gives the expert's plan (ALFWorld's computes it only
-    then)."""
-    from srollout.envs.registry import resolve_env
-
-    return resolve_env(config.env).env_factory(expert=config.policy != "lm")
 
 
 @contextmanager
@@ -151,24 +198,11 @@ def resume_hint(run_dir: Path, stage: str) -> Iterator[None]:
         ) from err
 
 
-def for_workers(config: OptionsT) -> OptionsT:
-    """``config`` as Ray workers get it: with the transformers LM, the model directory resolved
-    (and the default policy built, if need be) here once rather than by every worker."""
-    if config.policy == "lm" and config.backend == "transformers":
-        from srollout.policy import resolve_model
-
-        return replace(
-            config, model=resolve_model(config.model if config.model is not None else "default")
-        )
-    return config
-
-
 __all__ = (
-    "build_env_factory",
-    "build_gate",
+    "RolloutPlan",
     "build_policy",
-    "build_prompter",
-    "check_rollout_env",
-    "for_workers",
-    "load_tasks",
+    "plan_gates",
+    "plan_model",
+    "plan_rollout",
+    "resume_hint",
 )

@@ -294,9 +294,10 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     )
 
     Ks = _needed_K(config, gates)
-    bad = [k for k in gates.check_K if k > config.T_max]
-    if bad:
-        raise SrolloutError(f"--check-K {bad[0]} is beyond --T-max {config.T_max}")
+    from srollout.core.gate import check_step
+
+    for k in gates.check_K:
+        check_step(k, config.T_max, "check_K")
     data = group_data(_load(config.input, Ks, config.T_max), Ks, gates.features)
     if gates.eval_buffer is not None:
         eval_data = group_data(_load(gates.eval_buffer, Ks, config.T_max), Ks, gates.features)

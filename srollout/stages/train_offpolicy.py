@@ -117,6 +117,9 @@ def run_train_offpolicy(
     groups, model_spec = read_buffer(Path(config.buffer), gate, K)
     if config.model is not None:
         model_spec = {"model": str(config.model), "adapter": model_spec["adapter"]}
+    from srollout.policy import resolve_model
+
+    model_dir = resolve_model(model_spec["model"])  # once for both arms, before anything is written
     run_dir = prepare_run_dir(config.out, "train-offpolicy", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "train-offpolicy", config)
     manifest.update(gate=gate_description(gate, K), buffer_groups=len(groups), model=model_spec)
@@ -133,8 +136,7 @@ def run_train_offpolicy(
     # Both arms in memory, stepped side by side (alternating which goes first), so a load change
     # on a shared machine hits both arms alike; each starts from the same LoRA init.
     models = {
-        arm: load_trainable(model_spec["model"], lora, config.seed, model_spec["adapter"])
-        for arm in arms
+        arm: load_trainable(model_dir, lora, config.seed, model_spec["adapter"]) for arm in arms
     }
     optimizers = {arm: make_optimizer(models[arm].model, config.lr) for arm in arms}
     _check_vocabulary(groups, models["baseline"].model, model_spec["model"])

@@ -28,6 +28,7 @@ from srollout.config import TrainOnpolicyConfig
 from srollout.errors import SrolloutError
 from srollout.progress import StageBar
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
+from srollout.stages.rollout_setup import RolloutPlan
 from srollout.training.metrics import IterationMetrics
 
 
@@ -56,54 +57,28 @@ def run_train_onpolicy(
     train_tasks: list | None = None,
     eval_tasks: list | None = None,
     stop_after: int | None = None,
+    plan: RolloutPlan | None = None,
 ) -> OnpolicyResult:
     """Run every (seed, arm) of ``config``. ``env_factory``/``prompter``/``*_tasks`` default to
     the real ALFWorld engine, the ReAct protocol and the configured task sets (tests inject
     others). ``stop_after``: stop after that iteration of the first unfinished arm, leaving what
     a kill would leave (tests of --resume)."""
     from srollout.core.arms import parse_arm
-    from srollout.core.gate import resolve_gate
     from srollout.training.lora import save_adapter
     from srollout.training.model import gate_description
     from srollout.training.onpolicy import ArmContext, train_arm
 
-    if config.resume and config.out is None:
-        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    if None in (env_factory, prompter, train_tasks, eval_tasks):
-        # --env: its tasks, make_env and prompt; an unknown one or one off the TextEnv protocol
-        # fails here, before the run directory exists
-        env_factory, prompter, train_tasks, eval_tasks = _own_env(
-            config, env_factory, prompter, train_tasks, eval_tasks
+    # --env and its task sets, the model and the gates, resolved once: an unknown environment or
+    # one off the TextEnv protocol, a damaged model or a bad gate.json fails here, before the
+    # run directory exists
+    if plan is None:
+        plan = plan_training(
+            config, train_tasks=train_tasks, eval_tasks=eval_tasks, check_env=env_factory is None
         )
-    # a bad gate.json fails here, before the run directory exists; a gate-stall.json in --gate
-    # is the stall arms' rule (the group gate then comes from --K / --d-L / --rule)
-    from srollout.core.gate import load_gate
-    from srollout.core.trajectory_gate import StallGate
-    from srollout.stages.rollout_setup import build_traj_gate
-
-    file_scope = load_gate(config.gate).scope if config.gate is not None else None
-    stall_file = file_scope == "trajectory"
-    if stall_file and config.stall:
-        raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
-    traj_gate = build_traj_gate(config)  # --stall W, or the trajectory gate's file in --gate
-    gate, K = resolve_gate(
-        None if stall_file else config.gate,
-        K=config.K,
-        d_L=config.d_L,
-        rule=config.rule,
-        t_high=config.t_high,
-        T_max=config.T_max,
-    )
-    if not any(parse_arm(a).stall for a in config.arms):
-        if stall_file:
-            raise SrolloutError(
-                f"--gate {config.gate} is a trajectory gate: it is the rule of the stall arms; "
-                "add stall, gated+stall, stall+dapo or stall+greso to --arms"
-            )
-        traj_gate = None
-    elif traj_gate is None:
-        traj_gate = StallGate()
-        traj_gate.check(config.T_max)
+    train_tasks, eval_tasks = list(plan.tasks), list(plan.eval_tasks)
+    env_factory = env_factory if env_factory is not None else plan.env_factory()
+    prompter = prompter if prompter is not None else plan.prompter()
+    gate, K, traj_gate = plan.gate, plan.gate_K, plan.traj_gate
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
     )
@@ -139,6 +114,7 @@ def run_train_onpolicy(
                     eval_tasks=eval_tasks,
                     env_factory=env_factory,
                     prompter=prompter,
+                    model_dir=plan.model_dir,
                     ckpt_dir=run_dir / "checkpoints" / f"seed{seed}-{arm}",
                 )
                 for arm in config.arms
@@ -435,29 +411,33 @@ def write_report(
     return write(run_dir, "srollout train-onpolicy", sections, preamble=pre)
 
 
-def _own_env(
+def plan_training(
     config: TrainOnpolicyConfig,
-    env_factory: Any,
-    prompter: Any,
-    train_tasks: list | None,
-    eval_tasks: list | None,
-) -> tuple[Any, Any, list, list]:
-    """``--env``'s (make_env, prompter, training pool, held-out tasks), its protocol checked
-    (:mod:`srollout.envs.registry`); what the caller gave is kept."""
-    from srollout.envs.registry import check_env, resolve_env
-    from srollout.policy import resolve_model
-    from srollout.rollout.react import EnvPrompter
+    *,
+    train_tasks: list | None = None,
+    eval_tasks: list | None = None,
+    check_env: bool = True,
+) -> RolloutPlan:
+    """train-onpolicy's inputs, resolved once: ``--env`` with its training pool (``tasks``) and
+    held-out tasks (``eval_tasks``; the given ones kept), its protocol played once
+    (``check_env``), the base model (``model_dir``) and the gates (the group gate always, for
+    the gated arms and the report; the trajectory gate when an arm applies it:
+    :func:`srollout.stages.rollout_setup.plan_gates`)."""
+    from srollout.core.arms import parse_arms
+    from srollout.envs.registry import check_env as play_once
+    from srollout.envs.registry import resolve_env
+    from srollout.stages.rollout_setup import plan_gates, plan_model
 
-    spec = resolve_env(config.env)
+    env = resolve_env(config.env)
     if train_tasks is None or eval_tasks is None:
-        train_tasks = spec.task_set(config.train_set, n=config.train_tasks)
-        eval_tasks = spec.task_set(config.eval_set, n=config.n_eval)
-    if env_factory is None:
-        check_env(spec, train_tasks)
-        env_factory = spec.env_factory()
-    if prompter is None:
-        prompter = EnvPrompter.for_env(spec, resolve_model(config.model))
-    return env_factory, prompter, train_tasks, eval_tasks
+        train_tasks = env.task_set(config.train_set, n=config.train_tasks)
+        eval_tasks = env.task_set(config.eval_set, n=config.n_eval)
+    if check_env:
+        play_once(env, train_tasks)
+    stall_arms = any(a.stall for a in parse_arms(config.arms))
+    gates = plan_gates(config, group=True, stall_arms=stall_arms)
+    model_dir = plan_model(config, check_policy=False)
+    return RolloutPlan(env, tuple(train_tasks), model_dir, *gates, eval_tasks=tuple(eval_tasks))
 
 
 def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:

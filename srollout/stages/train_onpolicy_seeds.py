@@ -62,10 +62,11 @@ def run_seeds_parallel(
     """Train the seeds of ``config`` as Ray tasks, ``workers`` at a time; return the stage's
     :class:`~srollout.stages.train_onpolicy.OnpolicyResult` over all seeds."""
     require_ray(workers)  # before the run directory exists: a missing extra leaves nothing behind
-    from srollout.stages.train_onpolicy import run_train_onpolicy
+    from srollout.stages.train_onpolicy import plan_training, run_train_onpolicy
 
-    if config.resume and config.out is None:
-        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
+    # the environment, tasks, model and gates resolved once here: a bad one fails before the run
+    # directory exists, and the seeds' tasks get the model directory as resolved
+    plan = plan_training(config)
     run_dir = prepare_run_dir(config.out, STAGE, overwrite=config.overwrite, resume=config.resume)
     if config.resume:
         _check_parallel_run(run_dir)
@@ -85,10 +86,7 @@ def run_seeds_parallel(
 
     # 2. the seeds not finished yet, N at a time
     if todo:
-        from srollout.policy import resolve_model
-
-        # resolved (and, for the default policy, built) here once, not by every task
-        seed_config = replace(config, model=resolve_model(config.model))
+        seed_config = replace(config, model=plan.model_dir)
         with (
             ray_session(workers) as where,
             _SeedBar(console, len(config.seeds), len(reloaded), progress) as bar,
@@ -110,7 +108,7 @@ def run_seeds_parallel(
     # 3. link the checkpoints; the stage's --resume pass writes everything over all seeds
     _link_checkpoints(run_dir, config)
     result = run_train_onpolicy(
-        replace(config, resume=True, overwrite=False), console=console, progress=False
+        replace(config, resume=True, overwrite=False), console=console, progress=False, plan=plan
     )
 
     # 4. the stage rewrote the manifest: add where the seeds ran

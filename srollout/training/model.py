@@ -23,15 +23,13 @@ class TrainableModel(NamedTuple):
 
 
 def load_trainable(
-    model: str | Path | None, lora: LoraSettings, seed: int, adapter: str | Path | None = None
+    path: Path, lora: LoraSettings, seed: int, adapter: str | Path | None = None
 ) -> TrainableModel:
-    """Load ``model`` (``default``/None = the embedded default policy) in float32 on CPU, merge
-    an existing ``adapter`` into it (the policy a buffer was collected with), and attach a fresh
-    LoRA adapter seeded by ``seed``."""
-    from srollout.policy import resolve_model
+    """Load the model in ``path`` (a directory :func:`srollout.policy.resolve_model` gave: the
+    stage resolves it once) in float32 on CPU, merge an existing ``adapter`` into it (the policy
+    a buffer was collected with), and attach a fresh LoRA adapter seeded by ``seed``."""
     from srollout.policy.transformers_backend import load_model
 
-    path = resolve_model(model)
     base, tokenizer = load_model(path, adapter)
     if adapter is not None:
         base = base.merge_and_unload()

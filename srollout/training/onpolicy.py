@@ -88,8 +88,9 @@ class ArmContext:
     """What one (seed, arm) training loop runs with besides the config: ``arm``, the arm itself
     (:class:`srollout.core.arms.ArmSpec`, the one arm type: its name, switches and, when gated,
     its gate and step K), and where it runs: the ``seed``, the prompt pool ``train_tasks``, the
-    held-out ``eval_tasks``, the environment factory and ReAct ``prompter``, and ``ckpt_dir``
-    (where state.pt lives).
+    held-out ``eval_tasks``, the environment factory and ReAct ``prompter``, the base model's
+    directory ``model_dir`` (resolved once by the stage's plan) and ``ckpt_dir`` (where state.pt
+    lives).
     """
 
     seed: int
@@ -98,6 +99,7 @@ class ArmContext:
     eval_tasks: Sequence[Task]
     env_factory: Callable[[], Any]
     prompter: Any
+    model_dir: Path
     ckpt_dir: Path
 
 
@@ -183,7 +185,7 @@ class ArmRunner:
 
         self.config, self.spec = config, spec
         lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
-        self.trainable = load_trainable(config.model, lora, spec.seed)
+        self.trainable = load_trainable(spec.model_dir, lora, spec.seed)
         common = dict(
             model=self.trainable.model,
             tokenizer=self.trainable.tokenizer,

@@ -85,12 +85,14 @@ def test_build_small_policy_end_to_end(tmp_path, monkeypatch):
     from srollout.default_policy.build import DEFAULT_POLICY_PROMPT
     from srollout.envs.prompts import system_prompt_for
     from srollout.policy.chat import first_turn_text
-    from srollout.stages.rollout_setup import build_prompter
+    from srollout.stages.rollout_setup import plan_model, plan_rollout
 
     assert system_prompt_for(out) == DEFAULT_POLICY_PROMPT
     from srollout.config import CollectConfig
 
-    assert build_prompter(CollectConfig(model=out)).system(None) == DEFAULT_POLICY_PROMPT
+    config = CollectConfig(model=out)
+    assert plan_model(config) == out
+    assert plan_rollout(config, check_env=False).prompter().system(None) == DEFAULT_POLICY_PROMPT
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(out)  # the saved tokenizer renders the compact template

@@ -250,7 +250,7 @@ def test_a_trajectory_gate_is_given_once():
         GatedRollout.alfworld(
             "train", n_tasks=GROUPS, G=G, gate=StallGate(), traj_gate=StallGate(), T_max=12
         )
-    with pytest.raises(SrolloutError, match="larger than --T-max 4"):
+    with pytest.raises(SrolloutError, match="^stall k0=10 is larger than T_max=4$"):
         _rollout(StallGate(W=2, k0=10))
 
 

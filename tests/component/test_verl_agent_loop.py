@@ -388,7 +388,7 @@ def test_the_trajectory_gate_ends_stalled_sessions_in_verls_loop(tokenizer, two_
     )
     with pytest.raises(Exception) as err:  # hydra wraps what the agent loop raises
         run_batch(worker, batch_of(rows_for([kept_task]), ["u2"]))
-    assert "stall k0 (--stall-from) 9 is larger than --T-max 8" in str(err.value)
+    assert "stall k0=9 is larger than T_max=8" in str(err.value)
 
 
 def test_in_shadow_verls_loop_cuts_and_stops_nothing_and_says_where_it_would(

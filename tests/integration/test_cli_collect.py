@@ -177,3 +177,49 @@ def test_difficulty_picks_the_rooms_and_is_part_of_the_resume_key(tmp_path):
     path.write_text(json.dumps(manifest))
     resumed = srollout(*args, "--out", str(runs["small"]), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def test_a_collect_resolves_each_input_once(run_cli, tmp_path, monkeypatch):
+    """Follow one `collect --gate gate-stall.json` with the default LM: the model is resolved
+    (and its files checked) once, the environment and its task set once, gate.json read once;
+    the stage is handed the one plan (srollout.stages.rollout_setup.RolloutPlan)."""
+    import srollout.core.gate as core_gate
+    import srollout.envs.registry as registry
+    import srollout.policy as policy
+    import srollout.policy.model_files as model_files
+    from srollout.core.trajectory_gate import StallGate
+
+    calls: dict[str, int] = {}
+
+    def counted(owner, name):
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for owner, name in [
+        (policy, "resolve_model"),
+        (model_files, "check_model_dir"),
+        (registry, "resolve_env"),
+        (registry.EnvSpec, "task_set"),
+        (core_gate, "load_gate"),
+    ]:
+        counted(owner, name)
+    gate = StallGate(W=2, k0=3).save(tmp_path / "gate-stall.json")
+    out = tmp_path / "run"
+    result = run_cli("collect", "--groups", "2", "--G", "2", "--T-max", "6", "--gate", gate,
+                     "--workers", "1", "--out", out)  # fmt: skip
+    assert result.exit_code == 0, result.stderr[-2000:]
+    assert calls == {
+        "resolve_model": 1,
+        "check_model_dir": 1,
+        "resolve_env": 1,
+        "task_set": 1,
+        "load_gate": 1,
+    }
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["traj_gate"] == {"kind": "stall", "version": 1, "W": 2, "k0": 3}
+    assert manifest["gate"] is None  # a stall gate.json turns no group gate on

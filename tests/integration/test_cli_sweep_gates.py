@@ -193,7 +193,7 @@ def test_too_few_groups_of_a_class_is_one_clear_line(
     result = run_cli(
         "sweep", hand_buffer, "--K", "4", "--T-max", "10", "--adaptive", "--out", tmp_path / "never"
     )
-    assert result.exit_code == 2 and "--check-K 15 is beyond --T-max 10" in result.stderr
+    assert result.exit_code == 2 and "--check-K 15 is larger than --T-max 10" in result.stderr
     result = run_cli(
         "sweep", hand_buffer, "--K", "4", "--T-max", "20", "--adaptive", "--out", tmp_path / "never"
     )

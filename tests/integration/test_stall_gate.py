@@ -103,8 +103,8 @@ def test_sweep_stall_chooses_a_rule_whose_gate_file_collect_runs(ungated, tmp_pa
     "args,message",
     [
         (["--stall", "-1"], "--stall W must be >= 1 (0 turns it off)"),
-        (["--stall", "3", "--stall-from", "0"], "--stall-from must lie in [1, --T-max 20]"),
-        (["--stall", "3", "--stall-from", "21"], "--stall-from must lie in [1, --T-max 20]"),
+        (["--stall", "3", "--stall-from", "0"], "--stall-from must be >= 1, got 0"),
+        (["--stall", "3", "--stall-from", "21"], "--stall-from 21 is larger than --T-max 20"),
     ],
 )
 def test_bad_stall_options_are_one_line(tmp_path, args, message):

@@ -102,7 +102,6 @@ def test_resolve_by_registered_name_module_attr_and_entry_point(tmp_path, monkey
 
     groups = {"srollout.envs": [Point()], "srollout.env_libraries": [Library()]}
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: groups[group])
-    resolve_env.cache_clear()
     assert resolve_env("ep-corridor").name == "mine"
     game = resolve_env("lib:corridor-3")
     assert game.name == "lib:corridor-3" and game.task_set("eval") == tasks([3])

@@ -250,7 +250,7 @@ def test_decide_batch_reads_signals_by_name_at_the_gates_own_step():
     assert Repeats().decide_batch(4, cols).tolist() == [True, False, False]
     assert Repeats().decide_batch(3, cols).tolist() == [False, False, False]
     assert Repeats().check_steps() == (4,) and Repeats().check_steps(T_max=3) == ()
-    with pytest.raises(SrolloutError, match="gate K=4 is larger than --T-max 3"):
+    with pytest.raises(SrolloutError, match="^gate K=4 is larger than T_max=3$"):
         Repeats().check(3)
 
 

@@ -167,7 +167,7 @@ def test_a_loop_gate_file_loads_and_refuses_a_missing_or_non_integer_k0(tmp_path
         with pytest.raises(SrolloutError, match=str(path)) as err:
             load_gate(path)
         assert says in str(err.value)
-    with pytest.raises(SrolloutError, match="loop k0 12 is larger than --T-max 10"):
+    with pytest.raises(SrolloutError, match="^loop k0=12 is larger than T_max=10$"):
         LoopGate(k0=12).check(10)
 
 

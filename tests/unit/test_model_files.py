@@ -83,28 +83,3 @@ def test_model_dir_with_a_broken_tokenizer(tmp_path):
     with pytest.raises(SrolloutError, match="tokenizer.json: not valid JSON"):
         check_model_dir(d)
     check_model_dir(d, tokenizer=False)
-
-
-def test_a_directory_is_checked_once_while_its_files_do_not_change(tmp_path, monkeypatch):
-    import os
-
-    from srollout.policy import model_files
-
-    d = model_dir(tmp_path)
-    reads = []
-    real = model_files.check_safetensors
-    monkeypatch.setattr(
-        model_files, "check_safetensors", lambda p, h="": reads.append(p) or real(p, h)
-    )
-    check_model_dir(d)
-    check_model_dir(d)
-    assert len(reads) == 1  # the second check of the unchanged directory reads nothing
-    weights = d / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-8])  # damaged: shorter
-    with pytest.raises(SrolloutError, match="model.safetensors"):
-        check_model_dir(d)
-    assert len(reads) == 2
-    st = (d / "config.json").stat()
-    os.utime(d / "config.json", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
-    with pytest.raises(SrolloutError, match="model.safetensors"):  # a failure is never remembered
-        check_model_dir(d)

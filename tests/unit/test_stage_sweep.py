@@ -93,7 +93,7 @@ def test_sweep_reads_T_max_from_the_run_it_is_given(tmp_path):
     assert SweepConfig(input=run / "steps.parquet", K=(5,)).T_max == 8
     assert SweepConfig(input=run, K=(5,), T_max=12).T_max == 12
     assert SweepConfig(input=tmp_path, K=(5,)).T_max == 30
-    with pytest.raises(SrolloutError, match="--K 10 is larger than --T-max 8"):
+    with pytest.raises(SrolloutError, match="^K=10 is larger than T_max=8$"):
         SweepConfig(input=run, K=(10,))
     (run / "manifest.json").write_text("{not json")
     assert run_T_max(run) is None

@@ -187,7 +187,7 @@ def test_cross_fitting_needs_three_groups_of_each_kind(hand_buffer):
 
 def test_check_steps_and_trajectories_beyond_T_max_are_refused(hand_buffer):
     config = _config(hand_buffer)
-    with pytest.raises(SrolloutError, match=r"^--check-K 12 is beyond --T-max 10$"):
+    with pytest.raises(SrolloutError, match=r"^check_K=12 is larger than T_max=10$"):
         compare_gates(config, GateFitConfig(adaptive=True, check_K=(4, 12)), pl.DataFrame())
     short = _config(hand_buffer, T_max=8)
     long = r"trajectories run up to 10 steps, more than --T-max 8; pass --T-max 10 or more"

@@ -104,30 +104,20 @@ from srollout.stages.ab_rollout.tables import (
     arms_table,
     blocks_table,
 )
-from srollout.stages.rollout_setup import (
-    build_gate,
-    build_traj_gate,
-    check_policy,
-    check_rollout_env,
-    load_tasks,
-)
+from srollout.stages.rollout_setup import RolloutPlan, plan_rollout
 
 # --- arms ---------------------------------------------------------------------------------------
 
 
-def build_arms(config: AbRolloutConfig) -> tuple[ArmSpec, ...]:
+def build_arms(config: AbRolloutConfig, plan: RolloutPlan) -> tuple[ArmSpec, ...]:
     """The arms of ``--arms`` in schedule order; the first is the baseline every other arm is
-    judged against. The arms with the gate share one gate object: --gate gate.json, or rule
-    --rule at (--K, --d-L) (paper default (10, 0.12));
-    see :func:`srollout.core.gate.resolve_gate`. The stall arms share one trajectory gate:
-    --stall W --stall-from K0, or a gate-stall.json in --gate, or the default rule
-    (:class:`srollout.core.trajectory_gate.StallGate`)."""
-    from srollout.core.trajectory_gate import StallGate
-
-    arms = [parse_arm(name) for name in config.arms]
-    gate, K = build_gate(config) if any(a.gate for a in arms) else (None, None)
-    traj_gate = (build_traj_gate(config) or StallGate()) if any(a.stall for a in arms) else None
-    return tuple(a.with_gate(gate, K, traj_gate) for a in arms)
+    judged against. The arms with the gate share the plan's gate object (--gate gate.json, or
+    rule --rule at (--K, --d-L), paper default (10, 0.12)); the stall arms share its trajectory
+    gate (--stall W --stall-from K0, a gate-stall.json in --gate, or the default rule):
+    :func:`srollout.stages.rollout_setup.plan_gates`."""
+    return tuple(
+        parse_arm(name).with_gate(plan.gate, plan.gate_K, plan.traj_gate) for name in config.arms
+    )
 
 
 # --- DAPO and GRESO inside one timed run ----------------------------------------------------------
@@ -275,6 +265,7 @@ def run_ab_rollout(
     env_factory: Callable[[], Any] | None = None,
     tasks: Sequence[Any] | None = None,
     dist: DistConfig | None = None,
+    plan: RolloutPlan | None = None,
 ) -> AbResult:
     """Run the A/B as configured; return where the files are, one comparison per arm without
     DAPO and the per-arm summary.
@@ -282,7 +273,9 @@ def run_ab_rollout(
     policy / env_factory / tasks: roll out with these instead of building them from the config (a
     test wraps a policy to count the rows it is asked to generate, or plays a scripted env);
     with ``dist.workers`` > 1 they are pickled to every Ray worker. dist: ``--workers`` (None or
-    1: in this process, Ray never imported); not part of the resume key.
+    1: in this process, Ray never imported); not part of the resume key. plan: the environment,
+    task set, model and gates resolved once (:func:`srollout.stages.rollout_setup.plan_rollout`;
+    resolved here when None).
     """
     from srollout.rollout.parts import merge_parts, write_part
     from srollout.rollout.records import group_tables
@@ -294,26 +287,25 @@ def run_ab_rollout(
     require_workers(
         dist.workers
     )  # before the run directory exists: a missing extra leaves nothing behind
-    if config.resume and config.out is None:
-        raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
-    # a bad gate.json (or one --audit cannot move), task set or GRESO history fails here, before
-    # anything is written
-    arms = build_arms(config)
+    # an unknown --env or one off the TextEnv protocol, a bad task set or gate.json (or one
+    # --audit cannot move), a missing backend, a damaged model, a silent server or a bad GRESO
+    # history fails here, before anything is written
+    if plan is None:
+        plan = plan_rollout(
+            config,
+            arms=[parse_arm(name) for name in config.arms],
+            tasks=tasks,
+            check_env=tasks is None and env_factory is None,
+            check_policy=policy is None,
+        )
+    arms = build_arms(config, plan)
     check_auditable(config, arms)
-    if tasks is None and env_factory is None:  # an unknown --env or one off the TextEnv protocol
-        check_rollout_env(config)
-    tasks = (
-        list(tasks)
-        if tasks is not None
-        else load_tasks(config.tasks, config.difficulty, config.env)
-    )
+    tasks = list(plan.tasks)
     history = (
         load_greso_history(config.greso_history)
         if config.greso_history is not None and any(a.greso for a in arms)
         else []
     )
-    if policy is None:  # a missing backend, a damaged model or a silent server: nothing written
-        check_policy(config)
     # 1. the run directory
     run_dir = prepare_run_dir(
         config.out, "ab-rollout", overwrite=config.overwrite, resume=config.resume
@@ -359,6 +351,7 @@ def run_ab_rollout(
             env_factory,
             warm_tasks(config, arms, specs, tasks),
             specs,
+            plan,
             chunk_groups=dist.chunk_groups,
         )
         if todo

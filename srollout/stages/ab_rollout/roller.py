@@ -22,12 +22,7 @@ from srollout.rollout.engine import (
     run_groups,
 )
 from srollout.rollout.warmup import warm_up
-from srollout.stages.rollout_setup import (
-    build_env_factory,
-    build_policy,
-    build_prompter,
-    for_workers,
-)
+from srollout.stages.rollout_setup import RolloutPlan, build_policy
 
 if TYPE_CHECKING:
     from srollout.rollout.audits import Audit
@@ -85,6 +80,7 @@ class Roller:
         env_factory: Callable[[], Any] | None,
         warm_tasks: Sequence[Any],
         planned: Sequence[GroupSpec],
+        plan: RolloutPlan,
         chunk_groups: int | None = None,
     ) -> None:
         self.config, self.workers, self.chunk_groups = config, workers, chunk_groups
@@ -92,13 +88,14 @@ class Roller:
         self.planned = {
             s.group_id for s in planned
         }  # in the bar's total; DAPO's extra groups are not
-        self.prompter = build_prompter(config)
-        self.env_factory = env_factory or build_env_factory(config)
+        self.model_dir = plan.model_dir  # resolved once by the plan, here and on every worker
+        self.prompter = plan.prompter()
+        self.env_factory = env_factory or plan.env_factory(expert=config.policy != "lm")
         self.warm_tasks = list(warm_tasks)
         self.warm_s = 0.0
         self._dist: list[dict[str, Any]] = []
         if workers == 1:
-            self.policy = policy if policy is not None else build_policy(config)
+            self.policy = policy if policy is not None else build_policy(config, self.model_dir)
             self.policy_name = getattr(self.policy, "name", None)
             if config.warmup:
                 self.warm_s = _warm_up(
@@ -109,8 +106,6 @@ class Roller:
             self.policy_name = (
                 getattr(policy, "name", None) or f"{config.policy} (built by each Ray worker)"
             )
-            if policy is None:
-                self.config = for_workers(config)
 
     def _keep(self, records: list[GroupRecord]) -> Callable[[GroupRecord], None]:
         def keep(record: GroupRecord) -> None:
@@ -150,7 +145,13 @@ class Roller:
 
         recipe = WorkerRecipe(
             make_policy=partial(
-                worker_policy, self.config, self.policy, self.env_factory, self.warm_tasks
+                worker_policy,
+                self.config,
+                self.policy,
+                self.env_factory,
+                self.warm_tasks,
+                self.model_dir,
+                self.prompter,
             ),
             env_factory=self.env_factory,
             prompter=self.prompter,
@@ -190,14 +191,19 @@ class Roller:
 
 
 def worker_policy(
-    config: AbRolloutConfig, policy: Any, env_factory: Callable[[], Any], warm_tasks: Sequence[Any]
+    config: AbRolloutConfig,
+    policy: Any,
+    env_factory: Callable[[], Any],
+    warm_tasks: Sequence[Any],
+    model_dir: Any,
+    prompter: Any,
 ) -> Any:
     """A Ray worker's ``make_policy`` (runs in the worker, before the clock): the policy (``policy``
-    when given, else built from the config), warmed up in the worker's own process when
-    ``--warmup`` is on (its games loaded, a throw-away batch)."""
-    built = policy if policy is not None else build_policy(config)
+    when given, else built from the config and the plan's ``model_dir``), warmed up in the
+    worker's own process when ``--warmup`` is on (its games loaded, a throw-away batch)."""
+    built = policy if policy is not None else build_policy(config, model_dir)
     if config.warmup:
-        _warm_up(warm_tasks, built, env_factory, build_prompter(config), config)
+        _warm_up(warm_tasks, built, env_factory, prompter, config)
     return built
 
 
