@@ -40,7 +40,7 @@ def _build_help(name: str) -> str:
 @config_options(
     BuildConfig,
     BUILD_OPTIONS,
-    order=("out", "replace_shipped", *BUILD_OPTIONS, "force"),
+    order=("out", "replace_shipped", "base", "resume", *BUILD_OPTIONS, "force"),
     help=_build_help,
 )
 def build(
@@ -55,11 +55,24 @@ def build(
     force: bool = typer.Option(
         False, "--force", help="Rebuild even if the cache already holds this config."
     ),
+    base: str | None = typer.Option(
+        None,
+        "--base",
+        help="Train the LoRA adapter of this named model instead (`smollm2-135m`: the adapter "
+        "behind --model smollm2-alfworld), from its recipe; only --seed and --threads change it.",
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="With --base: continue an interrupted adapter build."
+    ),
 ) -> None:
     """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe
-    and seed into the cache, or --out DIR; --replace-shipped puts it in the package."""
+    and seed into the cache, or --out DIR; --replace-shipped puts it in the package. With --base,
+    train and ship the LoRA adapter of a real pretrained model instead."""
     import shutil
 
+    if base is not None:
+        _build_adapter(options, base, out, replace_shipped, force, resume)
+        return
     from srollout.console import make_console
     from srollout.default_policy import replace_shipped as put_in_package
     from srollout.default_policy.build import (
@@ -95,6 +108,49 @@ def build(
     if replace_shipped:
         extra["shipped"] = str(put_in_package(target))
     _show(target, console, extra=extra)
+
+
+def _build_adapter(
+    options: dict[str, Any], base: str, out: Path | None, ship: bool, force: bool, resume: bool
+) -> None:
+    """`policy build --base NAME`: the adapter recipe of NAME (seed and threads may change)."""
+    import shutil
+
+    from srollout.console import make_console
+    from srollout.default_policy.adapter_build import (
+        adapter_dir,
+        build_adapter,
+        recipe_for,
+        replace_shipped_adapter,
+    )
+
+    values = parse_lists(BuildConfig, options)
+    changed = [
+        "--" + k.replace("_", "-")
+        for k, v in values.items()
+        if k not in ("seed", "threads") and v != getattr(_D, k)
+    ]
+    if changed:
+        raise SrolloutError(
+            f"--base {base}: the adapter has its own recipe; {', '.join(changed)} do not apply "
+            "(only --seed and --threads)"
+        )
+    recipe = recipe_for(base, seed=values["seed"], threads=values["threads"])
+    target = out or adapter_dir(recipe)
+    console = make_console()
+    if (target / "build.json").is_file() and not force:
+        console.print(f"already built: {target} (use --force to rebuild)")
+    else:
+        if force and target.exists():
+            shutil.rmtree(target)
+        res = build_adapter(recipe, target, resume=resume)
+        console.print(
+            f"adapter of {base}: {res.n_demos} demos, {res.n_tokens:,} tokens, final loss "
+            f"{res.final_loss:.4f}, {res.seconds:.0f} s -> {target}",
+            highlight=False,
+        )
+    if ship:
+        console.print(f"shipped: {replace_shipped_adapter(target)}")
 
 
 @policy_app.command("info")

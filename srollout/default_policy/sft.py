@@ -145,6 +145,9 @@ def sft(
     cfg: BuildConfig,
     pad_id: int,
     on_step: Callable[[int, int, float], None] | None = None,
+    *,
+    resume: tuple[int, Any] | None = None,
+    checkpoint: Callable[[int, Any], None] | None = None,
 ) -> float:
     """Teacher-forced next-token loss on the loss-masked (assistant, non-noise) tokens, plus
     ``cfg.obs_loss_weight`` × the mean loss on the observation tokens (everything but actions,
@@ -156,6 +159,10 @@ def sft(
     own representations go untrained, and they carry no loss). AdamW, linear warm-up then
     cosine decay to 10 % of ``cfg.lr``; bf16 autocast if ``cfg.bf16``.
     Returns the mean loss of the last epoch; calls ``on_step(step, total, loss)``.
+
+    Resumable: ``checkpoint(step, optimizer)`` is called after every step (it decides whether to
+    save), and ``resume=(step, optimizer_state)`` skips the first ``step`` batches of the
+    (seeded, hence identical) plan and continues with that optimizer state.
     """
     import torch
     import torch.nn.functional as F
@@ -170,6 +177,10 @@ def sft(
     total = sum(len(p) for p in plan)
     warmup = max(1, int(0.05 * total))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
+    done = 0
+    if resume is not None:
+        done, state = resume
+        opt.load_state_dict(state)
 
     def lr_at(step: int) -> float:
         if step < warmup:
@@ -182,6 +193,9 @@ def sft(
     for batches in plan:
         loss_sum, loss_n = 0.0, 0
         for batch in batches:
+            if step < done:  # already trained before the restart
+                step += 1
+                continue
             rows = len(batch)
             length = max(len(rest[i].token_ids) for i in batch)
             ids = torch.full((rows, length), pad_id, dtype=torch.long)
@@ -249,6 +263,8 @@ def sft(
             step += 1
             if on_step:
                 on_step(step, total, float(loss.detach()))
+            if checkpoint:
+                checkpoint(step, opt)
         last_epoch_loss = loss_sum / max(1, loss_n)
     model.eval()
     return last_epoch_loss

