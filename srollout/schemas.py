@@ -33,7 +33,8 @@ def signal_names(columns: Sequence[str]) -> tuple[str, ...]:
 
 
 LABELS: tuple[str, ...] = ("all_fail", "mixed", "all_succeed")
-ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate", "stalled", "lost")
+# max_tokens: a verl session that spent its token budget (the agent loop's response_length)
+ENDED_BY: tuple[str, ...] = ("done", "max_steps", "gate", "stalled", "lost", "max_tokens")
 
 # dtype families a reader accepts for a declared dtype: an int column may hold any int width,
 # a float column accepts ints too (a hand-made table with reward 0/1 stays valid).

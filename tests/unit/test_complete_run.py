@@ -107,7 +107,9 @@ def test_a_run_with_groups_only_is_judged_by_its_groups(tmp_path):
 
 def _verl_log(out: Path, stalled: bool) -> Path:
     """A verl trainer log as the agent loop writes it: one part per session (group u0 and u1, two
-    sessions each, two steps each), merged by merge_log into the four tables."""
+    sessions each, two steps each), merged by merge_log into the four tables. u0's session 0
+    wins; u1's session 1 spends its token budget (max_tokens); with ``stalled`` the stall rule
+    stops u0's session 1."""
     from srollout.rollout.trainer_log import merge_log, write_session
 
     for gid in ("u0", "u1"):
@@ -115,6 +117,7 @@ def _verl_log(out: Path, stalled: bool) -> Path:
             keys = {"group_id": gid, "traj_idx": idx, "task_id": f"t-{gid}", "task_type": "x"}
             won = gid == "u0" and idx == 0
             ended_by = "done" if won else "stalled" if stalled and gid == "u0" else "max_steps"
+            ended_by = "max_tokens" if (gid, idx) == ("u1", 1) else ended_by
             steps = pl.DataFrame(
                 [
                     {**keys, "step": t, "thought": "", "action": "look", "response": "look",
@@ -141,4 +144,5 @@ def test_a_trainer_log_is_judged_by_the_same_definition(tmp_path):
     # verl's agent loop with the stall rule on (not in shadow): session 1 of group u0 stopped
     line = _refusal(_verl_log(tmp_path / "stopped", stalled=True))
     assert "a gate stopped or cut 1 of its 4 trajectories (ended_by 'stalled': 1)" in line
+    # a session that spent its token budget ended as one cut by T_max does: no gate acted
     require_complete(_verl_log(tmp_path / "ungated", stalled=False))
