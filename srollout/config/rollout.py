@@ -184,9 +184,9 @@ class RolloutOptions:
                 f"--difficulty sizes the generated task sets; the official split {self.tasks!r} "
                 "has its own rooms"
             )
-        if self.model is not None and str(self.model) != "default":
-            if not Path(self.model).is_dir():
-                raise SrolloutError(f"--model {self.model}: no such model directory")
+        from srollout.policy.named import check_model_arg
+
+        check_model_arg(self.model)
         if self.adapter is not None and not Path(self.adapter).is_dir():
             raise SrolloutError(f"--adapter {self.adapter}: no such adapter directory")
         explicit = self.K is not None or self.d_L is not None or self.t_high is not None

@@ -65,8 +65,9 @@ def _check_training(cfg: Any) -> None:
         _check_unit((cfg.t_high,), "--t-high")
     if cfg.gate is not None and not Path(cfg.gate).is_file():
         raise SrolloutError(f"--gate {cfg.gate}: no such file")
-    if cfg.model is not None and str(cfg.model) != "default" and not Path(cfg.model).is_dir():
-        raise SrolloutError(f"--model {cfg.model}: no such model directory")
+    from srollout.policy.named import check_model_arg
+
+    check_model_arg(cfg.model)
 
 
 @dataclass(frozen=True)
