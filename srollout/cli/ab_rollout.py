@@ -31,6 +31,7 @@ ORDER = (
     "audit_floor",
     "stall",
     "stall_from",
+    "loop",
     "repeats",
     "blocks",
     "concurrency",

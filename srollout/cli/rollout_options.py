@@ -69,6 +69,7 @@ ROLLOUT_OPTIONS: tuple[str, ...] = (
     "audit_floor",
     "stall",
     "stall_from",
+    "loop",
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")

@@ -116,6 +116,51 @@ def check_stall_arms(stall: int, arms: Any) -> None:
         )
 
 
+def loop_field() -> Any:
+    """``--loop K0``: the loop detector from step K0 (0 = off)."""
+    return doc(
+        0,
+        "Loop detector (gate kind loop, the field's fixed rule after OpenHands' StuckDetector): "
+        "from step K0, end a trajectory whose last 4 (action, observation) pairs are identical, "
+        "or whose last 3 actions are identical and were all rejected, or whose last 6 pairs "
+        "alternate A, B, A, B, A, B (0 = off; docs/gates.md). In ab-rollout it is the rule of the "
+        "loop arm (from step 1 when not given). --gate also takes a loop gate file "
+        '({"kind": "loop", "k0": K0}).',
+    )
+
+
+def check_loop(loop: Any, T_max: int) -> None:
+    """--loop: an integer, K0 >= 0 (0 = off), K0 <= T_max while it is on."""
+    if isinstance(loop, bool) or not isinstance(loop, int) or loop < 0:
+        raise SrolloutError(f"--loop K0 must be an integer >= 1 (0 turns it off), got {loop!r}")
+    if loop > T_max:
+        raise SrolloutError(f"--loop must lie in [1, --T-max {T_max}], got {loop}")
+
+
+def check_loop_arms(loop: int, stall: int, stall_from: int, arms: Any, audit: float = 0) -> None:
+    """--loop sets the loop arm's rule, --stall / --stall-from the stall arms': refused when no
+    arm of ``arms`` (ArmSpecs) takes them; --audit moves thresholds, which the loop arm has none
+    of."""
+    names = ",".join(a.name for a in arms)
+    if audit > 0 and any(a.loop for a in arms):
+        raise SrolloutError(
+            "--audit moves a gate's threshold; the loop arm's loop detector has none: run the "
+            "loop arm in an A/B without --audit"
+        )
+    if loop and not any(a.loop for a in arms):
+        raise SrolloutError(
+            f"--loop sets the loop detector of the loop arm; --arms {names} has none: add loop "
+            "(e.g. --arms baseline,loop)"
+        )
+    stall_given = stall or stall_from != stall_from_field().default
+    if stall_given and any(a.loop for a in arms) and not any(a.stall for a in arms):
+        option = "--stall" if stall else "--stall-from"
+        raise SrolloutError(
+            f"{option} is a stall arm's option and --arms {names} has none: the loop arm takes "
+            "--loop K0 (its first step), or add a stall arm (e.g. --arms baseline,stall,loop)"
+        )
+
+
 def help_for(config_cls: type, name: str) -> str:
     """The help text of ``config_cls.name`` (used by the CLI option of the same name)."""
     for f in dataclasses.fields(config_cls):

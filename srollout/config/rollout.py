@@ -20,10 +20,13 @@ from srollout.config.common import (
     audit_field,
     audit_floor_field,
     check_at_least,
+    check_loop,
+    check_loop_arms,
     check_run_dir_options,
     check_stall,
     check_stall_arms,
     doc,
+    loop_field,
     stall_field,
     stall_from_field,
 )
@@ -156,6 +159,7 @@ class RolloutOptions:
     audit_floor: float = audit_floor_field()
     stall: int = stall_field()
     stall_from: int = stall_from_field()
+    loop: int = loop_field()
 
     def __post_init__(self) -> None:
         self._check_rollout()
@@ -212,13 +216,15 @@ class RolloutOptions:
         # --stall beside a stall gate.json in --gate is the plan's to refuse: it reads the file
         # once (srollout.stages.rollout_setup.plan_gates)
         check_stall(self.stall, self.stall_from, self.T_max)
+        check_loop(self.loop, self.T_max)
 
     @property
     def gate_given(self) -> bool:
         """A gate of either scope is asked for: --gate, --K, --d-L, --t-high, --rule r3 or
-        --stall (which one runs is the plan's to say: it reads --gate's file)."""
+        --stall or --loop (which one runs is the plan's to say: it reads --gate's file)."""
         explicit = (self.K, self.d_L, self.t_high) != (None, None, None)
-        return explicit or self.rule != "r1" or self.gate is not None or self.stall > 0
+        trajectory = self.stall > 0 or self.loop > 0
+        return explicit or self.rule != "r1" or self.gate is not None or trajectory
 
 
 @dataclass(frozen=True)
@@ -248,6 +254,12 @@ class CollectConfig(RolloutOptions):
         _check_K(tuple(self.signal_K), "--signal-K")
         _check_concurrency(self.concurrency, self.G)
         check_run_dir_options(self)
+        if self.loop and self.stall:
+            raise SrolloutError("give either --stall W or --loop K0: one trajectory gate per run")
+        if self.loop and self.audit > 0:
+            raise SrolloutError(
+                "--audit moves a gate's threshold; the loop detector (--loop) has none to move"
+            )
         if self.audit > 0 and not self.gate_given:
             raise SrolloutError(
                 "--audit audits a gate's cuts and stops: turn one on (--gate, --K, --d-L or "
@@ -395,6 +407,7 @@ class AbRolloutConfig(RolloutOptions):
                 "--arms must include baseline (every arm is judged against it), got "
                 f"{','.join(names)!r}"
             )
+        check_loop_arms(self.loop, self.stall, self.stall_from, parsed, self.audit)
         check_stall_arms(self.stall, parsed)  # a stall gate.json: the plan's (plan_gates)
         object.__setattr__(self, "arms", ("baseline", *(n for n in names if n != "baseline")))
         if self.audit > 0 and not any(a.gate or a.stall for a in parsed):

@@ -312,6 +312,11 @@ class TrainOnpolicyConfig:
             raise SrolloutError(f"--arms: {err}") from None
         check_stall(self.stall, self.stall_from, self.T_max)
         check_stall_arms(self.stall, parse_arms(self.arms))
+        if "loop" in self.arms:
+            raise SrolloutError(
+                "--arms loop: the loop detector's arm runs in ab-rollout (a baseline to compare "
+                "the stall arms with); train-onpolicy trains the stall arms"
+            )
         if self.dapo_max_rounds < 0:
             raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
         if not 0.0 <= self.greso_p_explore <= 1.0:

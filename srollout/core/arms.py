@@ -8,7 +8,8 @@ Three filters act at three stages of a GRPO iteration (paper §"Composition with
   (:class:`GresoSkipper`);
 - **the gate** (this paper) stops a group *during* its rollout at step K (``srollout.core.gate``);
 - **the trajectory gate** (beyond the paper) ends single stalled trajectories *during* the rollout
-  (``srollout.core.trajectory_gate``), alone or beside the group gate;
+  (``srollout.core.trajectory_gate``), alone or beside the group gate; the ``loop`` arm runs the
+  field's fixed loop detector in its place, the baseline a stall arm is compared against;
 - **DAPO dynamic sampling** (Yu et al. 2025) drops zero-variance groups *after* their rollouts and
   keeps sampling new prompts until the batch holds the wanted number of useful groups
   (:func:`dapo_fill`), with a cap on extra rounds that degrades gracefully.
@@ -55,6 +56,7 @@ ARM_NAMES: tuple[str, ...] = (
     "gated+stall",
     "stall+dapo",
     "stall+greso",
+    "loop",
 )
 
 
@@ -69,10 +71,13 @@ class ArmSpec:
     full; greso: prompts are skipped before the rollout, by the skip part named ``skip``
     (``"greso"``: GRESO's rule, :class:`GresoSkipper`; another name: a part registered with
     :func:`skip_part`). ``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso.
+    loop: the loop detector (gate kind ``loop``) ends looping trajectories, as the stall rule
+    does on a stall arm (``ab-rollout``'s ``loop`` arm).
     gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
     attached by :meth:`with_gate` (None until then, and always None on an arm without the gate);
     traj_gate: the trajectory gate of a stall arm (:class:`srollout.core.trajectory_gate
-    .StallGate`), attached by :meth:`with_gate` (None on an arm without it).
+    .StallGate`) or of the loop arm (``LoopGate``), attached by :meth:`with_gate` (None on an arm
+    without one).
     The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
     loop needs besides its arm (seed, tasks, environments) is
     ``srollout.training.onpolicy.ArmContext``.
@@ -87,6 +92,7 @@ class ArmSpec:
     gate_K: int | None = None
     traj_gate: Any = None
     skip: str | None = None
+    loop: bool = False
 
     def __post_init__(self) -> None:
         if self.greso and self.skip is None:
@@ -95,12 +101,19 @@ class ArmSpec:
             object.__setattr__(self, "greso", True)
 
     def with_gate(
-        self, gate_rule: Gate | None, gate_K: int | None, traj_gate: Any = None
+        self,
+        gate_rule: Gate | None,
+        gate_K: int | None,
+        traj_gate: Any = None,
+        loop_gate: Any = None,
     ) -> ArmSpec:
-        """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm, and
-        ``traj_gate`` if it is a stall arm; an arm never carries a gate it does not apply."""
+        """This arm with ``gate_rule`` at step ``gate_K`` attached if it is a gated arm,
+        ``traj_gate`` if it is a stall arm and ``loop_gate`` if it is the loop arm; an arm never
+        carries a gate it does not apply."""
         if self.gate:
             self = replace(self, gate_rule=gate_rule, gate_K=gate_K)
+        if self.loop:
+            return replace(self, traj_gate=loop_gate)
         return replace(self, traj_gate=traj_gate) if self.stall else self
 
 
@@ -112,6 +125,7 @@ def _arm(name: str) -> ArmSpec:
         dapo="dapo" in parts,
         greso="greso" in parts,
         stall="stall" in parts,
+        loop="loop" in parts,
     )
 
 
@@ -399,7 +413,7 @@ class Skipper(Protocol):
 
 
 SKIP_ENTRY_POINT_GROUP = "srollout.arms"  # skip parts of other packages: name = the part
-_BUILT_IN_PARTS = frozenset({"baseline", "gated", "stall", "dapo", "greso"})
+_BUILT_IN_PARTS = frozenset({"baseline", "gated", "stall", "dapo", "greso", "loop"})
 SkipFactory = Callable[..., Skipper]
 _SKIP_PARTS: dict[str, SkipFactory] = {}
 

@@ -15,6 +15,7 @@ ARM_COLORS: dict[str, str] = {
     "gated+stall": "#e377c2",
     "stall+dapo": "#bcbd22",
     "stall+greso": "#17becf",
+    "loop": "#393b79",
 }
 
 # arms of skip parts from other packages: a colour picked by a hash of the name, so such an arm

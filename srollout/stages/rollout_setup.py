@@ -33,7 +33,8 @@ class RolloutPlan:
     held-out tasks (() elsewhere); model_dir: the LM's directory, ``resolve_model(--model)`` (its
     files checked), None for the planner policies; gate / gate_K: the group gate and its step K
     (None: no group gate); traj_gate: the trajectory gate (None: none). ``--gate``'s file is read
-    once, into whichever of the two it is.
+    once, into whichever of the two it is. loop_gate: the loop arm's loop detector in an A/B
+    (``--loop K0``, from step 1 when not given; None without a loop arm).
     """
 
     env: EnvSpec
@@ -43,6 +44,7 @@ class RolloutPlan:
     gate_K: int | None = None
     traj_gate: Gate | None = None
     eval_tasks: tuple[Any, ...] = ()
+    loop_gate: Gate | None = None
 
     def prompter(self) -> Any:
         """The environment's prompt and parser (:class:`srollout.rollout.react.EnvPrompter`), with
@@ -92,7 +94,14 @@ def plan_rollout(
         gates = plan_gates(
             config, group=any(a.gate for a in arms), stall_arms=any(a.stall for a in arms)
         )
-    return RolloutPlan(env, loaded, plan_model(config, check_policy=check_policy), *gates)
+    loop_gate = None
+    if arms is not None and any(getattr(a, "loop", False) for a in arms):
+        from srollout.core.trajectory_gate import LoopGate
+
+        loop_gate = LoopGate(k0=config.loop or 1)
+        loop_gate.check(config.T_max)
+    model_dir = plan_model(config, check_policy=check_policy)
+    return RolloutPlan(env, loaded, model_dir, *gates, loop_gate=loop_gate)
 
 
 def plan_model(config: Any, *, check_policy: bool = True) -> Path | None:
@@ -122,12 +131,20 @@ def plan_gates(
     group gate.json or any of --K / --d-L / --t-high / --rule r3). stall_arms: whether an arm
     applies the trajectory gate (True: the default rule when none is given; False: a stall
     gate.json is refused; None: no arms, the trajectory gate runs when given). The trajectory
-    gate is ``--stall W --stall-from K0`` or a gate.json of a trajectory kind in ``--gate``."""
+    gate is ``--stall W --stall-from K0``, ``--loop K0`` (collect) or a gate.json of a trajectory
+    kind in ``--gate``; with arms, a loop gate file is refused (the loop arm takes --loop)."""
     from srollout.core.gate import load_gate, resolve_gate
-    from srollout.core.trajectory_gate import StallGate
+    from srollout.core.trajectory_gate import LoopGate, StallGate
 
     loaded = load_gate(config.gate) if config.gate is not None else None
     stall_file = loaded is not None and loaded.scope == "trajectory"
+    loop = getattr(config, "loop", 0)  # collect and ab-rollout have --loop
+    if isinstance(loaded, LoopGate) and stall_arms is not None:
+        raise SrolloutError(
+            f"--gate {config.gate} is a loop gate: with arms, the loop arm's rule is --loop K0"
+        )
+    if stall_file and loop:
+        raise SrolloutError("give either --loop K0 or a trajectory gate.json in --gate, not both")
     if stall_file and config.stall:
         raise SrolloutError("give either --stall W or a stall gate.json in --gate, not both")
     if stall_file and stall_arms is False:
@@ -153,12 +170,18 @@ def plan_gates(
     traj_gate: Gate | None = None
     if config.stall > 0:
         traj_gate = StallGate(W=config.stall, k0=config.stall_from)
+    elif loop and stall_arms is None:
+        traj_gate = LoopGate(k0=loop)
     elif stall_file:
         traj_gate = loaded
     elif stall_arms:
         traj_gate = StallGate()
     if traj_gate is not None:
         traj_gate.check(config.T_max)
+    if isinstance(traj_gate, LoopGate) and getattr(config, "audit", 0) > 0:
+        raise SrolloutError(
+            "--audit moves a gate's threshold; the loop detector (a loop gate file) has none"
+        )
     return gate, K, traj_gate
 
 

@@ -139,3 +139,65 @@ def test_a_bad_loop_gate_file_is_one_line(tmp_path, body, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and str(gate) in lines[0], proc.stderr
     assert not out.exists()
+
+
+def test_the_loop_flag_is_the_gate_file(runs, tmp_path):
+    out = tmp_path / "flag"
+    proc = srollout("collect", *RUN, "--loop", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cols = ["group_id", "traj_idx", "ended_by", "n_steps", "reward", "n_gen_tokens"]
+    by_flag = pl.read_parquet(out / "trajectories.parquet").select(cols).sort(KEYS)
+    by_file = pl.read_parquet(runs["looped"] / "trajectories.parquet").select(cols).sort(KEYS)
+    assert by_flag.equals(by_file)
+    assert json.loads((out / "manifest.json").read_text())["traj_gate"]["kind"] == "loop"
+
+
+def test_ab_rollout_loop_arm_stops_what_the_rule_finds_in_its_baseline_twin(tmp_path):
+    out = tmp_path / "ab"
+    args = ["--groups", "3", "--G", "4", "--T-max", "16", "--repeats", "1", "--blocks", "1"]
+    args += ["--no-warmup", "--n-boot", "50", "--no-figures"]
+    proc = srollout(
+        "ab-rollout", *args, "--arms", "baseline,loop", "--loop", "2", "--out", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    baseline, looped = out / "baseline" / "r0", out / "loop" / "r0"
+    trajs = load_trajectories(baseline)
+    counts = load_loop_counts(baseline, trajs.since_new.shape, "test")
+    expected = loop_stops(counts, trajs.n_steps, 2)
+    assert expected.any()
+    cut = pl.read_parquet(looped / "trajectories.parquet").sort(KEYS)
+    assert np.array_equal((cut["ended_by"] == "stalled").to_numpy(), expected > 0)
+    # each stop judged by its baseline twin: right iff the twin failed
+    arm = pl.read_parquet(out / "arms.parquet").filter(pl.col("arm") == "loop").row(0, named=True)
+    assert arm["stalls"] == int((expected > 0).sum())
+    assert arm["stall_fp"] == int(((expected > 0) & trajs.success).sum())
+    assert arm["stall_tp"] + arm["stall_fp"] == arm["stalls"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["traj_gates"] == {"loop": {"kind": "loop", "version": 1, "k0": 2}}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ab-rollout", "--arms", "baseline,loop", "--stall", "4"], "--stall is a stall arm's"),
+        (["ab-rollout", "--arms", "baseline,loop", "--stall-from", "5"], "--stall-from is a stall"),
+        (
+            ["ab-rollout", "--arms", "baseline,stall", "--loop", "3"],
+            "--loop sets the loop detector",
+        ),
+        (
+            ["ab-rollout", "--arms", "baseline,loop", "--audit", "0.5"],
+            "the loop arm's loop detector",
+        ),
+        (["collect", "--loop", "2", "--stall", "4"], "give either --stall W or --loop K0"),
+        (["collect", "--loop", "40", "--T-max", "30"], "--loop must lie in [1, --T-max 30]"),
+        (["train-onpolicy", "--arms", "baseline,loop"], "--arms loop: the loop detector's arm"),
+    ],
+)
+def test_bad_loop_options_are_one_line(tmp_path, args, message):
+    out = tmp_path / "run"
+    proc = srollout(*args, "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not out.exists()

@@ -83,9 +83,13 @@ def test_sweep_stall_chooses_a_rule_whose_gate_file_collect_runs(ungated, tmp_pa
                     "--precision-floor", "0.5", "--n-folds", "3", "--out", str(sweep))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pl.read_parquet(sweep / "stall.parquet")
-    assert table.height == 6 and table["chosen"].sum() == 1
+    # the 6 stall rules, and the loop detector beside them at each k0 (never chosen)
+    assert table["rule"].to_list() == ["stall"] * 6 + ["loop"] * 2
+    assert table.filter(pl.col("rule") == "loop")["k0"].to_list() == [3, 6]
+    assert table["chosen"].sum() == 1
     chosen = table.filter("chosen").row(0, named=True)
-    ok = table.filter(pl.col("precision") >= 0.5)
+    assert chosen["rule"] == "stall"
+    ok = table.filter((pl.col("rule") == "stall") & (pl.col("precision") >= 0.5))
     assert chosen["step_savings"] == ok["step_savings"].max()
     gate = json.loads((sweep / "gate-stall.json").read_text())
     assert (gate["W"], gate["k0"]) == (chosen["W"], chosen["k0"])
@@ -332,7 +336,7 @@ def test_what_if_sets_every_method_side_by_side_on_the_runs_own_groups(ungated, 
                     "--n-folds", "3", "--n-boot", "50", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = {r["method"]: r for r in pl.read_parquet(out / "what-if.parquet").iter_rows(named=True)}
-    assert list(table) == ["group gate", "trajectory gate", "DAPO", "GRESO"]
+    assert list(table) == ["group gate", "trajectory gate", "loop detector", "DAPO", "GRESO"]
     # the trajectory gate: the stall grid W 2..12 x k0 5..15 (T_max 20 read from the manifest),
     # cross-fitted over 3 folds at floor 0.5, exactly as the offline evaluator does it
     trajs = load_trajectories(ungated)

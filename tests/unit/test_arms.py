@@ -30,7 +30,9 @@ class Grp(NamedTuple):
 
 def test_arm_names_parse_into_four_switches():
     assert ARM_NAMES[:6] == ("baseline", "gated", "dapo", "greso", "gated+dapo", "gated+greso")
-    assert ARM_NAMES[6:] == ("stall", "gated+stall", "stall+dapo", "stall+greso")
+    assert ARM_NAMES[6:] == ("stall", "gated+stall", "stall+dapo", "stall+greso", "loop")
+    assert parse_arm("loop") == ArmSpec("loop", gate=False, dapo=False, greso=False, loop=True)
+    assert not any(parse_arm(n).loop for n in ARM_NAMES[:-1])
     assert parse_arm("stall+dapo") == ArmSpec(
         "stall+dapo", gate=False, dapo=True, greso=False, stall=True
     )
@@ -204,7 +206,7 @@ def test_arm_summary_counts_useful_groups_per_second():
 
 def test_an_arm_carries_only_the_gates_it_applies():
     from srollout.core.gate import GateRule
-    from srollout.core.trajectory_gate import StallGate
+    from srollout.core.trajectory_gate import LoopGate, StallGate
 
     rule, stall = GateRule(K=10, d_L=0.12), StallGate(8, 10)
     both = parse_arm("gated+stall").with_gate(rule, 10, stall)
@@ -214,6 +216,11 @@ def test_an_arm_carries_only_the_gates_it_applies():
     gated = parse_arm("gated+dapo").with_gate(rule, 10, stall)
     assert (gated.gate_rule, gated.traj_gate) == (rule, None)
     assert parse_arm("baseline").with_gate(rule, 10, stall) == parse_arm("baseline")
+    loop = LoopGate(k0=3)
+    looped = parse_arm("loop").with_gate(rule, 10, stall, loop)
+    assert (looped.gate_rule, looped.gate_K, looped.traj_gate) == (None, None, loop)
+    assert parse_arm("stall").with_gate(rule, 10, stall, loop).traj_gate == stall
+    assert parse_arm("gated").with_gate(rule, 10, stall, loop).traj_gate is None
 
 
 def test_one_arm_strategy_greso_before_dapo_after_the_rollout():

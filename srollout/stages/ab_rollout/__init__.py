@@ -114,9 +114,11 @@ def build_arms(config: AbRolloutConfig, plan: RolloutPlan) -> tuple[ArmSpec, ...
     judged against. The arms with the gate share the plan's gate object (--gate gate.json, or
     rule --rule at (--K, --d-L), paper default (10, 0.12)); the stall arms share its trajectory
     gate (--stall W --stall-from K0, a gate-stall.json in --gate, or the default rule):
-    :func:`srollout.stages.rollout_setup.plan_gates`."""
+    :func:`srollout.stages.rollout_setup.plan_gates`; the loop arm the plan's loop detector
+    (--loop K0, from step 1 when not given)."""
     return tuple(
-        parse_arm(name).with_gate(plan.gate, plan.gate_K, plan.traj_gate) for name in config.arms
+        parse_arm(name).with_gate(plan.gate, plan.gate_K, plan.traj_gate, plan.loop_gate)
+        for name in config.arms
     )
 
 
