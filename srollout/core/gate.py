@@ -215,6 +215,13 @@ def _as_step(value: Any, name: str = "K") -> int:
     return int(value)
 
 
+def _elementwise(values: Any) -> Any:
+    """One number as it is (a Python or numpy float), anything else as a float64 array."""
+    if isinstance(values, (float, int)) and not isinstance(values, bool):
+        return values
+    return np.asarray(values, dtype=np.float64)
+
+
 def _is_missing(value: Any) -> bool:
     """None, or nan (a null t_high read back from a sweep table)."""
     return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
@@ -259,20 +266,21 @@ class GateRule(Gate):
             )
 
     def decide(self, signals: GroupSignals) -> bool:
-        """True iff the group is cut, given its signals at step K (nan d_K: no cut)."""
-        if signals.prefix_edit_distance_mean < self.d_L:
-            return True
-        return self.rule == "r3" and bool(signals.termination_fraction >= self.t_high)
+        """True iff the group is cut, given its signals at step K (nan d_K: no cut):
+        :meth:`decide_arrays` on the group's two floats."""
+        tau_K = signals.termination_fraction if self.rule == "r3" else None
+        return bool(self.decide_arrays(signals.prefix_edit_distance_mean, tau_K))
 
-    def decide_arrays(self, d_K: np.ndarray, tau_K: np.ndarray | None = None) -> np.ndarray:
-        """The decision for N groups from the two signals the rules read (τ_K needed by r3 only):
-        bool[N] (nan d_K never cuts)."""
-        d = np.asarray(d_K, dtype=np.float64)
-        cut = d < self.d_L
+    def decide_arrays(self, d_K: Any, tau_K: Any = None) -> Any:
+        """The rule, its one body: cut iff d_K < d_L (R3: or τ_K >= t_high), elementwise over the
+        two signals it reads (τ_K needed by r3 only). [N] values in, bool[N] out; one group's
+        floats in, one bool out, with no array made (the scalar forms call it so). nan d_K
+        never cuts."""
+        cut = _elementwise(d_K) < self.d_L
         if self.rule == "r3":
             if tau_K is None:
                 raise SrolloutError("rule r3 needs tau_K (termination_fraction)")
-            cut |= np.asarray(tau_K, dtype=np.float64) >= self.t_high
+            cut = cut | (_elementwise(tau_K) >= self.t_high)
         return cut
 
     def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
@@ -297,14 +305,12 @@ class GateRule(Gate):
         used.
 
         Computes only what the rule reads (d_K, and τ_K for r3); ``observations`` are validated
-        when given, for gates that will read them.
+        when given, for gates that will read them. Decided by :meth:`decide_arrays`.
         """
         if observations is not None:
             return self.decide(compute_signals(actions, self.K, observations))
-        d_k = prefix_edit_distance(actions, self.K)
-        if d_k < self.d_L:
-            return True
-        return self.rule == "r3" and termination_fraction(actions, self.K) >= self.t_high
+        tau_K = termination_fraction(actions, self.K) if self.rule == "r3" else None
+        return bool(self.decide_arrays(prefix_edit_distance(actions, self.K), tau_K))
 
     @classmethod
     def never(cls, K: int = 10) -> GateRule:

@@ -117,11 +117,18 @@ def steps_since_new(initial: str, observations: Sequence[str]) -> list[int]:
     return [tracker.step(o) for o in observations]
 
 
+def next_rejected_run(run: int, valid: bool) -> int:
+    """``rejected_run`` after a step, from the count before it (0 at the start) and whether the
+    environment took the step's action: the one body the engine (one step at a time) and
+    :func:`rejected_run` (a whole trajectory) share."""
+    return 0 if valid else run + 1
+
+
 def rejected_run(valid: Sequence[bool]) -> list[int]:
     """``rejected_run`` after each step: [T] validity flags -> [T] counts."""
     out, run = [], 0
     for ok in valid:
-        run = 0 if ok else run + 1
+        run = next_rejected_run(run, ok)
         out.append(run)
     return out
 

@@ -41,7 +41,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from srollout.core.trajectory_signals import LoopTracker, NoveltyTracker, TrajectoryState
+from srollout.core.trajectory_signals import (
+    LoopTracker,
+    NoveltyTracker,
+    TrajectoryState,
+    next_rejected_run,
+)
 from srollout.envs.base import StepResult, Task, TextEnv
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
@@ -58,6 +63,7 @@ from srollout.rollout.seeding import traj_seeds
 from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
     RolloutSettings,
 )
+from srollout.schemas import StepRow
 
 if TYPE_CHECKING:
     from srollout.core.signals import GroupSignals
@@ -329,25 +335,26 @@ def _step_row(
     gen_s: float,
     env_s: float,
 ) -> dict[str, Any]:
-    """One step row: the columns of schemas.STEPS but the group's task columns (records.py)."""
-    return {
-        "step": state.step,
-        "thought": turn.thought,
-        "action": turn.normalized,
-        "response": resp.text,
-        "observation": result.observation,
-        "valid": bool(result.valid),
-        "reward": float(result.reward),
-        "done": bool(result.done),
-        "n_prompt_tokens": int(resp.n_prompt_tokens),
-        "n_gen_tokens": int(resp.n_gen_tokens),
-        "logprob_mean": float(resp.logprob_mean),
-        "logprob_min": float(resp.logprob_min),
-        "steps_since_new": state.since_new,
-        "rejected_run": state.rejected_run,
-        "gen_s": gen_s,
-        "env_s": env_s,
-    }
+    """One step's row: :class:`srollout.schemas.StepRow`, the columns of schemas.STEPS but the
+    group's and trajectory's keys (records.py adds them)."""
+    return StepRow(
+        step=state.step,
+        thought=turn.thought,
+        action=turn.normalized,
+        response=resp.text,
+        observation=result.observation,
+        valid=bool(result.valid),
+        reward=float(result.reward),
+        done=bool(result.done),
+        n_prompt_tokens=int(resp.n_prompt_tokens),
+        n_gen_tokens=int(resp.n_gen_tokens),
+        logprob_mean=float(resp.logprob_mean),
+        logprob_min=float(resp.logprob_min),
+        steps_since_new=state.since_new,
+        rejected_run=state.rejected_run,
+        gen_s=gen_s,
+        env_s=env_s,
+    )._asdict()
 
 
 class _Pool:
@@ -490,7 +497,7 @@ class _Pool:
             rec.reward += float(result.reward)
             rec.n_gen_tokens += int(resp.n_gen_tokens)
             rec.n_prompt_tokens += int(resp.n_prompt_tokens)
-            rejected = 0 if result.valid else live.state.rejected_run + 1
+            rejected = next_rejected_run(live.state.rejected_run, bool(result.valid))
             since_new = live.novelty.step(result.observation)
             loops = live.loops.step(turn.normalized, result.observation, bool(result.valid))
             live.state = TrajectoryState(g.step + 1, since_new, rejected, loops)

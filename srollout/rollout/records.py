@@ -26,7 +26,7 @@ from typing import NamedTuple
 import polars as pl
 
 from srollout.rollout.engine import GroupRecord
-from srollout.schemas import SIGNAL_NAMES, STEP_SIGNAL_NAMES, STEPS
+from srollout.schemas import SIGNAL_NAMES, STEP_KEYS, STEP_SIGNAL_NAMES, STEPS
 
 # the contract's steps columns, in its order, plus the arm
 STEP_SCHEMA: dict[str, pl.DataType] = {**STEPS.columns, **STEPS.optional, "arm": pl.Utf8}
@@ -148,16 +148,8 @@ def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False)
     traj_rows = []
     for t in record.trajs:
         for row in t.steps:
-            step_rows.append(
-                {
-                    "group_id": gid,
-                    "traj_idx": t.traj_idx,
-                    "task_id": task_id,
-                    "task_type": task_type,
-                    **row,
-                    "arm": record.arm,
-                }
-            )
+            keys = (gid, t.traj_idx, task_id, task_type)
+            step_rows.append({**dict(zip(STEP_KEYS, keys, strict=True)), **row, "arm": record.arm})
         traj_rows.append(
             {
                 "group_id": gid,

@@ -77,6 +77,23 @@ def test_should_cut_agrees_with_decide(actions, K, d_L, t_high):
         ) == gate.decide(s)
 
 
+def test_one_body_decides_one_group_as_it_decides_a_batch():
+    # decide_arrays is the rule; one group's floats go through it as they are (a bool back, no
+    # array made), a batch as arrays, and decide / should_cut call it
+    r3 = GateRule("r3", K=3, d_L=0.12, t_high=0.9)
+    assert r3.decide_arrays(0.05, 0.0) is True and r3.decide_arrays(0.5, 0.0) is False
+    assert r3.decide_arrays(0.5, 1.0) is True and r3.decide_arrays(float("nan"), 0.0) is False
+    d, tau = [0.05, 0.5, 0.5, float("nan")], [0.0, 0.0, 1.0, 0.0]
+    batch = r3.decide_arrays(d, tau)
+    assert isinstance(batch, np.ndarray) and batch.tolist() == [True, False, True, False]
+    assert [r3.decide_arrays(x, t) for x, t in zip(d, tau, strict=True)] == batch.tolist()
+    with pytest.raises(SrolloutError, match="r3 needs tau_K"):
+        r3.decide_arrays(0.5)
+    # a group whose three trajectories all ended before K=3: d_K = 0, τ_K = 1 -> cut by both
+    ended = [["a"], ["a"], ["a"]]
+    assert r3.should_cut(ended) and GateRule("r1", K=3, d_L=0.0).should_cut(ended) is False
+
+
 def test_decide_arrays_vectorised():
     d = np.array([0.0, 0.05, 0.12, 0.5, np.nan])
     tau = np.array([0.0, 0.0, 0.0, 1.0, 1.0])

@@ -40,6 +40,23 @@ def test_every_artifact_of_the_design_is_declared() -> None:
         assert {c: validated.schema[c] for c in artifact.columns} == dict(artifact.columns)
 
 
+def test_a_step_row_is_the_contracts_steps_columns_declared_once() -> None:
+    # the engine fills StepRow, made from STEPS: keys + row fields are exactly the contract's
+    # columns, and a row that leaves one out (or names one the contract lacks) is an error
+    fields = schemas.StepRow._fields
+    declared = [*schemas.STEPS.columns, *schemas.STEPS.optional]
+    assert [*schemas.STEP_KEYS, *fields] == [c for c in declared if c in schemas.STEP_KEYS] + [
+        c for c in declared if c not in schemas.STEP_KEYS
+    ]
+    assert set(schemas.STEP_KEYS) | set(fields) == set(declared)
+    row = dict.fromkeys(fields, 0)
+    assert schemas.StepRow(**row)._asdict() == row
+    with pytest.raises(TypeError):
+        schemas.StepRow(**{k: v for k, v in row.items() if k != "rejected_run"})
+    with pytest.raises(TypeError):
+        schemas.StepRow(**row, arm="gated")
+
+
 def test_signals_table_carries_the_seven_paper_signals() -> None:
     assert schemas.SIGNAL_NAMES == (
         "prefix_edit_distance_mean",
