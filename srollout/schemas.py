@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +171,14 @@ STEPS = Artifact(
         **{c: pl.Float64 for c in STEP_LOGPROB_COLUMNS},
         **{c: pl.Int64 for c in STEP_TRAJECTORY_COLUMNS},
     },
+)
+
+# A steps row: its group's and trajectory's keys (added by srollout.rollout.records) and the
+# columns one step fills, StepRow, made from STEPS (the one declaration): the engine fills it by
+# name, so a column it leaves out or one the contract does not declare is an error.
+STEP_KEYS: tuple[str, ...] = ("group_id", "traj_idx", "task_id", "task_type")
+StepRow = namedtuple(
+    "StepRow", [c for c in (*STEPS.columns, *STEPS.optional) if c not in STEP_KEYS]
 )
 
 TRAJECTORIES = Artifact(
