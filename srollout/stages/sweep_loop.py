@@ -35,8 +35,10 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
     """[N, T] loop counts of the collect in ``run`` (0 past each trajectory's end), trajectories
     in order of (group_id, traj_idx) as :class:`~srollout.core.stall_sweep.Trajectories` holds
     them; ``shape`` is that table's (N, T). A missing column is one SrolloutError naming it."""
+    from srollout import schemas
+
     file = run / "steps.parquet"
-    names = pl.read_parquet_schema(file)
+    names = schemas.column_names(file)
     missing = [c for c in (*KEYS, "step", *NEEDS) if c not in names]
     if missing:
         why = "; ".join(f"{c}: {NEEDS[c]}" for c in missing if c in NEEDS)
@@ -44,9 +46,10 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
             f"{source}: {file} has no column(s) {', '.join(missing)}, which the loop detector "
             f"needs" + (f" ({why})" if why else "")
         )
-    steps = pl.read_parquet(file, columns=[*KEYS, "step", *NEEDS]).sort(*KEYS, "step")
-    per = steps.group_by(list(KEYS), maintain_order=True).agg(pl.col(*NEEDS))
-    keys = pl.read_parquet(run / "trajectories.parquet", columns=list(KEYS)).sort(*KEYS)
+    steps = schemas.read(file, schemas.STEPS, columns=[*KEYS, "step", *NEEDS])
+    per = steps.sort(*KEYS, "step").group_by(list(KEYS), maintain_order=True).agg(pl.col(*NEEDS))
+    trajs_file = run / "trajectories.parquet"
+    keys = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=list(KEYS)).sort(*KEYS)
     joined = keys.join(per, on=list(KEYS), how="left", maintain_order="left")
     N, T = shape
     if joined.height != N:
