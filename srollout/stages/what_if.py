@@ -153,12 +153,14 @@ def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, 
     return _row("group gate", setting, int(cut.sum()), int(row["tp"]), steps, tokens, note), gate
 
 
-def _trajectory_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, Any]:
+def _trajectory_gate(
+    config: WhatIfConfig, sweep_config: SweepConfig, trajs: Any
+) -> tuple[dict, Any]:
     from srollout.stages.sweep_stall import sweep_stall
 
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
     stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
-    result = sweep_stall(sweep_config, stall, n_folds=config.n_folds, loops=False)
+    result = sweep_stall(sweep_config, stall, n_folds=config.n_folds, trajs=trajs, loops=False)
     held = result.held_out
     gate = result.gate
     setting = f"stall W {gate.W} from {gate.k0}" if gate is not None else "stall (no rule)"
@@ -176,11 +178,9 @@ def _trajectory_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[d
     return row, gate
 
 
-def _loop_detector(config: WhatIfConfig, run: Path) -> dict:
+def _loop_detector(config: WhatIfConfig, run: Path, trajs: Any) -> dict:
     from srollout.stages.sweep_loop import load_loop_counts, loop_rows
-    from srollout.stages.sweep_stall import load_trajectories
 
-    trajs = load_trajectories(run)
     counts = load_loop_counts(run, trajs.since_new.shape, "what-if")
     r = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
     note = "a fixed rule (nothing fitted): its stops on every group"
@@ -250,7 +250,7 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
     from srollout.rundir import Manifest, prepare_run_dir, require_complete
-    from srollout.stages.sweep_stall import run_dir_of
+    from srollout.stages.sweep_stall import load_trajectories, run_dir_of
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
@@ -271,8 +271,9 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
                 f"--n-folds {config.n_folds} is more than the {groups.height} groups of {run}: "
                 f"each fold holds out at least one group; give --n-folds {groups.height} or fewer"
             )
-        stall_row, stall_gate = _trajectory_gate(config, sweep_config)  # refuses a gated run
-        loop_row = _loop_detector(config, run)  # names the steps column it lacks (valid)
+        trajs = load_trajectories(run)  # refuses a gated run; read once for both rules
+        stall_row, stall_gate = _trajectory_gate(config, sweep_config, trajs)
+        loop_row = _loop_detector(config, run, trajs)  # names the steps column it lacks (valid)
         group_row, group_gate = _group_gate(config, sweep_config)
         rows = [group_row, stall_row, loop_row, _dapo(groups)]
         rows.append(_greso(groups, config.greso_p, config.seed))
