@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class SrolloutError(Exception):
@@ -16,17 +16,31 @@ class SrolloutError(Exception):
 class ArgumentError(SrolloutError, ValueError):
     """A bad argument, named as the function or config that takes it names it. ``template``
     holds one ``{name}`` field per argument it is about; ``str()`` shows each as ``name=value``
-    (``K=12 is larger than T_max=10``), and the CLI's one error handler shows the same line with
-    each argument's flag (``--K 12 is larger than --T-max 10``; :meth:`render`,
-    ``srollout.cli.app.cli_line``). So the pure core never names a command-line flag."""
+    (``K=12 is larger than T_max=10``; ``{name:name}``: the name alone), and the CLI's one error
+    handler shows the same line with each argument's flag (``--K 12 is larger than --T-max 10``;
+    :meth:`render`, ``srollout.cli.app.cli_line``). So the pure core never names a command-line
+    flag."""
 
     def __init__(self, template: str, **values: Any) -> None:
         self.template, self.values = template, values
-        super().__init__(self.render(lambda name, value: f"{name}={value}"))
+        super().__init__(self.render())
 
-    def render(self, show: Callable[[str, Any], str]) -> str:
-        """The message with each argument shown as ``show(name, value)``."""
-        return self.template.format(**{n: show(n, v) for n, v in self.values.items()})
+    def render(self, name_of: Callable[[str], str] = str, sep: str = "=") -> str:
+        """The message with each argument named ``name_of(name)`` and shown with its value after
+        ``sep`` (the CLI: its flag, a space, the value)."""
+        shown = {n: _Shown(name_of(n), sep, v) for n, v in self.values.items()}
+        return self.template.format(**shown)
+
+
+class _Shown(NamedTuple):
+    """One argument of an :class:`ArgumentError` as its template shows it."""
+
+    name: str
+    sep: str
+    value: Any
+
+    def __format__(self, spec: str) -> str:
+        return self.name if spec == "name" else f"{self.name}{self.sep}{self.value}"
 
 
 class SchemaError(SrolloutError):

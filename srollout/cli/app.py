@@ -134,7 +134,7 @@ def cli_line(err: SrolloutError) -> str:
         return str(err)
     from srollout.cli.rollout_options import flag
 
-    return err.render(lambda name, value: f"{flag(name)} {value}")
+    return err.render(flag, " ")
 
 
 def _click_errors() -> tuple[type, ...]:

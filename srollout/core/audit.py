@@ -52,7 +52,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from srollout.errors import SrolloutError
+from srollout.errors import ArgumentError
 
 DEFAULT_FLOOR = 0.85
 DEFAULT_CONFIDENCE = 0.95
@@ -113,12 +113,17 @@ def audit_pick_stop(seed: int, group_index: int, traj_idx: int, fraction: float)
     return bool(rng.random() < fraction)
 
 
-def check_audit_options(fraction: float, floor: float) -> None:
-    """``--audit`` in [0, 1] and ``--audit-floor`` in (0, 1), else one line."""
-    if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
-        raise SrolloutError(f"--audit must be a fraction in [0, 1], got {fraction}")
-    if not (isinstance(floor, (int, float)) and 0.0 < floor < 1.0):
-        raise SrolloutError(f"--audit-floor must lie in (0, 1), got {floor}")
+def check_audit_options(audit: float, audit_floor: float) -> None:
+    """The share of cuts audited ``audit`` in [0, 1] and the precision floor ``audit_floor`` in
+    (0, 1), else one ArgumentError naming the argument (the CLI: ``--audit``, ``--audit-floor``)."""
+    if not (isinstance(audit, (int, float)) and 0.0 <= audit <= 1.0):
+        raise ArgumentError(
+            f"{{audit:name}} must be a fraction in [0, 1], got {audit}", audit=audit
+        )
+    if not (isinstance(audit_floor, (int, float)) and 0.0 < audit_floor < 1.0):
+        raise ArgumentError(
+            f"{{audit_floor:name}} must lie in (0, 1), got {audit_floor}", audit_floor=audit_floor
+        )
 
 
 class Labelled(NamedTuple):

@@ -56,18 +56,23 @@ def test_audit_pick_is_seeded_and_takes_its_fraction():
 @pytest.mark.parametrize(
     ("fraction", "floor", "message"),
     [
-        (1.5, 0.85, "--audit must be a fraction in [0, 1], got 1.5"),
-        (-0.1, 0.85, "--audit must be a fraction in [0, 1], got -0.1"),
-        (float("nan"), 0.85, "--audit must be a fraction in [0, 1], got nan"),
-        (0.5, 1.0, "--audit-floor must lie in (0, 1), got 1.0"),
-        (0.5, 0.0, "--audit-floor must lie in (0, 1), got 0.0"),
-        (0.5, float("nan"), "--audit-floor must lie in (0, 1), got nan"),
+        (1.5, 0.85, "audit must be a fraction in [0, 1], got 1.5"),
+        (-0.1, 0.85, "audit must be a fraction in [0, 1], got -0.1"),
+        (float("nan"), 0.85, "audit must be a fraction in [0, 1], got nan"),
+        (0.5, 1.0, "audit_floor must lie in (0, 1), got 1.0"),
+        (0.5, 0.0, "audit_floor must lie in (0, 1), got 0.0"),
+        (0.5, float("nan"), "audit_floor must lie in (0, 1), got nan"),
     ],
 )
 def test_bad_audit_options_are_one_line(fraction, floor, message):
+    # the core names its arguments; the CLI shows the same line with the flags (test_cli_audit)
+    from srollout.cli.app import cli_line
+
     with pytest.raises(SrolloutError) as err:
         check_audit_options(fraction, floor)
     assert str(err.value) == message
+    flags = message.replace("audit_floor", "--audit-floor").replace("audit must", "--audit must")
+    assert cli_line(err.value) == flags
 
 
 def _audit(scores, oks, it=1):

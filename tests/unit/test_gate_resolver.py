@@ -68,6 +68,12 @@ def test_K_beyond_T_max_is_refused(tmp_path):
     with pytest.raises(ArgumentError, match=r"^gate K=9 is larger than T_max=8$") as err:
         resolve_gate(path, T_max=8)
     assert err.value.values == {"T_max": 8}  # the file's K is no argument, so no flag
+    from srollout.cli.app import cli_line  # the CLI's one translation into flags
+
+    assert cli_line(err.value) == "gate K=9 is larger than --T-max 8"
+    with pytest.raises(ArgumentError) as err:
+        resolve_gate(K=12, T_max=10)
+    assert cli_line(err.value) == "--K 12 is larger than --T-max 10"
     assert resolve_gate(path, T_max=9)[1] == 9
 
 
@@ -101,7 +107,8 @@ def test_the_plan_reads_a_gate_file_once_into_the_gate_of_its_scope(tmp_path, mo
     assert reads == [stall]
     # an A/B's gated arm then takes the options' (paper) rule beside it
     assert plan_gates(AbRolloutConfig(gate=stall), group=True, stall_arms=True)[:2] == (
-        GateRule(), 10
+        GateRule(),
+        10,
     )
     assert len(reads) == 2
     with pytest.raises(SrolloutError, match="it is the rule of the stall arms"):
