@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srollout.errors import SrolloutError
+from srollout.errors import ArgumentError, SrolloutError
 from srollout.policy.base import ActRequest, ActResponse, Policy, TrajectoryTokens, TrajKey
 
 POLICY_KINDS = ("lm", "expert", "noisy-expert")
@@ -101,9 +101,15 @@ def preflight(
         from srollout.policy.server_probe import check_server
         from srollout.policy.vllm_server import ServerClient
 
-        if base_url is None:
-            raise SrolloutError("--backend vllm-server needs --base-url")
-        check_server(ServerClient(base_url))  # one that seeded requests would kill is refused
+        check_server(ServerClient(_server_url(base_url)))  # one seeded requests would kill: refused
+
+
+def _server_url(base_url: str | None) -> str:
+    """The vLLM server's URL, which the ``vllm-server`` backend needs (one check for preflight and
+    make_policy; the CLI names the flag, --base-url)."""
+    if base_url is None:
+        raise ArgumentError("backend vllm-server needs {base_url:name}", base_url=base_url)
+    return base_url
 
 
 def make_policy(
@@ -149,10 +155,8 @@ def make_policy(
     if backend == "vllm-server":
         from srollout.policy.vllm_server import VLLMServerPolicy
 
-        if base_url is None:
-            raise SrolloutError("--backend vllm-server needs --base-url")
         return VLLMServerPolicy(
-            base_url,
+            _server_url(base_url),
             model_dir if model_dir is not None else resolve_model(model),
             adapter,
             temperature=temperature,

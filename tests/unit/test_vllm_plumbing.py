@@ -54,3 +54,14 @@ def test_server_urls(url, base):
 def test_a_bad_url_is_refused():
     with pytest.raises(SrolloutError, match="expected http://HOST:PORT"):
         ServerClient("ftp://x")
+
+
+def test_the_server_backend_without_a_url_is_one_check_for_preflight_and_make_policy():
+    from srollout.cli.app import cli_line
+    from srollout.errors import ArgumentError
+    from srollout.policy import make_policy, preflight
+
+    for call in (preflight, make_policy):
+        with pytest.raises(ArgumentError, match="^backend vllm-server needs base_url$") as err:
+            call("lm", "default", "vllm-server")
+        assert cli_line(err.value) == "backend vllm-server needs --base-url"
