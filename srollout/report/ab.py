@@ -487,9 +487,13 @@ def _mismatch_text(c: Any) -> str:
     return text
 
 
-def method_text(config: Any, blocks: pl.DataFrame) -> str:
+def method_text(config: Any, blocks: pl.DataFrame, env: Any = None) -> str:
+    """The report's method paragraph. env: ``--env``'s EnvSpec (the plan's; resolved here when
+    None)."""
     from srollout.envs.registry import resolve_env
     from srollout.envs.tasks import rooms_note
+
+    env = env if env is not None else resolve_env(config.env)
 
     n_arms = blocks["arm"].n_unique()
     runs = blocks.sort("order")["arm"].to_list()
@@ -505,7 +509,7 @@ def method_text(config: Any, blocks: pl.DataFrame) -> str:
         f"`{config.tasks}`"
         + (
             rooms_note(config.tasks, config.difficulty)
-            if "difficulty" in resolve_env(config.env).task_options
+            if "difficulty" in env.task_options
             else f" of environment `{config.env}`"
         )
         + f" (G={config.G}, T_max={config.T_max}, temperature {config.temperature}, seed "
@@ -529,9 +533,10 @@ def write_ab_outputs(
     comparisons: Sequence[Any],
     tables: dict,
     arms: pl.DataFrame | None = None,
+    env: Any = None,
 ) -> dict[str, Path]:
     """ab.parquet, blocks.parquet, arms.parquet (when ``arms`` is given), the figures and report.md;
-    returns name -> path."""
+    returns name -> path. env: ``--env``'s EnvSpec as the stage's plan resolved it."""
     from srollout.report.markdown import Section, figure, write_report
     from srollout.report.tables import to_markdown
     from srollout.schemas import AB, AB_ARMS
@@ -645,7 +650,7 @@ def write_ab_outputs(
             ),
         )
     )
-    sections.append(Section("Method", method_text(config, blocks)))
+    sections.append(Section("Method", method_text(config, blocks, env)))
     files = [p for p in paths.values()] + [p for t in tables.values() for p in t.values()]
     sections.append(
         Section("Files", "\n".join(f"- `{Path(p).relative_to(run_dir)}`" for p in files))

@@ -450,7 +450,9 @@ def run_ab_rollout(
     table = table.select([*older_columns, *later])
     stops = {a.name: arm_stops(tables, a, config) for a in arms[1:] if a.traj_gate is not None}
     summary = arms_table(table, blocks, arms, {m.arm: m.match for m in matches}, config, stops)
-    paths = write_ab_outputs(run_dir, config, table, blocks, comparisons, tables, arms=summary)
+    paths = write_ab_outputs(
+        run_dir, config, table, blocks, comparisons, tables, arms=summary, env=plan.env
+    )
     manifest.data["timings_s"].update(
         warmup=round(roller.warm_s if roller else 0.0, 3),
         timed_runs=round(float(blocks["wall_s"].sum()), 3),
