@@ -260,8 +260,6 @@ class WhatIfConfig:
 
         check_step(self.K, self.T_max)
         check_at_least(self, n_folds=2, loop_from=1)
-        if self.loop_from > self.T_max:
-            raise SrolloutError(
-                f"--loop-from {self.loop_from} is larger than --T-max {self.T_max}: the loop "
-                "detector would never fire"
-            )
+        check_step(
+            self.loop_from, self.T_max, "loop_from", why="the loop detector would never fire"
+        )

@@ -133,8 +133,10 @@ def check_loop(loop: Any, T_max: int) -> None:
     """--loop: an integer, K0 >= 0 (0 = off), K0 <= T_max while it is on."""
     if isinstance(loop, bool) or not isinstance(loop, int) or loop < 0:
         raise SrolloutError(f"--loop K0 must be an integer >= 1 (0 turns it off), got {loop!r}")
-    if loop > T_max:
-        raise SrolloutError(f"--loop must lie in [1, --T-max {T_max}], got {loop}")
+    if loop:
+        from srollout.core.gate import check_step
+
+        check_step(loop, T_max, "loop")
 
 
 def check_loop_arms(loop: int, stall: int, stall_from: int, arms: Any, audit: float = 0) -> None:

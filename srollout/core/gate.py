@@ -417,16 +417,20 @@ def resolve_gate(
     return gate, K
 
 
-def check_step(step: int, T_max: int, name: str = "K", *, of: str | None = None) -> None:
+def check_step(
+    step: int, T_max: int, name: str = "K", *, of: str | None = None, why: str = ""
+) -> None:
     """The one check that a step lies within the step limit: ``step <= T_max``, else one
     :class:`~srollout.errors.ArgumentError` (a gate past T_max could never act).
 
     name: the caller's argument ``step`` is (``K``, ``k0``, ``stall_from``, ``check_K``; the CLI
     shows its flag); of: what ``step`` is when it is no argument but a gate's own field
-    (``"gate K"``: the line reads ``gate K=12 is larger than T_max=10``)."""
+    (``"gate K"``: the line reads ``gate K=12 is larger than T_max=10``); why: what that means,
+    added after a colon."""
     if step > T_max:
         shown, values = (f"{of}={step}", {}) if of is not None else (f"{{{name}}}", {name: step})
-        raise ArgumentError(f"{shown} is larger than {{T_max}}", T_max=T_max, **values)
+        end = f": {why}" if why else ""
+        raise ArgumentError(f"{shown} is larger than {{T_max}}{end}", T_max=T_max, **values)
 
 
 def describe_gate(gate: Gate | None, K: int | None) -> dict[str, Any] | None:

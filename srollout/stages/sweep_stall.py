@@ -180,12 +180,11 @@ def _from_grid(stall: StallFitConfig, T_max: int) -> tuple[int, ...]:
     froms = stall.stall_from_grid
     if froms == StallFitConfig().stall_from_grid:
         return tuple(k for k in froms if k <= T_max)
-    beyond = [k for k in froms if k > T_max]
-    if beyond:
-        raise SrolloutError(
-            f"--stall-from-grid {beyond[0]} is larger than --T-max {T_max}: no trajectory reaches "
-            f"step {beyond[0]}, so a stall rule from there never fires"
-        )
+    from srollout.core.gate import check_step
+
+    for k in froms:
+        why = f"no trajectory reaches step {k}, so a stall rule from there never fires"
+        check_step(k, T_max, "stall_from_grid", why=why)
     return froms
 
 

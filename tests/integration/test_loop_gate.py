@@ -190,7 +190,7 @@ def test_ab_rollout_loop_arm_stops_what_the_rule_finds_in_its_baseline_twin(tmp_
             "the loop arm's loop detector",
         ),
         (["collect", "--loop", "2", "--stall", "4"], "give either --stall W or --loop K0"),
-        (["collect", "--loop", "40", "--T-max", "30"], "--loop must lie in [1, --T-max 30]"),
+        (["collect", "--loop", "40", "--T-max", "30"], "--loop 40 is larger than --T-max 30"),
         (["train-onpolicy", "--arms", "baseline,loop"], "--arms loop: the loop detector's arm"),
     ],
 )
