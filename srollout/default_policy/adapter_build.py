@@ -12,9 +12,11 @@
 4. the adapter, its recipe, the base file's sha256 and the policy's prompt (srollout.json) written
    atomically to the output directory.
 
-The eval figures (valid actions, success, group labels at temperature 0.7 on the eval split) are
-measured by ``srollout collect --model smollm2-alfworld --tasks eval`` on the result and written
-into build.json by :func:`record_eval`.
+5. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
+   default collect (G 8, T_max 30, temperature
+   0.7) of ``eval_groups`` tasks of the eval split with the adapter merged on the base, its valid
+   actions, success and group labels written into build.json (``figures``); the collect resumes
+   too, and a finished build without figures gets them on the next run of the command.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class AdapterRecipe:
         "down_proj",
     )
     checkpoint_every: int = 5
+    eval_groups: int = 40
 
 
 RECIPES = {"smollm2-135m": AdapterRecipe()}
@@ -214,7 +217,7 @@ def build_adapter(
         "system_prompt": SMOLLM2_PROMPT,
     }
     _save(peft_model, recipe, out, info)
-    shutil.rmtree(work, ignore_errors=True)
+    (work / "checkpoint.pt").unlink(missing_ok=True)  # trained: the work dir keeps the eval run
     return AdapterBuild(out, len(demos), n_tokens, loss, seconds)
 
 
@@ -308,3 +311,54 @@ def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
+    """Step 5's collect (as ``CollectConfig`` fields): ``recipe.eval_groups`` groups of the eval
+    split at the collect defaults (G 8, T_max 30, temperature 0.7) with ``adapter`` merged on its
+    base, in the work directory beside it (resumed when there)."""
+    from srollout.policy import resolve_model
+    from srollout.policy.named import merged_model
+
+    adapter = Path(adapter)
+    merged = merged_model(resolve_model(recipe.base), adapter, f"{recipe.base}-adapter")
+    run = _work_dir(adapter) / "eval"
+    return {
+        "model": str(merged),
+        "tasks": "eval",
+        "groups": recipe.eval_groups,
+        "out": run,
+        "resume": (run / "manifest.json").is_file(),
+        "seed": recipe.sft.seed,
+    }
+
+
+def record_eval(adapter: Path, run: Path, seconds: float) -> dict[str, Any]:
+    """Write the eval collect's figures (valid actions, success, group labels) into the adapter's
+    build.json (``figures``) and drop the work directory; returns them."""
+    import polars as pl
+
+    from srollout.atomic import atomic_write_text
+
+    steps = pl.read_parquet(run / "steps.parquet")
+    trajs = pl.read_parquet(run / "trajectories.parquet")
+    groups = pl.read_parquet(run / "groups.parquet")
+    labels = groups["label"].value_counts()
+    count = dict(zip(labels["label"].to_list(), labels["count"].to_list(), strict=True))
+    figures = {
+        "eval collect": f"{groups.height} eval groups, G 8, T_max 30, temperature 0.7",
+        "valid actions": round(float(steps["valid"].mean()), 4),
+        "success": round(float(trajs["success"].mean()), 4),
+        "groups all_fail / mixed / all_succeed": (
+            f"{count.get('all_fail', 0)} / {count.get('mixed', 0)} / {count.get('all_succeed', 0)}"
+        ),
+        "mixed groups": round(count.get("mixed", 0) / max(1, groups.height), 4),
+        "mean steps": round(float(trajs["n_steps"].mean()), 2),
+        "generated tokens": int(steps["n_gen_tokens"].sum()),
+        "eval wall-clock s": round(seconds),
+    }
+    info = json.loads((adapter / "build.json").read_text())
+    info["figures"] = figures
+    atomic_write_text(json.dumps(info, indent=2, default=str) + "\n", adapter / "build.json")
+    shutil.rmtree(_work_dir(adapter), ignore_errors=True)
+    return figures
