@@ -1,18 +1,8 @@
-"""Scoring of a matched-seed A/B run (``srollout ab-rollout``): pure functions of its tables.
-
-No torch, no engine, no file I/O: the stage reads the Parquet files and hands the tables here
-(Polars DataFrames in, NamedTuples out), so every number of the report can be checked on a
-table made by hand (tests/unit/test_ab_scoring.py).
-
-- :func:`attribute_wall` charges one batched run's measured wall-clock to its groups;
-- :func:`judge_cuts` judges an arm's cuts by the *baseline* arm's outcome of the same task and
-  seeds (never by the arm's own truncated rewards) and gives the paper's safe / raw savings;
-- :func:`seed_match` proves both arms drew the same samples up to step K;
-- :func:`compare_arms` puts an arm's savings with their CIs, its confusion and its seed match
-  in one :class:`Comparison`.
-
-The rows these functions read are ab.parquet's (one row per (task, arm, repeat); columns in
-``srollout.schemas.AB``); ``blocks`` is blocks.parquet (one row per timed run).
+"""Scoring of a matched-seed A/B run (``srollout ab-rollout``): pure functions of its tables (Polars
+DataFrames in, NamedTuples out: ab.parquet's rows, columns in ``srollout.schemas.AB``, and
+blocks.parquet), so every number of the report can be checked on a table made by hand
+(tests/unit/test_ab_scoring.py). Cuts are judged by the *baseline* arm's outcome of the same task
+and seeds, never by the arm's own truncated rewards. What each number means: docs/ab-rollout.md.
 """
 
 from __future__ import annotations

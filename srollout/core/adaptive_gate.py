@@ -1,29 +1,8 @@
-"""An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first
-step where the learned model is confident it is zero-variance (an extension beyond the paper,
-which gates at one fixed K).
-
-At each check step K_j the pooled logistic model of :mod:`srollout.core.learned_gate` gives
-P(zero-variance | signals at K_j, K_j); the gate cuts at the first j with P ≥ t_j. A cut at K_j
-saves T_max − K_j steps per trajectory, so early cuts are worth more, and late checks can catch
-groups whose trajectories only converge later.
-
-Thresholds (chosen on k-fold cross-fitted scores, in step order): t_1 is the threshold on the
-groups' held-out scores at K_1 with the largest TP and precision ≥ floor; t_2 likewise among the
-groups not cut at K_1; and so on. Each step's cuts clear the floor, so their union does too.
-
-Savings count the real cut step: safe = Σ_g TP_g·(T_max − K_cut,g)/(N·T_max), raw likewise over
-every cut, measured = Σ_g real steps after K_cut,g of cut groups / all real steps
-(:func:`evaluate_variable_cuts`).
-
-Engine contract (what a rollout loop must call; ``gate.decide(signals)`` alone is not enough
-for this kind): after step k of a group, if ``k in gate.check_steps()``, compute the signals at
-k and cut iff ``gate.decide_at(k, signals)``; every gate kind has both (the contract,
-:class:`srollout.core.gate.Gate`; a fixed-K gate checks only at its K), so one loop serves every
-gate.
-``gate.K`` is the first check step and ``gate.decide(signals)`` = ``decide_at(gate.K, signals)``,
-so a loop that only knows the fixed-K protocol still runs this gate, conservatively (it then
-cuts only at K_1).
-srollout's engine (:mod:`srollout.rollout.engine`) follows the full contract.
+"""An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first step
+K_j where the pooled model of :mod:`srollout.core.learned_gate` gives P(zero-variance) ≥ t_j
+(t_j chosen in step order among the groups not yet cut, each under the floor). The thresholds,
+the savings and the engine contract (``check_steps`` / ``decide_at``; ``decide`` alone cuts at
+K_1 only): docs/gates.md ("The adaptive-K gate").
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
-"""Training and A/B *arms*: the gate, DAPO dynamic sampling and GRESO pre-rollout skipping,
-composable.
+"""Training and A/B *arms*: the gate, the trajectory gate, DAPO dynamic sampling and GRESO
+pre-rollout skipping, composable (paper §"Composition with DAPO and GRESO"): GRESO skips a prompt
+*before* its rollout (:class:`GresoSkipper`), the gates act *during* it (``srollout.core.gate``,
+``srollout.core.trajectory_gate``; the ``loop`` arm runs the loop detector in the stall rule's
+place), DAPO drops zero-variance groups *after* it and refills (:func:`dapo_fill`). What each arm
+does: docs/ab-rollout.md and docs/training.md.
 
-Three filters act at three stages of a GRPO iteration (paper §"Composition with DAPO and GRESO"):
-
-- **GRESO** (Zheng et al. 2025, "Act Only When It Pays") skips a prompt *before* its rollout when
-  its recent groups were zero-variance, except with an exploration probability
-  (:class:`GresoSkipper`);
-- **the gate** (this paper) stops a group *during* its rollout at step K (``srollout.core.gate``);
-- **the trajectory gate** (beyond the paper) ends single stalled trajectories *during* the rollout
-  (``srollout.core.trajectory_gate``), alone or beside the group gate; the ``loop`` arm runs the
-  field's fixed loop detector in its place, the baseline a stall arm is compared against;
-- **DAPO dynamic sampling** (Yu et al. 2025) drops zero-variance groups *after* their rollouts and
-  keeps sampling new prompts until the batch holds the wanted number of useful groups
-  (:func:`dapo_fill`), with a cap on extra rounds that degrades gracefully.
-
-An arm is a name from :data:`ARM_NAMES` (its parts joined by ``+``); :func:`parse_arm` turns it
-into an :class:`ArmSpec` of four switches. The pre-rollout skip is pluggable: a *skip part* of
-another package (:func:`skip_part`, or an entry point of group ``srollout.arms``) stands wherever
-``greso`` may (``cooldown``, ``gated+cooldown``, ``stall+cooldown``). Pure Python (numpy at
-most): no torch, no engine, no I/O, so a trainer or the ``ab-rollout`` stage can reuse the
-same logic::
-
-    from srollout.core.arms import GresoSkipper, dapo_fill, parse_arms
-
-    for arm in parse_arms("baseline,gated+dapo"):
-        ...  # arm.gate / arm.stall / arm.dapo / arm.greso say which filters run
+An arm is a name from :data:`ARM_NAMES` (its parts joined by ``+``); :func:`parse_arm` turns it into
+an :class:`ArmSpec`. A *skip part* of another package (:func:`skip_part`, or an entry point of group
+``srollout.arms``) stands wherever ``greso`` may (docs/extending.md). Pure Python (numpy at most),
+so a trainer or the ``ab-rollout`` stage reuses the same logic; :func:`roll_arm` is the one strategy
+both run.
 """
 
 from __future__ import annotations
@@ -62,25 +47,15 @@ ARM_NAMES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class ArmSpec:
-    """One arm, the one arm type of srollout: ``name`` (one of :data:`ARM_NAMES`), its four
-    switches and, on a gated arm, the gates it applies.
+    """One arm: ``name`` (one of :data:`ARM_NAMES`), its switches and, once :meth:`with_gate`
+    attached them, the gates it applies (None on an arm without them).
 
-    gate: the gate cuts groups at step K (cut groups leave the GRPO batch); stall: the trajectory
-    gate ends stalled trajectories (they keep their reward so far and stay in the batch); dapo:
-    zero-variance groups are dropped after the rollout and new prompts sampled until the batch is
-    full; greso: prompts are skipped before the rollout, by the skip part named ``skip``
-    (``"greso"``: GRESO's rule, :class:`GresoSkipper`; another name: a part registered with
-    :func:`skip_part`). ``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso.
-    loop: the loop detector (gate kind ``loop``) ends looping trajectories, as the stall rule
-    does on a stall arm (``ab-rollout``'s ``loop`` arm).
-    gate_rule / gate_K: the gate object (a :class:`srollout.core.gate.Gate`) and its step K,
-    attached by :meth:`with_gate` (None until then, and always None on an arm without the gate);
-    traj_gate: the trajectory gate of a stall arm (:class:`srollout.core.trajectory_gate
-    .StallGate`) or of the loop arm (``LoopGate``), attached by :meth:`with_gate` (None on an arm
-    without one).
-    The ``ab-rollout`` stage and the training loops both run arms of this type; what one training
-    loop needs besides its arm (seed, tasks, environments) is
-    ``srollout.training.onpolicy.ArmContext``.
+    gate: cut groups at step K (they leave the GRPO batch); stall: the stall rule ends trajectories
+    (they keep their reward so far); loop: the loop detector does, in its place; dapo: drop
+    zero-variance groups and refill; greso: skip prompts before the rollout by the skip part
+    ``skip`` (``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso). gate_rule /
+    gate_K: the :class:`srollout.core.gate.Gate` and its step K; traj_gate: the ``StallGate`` or
+    ``LoopGate``.
     """
 
     name: str
@@ -197,15 +172,10 @@ class DapoRound(NamedTuple):
 
 @dataclass(frozen=True)
 class DapoResult(Generic[GroupT]):
-    """What :func:`dapo_fill` gathered.
-
-    useful: the useful groups in sampling order, at most ``target_groups`` (the GRPO batch);
-    generated: every group generated, useful or not, in sampling order (for logging);
-    rounds: one :class:`DapoRound` per round that generated groups (1 + extra rounds);
-    hit_cap: the batch is still short after the last allowed extra round;
-    exhausted: a round returned no group (e.g. the prompt pool ran out), so sampling stopped
-    (that empty round is not in ``rounds``).
-    """
+    """What :func:`dapo_fill` gathered: ``useful`` (at most ``target_groups``, the GRPO batch) and
+    ``generated`` (every group) in sampling order; ``rounds``, one per round that generated groups;
+    ``hit_cap``: still short after the last allowed extra round; ``exhausted``: a round returned no
+    group, so sampling stopped (that round is not in ``rounds``)."""
 
     useful: tuple[GroupT, ...]
     generated: tuple[GroupT, ...]
@@ -238,19 +208,15 @@ def dapo_fill(
     useful: Callable[[GroupT], bool] = is_useful,
     tokens: Callable[[GroupT], int] | None = None,
 ) -> DapoResult[GroupT]:
-    """DAPO dynamic sampling as a pure driver: sample, drop zero-variance groups, refill.
+    """DAPO dynamic sampling as a pure driver: round 0 asks ``sample_round(target_groups, 0)``; the
+    groups that are not ``useful`` (zero reward variance, or cut) are dropped, and while the batch
+    is short and fewer than ``max_rounds`` *extra* rounds ran, round r asks ``sample_round(n_needed,
+    r)``.
 
-    Round 0 asks ``sample_round(target_groups, 0)`` for the iteration's groups (rolled out to
-    the end, or cut by a gate). Every group for which ``useful`` is False (zero reward variance,
-    or cut) is dropped. While fewer than ``target_groups`` useful groups are held and fewer than
-    ``max_rounds`` *extra* rounds have run, round r asks ``sample_round(n_needed, r)`` for
-    n_needed = target_groups - useful so far new groups. So at most 1 + max_rounds rounds run.
-
-    Never raises on a short batch: when the cap is hit the result holds what was gathered,
-    ``hit_cap=True``, and a warning is logged; a round that returns no group stops sampling
-    (``exhausted=True``). Useful groups beyond the target (a ``sample_round`` that returns more
-    than asked) are generated but not kept. ``tokens(group)`` counts a group's generated tokens
-    for the per-round totals (0 when not given).
+    Never raises on a short batch: it returns what was gathered with ``hit_cap`` (and logs a
+    warning) or ``exhausted`` (a round returned nothing). Useful groups beyond the target are
+    generated but not kept. ``tokens(group)`` counts generated tokens for the per-round totals (0
+    when not given).
     """
     if target_groups < 1:
         raise SrolloutError(f"DAPO needs a target of >= 1 useful groups, got {target_groups}")
@@ -319,23 +285,13 @@ class GresoOutcome(NamedTuple):
 
 
 class GresoSkipper:
-    """GRESO-style pre-rollout skipping with a seeded, order-free exploration draw.
-
-    The rule (GRESO's probabilistic filter with one fixed exploration probability p = p_explore):
-    let z(x) be the number of *most recent consecutive* groups of prompt x that were
-    zero-variance, over the outcomes recorded before ``iteration`` (z = 0 for a prompt never
-    seen, or whose last group had reward variance). Prompt x is
-
-        skipped at ``iteration``  iff  z(x) >= 1  and  u(x, iteration) >= p ** z(x),
-
-    i.e. rolled out anyway with probability p^z: p after one zero-variance group, p² after two,
-    and so on; p = 1 never skips, p = 0 skips every prompt with z >= 1. u is uniform on [0, 1),
-    a hash of (seed, prompt_id, iteration) (:meth:`draw`), so a decision depends neither on the
-    order prompts are asked about nor on any RNG state, and a resumed run decides the same.
-    A skipped prompt records no outcome, so its streak stays until an exploration roll-out
-    breaks it. GRESO also adapts p per easy/hard prompt towards a target zero-variance share;
-    here p stays fixed, so an arm's behaviour is set by one number.
-    """
+    """GRESO-style pre-rollout skipping with one fixed exploration probability p: prompt x is
+    skipped at ``iteration`` iff z(x) >= 1 and u(x, iteration) >= p ** z(x), z(x) its most recent
+    consecutive zero-variance groups before ``iteration``, u a hash of (seed, prompt_id, iteration)
+    (:meth:`draw`), so a decision depends on no order or RNG state and a resumed run decides the
+    same. A skipped prompt records no outcome, so its streak stays until an exploration roll-out
+    breaks it. GRESO's own per-prompt adaptation of p is left out: one number sets an arm
+    (docs/ab-rollout.md)."""
 
     def __init__(self, p_explore: float, seed: int, history: Iterable[GresoOutcome] = ()) -> None:
         if not 0.0 <= p_explore <= 1.0:
@@ -510,17 +466,11 @@ def roll_arm(
     max_rounds: int = 3,
     tokens: Callable[[Any], int] | None = None,
 ) -> ArmRollout:
-    """The arm strategy ``ab-rollout`` and ``train-onpolicy`` share, for one batch of
-    ``planned`` groups (the engine's group specs):
-
-    - before the rollout, a GRESO arm (``arm.greso``, ``skipper``) skips the planned groups whose
-      tasks (``task_ids``, one per planned group) it draws out at ``iteration``;
-    - during it, the gates act inside ``roll(specs)`` (the stage's engine call: records);
-    - after it, a DAPO arm drops the groups without reward variance (or cut) and asks
-      ``refill(r, n_needed)`` for round r >= 1 (each stage seeds its extra groups its own way)
-      until ``len(planned)`` useful groups or ``max_rounds`` extra rounds (:func:`dapo_fill`).
-
-    ``tokens(record)`` counts a group's generated tokens for the rounds' totals."""
+    """The arm strategy ``ab-rollout`` and ``train-onpolicy`` share, for one batch of ``planned``
+    group specs: a GRESO arm first skips the planned groups whose tasks (``task_ids``) ``skipper``
+    draws out at ``iteration``; the gates act inside ``roll(specs)`` (the stage's engine call); a
+    DAPO arm then refills through ``refill(r, n_needed)`` (each stage seeds its extra groups its own
+    way), as :func:`dapo_fill` does. ``tokens(record)`` counts a group's generated tokens."""
     keep, skipped = list(range(len(planned))), []
     if arm.greso and skipper is not None:
         keep, skipped = greso_filter(skipper, task_ids, iteration)

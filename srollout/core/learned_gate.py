@@ -1,37 +1,10 @@
-"""A learned gate: L2-regularised logistic regression of P(zero-variance) on the seven signals at
-K plus K itself, with a threshold chosen under a precision floor on held-out folds (an extension
-beyond the paper's fixed rules; compare §4.4 and App. "Calibration against random-cut and oracle
-gates").
-
-Model. For a group with signals s ∈ R^7 at step K, the features are x = (s, K) ∈ R^8; each is
-standardised with the training mean μ and standard deviation σ (σ = 0 → 1; a nan value, e.g. a
-missing ``obs_unique_ratio``, is replaced by μ, i.e. 0 after standardising), and
-
-    P(zero-variance | x) = sigmoid(b + w · (x − μ)/σ).
-
-(b, w) minimise the penalised negative log-likelihood
-
-    L(b, w) = −Σ_n [y_n log p_n + (1 − y_n) log(1 − p_n)] + (λ/2)·||w||²      (b unpenalised),
-
-fitted by Newton's method (= IRLS) from zero: deterministic, a few iterations, pure numpy. The
-gate cuts iff P ≥ threshold.
-
-Cross-fitting (k-fold, over groups): groups are split into k folds (stratified by zero_var,
-seeded); a group's score comes from a model fit on the other k − 1 folds only, so no group is
-scored by a model that saw it. :func:`choose_threshold` picks the threshold on those held-out
-scores (largest savings with precision ≥ floor). Reported numbers go one level further
-(:func:`nested_heldout_cuts`): for each outer fold the whole selection (model and threshold, the
-threshold by inner cross-fitting) is done on the other folds and the decisions on the outer
-fold are scored — every reported TP/FP is a decision on a group nothing was fit on.
-
-The saved gate (``gate.json`` kind ``"learned"``) is the model fit on every group, with the
-threshold from the cross-fitted scores.
-
-Features (:data:`FEATURE_SETS`): ``classic`` = the seven signals (the default); ``all`` adds the
-step signals ``action_logprob_mean`` and ``invalid_action_rate`` (s ∈ R^9). The model's
-``features`` list in gate.json says which; a file without the step signals is classic.
-Objective: by default the threshold maximises TP·(T_max − K); with ``gain_by_K`` (the sweep's
-``--objective measured``) it maximises the real steps the cut groups would still have spent.
+"""A learned gate: L2-regularised logistic regression of P(zero-variance) on the signals at K plus
+K itself (features standardised; fitted by Newton's method from zero, pure numpy), with a
+threshold chosen under a precision floor on cross-fitted scores; reported numbers come from
+nested held-out cuts (:func:`nested_heldout_cuts`), so every TP/FP is a decision on a group
+nothing was fit on. The model, the features (:data:`FEATURE_SETS`), the objective and the
+held-out procedure: docs/gates.md ("The learned gate", "What the operating point maximises",
+"Chosen on one set of groups, judged on another").
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Scoring trajectory stops offline: what the stall rule (W, k0) or the loop detector (k0) would
 have stopped in an ungated collect, how often wrongly, what it saves, what the stops do to the
-GRPO batch, and a held-out choice of the stall rule under a precision floor (beyond the paper;
-DESIGN.md, "Trajectory gate").
-
-Every number is judged by the trajectories' full outcomes, which an ungated collect holds:
-
-- a **stop** is the stall rule firing after step t of a trajectory that would have gone on
-  (t < its real number of steps; a trajectory that is won or reaches T_max at t ends anyway);
-- it is **false** when the trajectory would have succeeded; precision = true stops / stops
-  ("stopped ⇒ would have failed");
-- its **measured saving** is the real environment steps after t (n_steps − t) and the tokens
-  those steps generated, over all steps and tokens of the buffer;
-- **in the batch** a stopped trajectory keeps the reward it earned up to t (as one cut by T_max
-  does): the groups it turns zero-variance or mixed, and the share of the batch's advantage L²
-  (as :func:`srollout.core.grpo.group_advantages`, summed over groups) that moves;
-- the **random reference** stops as many trajectories at the same steps, each one drawn
-  uniformly from the trajectories still live after that step (seeded).
+GRPO batch, and a held-out choice of the stall rule under a precision floor. Every number is
+judged by the trajectories' full outcomes; the definitions (stop, false stop, measured saving,
+the batch, the random reference) are docs/gates.md's ("The trajectory gate", Offline).
 
 Shapes: N trajectories, T = the longest one's steps. ``since_new`` [N, T] is
 :func:`srollout.core.trajectory_signals.steps_since_new` padded with −1 past each trajectory's end;

@@ -1,25 +1,12 @@
-"""Signals of a group at step K read from what each step recorded, beside the seven agreement
-signals of :mod:`srollout.core.signals`: the policy's confidence in its own actions and how often
-the environment rejected them.
+"""Signals of a group at step K read from what each step recorded (``steps.parquet``), beside the
+seven agreement signals of :mod:`srollout.core.signals`: ``action_logprob_mean`` (the mean over
+steps t <= K of the step's mean token log-probability, NaN steps skipped) and
+``invalid_action_rate`` (1 − mean(valid) over those steps); docs/artifacts.md, signals.parquet.
 
-Each signal is one function of the group's per-step values of one ``steps.parquet`` column, G
-lists in step order (``values[i][t]`` = the value at step t+1 of trajectory i), using the steps
-t <= K that happened (a trajectory that ended before K gives its steps, no padding). Every step of
-every trajectory weighs the same:
-
-====================== =============== ====================================================
-signal                 steps column    definition
-====================== =============== ====================================================
-action_logprob_mean    ``logprob_mean`` mean over the steps t <= K of the step's mean token
-                                       log-probability (raw: before temperature and top-p;
-                                       docs/artifacts.md); NaN steps skipped, NaN when none
-invalid_action_rate    ``valid``        share of the steps t <= K whose action the
-                                       environment rejected (not admissible): 1 − mean(valid)
-====================== =============== ====================================================
-
-A new signal of this kind is one function here, its entry in :data:`STEP_SIGNALS`, its name in
-``srollout.signal_names.STEP_SIGNAL_NAMES`` (the Parquet contract) and its test: the engine, the
-buffers analyze and sweep read, the signals table and analyze's ranking all take it from there.
+Each is one function of G lists in step order (``values[i][t]`` = the value at step t+1 of
+trajectory i), over the steps t <= K that happened (no padding); every step weighs the same. A
+new one is a function here, its entry in :data:`STEP_SIGNALS`, its name in
+``srollout.signal_names.STEP_SIGNAL_NAMES`` and its test; every consumer takes it from there.
 """
 
 from __future__ import annotations

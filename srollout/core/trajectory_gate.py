@@ -1,39 +1,17 @@
-"""The trajectory gate: a rule evaluated after every step of one trajectory that ends that
-trajectory alone (``ended_by="stalled"``), beside the group gate that ends a whole group at K.
-
-Two kinds, each a pure rule of :mod:`srollout.core.trajectory_signals` (one elementwise body,
-called here after one step and offline over [N, T] arrays). The first is the **stall** rule
-(W, k0): end a trajectory after step t >= k0 once none of its last W observations was new to it
-(``steps_since_new`` >= W). A stopped trajectory keeps its tokens and the reward it earned so far,
-as one cut by T_max does. ``srollout sweep --stall`` chooses W and k0 on an ungated collect and
-writes it as ``gate-stall.json``::
-
-    {"kind": "stall", "version": 1, "W": 8, "k0": 10}
+"""The trajectory gate: a rule asked after every step of one trajectory that ends that trajectory
+alone (``ended_by="stalled"``), beside the group gate that ends a whole group at K. Two kinds,
+each a pure rule of :mod:`srollout.core.trajectory_signals`: the **stall** rule (W, k0), file
+``{"kind": "stall", "version": 1, "W": 8, "k0": 10}``, and the **loop** detector (k0), file
+``{"kind": "loop", "version": 1, "k0": 1}``. Definitions, files and use: docs/gates.md ("The
+trajectory gate", "The loop detector").
 
 Inside your own loop, one tracker per trajectory::
 
-    from srollout.core.trajectory_gate import StallGate
-    from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
-
     gate = StallGate(W=8, k0=10)
-    tracker = NoveltyTracker(initial_observation)
+    tracker = NoveltyTracker(initial_observation)  # LoopTracker() for the loop detector
     ...  # after step t of this trajectory, if the episode is not over:
     if gate.stops(TrajectoryState(step=t, since_new=tracker.step(observation), rejected_run=0)):
         ...  # end this trajectory now; it keeps its reward so far
-
-The second is the **loop** detector (k0), the field's fixed rule after OpenHands' StuckDetector:
-end a trajectory after step t >= k0 when its last 4 (action, observation) pairs are identical, or
-its last 3 actions are identical and were all rejected, or its last 6 pairs alternate A, B, A, B,
-A, B with A != B. It states no precision (``srollout what-if`` measures one). A stop of either
-kind is recorded as ``ended_by="stalled"``; the run's manifest says which kind ran. Its file::
-
-    {"kind": "loop", "version": 1, "k0": 1}
-
-and its signals come from :class:`~srollout.core.trajectory_signals.LoopTracker`
-(``TrajectoryState.loop``)::
-
-    loops = LoopTracker()
-    ...  # after step t: TrajectoryState(t, since_new, rejected_run, loops.step(action, obs, valid))
 """
 
 from __future__ import annotations

@@ -1,59 +1,13 @@
-"""Signals of one trajectory after each of its steps, and the two trajectory rules that read them
-(the trajectory gate, beyond the paper: DESIGN.md, "Trajectory gate"): the stall rule and the loop
-detector. Each rule is ONE elementwise function (:func:`stall_fires`, :func:`loop_fires`) that
-takes Python scalars (a gate asked after one step) or numpy arrays of any one shape ([N, T]: every
-step of N trajectories, offline); every other form calls it.
+"""Signals of one trajectory after each of its steps, and the two trajectory rules that read them:
+the stall rule and the loop detector. Each rule is ONE elementwise function (:func:`stall_fires`,
+:func:`loop_fires`) of Python scalars (a gate asked after one step) or numpy arrays of one shape
+([N, T], offline); every other form calls it. The signals, what "the same observation" means and
+the rules are defined in docs/artifacts.md (steps.parquet) and docs/gates.md ("The trajectory
+gate", "The loop detector"); examples hand-worked in tests/unit/test_trajectory_signals.py.
 
-A trajectory's observations are o_1 (the initial observation, before any action) and then the
-one each step returns: step t's ``steps.observation`` is o_{t+1}. Two observations are **the same**
-when their texts are equal after :func:`normalise_observation`: leading and trailing whitespace
-removed and every run of whitespace (spaces, tabs, newlines) made one space; case, punctuation
-and digits are kept, so "drawer 1" and "drawer 2" differ.
-
-=========================  =========================================================================
-signal, after step t       definition
-=========================  =========================================================================
-``steps_since_new``        t − (the last step s <= t whose returned observation o_{s+1} was new to
-                           the trajectory: equal to none of o_1..o_s), or t if no step's was new.
-                           0 right after a step that saw something new.
-``rejected_run``           the number of steps ending at t, t included, whose action the
-                           environment rejected (``valid`` false); 0 when step t's was valid.
-``same_pair_run``          the number of steps ending at t, t included, whose (action, returned
-                           observation) pair equals step t's: 1 after a pair unlike step t−1's.
-``rejected_repeat_run``    the number of steps ending at t, t included, whose action equals step
-                           t's and was rejected (``valid`` false); 0 when step t's was valid.
-``alternation_run``        the length of the longest run of pairs ending at t that alternates
-                           between two different pairs (A, B, A, B, ...): 1 after a pair equal to
-                           step t−1's (or at t = 1), 2 after one unlike steps t−1's and t−2's.
-=========================  =========================================================================
-
-Actions are compared as recorded (``steps.action``, parsed and normalised), observations as
-above (:func:`normalise_observation`).
-
-The **stall rule** (W, k0) ends a trajectory after the first step t >= k0 with
-``steps_since_new`` >= W: none of its last W observations was new to it. W >= 1, k0 >= 1.
-
-The **loop detector** (k0), the field's rule-based baseline after OpenHands' StuckDetector, ends a
-trajectory after the first step t >= k0 at which any of these holds:
-
-- its last 4 (action, observation) pairs are identical (``same_pair_run`` >= 4);
-- its last 3 actions are identical and each was rejected (``rejected_repeat_run`` >= 3);
-- its last 6 pairs alternate A, B, A, B, A, B with A != B (``alternation_run`` >= 6).
-
-A trajectory gate is asked after every step but its last (a trajectory that is won, lost or
-reaches T_max at t ends anyway), so offline a rule's stop is its first firing step t < n_steps
-(:func:`srollout.core.stall_sweep.first_stops`).
-
-Shapes: a trajectory of T steps gives lists of length T, element t−1 the value after step t.
-
-Example (hand-worked in tests/unit/test_trajectory_signals.py)::
-
-    initial = "room: desk 1, drawer 1"
-    obs = ["on desk 1: a pen", "nothing happens.", "on desk 1: a pen", "drawer 1 is closed"]
-    steps_since_new(initial, obs)      # [0, 0, 1, 0]
-    rejected_run([True, False, False, True])  # [0, 1, 2, 0]
-    loop_counts(["go", "go", "go"], ["x", "x", "y"], [True, True, True])
-    # [LoopCounts(1, 0, 1), LoopCounts(2, 0, 1), LoopCounts(1, 0, 2)]
+A trajectory gate is asked after every step but its last, so offline a rule's stop is its first
+firing step t < n_steps (:func:`srollout.core.stall_sweep.first_stops`). Shapes: a trajectory of
+T steps gives lists of length T, element t−1 the value after step t.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """A finished group's rows as the four Parquet tables of DESIGN.md (steps, trajectories, groups,
-signals), with the required columns of :mod:`srollout.schemas` plus these extra columns:
-
-- steps: ``arm``.
-- trajectories: ``env_seed``, ``n_prompt_tokens``, ``n_valid``, ``gen_s``/``env_s``/``reset_s``
-  (seconds), ``initial_observation`` (o_1, which steps.observation does not hold: the observation
-  acted on at step t is steps.observation of step t-1, and o_1 for t = 1), ``token_ids`` and
-  ``action_mask`` (list columns: the whole multi-turn sequence and which tokens the policy
-  generated; empty for the non-LLM policies), ``arm``.
-- groups: ``group_index``, ``success_rate``, ``gate_K``/``gate_d_K`` (the step and d_K the gate
-  saw; null when no gate ran), ``n_stopped`` (trajectories the group gate ended),
-  ``n_stalled`` (trajectories the trajectory gate ended), ``n_steps`` (env
-  steps really taken), ``n_gen_tokens``, ``n_prompt_tokens``, ``gen_s``, ``env_s``, ``reset_s``,
-  ``wall_s`` (admission to finish), ``started_tick``/``finished_tick``; with ``--audit`` only,
-  ``audited`` (a cut the audit let run on to T_max: cut, with full trajectories and outcome).
-- signals: ``task_id``, ``zero_var``, ``arm``.
+signals): the required columns of :mod:`srollout.schemas` plus the optional ones docs/artifacts.md
+lists in italics (per-trajectory tokens and timings, the group's gate step and counts, ``arm``,
+...).
 
 ``reward_var`` and ``label`` come from the rewards the engine observed: the full outcome for an
 ungated group, the truncated one (for logging only) for a cut group.

@@ -1,16 +1,7 @@
-"""``collect --shadow``: what the gates would have done, scored by the outcomes they did not cut.
-
-A shadow run asks the group gate and the trajectory gate where they would act and records it
-(``groups.shadow_cut_step``, ``trajectories.shadow_stop_step``) while every group plays out, so
-each decision is labelled by its full outcome:
-
-- a shadow cut is right iff its group's full rewards are zero-variance (GRPO would have had no
-  gradient from it);
-- a shadow stop is right iff its trajectory failed (it would have earned nothing more);
-
-and the saving each would have made is measured: the environment steps and generated tokens the
-group took after its cut step, the trajectory after its stop. Precision comes with its exact
-(Clopper-Pearson) 95 % interval.
+"""``collect --shadow``: what the gates would have done, scored by the outcomes they did not cut
+(docs/gates.md, "Shadow mode"): a shadow cut is right iff its group's full rewards are
+zero-variance, a shadow stop iff its trajectory failed; the saving is the environment steps and
+generated tokens after the cut or stop; precision with its exact (Clopper-Pearson) 95 % interval.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
-"""`srollout sweep`: sweep the gate's thresholds on an offline buffer and choose an operating
-point under a precision floor (paper §4.4, App. "Setting the precision floor", "Calibration
-against random-cut and oracle gates", "Bootstrap confidence intervals", "The OR-rule extension").
+"""`srollout sweep`: sweep the gate's thresholds on an offline buffer and choose an operating point
+under a precision floor (paper §4.4, App. "Setting the precision floor", "Calibration against
+random-cut and oracle gates", "Bootstrap confidence intervals", "The OR-rule extension").
 
-Story: read the buffer (signals at each K; from steps also the real step counts and rewards) →
-for every (rule, K, d_L[, t_high]) cut the groups the rule fires on and score the cuts with
-:func:`srollout.core.sweep.evaluate_cuts` (TP = cut and zero-variance; safe savings
-TP·(T_max−K)/(N·T_max); raw savings cut·(T_max−K)/(N·T_max); measured savings = real environment
-steps after K of the cut groups / all real steps; share of the ungated advantage L² norm kept)
-next to a random-cut baseline with the same number of cuts and the oracle → choose the row with
-the largest safe savings (``--objective measured``: measured step savings,
-:mod:`srollout.stages.sweep_measured`) whose precision clears the floor → bootstrap CIs over
-groups for it →
-write sweep.parquet, gate.json (only if a row clears the floor), the Pareto PNG and report.md.
+Story: read the buffer → for every (rule, K, d_L[, t_high]) cut the groups the rule fires on and
+score the cuts (:func:`srollout.core.sweep.evaluate_cuts`; the formulas in
+:mod:`srollout.core.sweep`) next to a random-cut baseline with the same number of cuts and the
+oracle → choose the row with the largest savings (``--objective``) whose precision clears the floor
+→ bootstrap CIs over groups for it → write sweep.parquet, gate.json (only if a row clears the
+floor), the Pareto PNG and report.md.
 """
 
 from __future__ import annotations

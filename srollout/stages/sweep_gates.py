@@ -1,18 +1,8 @@
 """`srollout sweep --learned / --adaptive`: gates chosen on one set of groups and judged on another,
-reported beside R1 and R3 (gates that go beyond the paper's fixed rules; compare paper §4.4, App.
-"Calibration against random-cut and oracle gates", App. "The OR-rule extension").
-
-Story: read the signals of every group at the sweep's K and the check steps → for each gate
-family, run its whole selection procedure (threshold grid for R1/R3; logistic fit + threshold by
-inner cross-fitting for learned; + per-step thresholds for adaptive) on the groups of k − 1 folds
-and let the selected gate decide the held-out fold (or: select on INPUT, decide the groups of
-``--eval-buffer``) → score those held-out decisions (savings count each group's real cut step)
-with bootstrap CIs over groups → fit the final learned/adaptive gates on every INPUT group and
-write them as gate-learned.json / gate-adaptive.json.
-
-R1/R3 rows come twice: "in-sample" (the operating point the plain sweep reports, chosen and
-scored on the same groups — optimistic) and "cross-fitted" (chosen on the other folds), so
-the learned and adaptive gates are compared with R1/R3 under the same protocol.
+reported beside R1 and R3 under the same protocol (in-sample and cross-fitted rows), with
+bootstrap CIs over groups; the final learned/adaptive gates are fit on every INPUT group and
+written as gate-learned.json / gate-adaptive.json. The procedure: docs/gates.md ("Chosen on one
+set of groups, judged on another").
 """
 
 from __future__ import annotations

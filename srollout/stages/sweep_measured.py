@@ -1,21 +1,8 @@
-"""`srollout sweep --objective measured`: choose by what a cut saves, and check it against a
-random cut of the same size (issue 35, "cut by what a cut saves").
-
-The measured saving of a gate is Σ_g∈cut remaining_g / Σ_g total_g over the N groups of the
-ungated buffer, where remaining_g is what group g spent after its cut step K and total_g what it
-spent in all. Two costs:
-
-- steps (``measured_step_savings``): real environment steps, Σ_i max(n_i − K, 0) over the G
-  trajectories (:meth:`srollout.stages.buffer.Buffer.at_K`); needs step counts;
-- generated tokens (``measured_token_savings``): Σ of ``steps.n_gen_tokens`` over the steps
-  t > K of the group's trajectories; needs a steps table whose ``n_gen_tokens`` has no null.
-
-FPs' costs count as saved too (a cut stops them whatever their label); the precision floor bounds
-their harm. The random cut of the same size saves, in expectation, n_cut/N · Σ remaining / Σ
-total (:func:`srollout.core.sweep.random_measured_share`); ``measured_vs_random`` = the gate's
-measured step saving / the random cut's: below 1, the gate's cuts fall on groups that would have
-ended early anyway. Everything here is added only under ``--objective measured``: the default
-sweep's outputs are unchanged.
+"""`srollout sweep --objective measured`: choose by what a cut saves (real environment steps, and
+generated tokens where ``steps.n_gen_tokens`` has no null), and check it against a random cut of
+the same size (``measured_vs_random``). The definitions: docs/gates.md ("What the operating point
+maximises"). Everything here is added only under ``--objective measured``: the default sweep's
+outputs are unchanged.
 """
 
 from __future__ import annotations

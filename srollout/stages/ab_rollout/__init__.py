@@ -31,19 +31,8 @@ The story, top to bottom (:func:`run_ab_rollout`):
    (:func:`srollout.stages.ab_rollout.tables.arms_table`);
    ``ab.parquet``, ``arms.parquet``, ``report.md``, figures.
 
-DAPO and GRESO without training (docs/ab-rollout.md): a DAPO arm rolls the block's tasks, drops
-the groups that are not useful (cut, or zero reward variance) and rolls out the next tasks of
-the task set (group indices after the A/B's, so seeds follow the same scheme) until the block
-has as many useful groups as tasks or ``--dapo-max-rounds`` extra rounds ran. A GRESO arm skips,
-before the rollout, a task whose last z groups (``--greso-history``, then the arm's own groups of
-earlier repeats) gave no gradient, unless a seeded draw keeps it (probability p^z).
-
-Per-task wall-clock (a batched run has no per-task clock): a task is charged its groups' measured
-generation time (each tick's ``policy.act`` time split over the tick's rows by generated tokens,
-as the engine records it), its own env-step and env-reset times, and a share of the run's
-remaining overhead (wall − generation − env) proportional to its env steps. The charges of a run
-sum exactly to its measured wall-clock, so the task-bootstrap's point estimate is the measured
-saving.
+DAPO and GRESO arms without training, and how a batched run's wall-clock is charged to its
+tasks (the charges sum exactly to the measured wall-clock): docs/ab-rollout.md.
 
 Where the pieces live: this module tells the story and runs the arms' blocks (DAPO, GRESO);
 ``schedule`` (the ABBA schedule, block files), ``roller`` (the timed engine call, in process or on
