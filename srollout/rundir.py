@@ -1,16 +1,11 @@
-"""Run directories: ``runs/<stage>-<UTC timestamp>/`` with a ``manifest.json``.
+"""Run directories: ``runs/<stage>-<UTC timestamp>/`` with a ``manifest.json`` (config, package
+versions, git revision, timings, ``status``: ``partial`` until the stage finishes). A run never
+overwrites an existing directory unless asked (``--overwrite``); ``--resume`` reuses it with its
+partial artifacts. One writer per run directory: an advisory ``flock`` on ``<run>/.srollout.lock``,
+held until the process exits (docs/reliability.md, "One writer per run directory").
 
-A run never overwrites an existing run directory unless asked (``--overwrite``), and resuming
-(``--resume``) reuses the directory with its partial artifacts. The manifest records the config,
-package versions, git revision, timings and ``status`` (``partial`` until the stage finishes).
-
-One writer per run directory: :func:`prepare_run_dir` takes an advisory lock (``flock``) on
-``<run>/.srollout.lock`` and keeps it until the process exits. The kernel drops the lock when the
-process dies, however it dies, so a lock file left by a killed run never blocks ``--resume``; a
-second live process on the same directory is refused at once with the other one's PID.
-
-A run is *complete* when no gate acted on any of its trajectories (:func:`require_complete`, the
-one definition every reader of outcomes calls): only then are its labels the full outcomes.
+A run is *complete* when no gate acted on any of its trajectories (:func:`require_complete`, the one
+definition every reader of outcomes calls): only then are its labels the full outcomes.
 """
 
 from __future__ import annotations

@@ -2,17 +2,13 @@
 intervals"): Spearman's ρ with its t-test p-value, AUROC as Mann–Whitney U, seeded percentile
 bootstrap (plain and paired), exact McNemar test.
 
-Ranks, ρ, AUROC, the exact McNemar p-value and the bootstrap resampling are scipy.stats
-(``rankdata``, ``spearmanr``, ``mannwhitneyu``, ``binomtest``, ``bootstrap``); this module adds
-the paper's conventions around them (nan handling, one-line errors, the paired p-value, ratios
-of sums). The bootstrap draws rows with one ``numpy.random.Generator(PCG64(seed))``, so the same
-seed gives the same interval. :func:`bootstrap_sums_ci` resamples counts of distinct rows
-instead of rows (the same estimator, O(distinct rows) per resample) for statistics that depend
-on the data only through column sums; :func:`relative_saving_ci` keeps a hand-written gather
-(about 25 % faster than ``scipy.stats.bootstrap(paired=True)`` at N = 1,000, docs/benchmarks.md)
-that draws the very resamples scipy draws, and :func:`rank_stats` gets ρ and AUROC from one
-ranking (half the time of ``spearmanr`` + ``mannwhitneyu`` on a million groups); tests hold
-both to scipy's numbers.
+The tests are scipy.stats's; this module adds the paper's conventions around them (nan handling,
+one-line errors, the paired p-value, ratios of sums). The bootstrap draws with one
+``numpy.random.Generator(PCG64(seed))``, so the same seed gives the same interval. Three
+hand-written fast paths, each held to scipy's numbers by tests and timed in docs/benchmarks.md:
+:func:`bootstrap_sums_ci` (counts of distinct rows, for statistics of column sums),
+:func:`relative_saving_ci` (scipy's own resamples, gathered by hand) and :func:`rank_stats` (ρ and
+AUROC from one ranking).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""The engine's calls into environments: each trajectory's own random generators, one error
-naming where a call failed, and the checks on what a call returned.
+"""The engine's calls into environments: each trajectory's own random generators, one error naming
+where a call failed, and the checks on what a call returned.
 
-Randomness.
-The engine steps many environments in lock-step in one process. A game that seeds the global
-generators in ``reset`` (``random.seed``, ``np.random.seed``) or draws from them as it plays
-would otherwise share one stream with every other trajectory in flight, so the same seed would
-play a different game at another ``--concurrency`` or ``--workers``. Around every ``reset`` and
-``step`` of a trajectory the engine swaps in that trajectory's state (first seeded from its
-environment seed) and swaps the process's back after, keeping what the call drew: the game sees
-one stream of its own, whatever runs beside it, and nothing outside the environment sees its
-draws. An environment that declares ``global_rng = False`` (ALFWorld's) is left on the process's
-generators, which it never touches.
+Randomness: around every ``reset`` and ``step`` of a trajectory the engine swaps in that
+trajectory's state of Python's and NumPy's global generators (first seeded from its environment
+seed) and swaps the process's back after, so a game that seeds or draws from them plays the same for
+the same seed at any ``--concurrency`` or ``--workers``, and nothing outside it sees its draws; a
+class with ``global_rng = False`` is left on the process's own (docs/environments.md, "Seeds").
 """
 
 from __future__ import annotations
