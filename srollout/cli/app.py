@@ -28,33 +28,22 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    # Order here is the order `srollout --help` lists them: the paper's pipeline order.
-    from srollout.cli import (
-        ab_rollout,
-        analyze,
-        collect,
-        policy,
-        serve,
-        sweep,
-        train_offpolicy,
-        train_onpolicy,
-        what_if,
-    )
+    import importlib
 
-    # `policy` (build/inspect the default policy) and `serve` (a vLLM server) are helpers, listed
-    # after the pipeline.
-    for module in (
-        collect,
-        analyze,
-        sweep,
-        what_if,
-        ab_rollout,
-        train_offpolicy,
-        train_onpolicy,
-        policy,
-        serve,
+    # The order `srollout --help` lists them in: the paper's pipeline, then the helpers `policy`
+    # (build/inspect the default policy) and `serve` (a vLLM server).
+    for name in (
+        "collect",
+        "analyze",
+        "sweep",
+        "what_if",
+        "ab_rollout",
+        "train_offpolicy",
+        "train_onpolicy",
+        "policy",
+        "serve",
     ):
-        module.register(app)
+        importlib.import_module(f"srollout.cli.{name}").register(app)
 
 
 _register()
@@ -101,7 +90,7 @@ def _run() -> None:
     except SrolloutError as err:
         if os.environ.get("SROLLOUT_DEBUG") == "1":
             raise
-        if _is_disk_full(err):
+        if isinstance(err, DiskFullError):
             _disk_full(str(err))
         _drop_empty_run_dir()
         _fail(cli_line(err))
@@ -194,10 +183,6 @@ def _run_dir_out_of_space() -> bool:
     except OSError:
         return False
     return stat is not None and stat.f_bavail * stat.f_frsize < 1 << 20
-
-
-def _is_disk_full(err: SrolloutError) -> bool:
-    return isinstance(err, DiskFullError)
 
 
 def _resume_hint() -> str:

@@ -34,6 +34,7 @@ logged only; an A/B judges a gated group by the baseline arm's outcome of the sa
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -226,33 +227,27 @@ class RolloutSummary(NamedTuple):
     n_stalled: int = 0
 
     @classmethod
+    def of(cls, wall_s: float, workers: int = 1, **measured: Any) -> RolloutSummary:
+        """A summary from the measured totals (every field but the two derived here):
+        overhead_s = workers x wall_s minus the measured seconds (on Ray: worker-seconds spent
+        on neither generation, env steps nor resets: start-up, idle, transfer), mean_batch."""
+        gen_s, env_s, reset_s = measured["gen_s"], measured["env_s"], measured["reset_s"]
+        ticks = measured["ticks"]
+        return cls(
+            wall_s=wall_s,
+            overhead_s=workers * wall_s - gen_s - env_s - reset_s,
+            mean_batch=measured["rows"] / ticks if ticks else 0.0,
+            **measured,
+        )
+
+    @classmethod
     def total(
         cls, summaries: Sequence[RolloutSummary], wall_s: float, workers: int = 1
     ) -> RolloutSummary:
         """Several calls' totals as one summary: counts and measured seconds summed, ``wall_s``
-        given (a driver's clock, or the sum of sequential calls' clocks), overhead_s = workers x
-        wall_s minus the measured seconds (on Ray: worker-seconds spent on neither generation,
-        env steps nor resets: start-up, idle, transfer)."""
-        gen_s = sum(s.gen_s for s in summaries)
-        env_s = sum(s.env_s for s in summaries)
-        reset_s = sum(s.reset_s for s in summaries)
-        ticks = sum(s.ticks for s in summaries)
-        rows = sum(s.rows for s in summaries)
-        return cls(
-            groups=sum(s.groups for s in summaries),
-            wall_s=wall_s,
-            gen_s=gen_s,
-            env_s=env_s,
-            reset_s=reset_s,
-            overhead_s=workers * wall_s - gen_s - env_s - reset_s,
-            ticks=ticks,
-            rows=rows,
-            mean_batch=rows / ticks if ticks else 0.0,
-            n_gen_tokens=sum(s.n_gen_tokens for s in summaries),
-            n_prompt_tokens=sum(s.n_prompt_tokens for s in summaries),
-            n_cut=sum(s.n_cut for s in summaries),
-            n_stalled=sum(s.n_stalled for s in summaries),
-        )
+        given (a driver's clock, or the sum of sequential calls' clocks)."""
+        summed = [f for f in cls._fields if f not in ("wall_s", "overhead_s", "mean_batch")]
+        return cls.of(wall_s, workers, **{f: sum(getattr(s, f) for s in summaries) for f in summed})
 
 
 # --- the engine ---------------------------------------------------------------------------------
@@ -286,35 +281,22 @@ class _Group:
 
 @dataclass
 class _Totals:
-    """Running totals of one :func:`run_groups` call (seconds are measured wall-clock)."""
+    """Running totals of one :func:`run_groups` call (seconds are measured wall-clock), named as
+    :class:`RolloutSummary`'s fields."""
 
+    groups: int = 0
     gen_s: float = 0.0
     env_s: float = 0.0
     reset_s: float = 0.0
-    rows: int = 0
     ticks: int = 0
-    gen_tokens: int = 0
-    prompt_tokens: int = 0
-    cut: int = 0
-    stalled: int = 0
-    done: int = 0
+    rows: int = 0
+    n_gen_tokens: int = 0
+    n_prompt_tokens: int = 0
+    n_cut: int = 0
+    n_stalled: int = 0
 
     def summary(self, wall_s: float) -> RolloutSummary:
-        return RolloutSummary(
-            groups=self.done,
-            wall_s=wall_s,
-            gen_s=self.gen_s,
-            env_s=self.env_s,
-            reset_s=self.reset_s,
-            overhead_s=wall_s - self.gen_s - self.env_s - self.reset_s,
-            ticks=self.ticks,
-            rows=self.rows,
-            mean_batch=self.rows / self.ticks if self.ticks else 0.0,
-            n_gen_tokens=self.gen_tokens,
-            n_prompt_tokens=self.prompt_tokens,
-            n_cut=self.cut,
-            n_stalled=self.stalled,
-        )
+        return RolloutSummary.of(wall_s, **dataclasses.asdict(self))
 
 
 class _TickResult(NamedTuple):
@@ -540,7 +522,7 @@ class _Pool:
                         still.append(live)
                     else:
                         self.end(live, "stalled")
-                        self.totals.stalled += 1
+                        self.totals.n_stalled += 1
                 else:
                     still.append(live)
             g.live = still
@@ -560,7 +542,7 @@ class _Pool:
                 g.record.shadow_cut_step = g.step
                 return
             g.record.cut, g.record.cut_step = True, g.step
-            self.totals.cut += 1
+            self.totals.n_cut += 1
             audit = self.settings.audit
             if audit is not None and audit(g.record.spec.index):
                 g.record.audited = True  # the cut stands; the audit lets it run to the end
@@ -593,7 +575,7 @@ class _Pool:
                     self.compute_signals(actions, k, observations), record.trajs, k
                 )
         record.wall_s = time.perf_counter() - group.t0
-        self.totals.done += 1
+        self.totals.groups += 1
         if self.on_group is not None:
             self.on_group(record)
 
@@ -604,8 +586,8 @@ class _Pool:
         totals.env_s += tick.env_s
         totals.rows += tick.rows
         totals.ticks += 1
-        totals.gen_tokens += tick.gen_tokens
-        totals.prompt_tokens += tick.prompt_tokens
+        totals.n_gen_tokens += tick.gen_tokens
+        totals.n_prompt_tokens += tick.prompt_tokens
 
 
 def run_groups(
@@ -647,7 +629,7 @@ def run_groups(
                         result.gen_s,
                         result.env_s,
                         len(pool.in_flight),
-                        pool.totals.done,
+                        pool.totals.groups,
                     )
                 )
     finally:
