@@ -1,14 +1,8 @@
-"""The Parquet contract between stages: every artifact's columns, and safe read/write helpers.
-
-Each artifact has a set of *required* columns with their Polars dtypes. Writers may add columns
-freely; readers check that every required column is present with a compatible dtype and raise
-:class:`~srollout.errors.SchemaError` naming the file and the column otherwise. Each artifact
-also lists the value rules of docs/artifacts.md (:class:`Rule`: a range, a set of values, where
-NaN or null may appear); :func:`read` enforces them, so a table made by another tool with a d_K
-of 1.7 or a NaN τ_K stops with one line naming the column, the first bad row and the rule.
-Writes are atomic (temp file in the same directory, then ``os.replace``), so a crash never
-leaves half a file, and a full disk leaves the previous file in place.
-The documentation of each column is in docs/artifacts.md.
+"""The Parquet contract between stages: every artifact's required columns with their Polars dtypes,
+its value rules (:class:`Rule`), and safe read/write helpers. Readers check both and raise
+:class:`~srollout.errors.SchemaError` naming the file, the column and (for a rule) the first bad
+row; writes are atomic (temp file, then ``os.replace``), so a crash or a full disk leaves the
+previous file in place. Each column and rule is documented in docs/artifacts.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
-"""Every subcommand's options, declared once: as the fields of its config.
-
-Each option is a field of the command's config (:class:`srollout.config.RolloutOptions` and its
-stage configs, :class:`srollout.config.TrainOnpolicyConfig`, ``TrainOffpolicyConfig``,
-``AnalyzeConfig``, ``WhatIfConfig``): its flag is the field name with ``-`` for ``_``
-(``T_max`` -> ``--T-max``), its help the field's help (``help_for``), its default the field's
-default; a tuple field is a comma list. :func:`config_options` adds them to a Typer command, in
-the order the command lists its options in ``--help``, and hands them to the command as one
-dict::
+"""Every subcommand's options, declared once: as the fields of its config (:mod:`srollout.config`).
+The flag is the field name with ``-`` for ``_`` (``T_max`` -> ``--T-max``), the help the field's
+(``help_for``), the default the field's; a tuple field is a comma list. :func:`config_options` adds
+them to a Typer command in its ``--help`` order and hands them over as one dict::
 
     @app.command("collect")
     @config_options(CollectConfig, COLLECT_OPTIONS, order=(*COLLECT_OPTIONS, "workers"))
     def collect(options: dict[str, Any], workers: int = 1) -> None:
         config = CollectConfig(**config_values(CollectConfig, options))
 
-A command whose options come from several configs stacks the decorator, one per config, each
-handing its options on under its own name (``into``), as ``sweep`` does.
+Options from several configs: one decorator per config, each handing its options on under its own
+name (``into``), as ``sweep`` does.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
-"""The offline rollout buffer read by `analyze` and `sweep`.
+"""The offline rollout buffer read by `analyze` and `sweep`: a run directory, a ``steps.parquet`` or
+a ``signals.parquet`` made by anyone (docs/artifacts.md). From **steps** the trajectories are
+rebuilt and the signals computed here at the requested K
+(:func:`srollout.core.signals.compute_signals`); a trajectory's reward is the sum of its step
+rewards and σ_r² the population variance of the G rewards. From **signals** the table is used as it
+is (its K values are the ones available), with ``trajectories.parquet`` beside it adding rewards and
+step counts. The observation acted on at step t is the previous step's ``observation``; o_1 is
+:data:`INITIAL_OBSERVATION`.
 
-The input is a run directory, a ``steps.parquet`` or a ``signals.parquet`` made by anyone:
-
-- from **steps** (a file, or a run directory holding one) the trajectories are rebuilt (actions in
-  step order; a trajectory with fewer than K steps has ended) and the seven signals are computed
-  here at the requested K with :func:`srollout.core.signals.compute_signals`; each trajectory's
-  reward is the sum of its step rewards (in ALFWorld: 1 on the winning last step), the group's
-  reward variance σ_r² is the population variance of those G final rewards, and the real step counts
-  give the measured remaining steps after K;
-- from **signals** the table is used as it is (then the K values present are the ones
-  available), with ``reward_var`` and ``label`` taken from it; a run directory that also holds
-  ``trajectories.parquet`` adds per-trajectory rewards and step counts.
-
-Observations: ``steps.observation`` at step t is the environment's answer to a_t, so the
-observation the agent acted on at step t is o_t = observation of step t−1, and o_1 (the initial
-observation, the same task text for every member of a group) is :data:`INITIAL_OBSERVATION`.
-
-Every check happens here, before a stage writes anything: a wrong file gets one line naming the
-file and the column (``SchemaError``), as does a group with fewer than 2 trajectories, a K outside
-the data, a run that is not complete (:func:`srollout.rundir.require_complete`: a gate stopped
-or cut some of its trajectories, so their labels would come from truncated rewards).
+Every check happens here, before a stage writes anything, each one line: a wrong file or column
+(``SchemaError``), a group with fewer than 2 trajectories, a K outside the data, a run that is not
+complete (:func:`srollout.rundir.require_complete`).
 """
 
 from __future__ import annotations

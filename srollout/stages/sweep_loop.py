@@ -1,13 +1,10 @@
-"""The loop detector offline: what the fixed rule (gate kind ``loop``, after OpenHands'
-StuckDetector) would have stopped in an ungated collect, scored as the stall rule is.
-
-Story: read the collect's steps (action, observation, valid) → each trajectory's
-:class:`~srollout.core.trajectory_signals.LoopCounts` after every step, as [N, T] arrays in the
-order of :func:`srollout.stages.sweep_stall.load_trajectories` → for each k0, the stops the rule
-makes (:func:`srollout.core.stall_sweep.loop_stops`), scored by the full outcomes
-(:func:`~srollout.core.stall_sweep.score_stops`) beside the random reference. Nothing is fitted:
-the rule is fixed, so its stops on every group are already "held out". ``sweep --stall`` adds
-these rows to stall.parquet (``rule = "loop"``, W null); ``what-if`` shows one row.
+"""The loop detector offline (gate kind ``loop``; docs/gates.md, "The loop detector"): for each k0,
+its stops on an ungated collect (:func:`srollout.core.stall_sweep.loop_stops` over [N, T]
+:class:`~srollout.core.trajectory_signals.LoopCounts`, in
+:func:`srollout.stages.sweep_stall.load_trajectories`' order), scored as the stall rule's
+(:func:`~srollout.core.stall_sweep.score_stops`). Nothing is fitted, so its stops on every group are
+already "held out". ``sweep --stall`` adds these rows to stall.parquet (``rule = "loop"``, W null);
+``what-if`` shows one row.
 """
 
 from __future__ import annotations

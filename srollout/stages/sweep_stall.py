@@ -1,14 +1,13 @@
-"""`srollout sweep --stall`: the trajectory gate's stall rule on an ungated collect.
+"""`srollout sweep --stall`: the trajectory gate's stall rule on an ungated collect (docs/gates.md,
+"The trajectory gate").
 
-Story: read the collect's steps and trajectories → each trajectory's ``steps_since_new`` after
-every step (recorded in steps.parquet, or computed from its observations) → for every (W, k0) of
-the grid, the stops the rule makes, scored by the full outcomes
-(:func:`srollout.core.stall_sweep.score_stops`) beside a random reference that stops as many live
-trajectories at the same steps → held out: every fold of the groups stopped by the rule chosen
-on the others at --precision-floor (:func:`~srollout.core.stall_sweep.crossfit`) → the rule
-chosen on all the groups, written as gate-stall.json; stall.parquet, a report section and a table.
-The loop detector, a fixed rule, is scored beside it at each k0 of the grid
-(:mod:`srollout.stages.sweep_loop`): stall.parquet's rows with ``rule = "loop"``.
+Story: read the collect's steps and trajectories → each trajectory's ``steps_since_new`` after every
+step (recorded, or computed from its observations) → every (W, k0) of the grid scored by the full
+outcomes (:func:`srollout.core.stall_sweep.score_stops`) beside the random reference → held out:
+each fold stopped by the rule chosen on the others (:func:`~srollout.core.stall_sweep.crossfit`) →
+the rule chosen on all groups written as gate-stall.json; stall.parquet, a report section and a
+table. The loop detector is scored beside it at each k0 (:mod:`srollout.stages.sweep_loop`, rows
+with ``rule = "loop"``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """`srollout train-offpolicy`: GRPO on a fixed collected buffer, baseline vs gated arm (Tier 2,
-§5.2).
+§5.2; docs/training.md).
 
 The story (:func:`run_train_offpolicy`):
 
-1. read the buffer (a `collect` run without a gate, made by the LM policy): every trajectory's
-   token ids and action mask, final rewards, and the per-step cost from steps.parquet;
-2. evaluate the gate on every group from its signals at step K (the same rule the rollout
-   engine applies; only groups with a trajectory still acting after K can be cut) and count a
-   cut group's post-K rollout cost (real steps after K, their generation and env seconds) as
-   saved;
-3. draw the plan: ``steps`` x ``groups_per_step`` groups (without replacement while the buffer
-   lasts), and for each trajectory of each planned group the action turns it contributes
-   (``k`` per trajectory) — the same plan for both arms;
-4. per arm, from the same LoRA init: each step builds the GRPO batch from its groups (the gated
-   arm drops the cut ones entirely), takes one AdamW step and logs loss, gradient L2 norm,
-   zero-advantage fraction, trajectories, items, tokens and wall-clock;
+1. read the buffer (an ungated `collect` run of the LM policy): token ids, action masks, rewards and
+   the per-step cost;
+2. evaluate the gate on every group from its signals at K (the engine's rule) and count a cut
+   group's post-K cost as saved;
+3. draw the plan, the same for both arms: ``steps`` x ``groups_per_step`` groups, and the turns each
+   trajectory contributes;
+4. per arm, from the same LoRA init: each step builds the GRPO batch (the gated arm drops the cut
+   groups), takes one AdamW step and logs;
 5. write metrics.parquet, the per-step trace figure, the summary, report.md and the manifest.
 """
 

@@ -1,19 +1,15 @@
 """`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated arm, held-out eval (Tier 3,
-§5.3).
+§5.3; docs/training.md).
 
 The story (:func:`run_train_onpolicy`):
 
 1. open the run directory (``--resume`` reopens it and checks the config matches);
 2. load the training prompt pool and the disjoint held-out tasks, the gate and the environment;
-3. for each seed, one after another, for each arm: the loop of :mod:`srollout.training.onpolicy`
-   (prompts, minus those GRESO skips in its arms -> rollouts through the engine, gated in the
-   arms with the gate -> DAPO refills in its arms -> GRPO update -> the policy samples from the
-   updated adapter -> greedy held-out eval every E iterations -> checkpoint); a finished
-   (seed, arm) is taken from its checkpoint on resume, an unfinished one continues;
-4. write metrics.parquet (one row per arm, seed, iteration), eval.parquet (one row per arm, seed,
-   iteration, task), the per-seed and aggregated tables with the paired tests, the per-arm table
-   (wall-clock, generated tokens, useful groups per second, held-out success), the 4-panel and
-   mechanism figures, the final adapters, summary.json, report.md and the manifest.
+3. for each seed, for each arm: the loop of :mod:`srollout.training.onpolicy` (GRESO skips -> gated
+   rollouts -> DAPO refills -> GRPO update -> held-out eval every E iterations -> checkpoint); a
+   finished (seed, arm) is taken from its checkpoint on resume, an unfinished one continues;
+4. write metrics.parquet, eval.parquet, the per-seed and aggregated tables with the paired tests,
+   the per-arm table, the figures, the final adapters, summary.json, report.md and the manifest.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
-"""``train-onpolicy --seeds 7,13,23,42 --workers N``: the seeds as Ray tasks, N at a time.
+"""``train-onpolicy --seeds 7,13,23,42 --workers N``: the seeds as Ray tasks, N at a time
+(docs/scaling.md).
 
 The story (:func:`run_seeds_parallel`):
 
-1. open the run directory (``--resume`` reopens it; a run started without ``--workers`` is
-   refused: its checkpoints are not per-seed runs);
-2. every seed whose run is not complete yet becomes one Ray task (one CPU): a complete one-seed
-   ``train-onpolicy`` run in ``RUN/seeds/seed<S>/`` with its own per-iteration checkpoints. A
-   task that finds its seed run started resumes it, so a retry after a worker died (Ray retries
-   those) and a ``--resume`` of the whole run both continue from the seed's last checkpoint;
+1. open the run directory (``--resume`` reopens it; a run started without ``--workers`` is refused:
+   its checkpoints are not per-seed runs);
+2. every unfinished seed becomes one Ray task (one CPU): a one-seed ``train-onpolicy`` run in
+   ``RUN/seeds/seed<S>/`` that resumes itself if started, so a Ray retry and a ``--resume`` both
+   continue from its last checkpoint;
 3. ``RUN/checkpoints/seed<S>-<arm>`` link to the seed runs' checkpoints, and the stage's own
-   ``--resume`` pass (:func:`srollout.stages.train_onpolicy.run_train_onpolicy`) loads every
-   finished arm from them and writes the usual metrics, eval, tables, tests, figures, adapters and
-   report over all seeds: the files of a sequential run (timing aside), since every random draw of
-   an arm derives from its seed, never from what ran before it in the process;
+   ``--resume`` pass writes the usual files over all seeds: those of a sequential run (timing
+   aside), since every random draw of an arm derives from its seed;
 4. the manifest records where the seeds ran.
 """
 
