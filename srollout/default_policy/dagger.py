@@ -1,34 +1,8 @@
 """DAgger rounds for the default policy: the SFT model plays, the expert labels and steps in.
 
-Supervised fine-tuning on expert demonstrations teaches the states the expert visits. A small
-model leaves them after its first mistake (an object it thinks it sees, a receptacle it stands
-at) and then repeats the mistake, because no demonstration ever showed what to do *there*. A
-DAgger round (Ross, Gordon & Bagnell 2011, with a β-mixture of learner and expert) fixes that:
-
-1. roll out G trajectories on ``correction_tasks`` train tasks on the rollout engine
-   (:func:`srollout.rollout.engine.run_groups`, the one ``collect`` uses) with a
-   :class:`MixturePolicy`: at every step a coin with probability ``correction_beta`` lets the
-   expert act, else the model samples its own action (temperature ``correction_temperature``)
-   in the tick's batch; either way the expert, told what was really played
-   (``ExpertPolicy.played``), labels the state;
-2. keep the won trajectories as conversations in the policy's own prompt: the expert's turns and
-   the model's turns that equal the label carry loss, the model's other turns stay in the
-   context untrained, exactly like the noise turns of the demonstrations, so the model learns
-   the way back from its *own* mistakes;
-3. with ``correction_relabel``, also teach the label *at* each state where the model went off
-   it (of every trajectory that fit the context, won or lost): a branch conversation, the turns
-   up to that state untrained, then the state's user turn answered by the label. One sequence
-   cannot hold both the model's turn (the context of what follows) and the label at the same
-   place, and without the branch the one state DAgger exists for — the model's own mistake, a
-   repeat of "take X from Y" after "Nothing happens." above all — never meets its label.
-   (Measured: no gain on the v5 model; with the admissible actions in the user template, +3
-   points of valid actions over the same round without it. Off by default, see
-   ``BuildConfig.correction_relabel`` and docs/benchmarks.md.);
-4. fine-tune on them plus ``correction_replay`` original demonstrations (so the rest is not
-   forgotten), ``correction_epochs`` epochs at ``correction_lr``.
-
-Everything is seeded from ``BuildConfig.seed`` and the round index: same config, same rounds.
-"""
+Why and how, in four steps (play a β-mixture, keep the won trajectories, relabel off-label
+states, fine-tune with replay): docs/default-policy.md ("A DAgger round"). Everything is seeded
+from ``BuildConfig.seed`` and the round index: same config, same rounds."""
 
 from __future__ import annotations
 
@@ -56,10 +30,8 @@ def demo_response(expert_text: str, thoughts: str) -> str:
 
 class RoundStats(NamedTuple):
     """What one round played: trajectories (and how many the expert won with the model, not
-    counting those that outgrew the context), steps by who acted, the model's steps that
-    differed from the expert's label, the trajectories whose next turn would not have fit
-    the model's context (the expert played them out; they are not trained on), and the branch
-    conversations that teach the label at an off-label state (step 3 of the module docstring)."""
+    counting those that outgrew the context), steps by who acted, off-label model steps, the
+    trajectories that outgrew the model's context, and the branch conversations (step 3)."""
 
     trajectories: int
     won: int
@@ -100,18 +72,12 @@ def relabel_branches(
 
 
 class MixturePolicy:
-    """The β-mixture of step 1 behind the engine's Policy protocol.
-
-    For every request the expert labels the state (it reads ``ActRequest.observation``, so the
-    user turn can be in the model's own template); a per-trajectory coin seeded from the
-    request's seed then lets the expert play with probability ``beta`` (its label is forced into
-    the model's conversation, :meth:`TransformersPolicy.force`), else the model samples its turn
-    in the batch of this tick. Each turn is recorded as the model is to be taught it (see the
-    module docstring). A trajectory whose next turn would not fit the model's context is played
-    out by the expert and flagged, not trained on: the rollout engine would stop with an error.
-    ``ended`` holds every finished trajectory's record (turns, off-label turns, past_context)
-    until the caller pops it.
-    """
+    """The β-mixture of step 1 behind the engine's Policy protocol: the expert labels every state
+    (from ``ActRequest.observation``), then a per-trajectory coin seeded from the request's seed
+    lets it play with probability ``beta`` (its label forced into the model's conversation), else
+    the model samples its turn in this tick's batch. A trajectory whose next turn would not fit the
+    context is played out by the expert and flagged (the engine would stop with an error).
+    ``ended`` holds every finished trajectory's record until the caller pops it."""
 
     def __init__(self, model: Any, expert: Any, beta: float, thoughts: str) -> None:
         self.model = model
@@ -180,14 +146,10 @@ def play_round(
     round_idx: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[tuple[str, list[Turn]]], list[tuple[str, list[Turn]]], RoundStats]:
-    """One round's rollouts (step 1 of the module docstring) on the rollout engine: G =
-    ``cfg.correction_G`` trajectories per task, T_max 30, every trajectory in flight at once,
-    seeded as ``collect`` seeds group ``round_idx * len(tasks) + i`` of run seed ``cfg.seed``.
-
-    Returns the won trajectories and, with ``cfg.correction_relabel``, the branch conversations
-    of step 3 (both as (system prompt, turns), in task then trajectory order), and the round's
-    counts; calls ``progress(trajectories finished, total)``.
-    """
+    """One round's rollouts (step 1): ``cfg.correction_G`` trajectories per task, T_max 30, all in
+    flight at once, seeded as ``collect`` seeds group ``round_idx * len(tasks) + i`` of run seed
+    ``cfg.seed``. Returns the won trajectories and (with ``cfg.correction_relabel``) the branch
+    conversations, both as (system prompt, turns) in task then trajectory order, and the counts."""
     import time
 
     from srollout.envs.alfworld_env import AlfworldEnv

@@ -31,11 +31,8 @@ class Turn:
 
 @dataclass(frozen=True)
 class Episode:
-    """One demonstration trajectory.
-
-    system: the system prompt; turns: the steps in order; success: the task was won within
-    max_steps; seed: the trajectory seed; eps: the noise rate used.
-    """
+    """One demonstration trajectory: system prompt, steps in order, whether it was won within
+    max_steps, its trajectory seed and noise rate."""
 
     task_id: str
     task_type: str
@@ -73,18 +70,13 @@ def generate_demonstrations(
     thoughts: str = "react",
     workers: int = 1,
 ) -> list[Episode]:
-    """Play (noisy) expert episodes on the real engine.
+    """Play (noisy) expert episodes on the real engine; same arguments -> same episodes.
 
-    Episode i plays ``tasks[i % len(tasks)]``; its repetition r = i // len(tasks) uses noise rate
-    ``eps[r % len(eps)]`` (a float eps is one rate; 0 means the plain ExpertPolicy) and
-    trajectory seed ``episode_seed(seed, i)``. Give either ``n_episodes`` or
-    ``episodes_per_task`` (n_episodes = len(tasks) * episodes_per_task). ``noise`` and
-    ``invalid_fraction`` are aliases of ``eps`` and ``invalid_frac``. explore / take / thoughts:
-    the experts' exploration order, take rule and thought style (see ExpertPolicy). progress:
-    show a rich bar (bool) or call ``progress(done, total)`` as episodes finish. workers: processes
-    playing episodes side by side (the engine is single-threaded Python); an episode depends only
-    on its index, so any number of workers gives the same episodes. Same arguments -> same episodes.
-    """
+    Episode i plays ``tasks[i % len(tasks)]`` with trajectory seed ``episode_seed(seed, i)``; its
+    repetition r = i // len(tasks) uses noise rate ``eps[r % len(eps)]`` (0: the plain
+    ExpertPolicy). Give ``n_episodes`` or ``episodes_per_task``; ``noise`` and
+    ``invalid_fraction`` alias ``eps`` and ``invalid_frac``. workers: processes playing episodes
+    side by side; an episode depends only on its index, so any number gives the same episodes."""
     from rich.progress import Progress
 
     if not tasks:

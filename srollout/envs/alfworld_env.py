@@ -1,24 +1,10 @@
 """ALFWorld on the real engine: textworld's ``PddlEnv`` + fast-downward, wrapped by ALFWorld's
 ``AlfredDemangler`` and ``AlfredInfos`` (``alfworld.agents.environment.alfred_tw_env``).
 
-Sharing. Loading a game costs three things: parsing the domain + grammar into a ``GameLogic``
-(~0.15 s), translating PDDL to SAS twice (~0.08 s) and loading the SAS into a fast-downward
-library (ms). The first two are pure functions of the game text, so they are done once per game
-per process and shared by every environment that plays it (the G members of a group, and later
-groups of the same task); grammars that differ only in the goal sentence share one parse. Each
-environment keeps only its own planner state: fast-downward keeps global state per loaded
-library, so each environment owns one copy of ``libdownward.so``; copies are pooled and reused
-(``close()`` returns one) because loading one copies a 33 MB file (~50 ms).
-
-Speed. textworld derives the text of every admissible action on every step by re-parsing
-templates with tatsu and deep-copying contexts; ``_cached_grammar_class`` does the same
-derivation with cached parses (~40x faster steps). Tests check the dialogue is identical to the
-stock ``PddlEnv``.
-
-Pitfalls handled here: the translator overwrites ``sys.argv`` (restored after every call);
-``ALFWORLD_DATA`` is set before alfworld is imported; an unwritable ``TMPDIR`` (the planner's
-library is copied to a temp dir) becomes one clear error.
-"""
+A game's parse is shared per process by every environment that plays it, each environment owns
+a pooled copy of ``libdownward.so`` (fast-downward keeps global state per library), and a cached
+grammar makes steps ~40x faster; the costs, the pitfalls handled here and the test that the
+dialogue equals the stock ``PddlEnv``'s: docs/environments.md ("Groups", "Speed")."""
 
 from __future__ import annotations
 
@@ -157,15 +143,9 @@ def _logic_for(domain: str, grammar: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _cached_grammar_class() -> type:
-    """textworld's ContextSensitiveGrammar with the same derivations, done cheaper.
-
-    On every step textworld derives the command text of every applicable action: it re-parses
-    each template and each query with tatsu and deep-copies the derivation context per symbol
-    (together ~85 % of a step). Parses are pure functions of the string, so they are cached;
-    contexts are copied shallowly (their dicts are copied, the entity infos and variables in
-    them are never mutated). The derivation order and rules are textworld 1.7.0's, and a test
-    checks the dialogue is identical to the stock ``PddlEnv``.
-    """
+    """textworld's ContextSensitiveGrammar with the same derivations, done cheaper: tatsu parses
+    (pure functions of the string) are cached and derivation contexts copied shallowly (their
+    entity infos and variables are never mutated). Order and rules are textworld 1.7.0's."""
     from copy import deepcopy
 
     from textworld.envs.pddl import textgen
@@ -297,11 +277,8 @@ def _translate(domain: str, problem: str, logic: Any) -> _Translation:
 
 
 def shared_game(game: dict) -> SharedGame:
-    """The shared, parsed form of a game dict (``pddl_domain``, ``grammar``, ``pddl_problem``).
-
-    Cached per process (LRU, 128 games): the G environments of a group, and every later group
-    of the same task, pay the parse once.
-    """
+    """The shared, parsed form of a game dict (``pddl_domain``, ``grammar``, ``pddl_problem``),
+    cached per process (LRU, 128 games)."""
     key = hashlib.sha1(
         (game["pddl_domain"] + "\0" + game["grammar"] + "\0" + game["pddl_problem"]).encode()
     ).hexdigest()
@@ -445,17 +422,9 @@ def strip_welcome(text: str) -> str:
 
 
 class AlfworldEnv:
-    """One ALFWorld game on the real engine (TextEnv).
-
-    ``reset(task, seed)`` loads ``task`` (shared parse, see module docstring) and returns o_1
-    (room description + "Your task is to: ...") with the admissible actions and the planner's
-    plan. ``step(action)`` normalises the action (``prompts.normalize_action``); an action not in
-    the admissible set is a no-op: "Nothing happens.", ``valid=False``, and it still counts.
-
-    expert_plan: ask the planner for a plan after every step (``StepResult.expert_plan``); costs a
-        replan per step, so LLM rollouts may turn it off (the plan is then ``()``).
-    The seed does not change the game (the task fixes it); it is accepted for the protocol.
-    """
+    """One ALFWorld game on the real engine (TextEnv); ``step`` normalises the action
+    (``prompts.normalize_action``). expert_plan: replan after every step
+    (``StepResult.expert_plan``; LLM rollouts may turn it off). The seed does not change it."""
 
     # reset and step never read or move Python's or NumPy's global generators (TextWorld keeps
     # its own; tests/component/test_envs_alfworld.py checks it), so the engine need not give

@@ -1,18 +1,9 @@
 """Deterministic ALFWorld game generation from the files the ``alfworld`` wheel ships.
 
-A game is written as a PDDL problem for the wheel's ``alfred.pddl`` domain, the same way ALFWorld's
-own generator (``alfworld.gen.game_states.planned_game_state``) writes them: typed objects
-(agent / location / receptacle / object / otype / rtype), mangled ids (``Cabinet|+00.68|...`` ->
-``Cabinet_bar__plus_00_dot_68...``, shown by the engine as ``cabinet 1``), the init facts
-atLocation, receptacleAtLocation, receptacleType, objectType, inReceptacle, objectAtLocation,
-openable, pickupable, toggleable, cleanable / heatable / coolable, canContain, and the goal from
-``alfworld.gen.goal_library.gdict``. The room comes from a real FloorPlan layout (its receptacle
-instances and their poses, and the object types found in that scene); the task text from the
-goal library's official templates.
-
-Everything here is pure and deterministic given ``(task_type, seed, difficulty)``; the engine
-(planner) is only needed to check solvability and record the walkthrough (``srollout.envs.tasks``).
-"""
+A game is a PDDL problem for the wheel's ``alfred.pddl`` domain, written as ALFWorld's own
+generator writes them, in a real FloorPlan room, with the goal library's templates; the format
+and the difficulty presets: docs/environments.md. Everything here is pure and deterministic given
+``(task_type, seed, difficulty)``; the planner only checks solvability (``srollout.envs.tasks``)."""
 
 from __future__ import annotations
 
@@ -50,12 +41,8 @@ _START = "loc|99|99|0|30"  # the agent starts away from every receptacle: "middl
 
 @dataclass(frozen=True)
 class Difficulty:
-    """How hard a generated room is.
-
-    max_receptacles: receptacle instances in the room (the ones the task needs are always kept,
-        so a room can have a few more); ``0`` keeps every receptacle of the FloorPlan layout.
-    n_distractors: objects placed in the room besides the task's own objects (and lamp).
-    """
+    """How hard a generated room is: receptacle instances kept (the task's own always; ``0``: the
+    whole FloorPlan layout) and objects placed besides the task's own (and lamp)."""
 
     max_receptacles: int = 6
     n_distractors: int = 3
@@ -93,13 +80,9 @@ def resolve_difficulty(difficulty: str | Difficulty) -> Difficulty:
 
 @dataclass(frozen=True)
 class GameSpec:
-    """One generated game before the planner has seen it.
-
-    task_type, task_text: the goal (task_text without the final period, as the grammar adds it).
-    floorplan: the ALFRED scene number the room was taken from.
-    obj, recep, toggle: the goal's object type, receptacle type ("" for look), lamp type ("").
-    pddl_problem: the PDDL problem text for ``alfred.pddl``.
-    """
+    """One generated game before the planner has seen it: the goal (task_text without the final
+    period, which the grammar adds), the ALFRED scene number, the goal's object, receptacle and lamp
+    types ("" when none) and the PDDL problem text."""
 
     task_type: str
     task_text: str
@@ -270,10 +253,8 @@ def generate_game(
 ) -> GameSpec:
     """One game of ``task_type`` from ``seed`` (same inputs -> same game, on every machine).
 
-    unseen: draw the room from ALFRED's test scenes (held-out set) instead of its train scenes.
-    floorplans: restrict the room to these FloorPlans (those valid for the task type).
-    Raises SrolloutError if no valid game is found in ``max_tries`` draws (never for the wheel's
-    layouts and the six task types).
+    unseen: draw the room from ALFRED's test scenes; floorplans: restrict the room to these. A
+    SrolloutError if no valid game is found in ``max_tries`` draws (never for the wheel's layouts).
     """
     if task_type not in TASK_TYPES:
         raise SrolloutError(

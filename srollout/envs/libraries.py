@@ -4,30 +4,12 @@
     srollout collect --env gem:game:GuessTheNumber-v0-easy
     srollout collect --env textarena:FrozenLake-v0
 
-Both are entry points of the group ``srollout.envs`` (``gem``, ``textarena``): a name
-``<library>:<game id>`` calls the library's function with the game id
-(:func:`srollout.envs.registry.resolve_env`). What each adapter settles, for every game of its
-library:
-
-- **The episode ends where the game ends**, lost or won: ``done`` when the game says it is over,
-  ``won`` from the game's own outcome (GEM: its "Congratulations!", the one thing all its games
-  say on a win; TextArena: a final reward of 1). A lost game keeps the shaped reward the
-  library pays (TextArena's completion share, GEM's format-error penalty and per-cell rewards):
-  rewards are the library's; success is not read from them.
-- **The same puzzle for the whole group**: a task is a puzzle seed (``task.meta["seed"]``), the
-  library's ``reset`` gets it, so the G trajectories of a group play one board. The trajectory's
-  own ``seed`` is not passed on: what the game draws as it plays comes from the trajectory's own
-  global generators, which the engine swaps in around each call (:mod:`srollout.rollout
-  .env_calls`), so a board is the same at any concurrency.
-- **An observation holds only the new text**: GEM's answer (and its "Enter your next guess."
-  suffix); TextArena's messages since the last step, without the echo of the player's own action
-  (its default wrappers would return the whole transcript).
-- **The game's own action syntax**: the whole response is sent (the game finds ``\\boxed{7}`` or
-  ``[up]`` in it, as it would in a model's answer); the signals compare the last such match,
-  lower-cased (:func:`syntax_parser`).
-- Games that are not single-player, or that need data the library downloads at run time, are
-  refused in one line.
-"""
+Both are entry points of the group ``srollout.envs``. What each adapter settles for every game
+of its library (where an episode ends and is won, one puzzle seed per group, observations that
+hold only the new text, the game's own action syntax, the games refused):
+docs/environments.md. The trajectory's own ``seed`` is not passed on: what the game draws as it
+plays comes from the trajectory's global generators, which the engine swaps in around each call
+(:mod:`srollout.rollout.env_calls`), so a board is the same at any concurrency."""
 
 from __future__ import annotations
 

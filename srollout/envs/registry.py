@@ -2,29 +2,14 @@
 named (a registry, Python entry points, ``package.module:attr``) and the check that it speaks the
 :class:`~srollout.envs.base.TextEnv` protocol before anything is written.
 
-    from srollout.envs.base import StepResult, Task
-    from srollout.envs.registry import EnvSpec, register_env
+    register_env(EnvSpec(name="key-room", make_env=KeyRoom, tasks={"train": TRAIN, "eval": EVAL}))
 
-    register_env(EnvSpec(
-        name="key-room",
-        make_env=KeyRoom,                                   # () -> a TextEnv
-        tasks={"train": TRAIN, "eval": EVAL},               # or a function split -> tasks
-    ))
+    srollout collect --env key-room ...             # after the module is imported, or
+    srollout collect --env mypkg.game:KEY_ROOM ...  # module:attr, or an entry point of the
+                                                    # group "srollout.envs" in your pyproject
 
-    srollout collect --env key-room ...                     # after the module is imported, or
-    srollout collect --env mypkg.game:KEY_ROOM ...          # module:attr, or an entry point:
-
-    # pyproject.toml of your package
-    [project.entry-points."srollout.envs"]
-    key-room = "mypkg.game:KEY_ROOM"
-
-``alfworld`` (the default) is an EnvSpec too (:func:`alfworld_spec`), built in: every stage
-reaches every environment through the same spec. An EnvSpec holds only what differs between
-environments; the engine, the seeds (``reset(task, seed)`` gets the trajectory's environment
-seed), the gate and the tables are
-srollout's. The prompt and the parser default to the ReAct protocol; see
-:class:`srollout.rollout.react.EnvPrompter`.
-"""
+``alfworld`` (the default) is an EnvSpec too (:func:`alfworld_spec`). The whole guide, with each
+field of EnvSpec: docs/environments.md."""
 
 from __future__ import annotations
 
@@ -50,38 +35,13 @@ PROBE_ACTION = "look"
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What srollout needs to roll groups out in an environment.
+    """What srollout needs to roll groups out in an environment (each field: docs/environments.md).
 
-    name: the name ``--env`` and the manifest use.
-    make_env: ``() -> TextEnv``; the engine keeps a free list of environments and ``reset``s one
-        for each trajectory, so one object plays many episodes (make it cheap, or cache the
-        expensive part per process).
-    tasks: the task sets, ``{split: [Task, ...]}`` or a function ``split -> [Task, ...]``
-        (``--tasks`` names the split; the default is ``eval``, TRL's ``train``). Task ids must be
-        unique in a split; ``task_type`` is free text (reports and GRESO group by it).
-    system_prompt: the system message (a string, or ``task -> str``); None: the model's own
-        when its directory names one (``srollout.json``), else a generic ReAct prompt.
-    user_template: the user turn, with ``{observation}`` and optionally ``{task}`` (the goal) and
-        ``{actions}`` (the admissible actions); None: the model's own, else
-        ``Observation: {observation}``.
-    parse: ``response text -> (thought, action, normalized)``: ``action`` is sent to the
-        environment, ``normalized`` is what the divergence signals compare (two responses whose
-        normalized actions are equal are the same action for d_K). None: the ReAct parser
-        (:func:`srollout.rollout.react.parse_action`).
-    description: one line for listings.
-    won_at: what success is for an environment that ends every episode with ``done`` and never
-        says ``won`` (a game paying shaped rewards): an episode that is over was won iff the
-        trajectory's summed reward is at least this. None: ``done`` without ``won`` is a win.
-    fallback_system_prompt: the system message when neither the environment (``system_prompt``)
-        nor the model's directory gives one; None: a generic ReAct prompt.
-    expert_env: ``() -> TextEnv`` for the planner policies (``--policy planner`` /
-        ``noisy-expert``), when it differs from ``make_env``: an environment that also fills
-        ``StepResult.expert_plan`` (ALFWorld computes it only when asked: a planner call a step).
-    task_options: the keyword options the task function takes beside the split (ALFWorld:
-        ``difficulty`` and ``n``, the number of tasks to make); :meth:`task_set` passes them.
-    auto_workers: ``collect`` may spread it over Ray workers unasked (its module imports on
-        every worker); otherwise workers are used only with ``--workers N``.
-    """
+    make_env: ``() -> TextEnv``; one object plays many episodes (``reset`` per trajectory), so make
+    it cheap. tasks: ``{split: [Task, ...]}`` or ``split -> [Task, ...]``; ids unique in a split.
+    parse: ``response text -> (thought, action, normalized)``; ``normalized`` is what d_K compares.
+    None for a prompt or parser field: the model's own, else the ReAct protocol
+    (:class:`srollout.rollout.react.EnvPrompter`)."""
 
     name: str
     make_env: Callable[[], Any]
@@ -274,11 +234,9 @@ def _as_spec(target: Any, where: str) -> EnvSpec:
 
 
 def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
-    """Play the protocol once, before a run writes anything: one environment from
-    ``make_env`` has callable ``reset``, ``step`` and ``close``; ``reset(tasks[0], 0)`` returns
-    ``(str, StepResult)``; ``step`` of its first admissible action (or of :data:`PROBE_ACTION`
-    when it names none) returns a StepResult; then ``close``. A failure is one SrolloutError
-    naming what is wrong."""
+    """Play the protocol once, before a run writes anything: make, ``reset(tasks[0], 0)``, ``step``
+    its first admissible action (or :data:`PROBE_ACTION`), ``close``; a failure is one
+    SrolloutError naming what is wrong."""
     where = f"environment {spec.name!r}"
     try:
         env = spec.env_factory()()
@@ -391,12 +349,10 @@ def _alfworld_parse(text: str) -> tuple[str, str, str]:
 
 
 def alfworld_spec() -> EnvSpec:
-    """ALFWorld as an EnvSpec, the one path every environment takes (``--env alfworld``, the
-    default): the real engine (:class:`~srollout.envs.alfworld_env.AlfworldEnv`; the planner's
-    plan computed only for the planner policies), srollout's generated task sets
-    (:func:`~srollout.envs.tasks.load_task_set`, with ``difficulty`` and ``n``: only the first n
-    games of a split are generated), the model's own prompt where its directory names one, else
-    ALFWorld's ReAct prompt, and ALFWorld's parser (verb normalisation)."""
+    """ALFWorld as an EnvSpec, the one path every environment takes: the real engine (the planner's
+    plan computed only for the planner policies), srollout's generated task sets (only the first n
+    games of a split are generated), the model's own prompt else ALFWorld's ReAct prompt, and
+    ALFWorld's parser (verb normalisation)."""
     from srollout.envs.prompts import system_prompt
 
     return EnvSpec(

@@ -2,14 +2,9 @@
 splits (``valid_seen``, ``valid_unseen``, ``valid_train``, ``alfworld_train``) from
 ``$ALFWORLD_DATA``.
 
-Generated sets are deterministic: task ``k`` of type ``t`` of set ``s`` at a difficulty is always
-the same game. They are disjoint: ``heldout`` rooms come from ALFRED's test scenes (never used by
-``train``/``eval``), and a game belongs to ``eval`` iff a hash of its text falls in eval's bucket
-(1 in 10), so ``train`` and ``eval`` can never share a game whatever order they are generated in.
-Every game is checked with the planner: the plan found at reset is played to ``won`` and stored
-as the walkthrough. Games are generated once and cached under
-``$SROLLOUT_HOME/games/<GEN_VERSION>/<difficulty tag>/<set>/<task_type>.jsonl``.
-"""
+Generated sets are deterministic and disjoint (docs/environments.md, "Task sets"); every game is
+checked with the planner, whose plan is stored as the walkthrough, and cached under
+``$SROLLOUT_HOME/games/<GEN_VERSION>/<difficulty tag>/<set>/<task_type>.jsonl``."""
 
 from __future__ import annotations
 
@@ -213,11 +208,8 @@ def ensure_generated(
 ) -> dict[str, list[GameRecord]]:
     """Generate (once) and return the first ``counts[t]`` games of each type of a set.
 
-    progress: True shows the stages' progress bar (:class:`srollout.progress.StageBar`;
-    off a terminal a plain line every 30 s, so a log is not silent while a fresh machine
-    generates); False shows nothing; a callable gets ``(done, total)`` after every game (and
-    ``(0, total)`` first) instead of a bar.
-    """
+    progress: True shows the stages' progress bar (off a terminal a line every 30 s, so a log is
+    not silent while a fresh machine generates); a callable gets ``(done, total)`` instead."""
     root = _set_dir(name, difficulty, set_seed)
     have = {t: _read_cache(root / f"{t}.jsonl") for t in counts}
     missing = sum(max(0, c - len(have[t])) for t, c in counts.items())
@@ -280,18 +272,12 @@ def load_task_set(
     seed: int = 0,
     progress: bool | Callable[[int, int], None] = True,
 ) -> list[Task]:
-    """The tasks of a named set, generating (once, cached) what is missing.
+    """The tasks of a named set (docs/environments.md), generating (once, cached) what is missing;
+    in a fixed interleaved order, ``task_id`` ``<set>/<task_type>/<k>``.
 
-    name: ``train`` (default size 1000), ``eval`` (100), ``heldout`` (100, unseen scenes), or an
-        official split (``valid_seen``, ``valid_unseen``, ``valid_train``, ``alfworld_train``)
-        read from ``$ALFWORLD_DATA`` (difficulty is ignored for those).
-    difficulty: a preset name (``small``, ``medium``, ``large``, ``full``) or a Difficulty.
-    n: number of tasks (default: the set's size); the task-type mix is TASK_MIX for any n.
-    progress: how games still to generate are shown (see ``ensure_generated``).
-    seed: 0 gives the standard sets; another seed gives another draw of the same kind of set
-        (still disjoint from the other sets' draws: same scene split, same eval bucket rule).
-    Returns tasks in a fixed interleaved order; ``task_id`` is ``<set>/<task_type>/<k>``.
-    """
+    difficulty: a preset name or a Difficulty (ignored for the official splits); n: number of tasks
+    (default: the set's size); seed: 0 gives the standard sets, another seed another draw of the
+    same kind (still disjoint from the other sets' draws)."""
     if name in OFFICIAL_SPLITS:
         return load_official(name, n)
     if name not in TASK_SETS:

@@ -1,56 +1,13 @@
 """The gate for a group whose G trajectories run as G separate asyncio tasks (no framework).
 
-srollout's engine steps a group's G trajectories in lock-step, so at step K it holds all G
-action prefixes in one place. Trainers such as verl run each of a prompt's n samples as its own
-coroutine; :class:`GroupBarrier` brings them together at the gate's check steps:
-
-1. every session joins its group before its first ``await`` (``barrier.join(uid, index)``);
-2. after every environment step it reports the action it took, the observation it acted on, and
-   whether its episode is over (``await member.step(action, observation, ended=...)``). The call
-   returns at once, except after a check step K (the gate's K; each of an adaptive gate's
-   ``check_K``) for a session that is still acting: that one waits until each of the G sessions
-   has taken step K or ended;
-3. the gate is resolved once for the group, on the G action lists, and every session gets the
-   same :class:`GateDecision`. The engine's rules hold (:mod:`srollout.rollout.engine`, tick
-   step 5): a session that ended before step K counts with its shorter action list (the signals
-   pad it with END, so "finished" differs from "still acting"); a group with no session still
-   acting after step K is not shown to the gate and is kept;
-4. ``await member.outcome()`` gives the group's fate. A session that ended before K waits here
-   for the others, because a cut group is dropped whole, the trajectories that finished early
-   included (DESIGN: "A cut group is dropped from the GRPO batch entirely");
-5. ``member.end()`` (call it in ``finally``) says the session is gone; the group's state is freed
-   when the last session that joined it is gone.
-
-Timeout (an inactivity clock): while a session waits, the group is released if none of its
-sessions has reported anything (join, step or end) for ``timeout_s`` seconds. The group is then
-**kept**: the waiting sessions get ``GateDecision(cut=False, how="timeout")``, a late session
-gets the same decision when it arrives, and the group's later check steps are skipped. Keeping is
-the safe side: a missed cut costs the compute the gate would have saved (and a trainer's own
-after-rollout filter still drops the group if it has zero reward variance), whereas a cut decided
-on part of the group could drop a group that carries learning signal. The clock restarts on every
-report, so a session that ended at step 2 and waits while the others play to step K never times
-out as long as they keep stepping.
-
-Wrong group size: a session index outside ``0..G-1``, a second session with the same index, or a
-(G+1)-th session raise :class:`SrolloutError` at ``join``. A group that never gets its G-th
-session is released by the timeout (``GateDecision.n_sessions`` says how many had joined).
-
-Usage (one event loop; the G sessions must run concurrently)::
-
-    barrier = GroupBarrier(GateRule(K=10, d_L=0.12), G=8)
-
-    async def session(uid, i):
-        member = barrier.join(uid, i)
-        try:
-            for t in range(1, T_max + 1):
-                action, observation, done = await play_one_step(...)
-                decision = await member.step(action, observation, ended=done or t == T_max)
-                if done or t == T_max or decision.cut:
-                    break
-            fate = await member.outcome()  # fate.cut: drop this trajectory (constant reward)
-        finally:
-            member.end()
-"""
+srollout's engine steps a group's G trajectories in lock-step; trainers such as verl run each
+of a prompt's n samples as its own coroutine. :class:`GroupBarrier` brings them together at the
+gate's check steps and resolves the gate once per group under the engine's rules: each session
+``join``s before its first ``await``, reports every step (``await member.step(...)``), reads its
+group's fate (``await member.outcome()``) and calls ``member.end()`` in ``finally``. The usage
+example and what it guarantees (one decision per group, a cut group dropped whole, a timeout
+keeps the group, wrong group sizes refused at ``join``): docs/integrations.md ("Any asyncio
+loop: the group barrier")."""
 
 from __future__ import annotations
 
@@ -75,13 +32,9 @@ TIMEOUT = "timeout"  # the group went timeout_s without a report while a session
 
 
 class GateDecision(NamedTuple):
-    """What the barrier tells a session.
-
-    cut: the group is cut (stop; its trajectories are dropped). K: the check step this answers
-    (None while running). how: ``"running"``, ``"gate"``, ``"ended"`` or ``"timeout"`` (module
-    constants RUNNING, DECIDED, NOT_SHOWN, TIMEOUT). signals: the group's signals at K when the
-    gate saw it, else None. n_sessions: sessions that had joined the group when it was decided.
-    """
+    """What the barrier tells a session: whether the group is cut, the check step K this answers
+    (None while running), ``how`` (RUNNING, DECIDED, NOT_SHOWN or TIMEOUT), the group's signals at
+    K when the gate saw it, and how many sessions had joined when it was decided."""
 
     cut: bool
     K: int | None = None
@@ -184,12 +137,9 @@ class GroupMember:
 
 
 class GroupBarrier:
-    """Resolves ``gate`` once per group of G concurrent sessions (see the module docstring).
-
-    gate: any srollout gate (GateRule, FixedGate, a loaded gate.json; an adaptive gate checks at
-    each of its ``check_K``). G: sessions per group (>= 2). timeout_s: seconds a group may go
-    without any report while a session waits before it is released and kept (> 0).
-    """
+    """Resolves ``gate`` (any srollout gate; an adaptive one at each of its ``check_K``) once per
+    group of G >= 2 concurrent sessions; a group with no report for ``timeout_s`` seconds while a
+    session waits is released and kept (why: docs/integrations.md)."""
 
     def __init__(self, gate: Gate, G: int, timeout_s: float = 600.0) -> None:
         if isinstance(G, bool) or not isinstance(G, int) or G < 2:

@@ -1,31 +1,13 @@
 """Selective rollout inside TRL's ``GRPOTrainer``: a ``rollout_func`` that plays multi-turn episodes
-through srollout's engine with the trainer's live weights and stops groups at step K.
-
-    from trl import GRPOConfig, GRPOTrainer
-    from srollout.integrations.trl import GatedRollout
+through srollout's engine with the trainer's live weights and stops groups at step K::
 
     rollout = GatedRollout.alfworld("train", G=4, gate=GateRule("r1", K=10, d_L=0.12))
-    # or any environment of your own (srollout.envs.registry):
-    # rollout = GatedRollout.from_env("mypkg.game:KEY_ROOM", "train", G=4, gate=...)
     trainer = GRPOTrainer(model=path, args=GRPOConfig(num_generations=4, ...),
                           train_dataset=rollout.dataset(), reward_funcs=rollout.reward,
                           rollout_func=rollout)
 
-How TRL hands work over (trl 1.16): its sampler repeats every dataset row ``num_generations``
-times in a block, so the ``prompts`` given to ``rollout_func`` hold group g at
-``prompts[g*G:(g+1)*G]``; the function returns, per completion, ``prompt_ids`` (the first turn:
-system prompt and o_1), ``completion_ids`` (every later token of the episode: the policy's
-responses and the environment's observations) and ``env_mask`` (1 on the policy's tokens, 0 on
-the environment's), which TRL multiplies into its loss mask. Any other key goes to the reward
-functions; :meth:`GatedRollout.reward` reads ``srollout_reward`` from it.
-
-A group the gate cuts at step K is not generated past K. It still has to fill its G rows of
-TRL's fixed-size batch, so each of its completions is a single end-of-turn token with mask 0
-and reward ``None``: TRL turns ``None`` into NaN, gives the row advantage 0, and the row adds
-nothing to the loss (its tokens are masked) — the group is dropped, at the cost of one prompt
-forward per row. The task is recovered from the prompt, which :meth:`GatedRollout.dataset`
-writes as ``"[srollout task <task_id>] <goal>"``.
-"""
+The ``rollout_func`` contract (TRL's block layout of groups, ``env_mask``, a cut group's masked
+rows with reward None) and every option: docs/integrations.md."""
 
 from __future__ import annotations
 
@@ -97,24 +79,10 @@ def task_prompt(task: Task) -> str:
 
 @dataclass
 class RolloutCounts:
-    """What the gated rollouts of a training run cost, summed over calls.
-
-    groups / cut: groups rolled out and groups the gate stopped; trajectories_cut: trajectories
-    still live when their group was cut; env_steps / gen_tokens: environment steps taken and
-    tokens generated; steps_saved_max: an upper bound on the steps the cuts saved (each
-    trajectory live at a cut at step K could have taken T_max - K more); stalled: trajectories
-    the trajectory gate ended (they stay in the batch with the reward earned so far). In shadow
-    (``GatedRollout(shadow=True)``: nothing is cut or stopped): shadow_cuts / shadow_cuts_right
-    (groups the gate would have cut; of those, zero-variance by their full rewards),
-    shadow_stops / shadow_stops_right (trajectories the trajectory gate would have stopped; of
-    those, failed), shadow_cut_steps / shadow_stop_steps (the environment steps taken after
-    each gate's decisions: what it would have saved). With dynamic sampling
-    (``dynamic_sampling`` / ``greso_p``): extra_groups (refill groups rolled out beyond the
-    batch's own), refill_rounds (extra rounds), skipped (tasks GRESO skipped before rollout),
-    unfilled (slots still without a useful group after DAPO's cap: dropped), dropped (groups
-    rolled out and discarded: zero-variance or cut). groups, env_steps and gen_tokens count
-    every group rolled out, discarded ones included.
-    """
+    """What the gated rollouts of a training run cost, summed over calls: groups, cuts and steps,
+    shadow decisions with how many were right, and dynamic sampling's refills and skips. Each
+    field is the count behind one TRL metric of :meth:`GatedRollout.metrics`
+    (docs/integrations.md); groups, env_steps and gen_tokens include discarded groups."""
 
     calls: int = 0
     groups: int = 0
@@ -145,29 +113,10 @@ class RolloutCounts:
 class GatedRollout:
     """A TRL ``rollout_func`` (call it as ``rollout(prompts, trainer)``) and its reward function.
 
-    tasks: the task set the dataset is made from (ids must be unique). G: trajectories per group;
-    must equal the trainer's ``num_generations``. gate: any srollout gate (``GateRule``, a loaded
-    gate.json, ...) or None for plain GRPO through the same engine; traj_gate: a trajectory gate
-    (``srollout.core.trajectory_gate.StallGate``, or a gate-stall.json passed as ``gate``) that
-    ends stalled trajectories, alone or beside ``gate``. T_max: step limit per
-    episode. temperature / max_new_tokens: sampling of each response. seed: the run seed; group
-    n of the run (counted over calls) gets the engine's seeds for (seed, n, traj), so a gated
-    and an ungated run see the same episodes up to step K. env_factory / prompter: the
-    environment and ReAct protocol (``alfworld`` builds ALFWorld's and the model's own).
-    shadow: the gates are asked where they would act, and nothing is cut or stopped: TRL trains
-    exactly as without them, and every decision is scored by the full outcome it did not cut
-    (``gate/shadow_*`` in TRL's logs; ``last_records`` hold the decisions).
-    dynamic_sampling: DAPO's filter and refill in each training call: zero-variance (or cut)
-    groups are replaced by groups of tasks outside the batch, up to ``max_refill_rounds`` extra
-    rounds; greso_p: GRESO's skip of tasks whose recent groups were zero-variance, rolled out
-    anyway with probability p^z (:mod:`srollout.integrations.trl_sampling`); skip: the skip
-    part greso_p turns on (``"greso"``; a part of another package, registered with
-    :func:`srollout.core.arms.skip_part` or its entry point, gets greso_p as its p_explore, as in
-    ``ab-rollout`` and ``train-onpolicy``). Evaluation calls
-    are never filtered. log_dir: every group of every training call is written there as it
-    trains, in the Parquet contract with the trainer's step in each row, and resumed with the
-    trainer (:mod:`srollout.rollout.trainer_log`).
-    """
+    G must equal the trainer's ``num_generations``; gate / traj_gate: any srollout gate, or None
+    for plain GRPO through the same engine; group n of the run (counted over calls) gets the
+    engine's seeds for (seed, n, traj), so gated and ungated runs see the same episodes up to K.
+    shadow, dynamic_sampling, greso_p, skip and log_dir are described in docs/integrations.md."""
 
     tasks: Sequence[Task]
     G: int
@@ -257,12 +206,10 @@ class GatedRollout:
         difficulty: str = "small",
         **kwargs: Any,
     ) -> GatedRollout:
-        """Any environment ``--env`` accepts (``alfworld``, a registered name, an entry point of
-        group ``srollout.envs``, ``package.module:attr``; see :mod:`srollout.envs.registry`): its
-        task set ``task_set`` (first ``n_tasks``), its ``make_env`` and its prompt and parser for
-        the model in ``model_dir`` (default: the shipped default policy). The environment plays
-        the protocol once here (:func:`~srollout.envs.registry.check_env`), before any training
-        step."""
+        """Any environment ``--env`` accepts (:func:`srollout.envs.registry.resolve_env`): its task
+        set ``task_set`` (first ``n_tasks``), ``make_env``, and prompt and parser for the model in
+        ``model_dir`` (default: the shipped default policy); the protocol is played once here
+        (:func:`~srollout.envs.registry.check_env`), before any training step."""
         from srollout.envs.registry import check_env, resolve_env
         from srollout.policy import resolve_model
         from srollout.rollout.react import EnvPrompter
@@ -488,11 +435,10 @@ class GatedRollout:
         tokenizer: Any,
         logprobs_of: Callable[[Any, int], list[float]] | None = None,
     ) -> tuple[dict[str, Any], RolloutCounts]:
-        """TRL's rollout dict for ``records`` (G rows per group, in order; None: a dropped slot)
-        and what they cost. A cut group's rows, and a dropped slot's, are one masked end-of-turn
-        token with reward None (advantage 0). ``logprobs_of(TrajKey, n)``: a trajectory's
-        per-token sampling log-probabilities (vLLM); TRL's ``logprobs`` are then those of each
-        completion token (NaN where not sampled)."""
+        """TRL's rollout dict for ``records`` (G rows per group, in order; None: a dropped slot) and
+        what they cost; a cut group's rows and a dropped slot's are one masked end-of-turn token
+        with reward None. ``logprobs_of(TrajKey, n)``: a trajectory's sampling log-probabilities
+        (vLLM)."""
         from srollout.policy.base import TrajKey
         from srollout.policy.chat import end_of_turn_ids
 
@@ -562,38 +508,40 @@ class GatedRollout:
         counts: RolloutCounts, shadow: bool = False, sampling: bool = False
     ) -> dict[str, float]:
         """What one call logs through TRL (averaged over the logging window by TRL)."""
-        return {
+        out = {
             "gate/groups_cut": float(counts.cut),
             "gate/cut_fraction": counts.cut / counts.groups if counts.groups else 0.0,
-            "gate/trajectories_cut": float(counts.trajectories_cut),
-            "gate/steps_saved_max": float(counts.steps_saved_max),
-            "gate/trajectories_stalled": float(counts.stalled),
-            "rollout/env_steps": float(counts.env_steps),
-            "rollout/gen_tokens": float(counts.gen_tokens),
-            **(
-                {
-                    "gate/shadow_cuts": float(counts.shadow_cuts),
-                    "gate/shadow_cuts_right": float(counts.shadow_cuts_right),
-                    "gate/shadow_stops": float(counts.shadow_stops),
-                    "gate/shadow_stops_right": float(counts.shadow_stops_right),
-                    "gate/shadow_cut_steps_saved": float(counts.shadow_cut_steps),
-                    "gate/shadow_stop_steps_saved": float(counts.shadow_stop_steps),
-                }
-                if shadow
-                else {}
-            ),
-            **(
-                {
-                    "sampling/extra_groups": float(counts.extra_groups),
-                    "sampling/refill_rounds": float(counts.refill_rounds),
-                    "sampling/greso_skipped": float(counts.skipped),
-                    "sampling/unfilled": float(counts.unfilled),
-                    "sampling/dropped": float(counts.dropped),
-                }
-                if sampling
-                else {}
-            ),
         }
+        names = (
+            _METRICS + (_SHADOW_METRICS if shadow else ()) + (_SAMPLING_METRICS if sampling else ())
+        )
+        out.update((key, float(getattr(counts, name))) for key, name in names)
+        return out
+
+
+# TRL metric -> RolloutCounts field, in the order they are logged
+_METRICS = (
+    ("gate/trajectories_cut", "trajectories_cut"),
+    ("gate/steps_saved_max", "steps_saved_max"),
+    ("gate/trajectories_stalled", "stalled"),
+    ("rollout/env_steps", "env_steps"),
+    ("rollout/gen_tokens", "gen_tokens"),
+)
+_SHADOW_METRICS = (
+    ("gate/shadow_cuts", "shadow_cuts"),
+    ("gate/shadow_cuts_right", "shadow_cuts_right"),
+    ("gate/shadow_stops", "shadow_stops"),
+    ("gate/shadow_stops_right", "shadow_stops_right"),
+    ("gate/shadow_cut_steps_saved", "shadow_cut_steps"),
+    ("gate/shadow_stop_steps_saved", "shadow_stop_steps"),
+)
+_SAMPLING_METRICS = (
+    ("sampling/extra_groups", "extra_groups"),
+    ("sampling/refill_rounds", "refill_rounds"),
+    ("sampling/greso_skipped", "skipped"),
+    ("sampling/unfilled", "unfilled"),
+    ("sampling/dropped", "dropped"),
+)
 
 
 def _merge_log_at_end(log: Any) -> Any:

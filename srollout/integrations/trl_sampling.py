@@ -1,26 +1,11 @@
 """Dynamic sampling inside one TRL ``rollout_func`` call: DAPO's filter and refill and GRESO's
 skip, composed with the gates (:class:`srollout.integrations.trl.GatedRollout`).
 
-TRL hands ``rollout_func`` a fixed batch of prompts (its generation batch, ``n`` groups of G) and
-trains on exactly the rows it gets back, grouped in blocks of G. So the batch size is fixed and
-the prompts cannot change; what can change is what each block of G rows holds:
-
-- **GRESO** (``greso_p``): before any rollout, a task whose recent groups were all zero-variance
-  is skipped with probability 1 - p^z (:class:`srollout.core.arms.GresoSkipper`; the iteration is
-  the training call's number). Its slot is filled by DAPO's refill when dynamic sampling is on,
-  else its G rows are dropped (one masked end-of-turn token each, reward None: advantage 0, as a
-  cut group's).
-- **DAPO** (``dynamic_sampling``): every group with zero reward variance (or cut by the gate) is
-  dropped and its slot refilled by a group of a task outside the batch, drawn by (seed, call,
-  round) (:func:`srollout.core.arms.extra_round_tasks`), for up to ``max_refill_rounds`` extra
-  rounds (:func:`srollout.core.arms.dapo_fill`). A slot still empty after the cap is dropped like
-  a skipped one and counted (``sampling/unfilled``), so the optimizer never sees a zero-variance
-  group's rows with a reward.
-
-A refilled slot trains on its own task's tokens (``prompt_ids`` and ``completion_ids`` are the
-refill group's) while TRL's ``prompts`` list, which a rollout function cannot change, still names
-the slot's original task: TRL's completion logs show that prompt beside the refill's text.
-"""
+TRL trains on exactly the fixed batch of G-row blocks it gets back, so what changes is what each
+block holds: GRESO skips a task before rollout (:class:`srollout.core.arms.GresoSkipper`), DAPO
+drops zero-variance or cut groups and refills their slots from tasks outside the batch for up to
+``max_refill_rounds`` rounds (:func:`srollout.core.arms.dapo_fill`); a slot left empty is G masked
+rows with reward None (advantage 0). docs/integrations.md says what TRL's logs then show."""
 
 from __future__ import annotations
 
@@ -37,11 +22,9 @@ from srollout.rollout.engine import GroupRecord, GroupSpec
 
 @dataclass(frozen=True)
 class SampledBatch:
-    """What one call gathered: ``slots`` (one group per block of G rows, in the batch's order;
-    None = dropped: a GRESO skip or a slot DAPO could not refill), ``generated`` (every group
-    rolled out, in order: the slots' and the discarded ones), ``extra_groups`` (refill groups
-    rolled out beyond the first round), ``rounds`` (sampling rounds that ran, 1 + extra),
-    ``skipped`` (tasks GRESO skipped) and ``unfilled`` (dropped slots)."""
+    """What one call gathered: one group per block of G rows in the batch's order (None: a GRESO
+    skip or a slot DAPO could not refill), every group rolled out (discarded ones included), refill
+    groups beyond the first round, rounds run (1 + extra), tasks skipped and slots left unfilled."""
 
     slots: tuple[GroupRecord | None, ...]
     generated: tuple[GroupRecord, ...]

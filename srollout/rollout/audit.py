@@ -1,16 +1,11 @@
 """``train-onpolicy --audit F --audit-floor P``: the audited gate inside on-policy training
-(the statistics and the threshold rule: :mod:`srollout.core.audit`).
+(the statistics and the threshold rule: :mod:`srollout.core.audit`; how it works: docs/gates.md).
 
-Per iteration of an arm with a rule gate (r1/r3: its d_L moves) or a learned gate (its decision
-threshold t moves: cut iff P(zero-variance) >= t, run as the score 1 - P below 1 - t): the gate
-runs at the current threshold; a seeded
-share F of its cuts is rolled on to T_max with the same seeds and weights and no gate, through
-the same engine and policy as the rollout, counted in the iteration's rollout time, steps and
-tokens; each audited cut is labelled by its full outcome, each group let through by its own;
-the threshold for the next iteration comes from the last window of iterations. The ledger is
-checkpointed as ``audit.json`` beside ``state.pt`` (written before it; on resume the iterations
-after the checkpoint are dropped, and the next threshold is recomputed from what is left).
-"""
+Per iteration of an arm with a rule gate (its d_L moves) or a learned gate (its threshold t
+moves: cut iff P(zero-variance) >= t, run as the score 1 - P below 1 - t), a seeded share F of
+the cuts is rolled on to T_max through the same engine and labelled by its full outcome. The
+ledger is ``audit.json`` beside ``state.pt`` (written before it; on resume the iterations after
+the checkpoint are dropped and the next threshold recomputed from what is left)."""
 
 from __future__ import annotations
 
@@ -36,12 +31,10 @@ from srollout.errors import SrolloutError
 
 @dataclass(frozen=True)
 class AuditMetrics:
-    """``--audit``: audited (cuts the engine let run on to T_max for the audit; counted in
-    time/rollout_s and the rollout/ counts), audit_tp / audit_fp (of those, zero-variance / not),
-    precision_lb (the Clopper-Pearson bound over the audit's window at the threshold this
-    iteration ran with; nan with no audited cut in it), threshold (the d_L, or a learned gate's
-    threshold, this iteration ran with; nan in an arm with no gate), audit_steps (what the audit
-    cost: the environment steps its groups took after their cut step)."""
+    """``--audit``'s ``gate/`` columns of one iteration (docs/gates.md, "What is logged"): audited
+    cuts and their TP / FP, the Clopper-Pearson bound over the window at this iteration's
+    threshold (nan with no audited cut in it), that threshold (nan with no gate), and the
+    environment steps the audited groups took after their cut step."""
 
     audited: int
     audit_tp: int

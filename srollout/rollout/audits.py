@@ -1,18 +1,14 @@
 """The audit as a wrapper around a run's gates: one object every stage runs the same way.
 
 A run rolls out in *rounds* (train-onpolicy: iterations; collect: chunks of groups; ab-rollout:
-an arm's timed runs). With ``--audit F --audit-floor P`` the group gate's threshold
-(:class:`srollout.rollout.audit.GateAuditor`) and the trajectory gate's W
-(:class:`srollout.rollout.stop_audit.StopAuditor`) move from one round to the next; without it
-(F = 0) nothing moves. Either way a stage does the same three things per round::
+an arm's timed runs). With ``--audit F`` the group gate's threshold and the trajectory gate's W
+move from one round to the next; without it nothing moves. Either way a stage does the same
+per round, so it never asks which gate is audited::
 
     audit = Audit(gate, traj_gate, fraction=F, floor=P, seed=seed, ckpt_dir=run_dir)
     settings = audit.settings(settings)          # the gates (and audit draws) of this round
-    records = roll(specs, settings)
-    gate_metrics, stop_metrics = audit.label(records, round)   # None when --audit is off
+    gate_metrics, stop_metrics = audit.label(roll(specs, settings), round)  # None when off
     audit.save()                                  # the ledgers, before the round's checkpoint
-
-so an audited gate runs like any other: the stage never asks which gate is audited.
 """
 
 from __future__ import annotations
@@ -27,11 +23,10 @@ from srollout.rollout.stop_audit import NO_STOP_AUDIT, StopAuditMetrics, StopAud
 
 
 class Audit:
-    """``--audit fraction --audit-floor floor`` around ``gate`` (the group gate, or None) and
-    ``traj_gate`` (the trajectory gate, or None), its draws seeded by ``seed``, its ledgers in
-    ``ckpt_dir`` (None: only check that the audit can move these gates, writing nothing; a stage
-    does so before its run directory exists). ``iteration`` / ``resume``: continue from the
-    ledgers, cut back to that round. A gate the audit cannot move is one SrolloutError line."""
+    """``--audit fraction --audit-floor floor`` around the group gate and the trajectory gate
+    (either may be None), its ledgers in ``ckpt_dir`` (None: only check that the audit can move
+    these gates, writing nothing); ``iteration`` / ``resume``: continue from the ledgers cut back to
+    that round. A gate the audit cannot move is one SrolloutError line."""
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -30,14 +31,18 @@ def parts_dir(run_dir: Path) -> Path:
     return Path(run_dir) / PARTS_DIR
 
 
-def write_part(run_dir: Path, group_id: str, tables: GroupTables) -> Path:
-    """Write one group's tables atomically as ``parts/<group_id>/<table>.parquet``."""
+def write_part(
+    run_dir: Path, group_id: str, tables: GroupTables | Mapping[str, pl.DataFrame]
+) -> Path:
+    """Write one group's tables (or a verl session's, by name) atomically as
+    ``parts/<group_id>/<table>.parquet``."""
     root = parts_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / group_id
     tmp = Path(tempfile.mkdtemp(prefix=f".{group_id}.tmp-", dir=root))
     try:
-        for name, df in tables.as_dict().items():
+        named = tables.as_dict() if isinstance(tables, GroupTables) else tables
+        for name, df in named.items():
             # fsynced, so that a power cut after the rename cannot leave an empty file behind it
             dump_parquet(df, tmp / f"{name}.parquet")
         if final.exists():  # a rerun of the same group (should not happen; keep the new one)

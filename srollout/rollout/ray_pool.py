@@ -1,30 +1,8 @@
-"""The Ray backend of the engine (the optional ``dist`` extra: ``pip install 'srollout[dist]'``):
-the session a run works in, and ``--workers N``: the batched engine on N Ray actors, fed chunks of
-groups by the driver. Importing this module does not import Ray; the functions that need it do.
+"""The Ray backend of the engine (the ``dist`` extra): :func:`ray_session` and ``--workers N``,
+the batched engine on N Ray actors fed chunks of groups by the driver.
 
-:func:`require_ray` is the one-line error without the extra. :func:`ray_session` joins the
-cluster in ``$RAY_ADDRESS`` when it is set; otherwise it starts a local Ray with N CPUs (one per
-worker: each rollout actor and each seed task of ``train-onpolicy --workers`` asks for one CPU),
-no dashboard and a small object store, and stops it at the end. Inside a session that is already
-running (a test fixture, a notebook) it joins that one and leaves it running.
-
-Each worker (:class:`RolloutWorker`, one CPU) builds its own policy replica from a
-:class:`WorkerRecipe` and runs *chunks* of consecutive groups through the same engine as a
-one-process run (:func:`srollout.rollout.engine.run_groups`, gate included), on environments it
-keeps between chunks. Since every seed derives from (run seed, group index, traj_idx), a group's
-content does not depend on which worker ran it or with which other groups: N workers produce
-the records of one (timing aside).
-
-The driver (:func:`run_groups_distributed`) starts the workers (in parallel; work begins when all
-are up), keeps one chunk in flight per worker and hands the next chunk to whichever worker
-returns one. A chunk comes back whole (its groups in index
-order), so a worker that dies mid-chunk loses nothing that reached ``on_group``: the driver
-starts a replacement in its slot and reruns the chunk there. A chunk that kills
-:data:`MAX_WORKER_DEATHS` workers in a row stops the run; an ordinary error raised in a worker
-(a bad model path, a bug) is raised in the driver at once, not retried. A worker whose *node*
-died is not replaced (the cluster no longer has its CPU, so a replacement would wait forever):
-the driver hands out no more chunks, waits for the chunks still running on live workers (their
-groups are kept), then stops with one line naming the node; ``--resume`` finishes the run.
+How chunks, worker deaths and node deaths are handled: docs/scaling.md ("How it works").
+Importing this module does not import Ray; the functions that need it do.
 """
 
 from __future__ import annotations
@@ -67,9 +45,7 @@ OBJECT_STORE_BYTES = 200 * 1024**2
 
 
 def require_ray(workers: int) -> ModuleType:
-    """The ``ray`` module, or a one-line :class:`NotAvailableError` naming the ``dist`` extra.
-
-    workers: the ``--workers`` value that asked for Ray (named in the message)."""
+    """The ``ray`` module, or a one-line :class:`NotAvailableError` naming the ``dist`` extra."""
     try:
         import ray
     except ImportError:
@@ -83,9 +59,9 @@ def require_ray(workers: int) -> ModuleType:
 def ray_session(workers: int) -> Iterator[str]:
     """Connect to Ray for the duration of the block; yield where the work runs (for manifests).
 
-    workers: the number of parallel workers; a local cluster gets that many CPUs. Worker output
-    is not forwarded to this process (errors come back as exceptions), so the console keeps its
-    progress bar.
+    Joins ``$RAY_ADDRESS`` when set, else starts a local Ray of ``workers`` CPUs; inside a running
+    session it joins that one and leaves it running. Worker output is not forwarded (errors come
+    back as exceptions), so the console keeps its progress bar.
     """
     address = os.environ.get("RAY_ADDRESS")
     ray = require_ray(workers)
@@ -164,12 +140,9 @@ def ray_token_available() -> bool:
 def _join_cluster(ray: ModuleType, address: str, workers: int) -> None:
     """``ray.init`` on the cluster at ``address``, or one line saying what is wrong.
 
-    Token authentication: a cluster started by ``ray start --head`` may ask every client for its
-    token, and a client whose ``RAY_AUTH_MODE`` is unset does not send it. When the mode is unset
-    and a token is at hand, token mode is turned on for this process and its children (what Ray
-    itself does for a local ``ray.init``); when the cluster still refuses, the line names what to
-    set. A cluster with fewer CPUs than ``workers`` would wait forever for the missing workers:
-    refused before any work."""
+    A client whose ``RAY_AUTH_MODE`` is unset does not send its token, so with a token at hand
+    token mode is turned on (as Ray does for a local ``ray.init``). A cluster with fewer CPUs
+    than ``workers`` would wait forever for the missing workers: refused before any work."""
     if "RAY_AUTH_MODE" not in os.environ and ray_token_available():
         os.environ["RAY_AUTH_MODE"] = "token"
         try:  # Ray caches its config: refresh it, as Ray does when it turns token mode on itself
@@ -254,10 +227,8 @@ def _join_error(address: str, err: BaseException, answers: bool = False) -> str:
 class WorkerRecipe:
     """What a worker needs to roll out as the driver would; shipped to every worker (picklable).
 
-    make_policy: builds the policy replica (called once per worker, in the worker);
-    env_factory: makes one environment; prompter: the ReAct protocol; settings: the engine's
-    settings (``concurrency`` is per worker); threads: torch threads in the worker (None: leave
-    torch as the process has it; Ray gives a one-CPU worker one thread).
+    make_policy is called once per worker, in the worker; ``settings.concurrency`` is per worker;
+    threads: torch threads in the worker (None: as Ray gives a one-CPU worker, one).
     """
 
     make_policy: Callable[[], Policy]
@@ -295,14 +266,9 @@ class ChunkResult(NamedTuple):
 
 
 class DistResult(NamedTuple):
-    """Totals of :func:`run_groups_distributed`.
-
-    summary: the engine totals summed over chunks (:func:`_sum`; wall_s is the driver's
-    wall-clock of the whole call); workers: worker slots used; replaced: workers started to
-    replace dead ones; chunks: chunks the groups were split into (reruns not counted);
-    build_s: policy build seconds of every worker started, in start order; start_s: seconds
-    from the call until the first ``workers`` workers were all up (no chunk starts before).
-    """
+    """Totals of :func:`run_groups_distributed`: engine totals summed over chunks (wall_s: the
+    driver's), worker slots used, replacements started, chunks (reruns not counted), policy build
+    seconds of every worker in start order, seconds until the first workers were all up."""
 
     summary: RolloutSummary
     workers: int
@@ -313,11 +279,8 @@ class DistResult(NamedTuple):
 
 
 class _PooledEnv:
-    """An environment of the worker's pool, lent to one engine call: ``close`` hands it back.
-
-    The engine closes its environments at the end of every call; a worker keeps them for its next
-    chunk instead, so their loaded games stay warm (a fresh ALFWorld reset costs ~3x a warm one).
-    """
+    """An environment of the worker's pool, lent to one engine call: ``close`` hands it back,
+    so its loaded games stay warm for the next chunk (a fresh ALFWorld reset costs ~3x)."""
 
     def __init__(self, env: TextEnv, pool: list[TextEnv]) -> None:
         self.env, self._pool, self._lent = env, pool, True
@@ -340,10 +303,7 @@ class _PooledEnv:
 
 class RolloutWorker:
     """One rollout worker: a policy replica and a pool of environments, running chunks of groups.
-
-    A plain class: Ray wraps it as an actor (:func:`run_groups_distributed`), and it runs as is
-    in a process (tests). Call :meth:`start` once, then :meth:`run` per chunk.
-    """
+    A plain class that Ray wraps as an actor; :meth:`start` once, then :meth:`run` per chunk."""
 
     def __init__(self, recipe: WorkerRecipe) -> None:
         self.recipe = recipe
@@ -430,11 +390,9 @@ def run_groups_distributed(
 ) -> DistResult:
     """Roll out ``specs`` on ``workers`` Ray actors (inside :func:`ray_session`).
 
-    on_group: called in this process for every group, once, as its chunk comes back (chunks in
-    finishing order, groups of a chunk in index order); on_tick: once per returned chunk, with
-    the chunk's totals and the groups done so far; chunk_groups: groups per chunk (default
-    :func:`chunk_size`); on_worker(slot, info, actor): every worker that started, replacements
-    included (slot 0..workers-1; ``actor`` is its Ray handle).
+    on_group: once per group as its chunk comes back (groups of a chunk in index order);
+    on_tick: once per returned chunk; on_worker(slot, info, actor): every worker that started,
+    replacements included.
     """
     import ray
 

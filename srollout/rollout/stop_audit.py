@@ -1,23 +1,12 @@
 """``train-onpolicy --audit F --audit-floor P`` on an arm with the trajectory gate: the stall
-rule's W kept honest while the policy trains (issue 45, item 5; the statistics and the threshold
-rule are the group gate's, :mod:`srollout.core.audit`).
-
-Per iteration the arm rolls out with the stall rule (W, k0). Each stop is audited with
-probability F, drawn from (seed, group index, trajectory index)
-(:func:`srollout.core.audit.audit_pick_stop`): the engine records the step it would have stopped
-at (``TrajRecord.audited_stop``) and lets the trajectory play on to its end, so the stop is
-labelled by its full outcome: right iff the trajectory failed. Every trajectory the rule let
-through, alive at k0, is labelled for free by its own outcome. An audited trajectory trains on
-all it played (its stop's saving is what the audit costs); every other stop stands.
+rule's W kept honest while the policy trains (how it works: docs/gates.md, "Audited while
+training"; the statistics and the threshold rule are the group gate's, :mod:`srollout.core.audit`).
 
 In :mod:`srollout.core.audit`'s form "cut iff score < θ": a trajectory's score is minus its
-longest run without a new observation from k0 on (:func:`srollout.core.trajectory_signals
-.longest_stall`), and the rule (W, k0) stops it iff that run is >= W, i.e. iff score < θ with
-θ = 0.5 - W. So the audit tightens by raising W, loosens by lowering it, and the rule it runs is
-W = floor(-θ) + 1; k0 stays. The ledger is checkpointed as ``audit-stall.json`` beside
-``state.pt``; on resume the iterations after the checkpoint are dropped. The window holds the
-last :data:`STOP_WINDOW` audited stops (the group gate's holds 50 cuts).
-"""
+longest run without a new observation from k0 on, and the rule (W, k0) stops it iff that run
+is >= W, i.e. iff score < θ with θ = 0.5 - W; the rule it runs is W = floor(-θ) + 1, k0 stays.
+The ledger is ``audit-stall.json`` beside ``state.pt``; its window holds the last
+:data:`STOP_WINDOW` audited stops (the group gate's holds 50 cuts)."""
 
 from __future__ import annotations
 
@@ -42,11 +31,10 @@ from srollout.rollout.audit import restore
 
 @dataclass(frozen=True)
 class StopAuditMetrics:
-    """``--audit`` on the trajectory gate: stop_audited (stops the engine let run on to their
-    end), stop_audit_tp / stop_audit_fp (of those, failed / won), stop_precision_lb (the
-    Clopper-Pearson bound over the audit's window at the W this iteration ran with; nan with no
-    audited stop in it), stall_W (that W; 0 in an arm without the trajectory gate),
-    stop_audit_steps (the steps the audited trajectories took after their stop)."""
+    """``--audit``'s trajectory-gate columns of one iteration: audited stops and their TP (failed) /
+    FP (won), the Clopper-Pearson bound over the window at this iteration's W (nan with no audited
+    stop in it), that W (0 without the trajectory gate), and the steps the audited trajectories
+    took after their stop."""
 
     stop_audited: int
     stop_audit_tp: int

@@ -2,23 +2,10 @@
 tables of DESIGN.md's contract, so ``srollout analyze``, ``sweep`` and ``what-if`` read a user's
 own run like a ``collect``.
 
-Layout of the log directory (``GatedRollout(log_dir=...)``)::
-
-    manifest.json                     stage "trainer-log", the rollout's settings, status
-    parts/step-00000012/*.parquet     one part per training call, written atomically
-                                      (srollout.rollout.parts), named by the trainer step it feeds
-    steps / trajectories / groups / signals.parquet
-                                      the parts merged in step order (at the end of training,
-                                      or by :func:`merge_log`)
-
-Every row carries ``trainer_step`` (the optimizer step the call's rollouts train: the trainer's
-``global_step`` + 1 at the call); groups rows also carry ``in_batch`` (the group's rows went to
-the optimizer: False for a group DAPO discarded or a cut group). Nothing is held in memory
-between calls. When the trainer resumes from a checkpoint at step S, the first call removes the
-parts of steps after S (they are played again) and restores what the rollout function needs to
-continue exactly (the next group index, so the seeds; GRESO's history) from the parts that stay:
-the log then holds every finished step once.
-"""
+Layout (``manifest.json``, one atomic part per training call under ``parts/step-<8 digits>/``,
+the merged tables), the extra columns ``trainer_step`` and ``in_batch``, and how a resumed
+trainer's log keeps every finished step once: docs/artifacts.md ("A trainer's log"). Nothing is
+held in memory between calls."""
 
 from __future__ import annotations
 
@@ -153,11 +140,10 @@ class TrainerLog:
 
 
 def merge_log(out: str | Path) -> dict[str, Path]:
-    """Merge a trainer log's parts (a finished run, or one stopped midway) into its tables, in
-    step order; returns table -> path. TRL's parts (one per call, four tables) are concatenated;
-    verl's (one per session: steps and trajectories) are concatenated, a step played by more
-    than one attempt (a resumed run) keeps only the last attempt's sessions, and the groups
-    table is made from the trajectories."""
+    """Merge a trainer log's parts into its tables, in step order; returns table -> path. TRL's
+    parts (one per call) are concatenated; of verl's (one per session) a step played by more than
+    one attempt keeps only the last attempt's sessions, and the groups table is made from the
+    trajectories."""
     out = Path(out)
     parts = sorted((p for p in finished_groups(out) if _step_of(p) is not None), key=_step_of)
     sessions = _session_parts(out)
@@ -184,11 +170,6 @@ def write_session(
     """Write one session's steps and trajectory row as an atomic part of the log at ``out``
     (made on first use, its manifest checked against ``config`` as :meth:`TrainerLog.open`
     does, without the resume: sessions of a resumed run are told apart by ``attempt``)."""
-    import os
-    import tempfile
-
-    from srollout.schemas import dump_parquet
-
     out = Path(out)
     if not (out / "manifest.json").exists():
         from srollout.rundir import Manifest
@@ -201,19 +182,7 @@ def write_session(
         _check_config(out, config)
     traj = tables["trajectories"].row(0, named=True)
     name = SESSION.format(int(trainer_step), attempt, traj["group_id"], int(traj["traj_idx"]))
-    root = parts_dir(out)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-    try:
-        for table in SESSION_TABLES:
-            dump_parquet(tables[table], tmp / f"{table}.parquet")
-        if (root / name).exists():
-            shutil.rmtree(root / name)
-        os.replace(tmp, root / name)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return root / name
+    return write_part(out, name, {t: tables[t] for t in SESSION_TABLES})
 
 
 def _check_config(out: Path, config: Mapping[str, Any]) -> None:

@@ -1,10 +1,8 @@
 """Per-iteration checkpoints of an on-policy arm: adapter, optimizer, RNG states, metrics so far.
 
-One file per (seed, arm), ``state.pt``, replaced atomically after every iteration, so a run
-killed at any moment (kill -9 included) resumes from the last finished iteration and, since
-every random draw of the loop derives from (seed, iteration, group, trajectory), ends with the
-same metrics as an uninterrupted run (timing columns aside).
-"""
+One ``state.pt`` per (seed, arm), replaced atomically after every iteration, so a run killed at
+any moment resumes from the last finished iteration and ends with the same metrics as an
+uninterrupted run (timing aside): every random draw derives from (seed, iteration, group, traj)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Greedy held-out evaluation (Tier 3): each task decoded once at temperature 0, no gate.
 
-One trajectory per task (a greedy group of identical members would waste the other G-1), all
-tasks in flight at once on the rollout engine (``run_groups`` with G=1, no signals): one batched
-``policy.act`` per step. Task i plays as group i of run seed ``seed``, so every evaluation of a
-run plays the same games and outcomes are paired across arms, iterations and seeds.
-"""
+One trajectory per task (a greedy group would repeat it G times), all tasks in flight at once on
+the rollout engine; task i plays as group i of run seed ``seed``, so every evaluation of a run
+plays the same games and outcomes are paired across arms, iterations and seeds."""
 
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """One row of metrics.parquet, namespaced the TRL way and built from one small record per namespace.
 
-A row holds the identity columns ``arm``, ``seed`` and the index (``iteration`` in
-train-onpolicy, ``step`` in train-offpolicy), then:
-
-- ``rollout/…``: what the rollout produced (groups, environment steps, generated tokens, reward);
-- ``gate/…``: what the gate, GRESO and DAPO did with the groups (cuts, kept, skipped, rounds);
-- ``train/…``: the GRPO update (loss, gradient L2, zero-advantage fraction, trajectories, tokens);
-- ``time/…``: seconds, the only columns that differ between two runs of the same seed.
-
-Held-out evaluation has its own table (eval.parquet, one row per task); only its seconds are
-here (``time/eval_s``). The old flat names and the new ones: :data:`ONPOLICY_RENAMES`,
-:data:`OFFPOLICY_RENAMES` and the table in docs/artifacts.md.
-"""
+A row holds ``arm``, ``seed`` and the index (``iteration`` in train-onpolicy, ``step`` in
+train-offpolicy), then ``rollout/…``, ``gate/…``, ``train/…`` and ``time/…`` (seconds, the only
+columns that differ between two runs of the same seed); each column and its old flat name:
+docs/artifacts.md (and :data:`ONPOLICY_RENAMES`, :data:`OFFPOLICY_RENAMES`)."""
 
 from __future__ import annotations
 
@@ -109,14 +101,8 @@ def _namespaced(prefix: str, record: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TrainMetrics:
-    """``train/…``: one GRPO update (:class:`srollout.training.update.UpdateStats`).
-
-    loss: the scalar GRPO loss; grad_l2: the adapter's gradient L2 norm before any clipping;
-    zero_adv_frac: share of the batch's trajectories with A_i = 0; trajectories: N;
-    action_tokens: tokens that carried loss; mean_logp: mean log-probability per action token;
-    stepped: an optimizer step happened (not on an empty batch); denominator: the loss
-    denominator (``--denominator``).
-    """
+    """``train/…``: one GRPO update (:class:`srollout.training.update.UpdateStats`); each column:
+    docs/artifacts.md."""
 
     loss: float
     grad_l2: float
@@ -147,10 +133,8 @@ class TrainMetrics:
 
 @dataclass(frozen=True)
 class RolloutMetrics:
-    """``rollout/…`` of one iteration, all DAPO rounds: groups rolled out; env_steps; gen_tokens
-    (generated tokens); reward: mean trajectory reward over every group (a cut group's truncated
-    rewards included); adapter_iteration (vLLM backends only, else None and not written): after
-    how many updates the adapter that generated the rollouts was saved."""
+    """``rollout/…`` of one iteration, all DAPO rounds (reward: a cut group's truncated rewards
+    included; adapter_iteration: vLLM backends only, else None and not written)."""
 
     groups: int
     env_steps: int
@@ -161,11 +145,7 @@ class RolloutMetrics:
 
 @dataclass(frozen=True)
 class GateMetrics:
-    """``gate/…`` of one iteration: cuts (groups the gate stopped at K); kept (groups in the GRPO
-    batch); zero_var_kept (of those, zero-variance); useful = kept - zero_var_kept; skipped
-    (prompts GRESO skipped before the rollout); dapo_rounds (1, or 1 + DAPO's extra rounds);
-    dapo_hit_cap (DAPO was still short of useful groups after its last extra round); stalled
-    (trajectories the trajectory gate ended, all rounds; they stay in the batch)."""
+    """``gate/…`` of one iteration: what the gate, GRESO and DAPO did (docs/artifacts.md)."""
 
     cuts: int
     kept: int
@@ -186,9 +166,7 @@ class OnpolicyTrain(TrainMetrics):
 
 @dataclass(frozen=True)
 class IterationTimes:
-    """``time/…`` of one iteration, seconds: rollout (all rounds), update, sync, iter = rollout +
-    update + sync, cum (iter summed so far), warmup (games loaded untimed before the rollout),
-    eval (held-out evaluation, 0 when none ran)."""
+    """``time/…`` of one iteration, seconds (iter = rollout + update + sync; cum: iter so far)."""
 
     rollout_s: float
     update_s: float
@@ -201,11 +179,8 @@ class IterationTimes:
 
 @dataclass(frozen=True)
 class CutJudgement:
-    """``--judge-cuts``: the iteration's cut groups rolled on to T_max after the timed rollout
-    (same weights, same seeds, no gate, untimed). cut_tp / cut_fp: cut groups whose full rollout
-    was zero-variance / was not; cut_prefix_matched: trajectories of the cut groups whose full
-    rollout repeats the cut one's actions up to where the cut one stopped (all of them, when the
-    engine's seeding holds); judge_s: seconds the judging took (in no other time/ column)."""
+    """``--judge-cuts``: the iteration's cut groups (and stops) rolled on to T_max after the timed
+    rollout (same weights, same seeds, no gate, untimed), judged by their full outcomes."""
 
     cut_tp: int
     cut_fp: int
@@ -283,8 +258,7 @@ def onpolicy_columns() -> list[str]:
 
 @dataclass(frozen=True)
 class OffpolicyGate:
-    """``gate/…`` of one off-policy step: cuts (planned groups the gate cut; 0 in the baseline
-    arm); kept (groups in the batch); zero_var_kept (of those, zero-variance)."""
+    """``gate/…`` of one off-policy step: cuts (0 in the baseline arm), kept, zero_var_kept."""
 
     cuts: int
     kept: int
@@ -300,9 +274,8 @@ class OffpolicyTrain(TrainMetrics):
 
 @dataclass(frozen=True)
 class StepTimes:
-    """``time/…`` of one off-policy step, seconds: rollout (the buffer's measured generation +
-    environment time of the step's groups, a cut group only up to K), update, sync (always 0: no
-    rollout policy to sync), and the cumulative update and rollout seconds."""
+    """``time/…`` of one off-policy step, seconds (rollout: the buffer's measured time of the step's
+    groups, a cut group only up to K; sync always 0)."""
 
     rollout_s: float
     update_s: float

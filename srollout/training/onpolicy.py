@@ -1,26 +1,17 @@
 """The on-policy GRPO loop of one (seed, arm) (Tier 3, §5.3), top to bottom.
 
-Per iteration: sample ``prompts_per_iter`` prompts (a draw of (seed, iteration): the same in
-both arms) -> roll out G trajectories each through the batched engine (the gate at step K in
-the gated arm) -> drop cut groups (their truncated rewards are logged only) -> GRPO update of
-the LoRA adapter -> the rollout policy samples from the very module that was updated, so the
-new weights are live at once (the "sync" is a check that no stale KV cache survives) -> every
-E iterations a greedy evaluation on held-out tasks, no gate -> checkpoint.
-
-Trajectory seeds come from (seed, group index), group index = (iteration-1)*prompts + j, so the
-two arms sample the same first K steps of iteration 1, and a gate that never fires reproduces
-the baseline arm bit for bit.
+Per iteration: sample prompts (a draw of (seed, iteration): the same in both arms) -> roll out
+G trajectories each through the batched engine -> drop cut groups -> GRPO update of the LoRA
+adapter, live at once in the rollout policy -> every E iterations a greedy evaluation -> checkpoint
+(docs/training.md, "Each iteration"). Seeds come from (seed, group index), so a gate that never
+fires reproduces the baseline arm bit for bit.
 
 Arms (``srollout.core.arms``) compose three filters around that story: GRESO skips prompts of
-the iteration's draw before the rollout (a skipped prompt's group is simply not rolled out; the
-others keep their group index, so they sample what the baseline arm samples); the gate cuts
-groups at step K; DAPO drops every group that is zero-variance or cut after the rollout and
-runs extra rounds of fresh prompts (a draw of (seed, iteration, round) from the prompts not yet
-used this iteration, group indices after all first-round ones) until the batch holds
-``prompts_per_iter`` useful groups or ``dapo_max_rounds`` extra rounds ran, then trains on what
-it has. GRESO's per-prompt history (a cut group counts as zero-variance: it gave no gradient
-either) is checkpointed beside state.pt in greso.json.
-"""
+the draw before the rollout (the others keep their group index, so they sample what the
+baseline samples); the gate cuts groups at step K; DAPO drops zero-variance or cut groups and
+runs extra rounds of fresh prompts (a draw of (seed, iteration, round), group indices after all
+first-round ones) up to ``dapo_max_rounds``. GRESO's history (a cut group counts as
+zero-variance: it gave no gradient either) is checkpointed beside state.pt in greso.json."""
 
 from __future__ import annotations
 
@@ -85,13 +76,10 @@ class LoopConfig(Protocol):
 
 @dataclass(frozen=True)
 class ArmContext:
-    """What one (seed, arm) training loop runs with besides the config: ``arm``, the arm itself
-    (:class:`srollout.core.arms.ArmSpec`, the one arm type: its name, switches and, when gated,
-    its gate and step K), and where it runs: the ``seed``, the prompt pool ``train_tasks``, the
-    held-out ``eval_tasks``, the environment factory and ReAct ``prompter``, the base model's
-    directory ``model_dir`` (resolved once by the stage's plan) and ``ckpt_dir`` (where state.pt
-    lives).
-    """
+    """What one (seed, arm) training loop runs with besides the config: the arm
+    (:class:`srollout.core.arms.ArmSpec`), the seed, the prompt pool and held-out tasks, the
+    environment factory and prompter, the base model's directory (resolved once by the stage's
+    plan) and ``ckpt_dir`` (where state.pt lives)."""
 
     seed: int
     arm: ArmSpec
@@ -150,14 +138,12 @@ def dapo_group_index(
 
 class ArmRunner:
     """One arm's loop, one iteration per :meth:`step`, so a stage can interleave the arms of a
-    seed (baseline iteration i, gated iteration i, ...) and both see the same machine load.
+    seed and both see the same machine load.
 
     Construction loads the model, attaches the LoRA adapter (seeded by the run seed), builds the
-    sampling and greedy policies on that very module, and either restores the last checkpoint
-    (``resume``) or runs the iteration-0 evaluation (or relabels ``initial_evals``: before the
-    first update every arm and seed is the base model, since LoRA's B starts at zero, and the
-    evaluation's games and seeds do not depend on the run seed) and checkpoints iteration 0.
-    """
+    policies on that very module, and either restores the last checkpoint or runs (or relabels
+    ``initial_evals``: before the first update every arm is the base model, since LoRA's B starts
+    at zero) the iteration-0 evaluation and checkpoints iteration 0."""
 
     def __init__(
         self,

@@ -1,11 +1,9 @@
 """One GRPO update: trajectories of the kept groups -> advantages -> loss -> one AdamW step.
 
-Shared by the off-policy (Tier 2) and on-policy (Tier 3) loops. A cut group never reaches this
-module: the loops drop it before building the batch (its truncated rewards are logged only).
+Shared by the off-policy (Tier 2) and on-policy (Tier 3) loops; a cut group never reaches it.
 Zero-advantage trajectories (zero-variance groups the gate did not cut) *are* in the batch, as
 in the paper's baseline: they add nothing to the numerator of L = -1/N sum_i A_i log p(tau_i)
-but occupy a slot of N (the dilution of §5.4) and cost a forward and backward pass.
-"""
+but occupy a slot of N (the dilution of §5.4) and cost a forward and backward pass."""
 
 from __future__ import annotations
 
@@ -19,11 +17,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class TrainSample:
-    """One trajectory in a GRPO batch.
-
-    token_ids / action_mask: [L] the exact sequence the rollout produced and which tokens the
-    policy generated (only those carry loss); advantage: A_i of Eq. (1); group_id: its group.
-    """
+    """One trajectory in a GRPO batch: token_ids / action_mask [L] (only the policy's tokens carry
+    loss), advantage A_i of Eq. (1), its group."""
 
     token_ids: Sequence[int]
     action_mask: Sequence[bool]
@@ -41,15 +36,10 @@ class GroupOutcome(NamedTuple):
 
 
 class UpdateStats(NamedTuple):
-    """What one update logs.
-
-    loss: the scalar GRPO loss (sum over micro-batches); grad_l2: L2 norm of the adapter's
-    gradient before any clipping; n_traj: N (trajectories in the batch); n_tokens: action tokens
-    that carried loss; zero_adv_frac: share of the N trajectories with A_i == 0; mean_logp:
-    mean log-probability per action token; kl / clip_frac: 0 unless KL / clipping is on;
-    update_s: wall-clock of forward + backward + optimizer step, seconds; stepped: whether an
-    optimizer step happened (not when the batch is empty).
-    """
+    """What one update logs: loss (summed over micro-batches), grad_l2 (before clipping), N, action
+    tokens with loss, zero_adv_frac (share with A_i == 0), mean_logp per action token, kl /
+    clip_frac (0 unless on), update_s (forward + backward + step, s), stepped (False on an empty
+    batch)."""
 
     loss: float
     grad_l2: float
@@ -92,14 +82,11 @@ def grpo_update(
 ) -> UpdateStats:
     """One optimizer step on ``samples`` (N trajectories).
 
-    The per-trajectory weights w_i of ``denominator`` are computed over the whole batch, then the
-    batch is run in micro-batches of ``micro_batch`` trajectories whose gradients accumulate, so
-    the step equals one pass over the whole batch. ``clip_eps``: PPO ratio clipping against the
-    logprobs of the pre-update policy (with one update per batch the ratio is 1, so this only
-    matters to callers that take several steps per batch); ``kl_coef``: k3 KL to the base model
-    (the adapter disabled). ``max_grad_norm`` clips after the norm is logged. An empty batch
-    (every group cut) takes no step.
-    """
+    w_i of ``denominator`` are computed over the whole batch, then the batch runs in micro-batches
+    of ``micro_batch`` whose gradients accumulate, so the step equals one pass over the whole batch.
+    ``clip_eps``: PPO ratio clipping against the pre-update policy (the ratio is 1 with one update
+    per batch); ``kl_coef``: k3 KL to the base model (adapter disabled); ``max_grad_norm`` clips
+    after the norm is logged. An empty batch (every group cut) takes no step."""
     import torch
 
     from srollout.core.grpo import sequence_weights, zero_advantage_fraction
