@@ -98,10 +98,9 @@ class SweepResult(NamedTuple):
 def cut_mask(
     d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, t_high: float | None
 ) -> np.ndarray:
-    """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, given d_K and τ_K of N groups
-    — R1 d_K < d_L; R3 d_K < d_L or τ_K ≥ t_high — via
-    :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions
-    the saved gate.json will make."""
+    """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, by
+    :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions the
+    saved gate.json will make."""
     from srollout.core.gate import GateRule
 
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
@@ -255,13 +254,10 @@ def run_sweep(
     stall: StallFitConfig | None = None,
 ) -> SweepResult:
     """Run the sweep stage; returns the table, the chosen operating point (or None) and the files.
-
-    gates (``--learned`` / ``--adaptive``): also compare held-out learned/adaptive gates with R1/R3
-    (:mod:`srollout.stages.sweep_gates`): gates.parquet, gate-learned.json, gate-adaptive.json and a
-    report section; without it the outputs are exactly the plain sweep's. progress: show bars for
-    the long parts (the signals computed from steps, the gates at each K). stall (``--stall``):
-    also sweep the trajectory gate's stall rule (:mod:`srollout.stages.sweep_stall`):
-    stall.parquet, gate-stall.json and a report section."""
+    gates (``--learned`` / ``--adaptive``, :mod:`srollout.stages.sweep_gates`) and stall
+    (``--stall``, :mod:`srollout.stages.sweep_stall`) add their tables, gate files and report
+    sections; without them the outputs are exactly the plain sweep's. progress: bars for the long
+    parts."""
     from srollout.console import make_console
     from srollout.core.gate import GateRule
 

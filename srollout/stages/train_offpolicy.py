@@ -43,13 +43,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BufferGroup:
-    """One group of the buffer as the trainer needs it.
-
-    rewards [G]; token_ids / action_masks: G sequences; cut: the gate fires on it at K;
-    d_K: its prefix edit distance at K (nan when no trajectory reached K); rollout_s: measured
-    generation + env seconds of all its steps; post_K_s / post_K_steps / post_K_tokens: the part
-    after step K (what the gate saves when it cuts the group).
-    """
+    """One group of the buffer as the trainer needs it: rewards [G], G token-id and action-mask
+    sequences, whether the gate cuts it at K and its d_K there (nan when no trajectory reached K),
+    and its measured rollout cost, all of it and after step K (what a cut saves)."""
 
     group_id: str
     rewards: tuple[float, ...]

@@ -99,12 +99,8 @@ from srollout.stages.rollout_setup import RolloutPlan, plan_rollout
 
 
 def build_arms(config: AbRolloutConfig, plan: RolloutPlan) -> tuple[ArmSpec, ...]:
-    """The arms of ``--arms`` in schedule order; the first is the baseline every other arm is
-    judged against. The arms with the gate share the plan's gate object (--gate gate.json, or
-    rule --rule at (--K, --d-L), paper default (10, 0.12)); the stall arms share its trajectory
-    gate (--stall W --stall-from K0, a gate-stall.json in --gate, or the default rule):
-    :func:`srollout.stages.rollout_setup.plan_gates`; the loop arm the plan's loop detector
-    (--loop K0, from step 1 when not given)."""
+    """The arms of ``--arms`` in schedule order, the baseline first; the gated, stall and loop arms
+    share the plan's gate objects (:func:`srollout.stages.rollout_setup.plan_gates`)."""
     return tuple(
         parse_arm(name).with_gate(plan.gate, plan.gate_K, plan.traj_gate, plan.loop_gate)
         for name in config.arms
@@ -148,16 +144,10 @@ def load_greso_history(path: Path) -> list[GresoOutcome]:
 
 
 class BlockRun(NamedTuple):
-    """One timed (arm, repeat, block) run.
-
-    records: every group rolled out, round by round (each round in group order); summary: the
-    engine's totals summed over the rounds (wall_s: their measured seconds; see
-    :func:`add_summaries`);
-    skipped: group ids GRESO skipped; rounds: one DapoRound per round that rolled out groups (one
-    round for arms without DAPO; none when every task was skipped); round_ids: the group ids of
-    each round; hit_cap: DAPO still had fewer useful groups than tasks after --dapo-max-rounds
-    extra rounds.
-    """
+    """One timed (arm, repeat, block) run: ``records`` every group rolled out, round by round;
+    ``summary`` the engine's totals summed over the rounds (:func:`add_summaries`); ``skipped`` the
+    group ids GRESO skipped; ``rounds`` / ``round_ids`` each round that rolled out groups and its
+    group ids; ``hit_cap``: DAPO was still short after --dapo-max-rounds."""
 
     records: list[GroupRecord]
     summary: RolloutSummary
@@ -258,15 +248,13 @@ def run_ab_rollout(
     dist: DistConfig | None = None,
     plan: RolloutPlan | None = None,
 ) -> AbResult:
-    """Run the A/B as configured; return where the files are, one comparison per arm without
-    DAPO and the per-arm summary.
+    """Run the A/B as configured; return where the files are, one comparison per arm without DAPO
+    and the per-arm summary.
 
-    policy / env_factory / tasks: roll out with these instead of building them from the config (a
-    test wraps a policy to count the rows it is asked to generate, or plays a scripted env);
-    with ``dist.workers`` > 1 they are pickled to every Ray worker. dist: ``--workers`` (None or
-    1: in this process, Ray never imported); not part of the resume key. plan: the environment,
-    task set, model and gates resolved once (:func:`srollout.stages.rollout_setup.plan_rollout`;
-    resolved here when None).
+    policy / env_factory / tasks: use these instead of building them (tests; pickled to every Ray
+    worker with ``dist.workers`` > 1). dist: ``--workers`` (None or 1: in this process), not part of
+    the resume key. plan: what :func:`srollout.stages.rollout_setup.plan_rollout` resolved once
+    (resolved here when None).
     """
     from srollout.rollout.parts import merge_parts, write_part
     from srollout.rollout.records import group_tables

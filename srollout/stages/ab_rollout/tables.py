@@ -36,11 +36,10 @@ ARMS_AB_COLUMNS = ("skipped", "dapo_round", "useful")
 
 
 def blocks_table(schedule: Sequence[Block], block_jsons: Sequence[dict[str, Any]]) -> pl.DataFrame:
-    """One row per timed run (schedule order): the engine's totals (summed over DAPO's rounds;
-    ``groups`` = groups rolled out), ``workers``, and what the arms did: n_skipped (GRESO),
-    n_extra / extra_rounds / hit_cap (DAPO), n_useful (groups not cut with σ_r > 0); with
-    ``--audit``, the audit of each gated arm's run (:data:`AUDIT_BLOCK_COLUMNS`, null on the
-    others)."""
+    """One row per timed run (schedule order): the engine's totals (summed over DAPO's rounds),
+    ``workers``, and what the arms did (GRESO's skips, DAPO's extra groups and rounds, useful
+    groups); with ``--audit``, each gated arm's audit (:data:`AUDIT_BLOCK_COLUMNS`, null on the
+    others). Columns: docs/artifacts.md."""
     audited = any("audit" in data for data in block_jsons)
     rows = []
     for b, data in zip(schedule, block_jsons, strict=True):
@@ -78,15 +77,11 @@ def ab_table(
     schedule: Sequence[Block],
     block_jsons: Sequence[dict[str, Any]] | None = None,
 ) -> pl.DataFrame:
-    """ab.parquet: one row per (task, arm, repeat), costs attributed per block (see module doc),
-    and for every arm the baseline's outcome of the same task, seeds and repeat.
-
-    With the arms: a DAPO arm has one more row per extra group (``dapo_round`` >= 1; no baseline
-    twin, so baseline_zero_var is null); a GRESO arm has a row of zero cost per skipped task
-    (``skipped``). A run's rows sum to ``workers`` × its wall-clock (worker-seconds on Ray).
-    block_jsons: the block-<b>.json contents in schedule order (None: every block rolled its tasks
-    in one round, nothing skipped).
-    """
+    """ab.parquet: one row per (task, arm, repeat), costs attributed per block (docs/ab-rollout.md),
+    and for every arm the baseline's outcome of the same task, seeds and repeat; a DAPO arm's extra
+    groups (``dapo_round`` >= 1) and a GRESO arm's skipped tasks (zero cost) have rows too. A run's
+    rows sum to ``workers`` × its wall-clock. block_jsons: the block-<b>.json contents in schedule
+    order (None: every block rolled its tasks in one round, nothing skipped)."""
     block_jsons = (
         block_jsons
         if block_jsons is not None
@@ -288,21 +283,11 @@ def arms_table(
     config: AbRolloutConfig,
     stops: dict[str, StopJudgment] | None = None,
 ) -> pl.DataFrame:
-    """arms.parquet: one row per arm, totals over every repeat (the same seeds each repeat; only
-    timing differs), from ab.parquet (``table``) and blocks.parquet (``blocks``).
-
-    wall_s: Σ of the arm's measured timed runs (all DAPO rounds); gen_tokens, n_steps, groups
-    (rolled out); useful_groups: groups not cut with σ_r > 0 (``core.arms.is_useful``);
-    useful_per_s = useful_groups / wall_s (``core.arms.arm_summary``); *_vs_baseline: ratios to the
-    baseline arm; cuts with cut_tp / cut_fp judged by the baseline's group of the same task
-    (cuts of DAPO's extra groups have no twin and are in neither); skipped with skip_tp / skip_fp
-    (GRESO: the skipped task's baseline group was / was not zero-variance); extra_groups,
-    extra_rounds and cap_hits (timed runs whose DAPO was still short at --dapo-max-rounds);
-    traj_compared / traj_matched: the seed-match proof (null on the baseline); stalls with
-    stall_tp / stall_fp: the trajectory gate's stops judged by their baseline twins (``stops``;
-    0 without a trajectory gate). With ``--audit``,
-    then: the audit's totals of each gated arm (:func:`arm_audit_totals`; null on the others).
-    """
+    """arms.parquet: one row per arm, totals over every repeat, from ab.parquet (``table``) and
+    blocks.parquet (``blocks``); the columns are docs/artifacts.md's ("arms.parquet — one row per
+    arm"). Cuts, skips and stops are judged by the baseline's group of the same task (DAPO's extra
+    groups have no twin and count in neither); with ``--audit``, the audit's totals of each gated
+    arm (:func:`arm_audit_totals`)."""
     audited = config.audit > 0 and "audited" in blocks.columns
     rows = []
     for arm in arms:
