@@ -115,6 +115,18 @@ def _downloads(err: BaseException) -> bool:
     return isinstance(err, (LookupError, urllib.error.URLError, ConnectionError, TimeoutError))
 
 
+def _spec(library: str, game_id: str, game: Any, action: str, description: str) -> EnvSpec:
+    """The EnvSpec of a library's game: its puzzle seeds, the game's class, its action syntax."""
+    return EnvSpec(
+        name=f"{library}:{game_id}",
+        make_env=lambda: game(game_id),
+        tasks=puzzle_tasks(library, game_id),
+        system_prompt=SYSTEM_PROMPT,
+        parse=syntax_parser(action),
+        description=description,
+    )
+
+
 # --- GEM --------------------------------------------------------------------------------------
 
 
@@ -158,14 +170,7 @@ def gem_env(game_id: str) -> EnvSpec:
             f"--env gem:{game_id}: not one of GEM's single-player games ({', '.join(games[:6])}, "
             f"... {len(games)} in all)"
         )
-    return EnvSpec(
-        name=f"gem:{game_id}",
-        make_env=lambda: GemGame(game_id),
-        tasks=puzzle_tasks("gem", game_id),
-        system_prompt=SYSTEM_PROMPT,
-        parse=syntax_parser(r"\\boxed\{[^}]*\}"),
-        description=f"GEM {game_id}",
-    )
+    return _spec("gem", game_id, GemGame, r"\\boxed\{[^}]*\}", f"GEM {game_id}")
 
 
 # --- TextArena --------------------------------------------------------------------------------
@@ -231,14 +236,7 @@ def textarena_env(game_id: str) -> EnvSpec:
             f"--env textarena:{game_id}: TextArena has no such game ({', '.join(known[:6])}, "
             f"... {len(known)} in all)"
         )
-    return EnvSpec(
-        name=f"textarena:{game_id}",
-        make_env=lambda: TextArenaGame(game_id),
-        tasks=puzzle_tasks("textarena", game_id),
-        system_prompt=SYSTEM_PROMPT,
-        parse=syntax_parser(r"\[[^\]]*\]"),
-        description=f"TextArena {game_id}",
-    )
+    return _spec("textarena", game_id, TextArenaGame, r"\[[^\]]*\]", f"TextArena {game_id}")
 
 
 __all__ = ("GemGame", "TextArenaGame", "gem_env", "puzzle_tasks", "syntax_parser", "textarena_env")

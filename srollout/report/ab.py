@@ -1,8 +1,6 @@
-"""What `srollout ab-rollout` shows: the per-arm table (wall-clock, tokens, useful groups per
-second, cuts / skips / DAPO rounds), the savings table of each arm without DAPO (console and
-report.md), the gate's cuts judged by the baseline arm, the seed-match proof, the schedule of timed
-runs, and two figures (per-task time by arm; the wall-clock saving decomposed into generation /
-environment / overhead). matplotlib is imported inside the figure functions (Agg backend)."""
+"""What `srollout ab-rollout` shows (docs/ab-rollout.md, "What the report says"): the per-arm,
+savings, confusion and timed-run tables, the seed-match proof, and the figures (matplotlib
+imported inside the figure functions)."""
 
 from __future__ import annotations
 
