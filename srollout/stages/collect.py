@@ -409,7 +409,7 @@ def write_collect_report(
     engine's times are summed over workers and "other" is worker-seconds spent on neither.
     gate: the group gate as the manifest records it (None: off)."""
     from srollout.envs.tasks import rooms_note
-    from srollout.report.markdown import Section, write_report
+    from srollout.report.markdown import Section, doc_link, write_report
     from srollout.report.tables import to_markdown
 
     groups = pl.read_parquet(paths["groups"])
@@ -481,12 +481,14 @@ def write_collect_report(
                 f"Audited gate (--audit {config.audit:g}, floor {config.audit_floor:g})",
                 audit.line().replace("\n", ".\n\n")
                 + f".\n\nThe threshold (and the trajectory gate's W) moves between chunks of "
-                f"{audit.chunk_groups} groups (by group index). An audited cut is counted as cut "
-                "(`cut` = true) but ran on to T_max: its row in groups.parquet has `audited` = "
-                "true and its full outcome (label, zero_var). An audited stop ran on to the "
-                "trajectory's end: its row in trajectories.parquet has `audited_stop`, the step "
-                "the gate fired at. Their steps are in the totals above. Per chunk "
-                "(`audit.parquet`; docs/gates.md):\n\n"
+                f"{audit.chunk_groups} groups (by group index); audited cuts and stops ran on "
+                "(`audited`, `audited_stop`; "
+                + doc_link(
+                    "gates.md",
+                    "The audited gate (`--audit F --audit-floor P`: train-onpolicy, collect, "
+                    "ab-rollout)",
+                )
+                + "). Per chunk (`audit.parquet`):\n\n"
                 + to_markdown(pl.read_parquet(paths["audit"])),
             )
         )

@@ -450,7 +450,7 @@ def write_gates(run_dir: Path, comparison: GateComparison) -> list[Path]:
 
 
 def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
-    from srollout.report.markdown import Section
+    from srollout.report.markdown import Section, doc_link
     from srollout.report.tables import to_markdown
 
     t = comparison.table
@@ -465,13 +465,11 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
         ],
     )
     parts = [
-        f"Protocol: {comparison.protocol}. Learned and adaptive rows are **held-out** decisions "
-        "only: each group is decided by a gate whose model and thresholds were selected without "
-        "it. R1/R3 appear twice: `in-sample` (the plain sweep's operating point, chosen and "
-        "scored on the same groups: optimistic) and selected the same held-out way. "
-        "share_of_oracle = safe savings / the oracle's (cut every zero-variance group at "
-        f"K={min(config.K)}); savings count each group's real cut step (T_max − K_cut); precision "
-        f"floor {config.precision_floor:g} enforced on held-out scores when choosing.\n",
+        f"Protocol: {comparison.protocol}; learned and adaptive rows are held-out decisions "
+        f"only, R1/R3 also `in-sample`; oracle at K={min(config.K)}; precision floor "
+        f"{config.precision_floor:g} enforced on held-out scores ("
+        + doc_link("gates.md", "Chosen on one set of groups, judged on another")
+        + ").\n",
         to_markdown(t, columns=[c for c in _SHOWN + _SHOWN_MEASURED if c in t.columns]),
         f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} "
         f"resamples, seed {config.seed}):\n",

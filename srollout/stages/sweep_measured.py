@@ -156,18 +156,19 @@ def comparison(sweep: pl.DataFrame, index: int | None) -> pl.DataFrame | None:
 
 
 def report_section(sweep: pl.DataFrame, index: int | None, config: SweepConfig) -> Any:
-    from srollout.report.markdown import Section
+    from srollout.report.markdown import Section, doc_link
     from srollout.report.tables import to_markdown
 
     table = comparison(sweep, index)
     head = (
-        "Objective `measured`: the operating point is the row with the largest measured step "
-        f"savings at precision ≥ {config.precision_floor:g} (the real steps the cut groups — TPs "
-        "and FPs — would still have spent, from the ungated outcome); the paper's formula "
-        "(safe savings) is reported beside it. A random cut of the same number of groups saves "
-        "n_cut/N · Σ remaining / Σ total in expectation; gate / random below 1 means the gate's "
-        "cuts fall on groups that end early anyway. Every row's values: `sweep.parquet` "
-        "(measured_vs_random, measured_token_savings, random_measured_token_savings).\n\n"
+        f"Objective `measured`: the row with the largest measured step savings at precision ≥ "
+        f"{config.precision_floor:g}, beside a random cut of the same size ("
+        + doc_link(
+            "gates.md",
+            "What the operating point maximises, and what the gates read (`--objective`, "
+            "`--features`)",
+        )
+        + "); every row's values: `sweep.parquet`.\n\n"
     )
     if table is None:
         body = "No row clears the floor: nothing to compare.\n"

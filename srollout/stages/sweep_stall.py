@@ -33,7 +33,7 @@ from srollout.core.stall_sweep import (
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import steps_since_new
 from srollout.errors import SrolloutError
-from srollout.report.markdown import Section
+from srollout.report.markdown import Section, doc_link
 
 STALL_FILE = "stall.parquet"
 GATE_FILE = "gate-stall.json"
@@ -228,12 +228,10 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
     )
     body = "\n\n".join(
         [
-            "A stop ends one trajectory after step t once its last W observations were all seen "
-            "before (from step k0); judged by the full outcome (precision: stopped ⇒ would have "
-            "failed); savings are the real steps and tokens after the stop; random: as many "
-            "stops at the same steps on live trajectories. Rows `loop`: the loop detector (a "
-            "fixed rule: 4 identical (action, observation) pairs, 3 identical rejected actions, "
-            "or 6 pairs alternating A, B; docs/gates.md) from step k0, for comparison.",
+            "Stops judged by the full outcome (precision: stopped ⇒ would have failed), beside a "
+            "random reference; rows `loop`: the loop detector, for comparison ("
+            + doc_link("gates.md", "The trajectory gate (`--stall W --stall-from K0`)")
+            + ").",
             f"- {_held_out_line(result, config)}\n- {chosen}",
             to_markdown(shown),
         ]

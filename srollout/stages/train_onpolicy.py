@@ -289,7 +289,7 @@ def write_report(
     audit: pl.DataFrame | None = None,
     stops: pl.DataFrame | None = None,
 ) -> Path:
-    from srollout.report.markdown import Section, figure
+    from srollout.report.markdown import Section, doc_link, figure
     from srollout.report.markdown import write_report as write
     from srollout.report.onpolicy import arms_markdown_view
     from srollout.report.tables import to_markdown
@@ -304,15 +304,9 @@ def write_report(
         f"loss denominator `{config.denominator}`; clip {config.clip_eps}; KL {config.kl_coef:g}; "
         f"gate {gate} in the arms with the gate; arms {', '.join(config.arms)}; DAPO: at most "
         f"{config.dapo_max_rounds} extra rounds; GRESO: exploration p = "
-        f"{config.greso_p_explore:g}.\n\n"
-        "Wall-clock = rollout + update + sync per iteration (held-out evaluation excluded; both "
-        "arms evaluate alike). Cut groups are dropped from the batch; the training reward of the "
-        "gated arm is over uncut groups. The dilution prediction is (1 - z_gated) / (1 - "
-        "z_baseline) with z the mean zero-advantage fraction (§5.4). Useful groups are those in "
-        "the GRPO batch with reward variance; useful/s divides them by the wall-clock. DAPO arms "
-        "drop zero-variance (and cut) groups and sample fresh prompts until the batch holds "
-        f"{config.prompts_per_iter} useful groups or the cap is hit; GRESO arms skip a prompt "
-        "whose last z groups were zero-variance (or cut) unless a seeded draw u < p^z."
+        f"{config.greso_p_explore:g}.\n\nWhat each arm does and how the report counts: "
+        + doc_link("training.md", "`srollout train-onpolicy --seeds 7,13,23,42` (Tier 3)")
+        + "."
     )
     cols = [
         "seed",
