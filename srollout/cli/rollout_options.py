@@ -119,12 +119,12 @@ def option_parameter(
     """The Typer parameter of ``config_cls``'s field ``name``.
 
     Default: the field's default, shown in --help; a field whose default is None, and the
-    --quick-sized groups / T_max (their default named in the help, since --quick changes it),
-    show none. A field of tuple type is read as a comma list (a string), and an option
-    also answers to its :data:`ALIASES`; a bool on by default is ``--x/--no-x``. ``from_preset``:
-    the value comes
-    from a preset when the option is not given, so the option defaults to None and shows no
-    default. ``help``: the help text of a field (default: ``help_for(config_cls, name)``)."""
+    --quick-sized groups / T_max (their default named in the help, since --quick changes it), show
+    none. A field of tuple type is read as a comma list (a string), and an option also answers to
+    its :data:`ALIASES`; a bool on by default is ``--x/--no-x``. ``from_preset``: the value comes
+    from a preset when the option is not given, so the option defaults to None and shows no default.
+    ``help``: the help text of a field (default: ``help_for(config_cls, name)``).
+    """
     field = config_cls.__dataclass_fields__[name]
     hint = typing.get_type_hints(config_cls)[name]
     text = help(name) if help is not None else help_for(config_cls, name)

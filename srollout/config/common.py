@@ -171,12 +171,6 @@ def help_for(config_cls: type, name: str) -> str:
     raise KeyError(f"{config_cls.__name__} has no field {name}")
 
 
-# --- stage configs are appended below, one frozen dataclass per stage -------------------------
-
-
-# --- analyze / sweep (offline stages of §4.2–4.4) ----------------------------------------------
-
-
 def _check_K(values: tuple[int, ...], option: str) -> None:
     if not values:
         raise SrolloutError(f"{option}: give at least one K")
