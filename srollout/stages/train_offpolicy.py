@@ -123,7 +123,7 @@ def run_train_offpolicy(
     plan = sample_plan(sorted(groups), config.steps, config.groups_per_step, config.seed)
     lora = LoraSettings(config.lora_r, config.lora_alpha, tuple(config.lora_targets))
     rows: list[dict[str, Any]] = []
-    bar = _Bar(console, total=2 * config.steps, enabled=progress)
+    bar = StageBar(console, "train-offpolicy", 2 * config.steps, enabled=progress)
     arms = ("baseline", "gated")
     # Both arms in memory, stepped side by side (alternating which goes first), so a load change
     # on a shared machine hits both arms alike; each starts from the same LoRA init.
@@ -183,7 +183,7 @@ def run_train_offpolicy(
                         ),
                     ).row()
                 )
-                bar.advance(f"{arm} step {step}: grad L2 {stats.grad_l2:.4f}")
+                bar.update(advance=1, info=f"{arm} step {step}: grad L2 {stats.grad_l2:.4f}")
 
     metrics = pl.DataFrame(rows).sort("arm", "step")
     metrics_path = schemas.write(metrics, run_dir / "metrics.parquet", schemas.METRICS)
@@ -538,13 +538,3 @@ def write_report(
         ),
     ]
     return write(run_dir, "srollout train-offpolicy", sections)
-
-
-class _Bar(StageBar):
-    """A rich progress bar over both arms' steps (no-op when disabled)."""
-
-    def __init__(self, console: Any, total: int, enabled: bool) -> None:
-        super().__init__(console, "train-offpolicy", total, enabled=enabled)
-
-    def advance(self, info: str) -> None:
-        self.update(advance=1, info=info)
