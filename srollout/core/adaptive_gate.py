@@ -15,11 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from srollout.core.gate import (
-    GATE_FILE_VERSION,
-    Gate,
     _as_step,
-    _check_header,
-    _check_keys,
     check_step,
     gate_kind,
 )
@@ -27,6 +23,7 @@ from srollout.core.learned_gate import (
     DEFAULT_FOLDS,
     DEFAULT_L2,
     LogisticModel,
+    PooledGate,
     ThresholdChoice,
     assign_folds,
     choose_threshold,
@@ -45,7 +42,7 @@ DEFAULT_CHECK_K = (5, 10, 15)
 
 @gate_kind("adaptive")
 @dataclass(frozen=True)
-class AdaptiveGate(Gate):
+class AdaptiveGate(PooledGate):
     """Cut at the first check step K_j with P(zero-variance | signals at K_j) ≥ thresholds[j].
 
     check_K: ascending steps; thresholds: one per step (None = never cut at that step)."""
@@ -106,23 +103,6 @@ class AdaptiveGate(Gate):
         """:meth:`decide_at` the first check step (the fixed-K protocol)."""
         return self.decide_at(self.K, signals)
 
-    def should_cut_at(
-        self,
-        K: int,
-        actions: Sequence[Sequence[str]],
-        observations: Sequence[Sequence[str]] | None = None,
-    ) -> bool:
-        """Decide from the raw group at check step K (G action lists; see ``compute_signals``)."""
-        from srollout.core.signals import compute_signals
-
-        return self.decide_at(K, compute_signals(actions, K, observations))
-
-    def should_cut(
-        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
-    ) -> bool:
-        """:meth:`should_cut_at` the first check step."""
-        return self.should_cut_at(self.K, actions, observations)
-
     def decide_matrix(self, signals_by_K: Mapping[int, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised over N groups: signals_by_K[K] [N, S] for each check K -> (cut bool[N],
         cut_K int[N], 0 where not cut): the first check step whose threshold is reached."""
@@ -145,34 +125,10 @@ class AdaptiveGate(Gate):
             return np.zeros(s.shape[0], dtype=bool)
         return self.model.proba(feature_matrix(s, K)) >= t
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "adaptive",
-            "version": GATE_FILE_VERSION,
-            "check_K": list(self.check_K),
-            "thresholds": list(self.thresholds),
-            "model": self.model.to_dict(),
-            "meta": dict(self.meta),
-        }
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> AdaptiveGate:
-        body = _check_header(d, "adaptive", source)
-        _check_keys(
-            body, required=("check_K", "thresholds", "model"), optional=("meta",), source=source
-        )
-        model = LogisticModel.from_dict(body["model"], source)
+    def _check_body(cls, body: Mapping[str, Any], source: str) -> None:
         if not isinstance(body["check_K"], list) or not isinstance(body["thresholds"], list):
             raise SrolloutError(f"{source}: check_K and thresholds must be lists")
-        try:
-            return cls(
-                model,
-                tuple(body["check_K"]),
-                tuple(body["thresholds"]),
-                dict(body.get("meta") or {}),
-            )
-        except SrolloutError as err:
-            raise SrolloutError(f"{source}: {err}") from None
 
 
 # --- choosing thresholds, evaluating variable cut steps ---------------------------------------

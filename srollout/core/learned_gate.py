@@ -25,6 +25,7 @@ from srollout.core.gate import (
     _as_step,
     _check_header,
     _check_keys,
+    _fields_of,
     gate_kind,
 )
 from srollout.core.signals import GroupSignals
@@ -436,9 +437,61 @@ def cross_fit_proba(
 # --- the gate ---------------------------------------------------------------------------------
 
 
+class PooledGate(Gate):
+    """What the learned and adaptive gates share: the pooled logistic model ``model`` with its
+    training ``meta``, the decision from a raw group, and the gate.json form (the kind's own
+    fields, then ``model`` and ``meta``)."""
+
+    model: LogisticModel
+    meta: Mapping[str, Any]
+
+    def should_cut_at(
+        self,
+        K: int,
+        actions: Sequence[Sequence[str]],
+        observations: Sequence[Sequence[str]] | None = None,
+    ) -> bool:
+        """Decide from the raw group at check step K (G action lists; see ``compute_signals``)."""
+        from srollout.core.signals import compute_signals
+
+        return self.decide_at(K, compute_signals(actions, K, observations))
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """:meth:`should_cut_at` the first check step."""
+        return self.should_cut_at(self.K, actions, observations)
+
+    def to_dict(self) -> dict[str, Any]:
+        own = {n: v for n, v in _fields_of(type(self), self).items() if n not in ("model", "meta")}
+        return {
+            "kind": self.kind,
+            "version": GATE_FILE_VERSION,
+            **{n: list(v) if isinstance(v, tuple) else v for n, v in own.items()},
+            "model": self.model.to_dict(),
+            "meta": dict(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> Any:
+        body = _check_header(d, cls.kind, source)
+        own = [n for n in _fields_of(cls) if n not in ("model", "meta")]
+        _check_keys(body, required=(*own, "model"), optional=("meta",), source=source)
+        model = LogisticModel.from_dict(body["model"], source)
+        cls._check_body(body, source)
+        try:
+            return cls(model, *(body[n] for n in own), meta=dict(body.get("meta") or {}))
+        except SrolloutError as err:
+            raise SrolloutError(f"{source}: {err}") from None
+
+    @classmethod
+    def _check_body(cls, body: Mapping[str, Any], source: str) -> None:
+        """The kind's own checks of a gate.json body, before the gate is built."""
+
+
 @gate_kind("learned")
 @dataclass(frozen=True)
-class LearnedGate(Gate):
+class LearnedGate(PooledGate):
     """Cut at step K iff the logistic model's P(zero-variance | signals at K, K) ≥ threshold.
 
     threshold None: never cut (no threshold cleared the precision floor). ``meta`` holds the
@@ -468,14 +521,6 @@ class LearnedGate(Gate):
         """True iff the group is cut, given its signals at step K."""
         return self.threshold is not None and self.proba(signals) >= self.threshold
 
-    def should_cut(
-        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
-    ) -> bool:
-        """Decide from the raw group at step K (G action lists; see ``compute_signals``)."""
-        from srollout.core.signals import compute_signals
-
-        return self.decide(compute_signals(actions, self.K, observations))
-
     def decide_matrix(self, signals: ArrayLike) -> np.ndarray:
         """Vectorised decide: signals [N, S] at step K (the model's signals) -> bool[N]."""
         s = np.asarray(signals, dtype=np.float64)
@@ -499,30 +544,13 @@ class LearnedGate(Gate):
             lambda t: 1.0 - t,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "learned",
-            "version": GATE_FILE_VERSION,
-            "K": self.K,
-            "threshold": self.threshold,
-            "model": self.model.to_dict(),
-            "meta": dict(self.meta),
-        }
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], source: str = "gate") -> LearnedGate:
-        body = _check_header(d, "learned", source)
-        _check_keys(body, required=("K", "threshold", "model"), optional=("meta",), source=source)
-        model = LogisticModel.from_dict(body["model"], source)
+    def _check_body(cls, body: Mapping[str, Any], source: str) -> None:
         t = body["threshold"]
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
             raise SrolloutError(
                 f"{source}: threshold must be a number in [0, 1] or null, got {t!r}"
             )
-        try:
-            return cls(model=model, K=body["K"], threshold=t, meta=dict(body.get("meta") or {}))
-        except SrolloutError as err:
-            raise SrolloutError(f"{source}: {err}") from None
 
 
 # --- fitting and held-out evaluation -----------------------------------------------------------
