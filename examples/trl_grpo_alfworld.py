@@ -3,6 +3,8 @@
     pip install -e '.[trl]'          # trl==1.16.0 (make setup installs it)
     python examples/trl_grpo_alfworld.py --steps 4 --out runs/trl-gated
     python examples/trl_grpo_alfworld.py --steps 4 --no-gate --out runs/trl-baseline
+    python examples/trl_grpo_alfworld.py --model smollm2-alfworld --steps 1 --groups 1 --G 4 \
+        --out runs/trl-smollm2     # the real LLM (SmolLM2-135M + the shipped ALFWorld adapter)
     python examples/trl_grpo_alfworld.py --steps 4 --backend vllm --out runs/trl-vllm   # vLLM
     # what would the gates save on this run? decide in shadow, log, then judge every method
     python examples/trl_grpo_alfworld.py --steps 4 --shadow --stall 3 --stall-from 10 \
@@ -40,6 +42,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--out", default="runs/trl-grpo-alfworld", help="TRL output directory (must not exist)"
+    )
+    parser.add_argument(
+        "--model",
+        default="default",
+        help="the policy: `default`, `smollm2-alfworld`, `smollm2-135m`, a .gguf file or a model "
+        "directory (srollout.policy.resolve_model)",
     )
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps")
     parser.add_argument("--groups", type=int, default=4, help="prompts (groups) per step")
@@ -121,8 +129,10 @@ def main() -> None:
     check_trl_vllm(config)  # a mode the gate cannot follow stops here, before anything is written
     from srollout.core.trajectory_gate import StallGate
 
+    model_dir = str(resolve_model(args.model))  # a name or GGUF file: converted / merged once
     rollout = GatedRollout.alfworld(
-        "train", n_tasks=args.tasks, G=args.G, gate=gate, T_max=args.T_max, seed=args.seed,
+        "train", n_tasks=args.tasks, model_dir=model_dir, G=args.G, gate=gate, T_max=args.T_max,
+        seed=args.seed,
         traj_gate=StallGate(args.stall, args.stall_from) if args.stall else None,
         shadow=args.shadow, dynamic_sampling=args.dynamic_sampling, greso_p=args.greso_p,
         log_dir=args.log_dir,
@@ -131,7 +141,7 @@ def main() -> None:
     engine = trl_engine() if args.backend == "vllm" else contextlib.nullcontext()
     with engine:
         trainer = GRPOTrainer(
-            model=str(resolve_model("default")),
+            model=model_dir,
             args=config,
             reward_funcs=rollout.reward,
             train_dataset=rollout.dataset(repeats=args.steps),

@@ -141,9 +141,9 @@ def _build_adapter(
     import json
     import time
 
-    from srollout.config.rollout import CollectConfig
+    from srollout.config import CollectConfig, DistConfig
     from srollout.default_policy.adapter_build import eval_config, record_eval
-    from srollout.stages.collect import run_collect
+    from srollout.stages.collect import auto_workers, run_collect
 
     trained = (target / "build.json").is_file() and not force
     if trained and "figures" in json.loads((target / "build.json").read_text()):
@@ -161,7 +161,9 @@ def _build_adapter(
         console.print(f"step 5: the eval collect ({recipe.eval_groups} eval groups)")
         t0 = time.perf_counter()
         config = CollectConfig(**eval_config(target, recipe))
-        run_collect(config, console=console)
+        workers, why = auto_workers(config)  # as `srollout collect` runs it by default
+        console.print(f"--workers auto: {why}", style="dim", highlight=False, markup=False)
+        run_collect(config, console=console, dist=DistConfig(workers=workers))
         figures = record_eval(target, config.out, time.perf_counter() - t0)
         console.print(", ".join(f"{k}: {v}" for k, v in figures.items()), highlight=False)
     if ship:

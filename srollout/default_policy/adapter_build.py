@@ -14,9 +14,10 @@
 
 5. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
    default collect (G 8, T_max 30, temperature
-   0.7) of ``eval_groups`` tasks of the eval split with the adapter merged on the base, its valid
-   actions, success and group labels written into build.json (``figures``); the collect resumes
-   too, and a finished build without figures gets them on the next run of the command.
+   0.7) of ``eval_groups`` tasks of the eval split with the adapter merged on the base, kept
+   beside the adapter (``<out>-eval``), its valid actions, success and group labels written into
+   build.json (``figures``); the collect resumes too, and a finished build without figures gets
+   them on the next run of the command.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class AdapterRecipe:
         "down_proj",
     )
     checkpoint_every: int = 5
-    eval_groups: int = 40
+    eval_groups: int = 100  # the default collect: step 5 is `srollout collect --model ...`
 
 
 RECIPES = {"smollm2-135m": AdapterRecipe()}
@@ -217,7 +218,7 @@ def build_adapter(
         "system_prompt": SMOLLM2_PROMPT,
     }
     _save(peft_model, recipe, out, info)
-    (work / "checkpoint.pt").unlink(missing_ok=True)  # trained: the work dir keeps the eval run
+    shutil.rmtree(work, ignore_errors=True)
     return AdapterBuild(out, len(demos), n_tokens, loss, seconds)
 
 
@@ -316,13 +317,14 @@ def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) ->
 def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
     """Step 5's collect (as ``CollectConfig`` fields): ``recipe.eval_groups`` groups of the eval
     split at the collect defaults (G 8, T_max 30, temperature 0.7) with ``adapter`` merged on its
-    base, in the work directory beside it (resumed when there)."""
+    base, written beside it as ``<adapter>-eval`` (resumed when there; kept, it is an ungated
+    default collect of the policy: `srollout analyze` reads it)."""
     from srollout.policy import resolve_model
     from srollout.policy.named import merged_model
 
     adapter = Path(adapter)
     merged = merged_model(resolve_model(recipe.base), adapter, f"{recipe.base}-adapter")
-    run = _work_dir(adapter) / "eval"
+    run = adapter.parent / f"{adapter.name}-eval"
     return {
         "model": str(merged),
         "tasks": "eval",
@@ -335,7 +337,7 @@ def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
 
 def record_eval(adapter: Path, run: Path, seconds: float) -> dict[str, Any]:
     """Write the eval collect's figures (valid actions, success, group labels) into the adapter's
-    build.json (``figures``) and drop the work directory; returns them."""
+    build.json (``figures``, with the run's path) and drop the work directory; returns them."""
     import polars as pl
 
     from srollout.atomic import atomic_write_text
@@ -356,6 +358,7 @@ def record_eval(adapter: Path, run: Path, seconds: float) -> dict[str, Any]:
         "mean steps": round(float(trajs["n_steps"].mean()), 2),
         "generated tokens": int(steps["n_gen_tokens"].sum()),
         "eval wall-clock s": round(seconds),
+        "eval run": str(run),
     }
     info = json.loads((adapter / "build.json").read_text())
     info["figures"] = figures
