@@ -183,7 +183,7 @@ def run_collect(
         write_part(run_dir, record.group_id, tables)
 
     prompter = plan.prompter() if todo else None
-    bar = _progress(console, total=len(specs), done=len(done_ids), enabled=progress)
+    bar = RolloutBar(console, "collect", len(specs), enabled=progress, completed=len(done_ids))
     with resume_hint(run_dir, "collect"), bar as show:
 
         def roll_chunk(
@@ -564,10 +564,6 @@ def _check_resumable(run_dir: Path, config: CollectConfig) -> None:
 
 def _empty_summary() -> RolloutSummary:
     return RolloutSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0)
-
-
-def _progress(console: Any, total: int, done: int, enabled: bool) -> RolloutBar:
-    return RolloutBar(console, "collect", total, enabled=enabled, completed=done)
 
 
 __all__: Sequence[str] = ("CollectResult", "CollectStats", "run_collect", "stats_frame")

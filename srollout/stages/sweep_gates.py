@@ -267,10 +267,6 @@ def score_row(
 # --- the comparison ---------------------------------------------------------------------------
 
 
-def _needed_K(config: SweepConfig, gates: GateFitConfig) -> tuple[int, ...]:
-    return tuple(sorted(set(config.K) | set(gates.check_K)))
-
-
 def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame) -> GateComparison:
     """The gate comparison table (held-out decisions only for learned/adaptive) and the final gates.
 
@@ -283,7 +279,7 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         nested_heldout_cuts,
     )
 
-    Ks = _needed_K(config, gates)
+    Ks = tuple(sorted(set(config.K) | set(gates.check_K)))
     from srollout.core.gate import check_step
 
     for k in gates.check_K:
