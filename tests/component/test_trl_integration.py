@@ -383,7 +383,13 @@ def test_the_trainer_log_survives_a_kill_and_holds_every_step_once(default_model
     from srollout.stages.what_if import run_what_if
 
     judged = run_what_if(WhatIfConfig(input=log, K=2, n_folds=2, n_boot=20, out=tmp_path / "w"))
-    assert judged.table["method"].to_list() == ["group gate", "trajectory gate", "DAPO", "GRESO"]
+    assert judged.table["method"].to_list() == [
+        "group gate",
+        "trajectory gate",
+        "loop detector",
+        "DAPO",
+        "GRESO",
+    ]
     assert judged.table["decisions"][2] == groups["zero_var"].sum()
     again = subprocess.run(run, capture_output=True, text=True)  # a fresh run into the same log
     assert again.returncode != 0 and "already holds trainer steps 1..4" in again.stderr
