@@ -173,7 +173,9 @@ def _build_adapter(
 @policy_app.command("info")
 def info(
     model: str = typer.Argument(
-        "default", help="`default` or a local Hugging Face model directory."
+        "default",
+        help="`default`, `smollm2-135m`, `smollm2-alfworld`, a .gguf file or a local Hugging "
+        "Face model directory.",
     ),
 ) -> None:
     """Show a model directory's architecture, size, tokenizer and (for built ones) build record;
@@ -228,6 +230,18 @@ def _show(path: Path, console, extra: dict[str, str] | None = None) -> None:
             or (path / "chat_template.jinja").is_file()
             else "no"
         )
+    named = path / "named.json"  # a named model: the base with a shipped adapter merged in
+    if named.is_file():
+        made = json.loads(named.read_text())
+        rows["made from"] = f"{made['base']} + the adapter {made['adapter']}"
+        adapter_build = Path(made["adapter"]) / "build.json"
+        if adapter_build.is_file():
+            b = json.loads(adapter_build.read_text())
+            rows["adapter"] = f"{b['n_params_adapter']:,} parameters, {b['precision']}"
+            rows["adapter SFT data"] = f"{b['n_demos']} demos, {b['n_tokens']:,} tokens"
+            rows["adapter built"] = f"{b['built_on']['cpu']}, {b['built_on']['date']}"
+            for name, value in (b.get("figures") or {}).items():
+                rows[name] = str(value)
     build_json = path / "build.json"
     if build_json.is_file():
         b = json.loads(build_json.read_text())

@@ -42,6 +42,26 @@ def test_the_real_gguf_converts_to_smollm2_and_the_adapter_is_shipped_small(smol
     ).read_text()
 
 
+def test_the_shipped_adapter_is_the_recipe_in_code():
+    """A recipe change in adapter_build without `policy build --base smollm2-135m
+    --replace-shipped` fails here (bf16 is what the build machine used, taken from the record)."""
+    import dataclasses
+
+    from srollout.default_policy.adapter_build import ADAPTER_BUILD_VERSION, recipe_for
+    from srollout.policy.named import SMOLLM2_ADAPTER_DIR
+
+    info = json.loads((SMOLLM2_ADAPTER_DIR / "build.json").read_text())
+    recipe = recipe_for("smollm2-135m")
+    recipe = dataclasses.replace(
+        recipe, sft=dataclasses.replace(recipe.sft, bf16=info["recipe"]["sft"]["bf16"])
+    )
+    assert info["recipe"] == json.loads(json.dumps(dataclasses.asdict(recipe)))
+    assert info["builder"] == f"srollout adapter {ADAPTER_BUILD_VERSION}"
+    adapter_cfg = json.loads((SMOLLM2_ADAPTER_DIR / "adapter_config.json").read_text())
+    assert (adapter_cfg["r"], adapter_cfg["lora_alpha"]) == (recipe.r, recipe.alpha)
+    assert sorted(adapter_cfg["target_modules"]) == sorted(recipe.targets)
+
+
 def _action_logprob(model_dir, system, turns) -> float:
     """Mean log-prob of the assistant tokens of a conversation under the model in ``model_dir``."""
     import torch
