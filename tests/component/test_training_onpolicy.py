@@ -578,6 +578,7 @@ def test_a_bad_audited_gate_json_is_one_line_and_writes_nothing(tiny_model, tmp_
 
 
 def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path):
+    from srollout.cli.app import cli_line
     from srollout.errors import SrolloutError
 
     for kw, msg in (
@@ -586,5 +587,5 @@ def test_bad_audit_options_are_refused_before_anything_runs(tiny_model, tmp_path
     ):
         with pytest.raises(SrolloutError) as err:
             _config(tiny_model, tmp_path / "never", **kw)
-        assert str(err.value) == msg
+        assert cli_line(err.value) == msg  # the line the CLI shows: the flag named
     assert not (tmp_path / "never").exists()

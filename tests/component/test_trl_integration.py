@@ -390,6 +390,6 @@ def test_the_trainer_log_survives_a_kill_and_holds_every_step_once(default_model
         "DAPO",
         "GRESO",
     ]
-    assert judged.table["decisions"][2] == groups["zero_var"].sum()
+    assert judged.table["decisions"][3] == groups["zero_var"].sum()  # DAPO
     again = subprocess.run(run, capture_output=True, text=True)  # a fresh run into the same log
     assert again.returncode != 0 and "already holds trainer steps 1..4" in again.stderr
