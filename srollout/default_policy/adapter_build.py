@@ -76,7 +76,7 @@ class AdapterRecipe:
         "down_proj",
     )
     checkpoint_every: int = 5
-    eval_groups: int = 100  # the default collect: step 5 is `srollout collect --model ...`
+    eval_groups: int = 40
 
 
 RECIPES = {"smollm2-135m": AdapterRecipe()}
@@ -317,8 +317,12 @@ def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) ->
 def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
     """Step 5's collect (as ``CollectConfig`` fields): ``recipe.eval_groups`` groups of the eval
     split at the collect defaults (G 8, T_max 30, temperature 0.7) with ``adapter`` merged on its
-    base, written beside it as ``<adapter>-eval`` (resumed when there; kept, it is an ungated
-    default collect of the policy: `srollout analyze` reads it)."""
+    base, on vLLM where it is installed (on SmolLM2's 30 layers the transformers backend's
+    per-call KV rebuild costs ~6 GB and most of the time at concurrency 64), written beside it
+    as ``<adapter>-eval`` (resumed when there; kept: it is an ungated default collect of the
+    policy, which `srollout analyze` reads)."""
+    import importlib.util
+
     from srollout.policy import resolve_model
     from srollout.policy.named import merged_model
 
@@ -326,6 +330,7 @@ def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
     merged = merged_model(resolve_model(recipe.base), adapter, f"{recipe.base}-adapter")
     run = adapter.parent / f"{adapter.name}-eval"
     return {
+        "backend": "vllm" if importlib.util.find_spec("vllm") else "transformers",
         "model": str(merged),
         "tasks": "eval",
         "groups": recipe.eval_groups,
@@ -348,7 +353,8 @@ def record_eval(adapter: Path, run: Path, seconds: float) -> dict[str, Any]:
     labels = groups["label"].value_counts()
     count = dict(zip(labels["label"].to_list(), labels["count"].to_list(), strict=True))
     figures = {
-        "eval collect": f"{groups.height} eval groups, G 8, T_max 30, temperature 0.7",
+        "eval collect": f"{groups.height} eval groups, G 8, T_max 30, temperature 0.7, "
+        f"backend {json.loads((run / 'manifest.json').read_text())['config'].get('backend')}",
         "valid actions": round(float(steps["valid"].mean()), 4),
         "success": round(float(trajs["success"].mean()), 4),
         "groups all_fail / mixed / all_succeed": (
