@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from datetime import datetime, timezone
@@ -104,14 +103,9 @@ def main() -> None:
     g1, gn = generate_times(path, args.batch, args.tokens, args.dtype)
     per_b = (bn - b1) / (args.tokens - 1)
     per_g = (gn - g1) / (args.tokens - 1)
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from srollout.default_policy.build import build_machine
+
+    cpu = build_machine()["cpu"]  # the CPU's model name, as build.json records it
     row = (
         f"| {datetime.now(timezone.utc):%Y-%m-%d %H:%M} | {cpu}, {args.threads} threads "
         f"({os.cpu_count()} cores) | {args.model} {args.dtype} | {args.batch} x {args.tokens} | "
