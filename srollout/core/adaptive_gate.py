@@ -14,26 +14,19 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from srollout.core.gate import (
-    _as_step,
-    check_step,
-    gate_kind,
-)
+from srollout.core.gate import _as_step, check_step, gate_kind
 from srollout.core.learned_gate import (
     DEFAULT_FOLDS,
     DEFAULT_L2,
     LogisticModel,
     PooledGate,
     ThresholdChoice,
+    as_threshold,
     assign_folds,
     choose_threshold,
     cross_fit_proba,
-    feature_matrix,
-    named_matrix,
     row_table,
-    signals_row,
 )
-from srollout.core.signals import GroupSignals
 from srollout.core.sweep import GateOutcome, evaluate_cuts
 from srollout.errors import SrolloutError
 
@@ -63,18 +56,9 @@ class AdaptiveGate(PooledGate):
                 f"adaptive gate: {len(self.thresholds)} thresholds for {len(check_steps)} "
                 "check steps"
             )
-        thresholds = []
-        for t in self.thresholds:
-            if t is not None:
-                is_number = isinstance(t, (int, float, np.floating)) and not isinstance(t, bool)
-                if not is_number or not 0.0 <= float(t) <= 1.0:
-                    raise SrolloutError(
-                        f"adaptive gate: thresholds must be in [0, 1] or null, got {t!r}"
-                    )
-                t = float(t)
-            thresholds.append(t)
+        thresholds = tuple(as_threshold(t, "adaptive gate: thresholds") for t in self.thresholds)
         object.__setattr__(self, "check_K", check_steps)
-        object.__setattr__(self, "thresholds", tuple(thresholds))
+        object.__setattr__(self, "thresholds", thresholds)
 
     @property
     def K(self) -> int:
@@ -91,39 +75,17 @@ class AdaptiveGate(PooledGate):
             )
         return self.thresholds[self.check_K.index(K)]
 
-    def decide_at(self, K: int, signals: GroupSignals) -> bool:
-        """True iff the group is cut at check step K, given its signals at K."""
-        t = self.threshold_at(K)
-        if t is None:
-            return False
-        row = signals_row(signals, self.model.signal_names)
-        return float(self.model.proba(np.r_[row, K])[0]) >= t
-
-    def decide(self, signals: GroupSignals) -> bool:
-        """:meth:`decide_at` the first check step (the fixed-K protocol)."""
-        return self.decide_at(self.K, signals)
-
     def decide_matrix(self, signals_by_K: Mapping[int, ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised over N groups: signals_by_K[K] [N, S] for each check K -> (cut bool[N],
         cut_K int[N], 0 where not cut): the first check step whose threshold is reached."""
         N = np.asarray(signals_by_K[self.check_K[0]]).shape[0]
         cut = np.zeros(N, dtype=bool)
         cut_K = np.zeros(N, dtype=np.int64)
-        for K, t in zip(self.check_K, self.thresholds, strict=True):
-            if t is None:
-                continue
-            fire = ~cut & (self.model.proba(feature_matrix(signals_by_K[K], K)) >= t)
+        for K in self.check_K:
+            fire = ~cut & self.cut_at(K, signals_by_K[K])
             cut_K[fire] = K
             cut |= fire
         return cut, cut_K
-
-    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
-        """The decision at check step K for N groups, from the model's signals by name."""
-        t = self.threshold_at(K)
-        s = named_matrix(signals, self.model.signal_names)
-        if t is None:
-            return np.zeros(s.shape[0], dtype=bool)
-        return self.model.proba(feature_matrix(s, K)) >= t
 
     @classmethod
     def _check_body(cls, body: Mapping[str, Any], source: str) -> None:

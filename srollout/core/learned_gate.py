@@ -437,13 +437,55 @@ def cross_fit_proba(
 # --- the gate ---------------------------------------------------------------------------------
 
 
+def as_threshold(t: Any, what: str) -> float | None:
+    """A threshold on P(zero-variance): None (never cut) or a number in [0, 1], as a float."""
+    if t is None:
+        return None
+    is_number = isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool)
+    if not is_number or not 0.0 <= float(t) <= 1.0:
+        raise SrolloutError(f"{what} must be in [0, 1] or null, got {t!r}")
+    return float(t)
+
+
 class PooledGate(Gate):
     """What the learned and adaptive gates share: the pooled logistic model ``model`` with its
-    training ``meta``, the decision from a raw group, and the gate.json form (the kind's own
-    fields, then ``model`` and ``meta``)."""
+    training ``meta``; the decision at a check step K, P(zero-variance | signals at K, K) >=
+    :meth:`threshold_at` (K), for one group, N groups or a raw group; and the gate.json form (the
+    kind's own fields, then ``model`` and ``meta``)."""
 
     model: LogisticModel
     meta: Mapping[str, Any]
+
+    def threshold_at(self, K: int) -> float | None:
+        """The threshold at check step K (None: never cut there)."""
+        raise NotImplementedError
+
+    def proba(self, signals: GroupSignals, K: int | None = None) -> float:
+        """P(zero-variance) of one group from its signals at step K (default the first)."""
+        row = signals_row(signals, self.model.signal_names)
+        return float(self.model.proba(np.r_[row, self.K if K is None else K])[0])
+
+    def decide_at(self, K: int, signals: GroupSignals) -> bool:
+        """True iff the group is cut at check step K, given its signals at K."""
+        t = self.threshold_at(K)
+        return t is not None and self.proba(signals, K) >= t
+
+    def decide(self, signals: GroupSignals) -> bool:
+        """:meth:`decide_at` the first check step (the fixed-K protocol)."""
+        return self.decide_at(self.K, signals)
+
+    def cut_at(self, K: int, signals: ArrayLike) -> np.ndarray:
+        """Vectorised :meth:`decide_at`: signals [N, S] at K (the model's signals) -> bool[N]."""
+        s = np.asarray(signals, dtype=np.float64)
+        t = self.threshold_at(K)
+        if t is None:
+            return np.zeros(s.shape[0], dtype=bool)
+        return self.model.proba(feature_matrix(s, K)) >= t
+
+    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
+        """:meth:`cut_at` on the model's signals by name (a step signal not given: nan, imputed
+        by the model)."""
+        return self.cut_at(K, named_matrix(signals, self.model.signal_names))
 
     def should_cut_at(
         self,
@@ -504,35 +546,15 @@ class LearnedGate(PooledGate):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "K", _as_step(self.K))
-        if self.threshold is not None:
-            t = float(self.threshold)
-            if not 0.0 <= t <= 1.0:
-                raise SrolloutError(
-                    f"learned gate threshold must be in [0, 1], got {self.threshold}"
-                )
-            object.__setattr__(self, "threshold", t)
+        t = as_threshold(self.threshold, "learned gate threshold")
+        object.__setattr__(self, "threshold", t)
 
-    def proba(self, signals: GroupSignals) -> float:
-        """P(zero-variance) of one group from its signals at step K."""
-        row = signals_row(signals, self.model.signal_names)
-        return float(self.model.proba(np.r_[row, self.K])[0])
-
-    def decide(self, signals: GroupSignals) -> bool:
-        """True iff the group is cut, given its signals at step K."""
-        return self.threshold is not None and self.proba(signals) >= self.threshold
+    def threshold_at(self, K: int) -> float | None:
+        return self.threshold if K == self.K else None
 
     def decide_matrix(self, signals: ArrayLike) -> np.ndarray:
         """Vectorised decide: signals [N, S] at step K (the model's signals) -> bool[N]."""
-        s = np.asarray(signals, dtype=np.float64)
-        if self.threshold is None:
-            return np.zeros(s.shape[0], dtype=bool)
-        return self.model.proba(feature_matrix(s, self.K)) >= self.threshold
-
-    def decide_batch(self, K: int, signals: Mapping[str, Any]) -> np.ndarray:
-        """:meth:`decide_matrix` on the model's signals by name (a step signal not given: nan,
-        imputed by the model; only at the gate's own K)."""
-        cut = self.decide_matrix(named_matrix(signals, self.model.signal_names))
-        return cut if K == self.K else np.zeros_like(cut)
+        return self.cut_at(self.K, signals)
 
     def audit_knob(self) -> AuditKnob:
         """The audit moves the threshold t, as the score 1 - P below 1 - t."""
@@ -543,14 +565,6 @@ class LearnedGate(PooledGate):
             lambda t: dataclasses.replace(self, threshold=min(1.0, max(0.0, 1.0 - t))),
             lambda t: 1.0 - t,
         )
-
-    @classmethod
-    def _check_body(cls, body: Mapping[str, Any], source: str) -> None:
-        t = body["threshold"]
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-            raise SrolloutError(
-                f"{source}: threshold must be a number in [0, 1] or null, got {t!r}"
-            )
 
 
 # --- fitting and held-out evaluation -----------------------------------------------------------
