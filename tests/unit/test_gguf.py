@@ -151,3 +151,41 @@ def test_cli_refuses_a_truncated_gguf_and_writes_nothing(home, tiny_gguf, tmp_pa
     assert re.search(r"cut\.gguf: truncated (or damaged )?GGUF", res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_the_hash_is_read_once_per_process_until_the_file_changes(tmp_path):
+    from srollout.policy import gguf
+
+    f = write_tiny_llama(tmp_path / "h.gguf", seed=4)
+    first = gguf.file_sha256(f)
+    reads = gguf._sha256.cache_info().misses
+    assert gguf.file_sha256(tmp_path / "." / "h.gguf") == first  # the same file by another path
+    assert gguf._sha256.cache_info().misses == reads
+    write_tiny_llama(f, seed=5)  # new bytes: a new size or mtime, hashed again
+    assert gguf.file_sha256(f) != first
+    assert gguf._sha256.cache_info().misses == reads + 1
+
+
+def test_a_full_disk_while_converting_is_one_line_naming_the_cache_and_the_space_left(
+    home, tiny_gguf, tmp_path, monkeypatch, run_cli
+):
+    import errno
+
+    from srollout.policy import gguf
+
+    def full(path, out):
+        (out / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(gguf, "_convert", full)
+    out = tmp_path / "run"
+    res = run_cli("collect", "--model", tiny_gguf, "--groups", "1", "--G", "2", "--out", out)
+    assert res.exit_code == 2
+    assert "Traceback" not in res.stderr
+    progress, line = res.stderr.strip().splitlines()  # "converting ... (once)", then the error
+    assert progress.startswith("converting tiny.Q8_0.gguf"), progress
+    cache = home / "models"
+    assert f"no space left on the device while writing {cache}/gguf-" in line, line
+    assert re.search(rf"[\d,]+ MB free in {re.escape(str(cache))}", line), line
+    assert list(cache.iterdir()) == []  # the half-written temp directory is gone
+    assert not out.exists()
