@@ -29,8 +29,15 @@ from srollout.core.gate import AuditKnob, Gate
 from srollout.errors import SrolloutError
 
 
+class GateColumns:
+    """An audit's metrics as ``gate/<field>`` columns (one ``metrics.parquet`` row's)."""
+
+    def columns(self) -> dict[str, Any]:
+        return {f"gate/{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 @dataclass(frozen=True)
-class AuditMetrics:
+class AuditMetrics(GateColumns):
     """``--audit``'s ``gate/`` columns of one iteration (docs/gates.md, "What is logged"): audited
     cuts and their TP / FP, the Clopper-Pearson bound over the window at this iteration's
     threshold (nan with no audited cut in it), that threshold (nan with no gate), and the
@@ -42,9 +49,6 @@ class AuditMetrics:
     precision_lb: float
     threshold: float
     audit_steps: int
-
-    def columns(self) -> dict[str, Any]:
-        return {f"gate/{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # written after the judge's columns, and only by a run with --audit > 0 (every arm)
@@ -68,7 +72,50 @@ def knob(gate: Gate) -> AuditKnob:
     return found
 
 
-class GateAuditor:
+class Auditor:
+    """What the group gate's and the stall gate's audits share: the ledger at ``path``, the
+    threshold θ in :mod:`srollout.core.audit`'s form ("cut iff score < θ"), one move of θ per
+    round, and the resume from a checkpoint."""
+
+    path: Path
+    ledger: AuditLedger
+    threshold: float
+    floor: float
+    confidence: float
+
+    def evidence(self, rows: list[Labelled], theta: float) -> list[Labelled]:
+        """The window's rows as the bound at ``theta`` reads them (as they are, by default)."""
+        return rows
+
+    def _next(self, iteration: int, theta: float) -> Any:
+        """θ after ``iteration`` from ``theta``; the answer is kept (``self.step``): when θ did
+        not move, an export reads the bound at it from there instead of a second run."""
+        rows = self.evidence(self.ledger.recent(iteration), theta)
+        step = next_threshold(theta, rows, floor=self.floor, confidence=self.confidence)
+        self.step = (iteration, theta, step)
+        return step
+
+    def _move(self, iteration: int, rows: Sequence[Labelled]) -> tuple[float, Any, int]:
+        """Add a round's labelled ``rows`` (those with a score) to the ledger and move θ for the
+        next round; returns the θ the round ran with, the move, and the audited rows' TP."""
+        theta = self.threshold
+        self.ledger.add(r for r in rows if not math.isnan(r.score))
+        self.ledger.thresholds[iteration] = theta
+        step = self._next(iteration, theta)
+        self.threshold = step.threshold
+        return theta, step, sum(r.zero_var for r in rows if r.source == "audit")
+
+    def _restore(self, iteration: int, resume: bool) -> None:
+        """On resume, the ledger as checkpointed beside ``iteration``'s state and the threshold
+        the next iteration runs with, computed again from it."""
+        saved = resumed_ledger(self.path, iteration) if resume else None
+        if saved is not None:
+            self.ledger = saved
+            if iteration in saved.thresholds:
+                self.threshold = self._next(iteration, saved.thresholds[iteration]).threshold
+
+
+class GateAuditor(Auditor):
     """The audit of one (seed, arm): ``gate`` the arm's gate as it starts (a rule or learned
     gate, or an audited gate.json: its base at the calibrated threshold, its evidence carried
     over as the oldest in the window), ``fraction`` / ``floor`` the CLI's --audit /
@@ -95,16 +142,7 @@ class GateAuditor:
         self.ledger = AuditLedger() if ledger is None else carried_over(ledger)
         self.threshold = self.knob.theta  # "cut iff score < threshold" (core.audit's units)
         self.step: tuple[int, float, Any] | None = None  # the last (iteration, θ, ThresholdStep)
-        restore(self, iteration, resume)
-
-    def _next(self, iteration: int, theta: float) -> Any:
-        """θ after ``iteration`` from ``theta``; the answer is kept (``self.step``): when θ did
-        not move, :meth:`export` reads the bound at it from there instead of a second run."""
-        step = next_threshold(
-            theta, self.ledger.recent(iteration), floor=self.floor, confidence=self.confidence
-        )
-        self.step = (iteration, theta, step)
-        return step
+        self._restore(iteration, resume)
 
     def current_gate(self) -> Any:
         """The gate at the threshold this iteration runs with."""
@@ -126,22 +164,14 @@ class GateAuditor:
         Moves the threshold for the next iteration; returns the iteration's audit columns."""
         from srollout.core.grpo import is_zero_variance
 
-        theta = self.threshold
         audited = [r for r in records if r.cut and r.audited]
+        through = [r for r in records if not r.cut and r.gate_signals is not None]
         rows = [
-            Labelled(iteration, self._score(r), is_zero_variance(r.rewards), "audit")
-            for r in audited
+            Labelled(iteration, self._score(r), is_zero_variance(r.rewards), source)
+            for source, group in (("audit", audited), ("through", through))
+            for r in group
         ]
-        rows += [
-            Labelled(iteration, self._score(r), is_zero_variance(r.rewards), "through")
-            for r in records
-            if not r.cut and r.gate_signals is not None
-        ]
-        self.ledger.add(r for r in rows if not math.isnan(r.score))
-        self.ledger.thresholds[iteration] = theta
-        step = self._next(iteration, theta)
-        self.threshold = step.threshold
-        tp = sum(r.zero_var for r in rows if r.source == "audit")
+        theta, step, tp = self._move(iteration, rows)
         # what the audit cost: the steps its groups took after their cut step
         cost = sum(max(0, len(t.actions) - r.cut_step) for r in audited for t in r.trajs)
         shown = self.knob.shown(theta)
@@ -189,16 +219,6 @@ class GateAuditor:
         atomic_write_json(self.ledger.to_dict(), self.path)
         if self.ledger.thresholds:
             self.export(max(self.ledger.thresholds)).save(self.path.parent / AUDITED_GATE_FILE)
-
-
-def restore(auditor: Any, iteration: int, resume: bool) -> None:
-    """On resume, an auditor's (gate or stop) ledger as checkpointed beside ``iteration``'s state
-    and the threshold the next iteration runs with, computed again from it."""
-    saved = resumed_ledger(auditor.path, iteration) if resume else None
-    if saved is not None:
-        auditor.ledger = saved
-        if iteration in saved.thresholds:
-            auditor.threshold = auditor._next(iteration, saved.thresholds[iteration]).threshold
 
 
 def resumed_ledger(path: Path, iteration: int) -> AuditLedger | None:

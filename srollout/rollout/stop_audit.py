@@ -17,20 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srollout.core.audit import (
-    DEFAULT_CONFIDENCE,
-    AuditLedger,
-    Labelled,
-    audit_pick_stop,
-    next_threshold,
-)
+from srollout.core.audit import DEFAULT_CONFIDENCE, AuditLedger, Labelled, audit_pick_stop
 from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import longest_stall
-from srollout.rollout.audit import restore
+from srollout.rollout.audit import Auditor, GateColumns
 
 
 @dataclass(frozen=True)
-class StopAuditMetrics:
+class StopAuditMetrics(GateColumns):
     """``--audit``'s trajectory-gate columns of one iteration: audited stops and their TP (failed) /
     FP (won), the Clopper-Pearson bound over the window at this iteration's W (nan with no audited
     stop in it), that W (0 without the trajectory gate), and the steps the audited trajectories
@@ -42,9 +36,6 @@ class StopAuditMetrics:
     stop_precision_lb: float
     stall_W: int
     stop_audit_steps: int
-
-    def columns(self) -> dict[str, Any]:
-        return {f"gate/{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 # metrics.parquet columns written after the audit's, by every arm of a run with --audit > 0;
@@ -91,7 +82,7 @@ def evidence(rows: Sequence[Labelled], theta: float) -> list[Labelled]:
     ]
 
 
-class StopAuditor:
+class StopAuditor(Auditor):
     """The audit of one (seed, arm)'s stall gate: ``gate`` the rule it starts from,
     ``fraction`` / ``floor`` the CLI's --audit / --audit-floor, ``seed`` the run's seed."""
 
@@ -112,13 +103,10 @@ class StopAuditor:
         self.path = ckpt_dir / STOP_AUDIT_FILE
         self.ledger = AuditLedger(STOP_WINDOW)
         self.threshold = theta_of(gate.W)
-        restore(self, iteration, resume)
+        self._restore(iteration, resume)
 
-    def _next(self, iteration: int, theta: float) -> Any:
-        return next_threshold(
-            theta, evidence(self.ledger.recent(iteration), theta), floor=self.floor,
-            confidence=self.confidence,
-        )  # fmt: skip
+    def evidence(self, rows: list[Labelled], theta: float) -> list[Labelled]:
+        return evidence(rows, theta)
 
     @property
     def W(self) -> int:
@@ -136,7 +124,7 @@ class StopAuditor:
     def audit(self, records: Sequence[Any], iteration: int) -> StopAuditMetrics:
         """Label this iteration's trajectories (every round): audited stops by their full
         outcome, trajectories let through by theirs; move W for the next iteration."""
-        theta, W, k0 = self.threshold, self.W, self.base.k0
+        W, k0 = self.W, self.base.k0
         rows, audited, cost = [], 0, 0
         for r in records:
             for t in r.trajs:
@@ -150,11 +138,7 @@ class StopAuditor:
                     source, audited = "audit", audited + 1
                     cost += len(t.actions) - t.audited_stop
                 rows.append(Labelled(iteration, score, not t.success, source))
-        self.ledger.add(rows)
-        self.ledger.thresholds[iteration] = theta
-        step = self._next(iteration, theta)
-        self.threshold = step.threshold
-        tp = sum(r.zero_var for r in rows if r.source == "audit")
+        _, step, tp = self._move(iteration, rows)
         return StopAuditMetrics(audited, tp, audited - tp, step.precision_lb, W, cost)
 
     def save(self) -> None:
