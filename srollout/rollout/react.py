@@ -14,42 +14,6 @@ from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import ParsedTurn
 
-
-class ReactPrompter:
-    """system(task) -> the system prompt (``system``, default the ReAct prompt; see
-    :func:`~srollout.envs.prompts.model_prompt` for a model's own); user(o_t, t, task) -> the user
-    turn in ``user_template`` (default ``Observation: {observation}``); parse(text) ->
-    (thought, action, normalised action). The env is sent the normalised action."""
-
-    def __init__(self, system: str | None = None, user_template: str | None = None) -> None:
-        from srollout.envs.prompts import USER_TEMPLATE, system_prompt
-
-        self._system = system if system is not None else system_prompt()
-        self._user_template = user_template or USER_TEMPLATE
-
-    @classmethod
-    def for_model(cls, model_dir: Any) -> ReactPrompter:
-        """The prompter a model directory asks for (:func:`~srollout.envs.prompts.model_prompt`)."""
-        from srollout.envs.prompts import model_prompt
-
-        prompt = model_prompt(model_dir)
-        return cls(prompt.system, prompt.user_template)
-
-    def system(self, task: Task) -> str:
-        return self._system
-
-    def user(self, observation: str, step: int, task: Task, admissible: Sequence[str] = ()) -> str:
-        from srollout.envs.prompts import user_turn
-
-        return user_turn(observation, task.task_text, self._user_template, admissible)
-
-    def parse(self, text: str) -> ParsedTurn:
-        from srollout.envs.prompts import parse_response
-
-        parsed = parse_response(text)
-        return ParsedTurn(parsed.thought, parsed.action, parsed.action)
-
-
 GENERIC_SYSTEM_PROMPT = (
     "You are an agent in a text environment. Each turn you see an observation and reply with one "
     "short thought and one action, exactly:\nThought: <your reasoning>\nAction: <one action>"
@@ -143,3 +107,33 @@ class EnvPrompter:
                 f"{type(turn).__name__}"
             )
         return ParsedTurn(*(str(x) for x in turn))
+
+
+def parse_react(text: str) -> ParsedTurn:
+    """ALFWorld's forgiving ReAct parser (:func:`~srollout.envs.prompts.parse_response`); the
+    environment is sent the normalised action."""
+    from srollout.envs.prompts import parse_response
+
+    parsed = parse_response(text)
+    return ParsedTurn(parsed.thought, parsed.action, parsed.action)
+
+
+class ReactPrompter(EnvPrompter):
+    """The :class:`EnvPrompter` of ALFWorld's ReAct protocol: ``system`` (default the ReAct
+    prompt; see :func:`~srollout.envs.prompts.model_prompt` for a model's own), ``user_template``
+    (default ``Observation: {observation}``) and :func:`parse_react`."""
+
+    def __init__(self, system: str | None = None, user_template: str | None = None) -> None:
+        from srollout.envs.prompts import system_prompt
+
+        super().__init__(
+            system if system is not None else system_prompt(), user_template, parse_react
+        )
+
+    @classmethod
+    def for_model(cls, model_dir: Any) -> ReactPrompter:
+        """The prompter a model directory asks for (:func:`~srollout.envs.prompts.model_prompt`)."""
+        from srollout.envs.prompts import model_prompt
+
+        prompt = model_prompt(model_dir)
+        return cls(prompt.system, prompt.user_template)
