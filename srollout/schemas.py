@@ -8,6 +8,7 @@ previous file in place. Each column and rule is documented in docs/artifacts.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
@@ -418,38 +419,36 @@ def read(
         raise SrolloutError(f"{path}: no such file")
     if path.is_dir():
         raise SrolloutError(f"{path}: is a directory, not a {artifact.filename}")
-    try:
-        if columns is None:
+    if columns is None:
+        with _parquet(path):
             df = pl.read_parquet(path)
-        else:
-            missing = [c for c in columns if c not in column_names(path)]
-            if missing:
-                raise SchemaError(
-                    f"{path}: missing column(s) {', '.join(missing)} ({artifact.name} table, "
-                    f"{artifact.row} per row)"
-                )
+    else:
+        missing = [c for c in columns if c not in column_names(path)]
+        if missing:
+            raise SchemaError(
+                f"{path}: missing column(s) {', '.join(missing)} ({artifact.name} table, "
+                f"{artifact.row} per row)"
+            )
+        with _parquet(path):
             df = pl.read_parquet(path, columns=list(columns))
-    except SchemaError:
-        raise
-    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
-        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
-    if columns is not None:
-        artifact = Artifact(
-            artifact.name,
-            artifact.row,
-            {c: t for c, t in artifact.columns.items() if c in columns},
-            artifact.rules,
-            artifact.optional,
-        )
+        kept = {c: t for c, t in artifact.columns.items() if c in columns}
+        artifact = dataclasses.replace(artifact, columns=kept)
     return check_rules(validate(df, artifact, path, allow_empty=allow_empty), artifact, path)
+
+
+@contextlib.contextmanager
+def _parquet(path: str | Path) -> Iterator[None]:
+    """Around opening a Parquet file: polars' failures (several types, or a panic) as one line."""
+    try:
+        yield
+    except (Exception, pl.exceptions.PanicException) as err:
+        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
 
 
 def column_names(path: str | Path) -> list[str]:
     """The columns of a Parquet file, from its footer; one line if it is not readable Parquet."""
-    try:
+    with _parquet(path):
         return list(pl.read_parquet_schema(path))
-    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
-        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
 
 
 def scan(
@@ -466,12 +465,10 @@ def scan(
     path = Path(path)
     if not path.exists():
         raise SrolloutError(f"{path}: no such file")
-    try:
+    with _parquet(path):
         lazy = pl.scan_parquet(path)
         file_schema = lazy.collect_schema()
         n_rows = lazy.select(pl.len()).collect().item()  # from the Parquet footer
-    except (Exception, pl.exceptions.PanicException) as err:  # polars: several types, or a panic
-        raise SchemaError(f"{path}: not a readable Parquet file ({type(err).__name__})") from err
     validate(pl.DataFrame(schema=file_schema), artifact, path, allow_empty=True)
     if n_rows == 0 and not allow_empty:
         raise SchemaError(f"{path}: the {artifact.name} table is empty")
