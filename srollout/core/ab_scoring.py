@@ -305,16 +305,7 @@ class Comparison:
 
 def per_task_means(table: pl.DataFrame, arm: str) -> pl.DataFrame:
     """One row per task of ``arm``: each cost's mean over repeats, in group order."""
-    cols = [
-        "wall_s",
-        "n_gen_tokens",
-        "n_prompt_tokens",
-        "n_steps",
-        "gen_s",
-        "env_s",
-        "reset_s",
-        "overhead_s",
-    ]
+    cols = (*(c for c, _ in SAVED_COSTS), "gen_s", "env_s", "reset_s", "overhead_s")
     return (
         table.filter(pl.col("arm") == arm)
         .group_by("group_index", "group_id", "task_id")

@@ -240,20 +240,15 @@ def dapo_fill(
         generated += groups
         kept += good[:need]
     hit_cap = len(kept) < target_groups and not exhausted
-    if hit_cap:
+    if len(kept) < target_groups:  # the cap, or no prompt left: never a raise
+        why = "; no more prompts to sample"
+        if hit_cap:
+            why = f" after {max_rounds} extra round(s) (the cap)"
         log.warning(
-            "DAPO: %d of %d useful groups after %d extra "
-            "round(s) (the cap); training on what was gathered",
+            "DAPO: %d of %d useful groups%s; training on what was gathered",
             len(kept),
             target_groups,
-            max_rounds,
-        )
-    elif exhausted and len(kept) < target_groups:
-        log.warning(
-            "DAPO: %d of %d useful groups; no more prompts to sample; "
-            "training on what was gathered",
-            len(kept),
-            target_groups,
+            why,
         )
     return DapoResult(tuple(kept), tuple(generated), tuple(rounds), hit_cap, exhausted)
 

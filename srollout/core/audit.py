@@ -1,52 +1,22 @@
-"""The audited gate: a rule gate whose threshold is kept honest while the policy trains.
+"""The audited gate: a rule gate whose threshold is kept honest while the policy trains. The
+procedure, the bound, why Clopper–Pearson and how θ moves: docs/gates.md ("The audited gate").
 
-A threshold fitted offline goes stale as the policy trains (docs/results.md). The audit checks the
-gate on the run itself:
-
-1. each iteration rolls its groups out with the gate at threshold θ (R1/R3's d_L: cut iff
-   d_K < θ);
-2. each cut group is *audited* with probability ``fraction``, drawn from (seed, group index) so
-   a rerun audits the same groups: it is rolled on to T_max with the same seeds and weights and
-   no gate, and labelled a true positive iff its full outcome is zero-variance. The audit's
-   rollouts are part of the run's cost (its time, steps and tokens);
-3. every group the gate let through ran to the end anyway: its (d_K, zero-variance) is known
-   for free;
-4. θ for the next iteration comes from the evidence since the ``window``-th latest audited cut
-   (:func:`next_threshold`). A window counted in audits rather than iterations keeps enough
-   evidence when cuts are rare (one a iteration, an audit every few) and forgets old evidence
-   as fast as new audits come in when they are many, which is what tracking drift needs.
-
-The bound. ``gate/precision_lb`` is the one-sided Clopper–Pearson lower bound, at ``confidence``,
-on the precision of the gate's cuts, from the audited cuts below the current θ. The audited cuts
-are a uniform random sample of the cuts, so the bound speaks for all of them. Clopper–Pearson
-because an audit sees few cuts (tens): it is exact, never covering less than its nominal level at
-any count, where Wilson's or the normal interval cover less than nominal near a precision of 1,
-the very region a floor of 0.85–0.95 lives in. Its price is conservatism: with every audited cut
-right, a 95 % bound passes 0.85 only from 19 cuts on (0.05^(1/19) = 0.854).
-
-How θ moves (each step certified by its own bound):
-- fewer audited cuts below θ in the window than the bound needs to clear the floor at all
-  (``min_n``, by default the n at which n right of n clears it: 19 for 0.85 at 95 %): θ stays
-  (the start, from gate.json or a conservative default, is trusted until the audit can say
-  something; a smaller n would tighten on every run's first audits, however good the gate),
-  unless those few audits already *refute* the floor: their one-sided Clopper–Pearson upper
-  bound lies below it (3 wrong of 6 at 0.85: upper bound 0.847). θ then falls to the largest
-  prefix of the audited cuts that is not refuted, else below every audited cut. Without this a
-  gate of precision 0.5 would cut unchecked until its 19th audit, which at a fraction of 0.5
-  and two cuts an iteration is the whole of a 40-iteration run;
-- the bound at θ is below the floor: θ tightens to the largest value whose audited cuts below it
-  still clear the floor (a prefix of the audited cuts ordered by d_K), or, if none does, to the
-  smallest audited d_K (the gate then cuts only groups more alike than every audited one);
-- the bound at θ clears the floor, or nothing below θ was cut: θ may loosen over the groups it
-  let through, ordered by d_K, to the largest value whose band [θ, θ') holds at least ``min_n``
-  groups and whose own bound clears the floor. Both the old cuts and the band clear the floor,
-  so their union does.
+Each iteration, a seeded share ``fraction`` of the cuts (:func:`audit_pick`) is rolled on to
+T_max and labelled by its full outcome; the groups the gate let through ran to the end and are
+labelled for free. θ for the next iteration (:func:`next_threshold`) comes from the evidence since
+the ``window``-th latest audited cut (:class:`AuditLedger`): a window counted in audits rather
+than iterations keeps enough evidence when cuts are rare and forgets old evidence as fast as new
+audits come in, which is what tracking drift needs. θ holds while too few audited cuts lie below
+it to clear the floor (``min_n``, :func:`certifiable_n`) unless they already refute it (their
+upper bound below the floor); it tightens when the one-sided Clopper–Pearson lower bound on the
+cuts' precision is below the floor, and loosens over a band of let-through groups whose own bound
+clears it (old cuts and band each clear the floor, so their union does).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -91,26 +61,24 @@ def certifiable_n(floor: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
     return max(1, math.ceil(math.log(1.0 - confidence) / math.log(floor) - 1e-12))
 
 
+def _draw_below(fraction: float, *key: int) -> bool:
+    """A uniform draw seeded by ``key`` below ``fraction`` (1.0: always, 0.0: never)."""
+    if fraction >= 1.0 or fraction <= 0.0:
+        return fraction >= 1.0
+    return bool(np.random.default_rng(list(key)).random() < fraction)
+
+
 def audit_pick(seed: int, group_index: int, fraction: float) -> bool:
     """Whether the cut group ``group_index`` of the run seeded ``seed`` is audited: a uniform draw
     from (seed, group index) below ``fraction`` (1.0: every cut, 0.0: none)."""
-    if fraction >= 1.0:
-        return True
-    if fraction <= 0.0:
-        return False
-    return bool(np.random.default_rng([AUDIT_STREAM, seed, group_index]).random() < fraction)
+    return _draw_below(fraction, AUDIT_STREAM, seed, group_index)
 
 
 def audit_pick_stop(seed: int, group_index: int, traj_idx: int, fraction: float) -> bool:
     """Whether a stop of trajectory ``traj_idx`` of group ``group_index`` is audited (the
     trajectory gate's audit): a uniform draw from (seed, group index, trajectory index) below
     ``fraction``, on a stream of its own."""
-    if fraction >= 1.0:
-        return True
-    if fraction <= 0.0:
-        return False
-    rng = np.random.default_rng([STOP_AUDIT_STREAM, seed, group_index, traj_idx])
-    return bool(rng.random() < fraction)
+    return _draw_below(fraction, STOP_AUDIT_STREAM, seed, group_index, traj_idx)
 
 
 def check_audit_options(audit: float, audit_floor: float) -> None:
@@ -168,28 +136,26 @@ def _prefixes(ordered: Sequence[tuple[float, bool]]) -> Iterable[tuple[int, int,
             yield j, k, _midpoint(score, nxt)
 
 
+def _largest(
+    ordered: Sequence[tuple[float, bool]], holds: Callable[[int, int], bool]
+) -> float | None:
+    """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ, j long with k ok,
+    ``holds(j, k)``; None when no prefix does."""
+    best = None
+    for j, k, theta in _prefixes(ordered):
+        if holds(j, k):
+            best = theta
+    return best
+
+
 def _largest_certified(
     ordered: Sequence[tuple[float, bool]], floor: float, confidence: float, min_n: int
 ) -> float | None:
-    """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ (at least ``min_n``
-    long) has its Clopper–Pearson bound at or above ``floor``; None when no prefix does."""
-    best = None
-    for j, k, theta in _prefixes(ordered):
-        if j >= min_n and clopper_pearson_lower(k, j, confidence) >= floor:
-            best = theta
-    return best
-
-
-def _largest_unrefuted(
-    ordered: Sequence[tuple[float, bool]], floor: float, confidence: float
-) -> float | None:
-    """The largest θ over d_K-ordered (score, ok) pairs whose prefix below θ is not shown below
-    ``floor`` (its Clopper–Pearson upper bound at or above it); None when every prefix is."""
-    best = None
-    for j, k, theta in _prefixes(ordered):
-        if clopper_pearson_upper(k, j, confidence) >= floor:
-            best = theta
-    return best
+    """:func:`_largest` prefix of at least ``min_n`` whose Clopper–Pearson bound is at or above
+    ``floor``."""
+    return _largest(
+        ordered, lambda j, k: j >= min_n and clopper_pearson_lower(k, j, confidence) >= floor
+    )
 
 
 def next_threshold(
@@ -212,7 +178,8 @@ def next_threshold(
         if clopper_pearson_upper(k, n, confidence) >= floor:
             return ThresholdStep(theta, lb, n, "hold")
         # already shown below the floor on few audits: keep only what is not
-        unrefuted = _largest_unrefuted(below, floor, confidence)
+        # the largest prefix not shown below the floor (its upper bound at or above it)
+        unrefuted = _largest(below, lambda j, k: clopper_pearson_upper(k, j, confidence) >= floor)
         return ThresholdStep(unrefuted if unrefuted is not None else below[0][0], lb, n, "refute")
     if n and lb < floor:
         certified = _largest_certified(below, floor, confidence, min_n)

@@ -1,16 +1,8 @@
-"""The audited gate as a file: ``{"kind": "audited", ...}`` (issue 35).
-
-An audited run (``train-onpolicy --audit F``, ``collect``/``ab-rollout --audit F``) ends with a
-calibrated gate: its base gate (a threshold rule or a learned gate) at the threshold the audit
-chose, and the evidence it chose it from. :class:`AuditedGate` carries both, so the next run can
-start from the calibrated gate rather than from the sweep's or the paper's threshold:
-
-- ``--gate gate-audited.json`` with ``--audit F > 0``: the audit goes on from the file's ledger
-  (its window forgets old evidence as new audits come in), under the run's ``--precision-floor``;
-- ``--gate gate-audited.json`` without ``--audit``: the base gate runs fixed at the calibrated
-  threshold.
-
-The file::
+"""The audited gate as a file: ``{"kind": "audited", ...}`` (issue 35): a base gate (a threshold
+rule or a learned gate) at the threshold an audit chose, with the audit's settings and evidence,
+so the next run starts from the calibrated gate (``--gate gate-audited.json``: with ``--audit``
+the audit goes on from the file's ledger, without it the base gate runs fixed). The file, and
+how a run uses it: docs/gates.md ("The calibrated gate as a file")::
 
     {"kind": "audited", "version": 1,
      "base": {"kind": "threshold", "rule": "r1", "K": 10, "d_L": 0.087, ...},
@@ -19,12 +11,8 @@ The file::
      "ledger": {"window": 50, "rows": [[iteration, score, zero_var, "audit"|"through"], ...],
                 "thresholds": {"1": 0.12, ...}}}
 
-A run that starts from the file renumbers the saved rows to iterations <= 0 (before its own
-first), so the window reads them as the oldest evidence.
-
-``audit`` and ``precision_floor`` record how the gate was calibrated; ``precision_lb`` is the
-bound at the saved threshold (null when no audited cut lies below it). Every field is checked on
-load: a missing, NaN or out-of-range one is one line naming the file and the field.
+Every field is checked on load: a missing, NaN or out-of-range one is one line naming the file
+and the field.
 """
 
 from __future__ import annotations

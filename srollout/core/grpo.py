@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -48,15 +48,12 @@ def group_advantages(rewards: ArrayLike, eps: float = 1e-6) -> np.ndarray:
 
 def reward_variance(rewards: ArrayLike) -> float:
     """σ_r², the population variance (divide by G) of the G final rewards."""
-    r = _rewards(rewards)
-    centred = r - r.mean()
-    return float(np.mean(centred * centred))
+    return float(_outcome(rewards).reward_var[0])
 
 
 def is_zero_variance(rewards: ArrayLike, atol: float = 1e-12) -> bool:
     """True iff all G rewards are equal up to ``atol`` (max - min <= atol), i.e. σ_r = 0."""
-    r = _rewards(rewards)
-    return bool(r.max() - r.min() <= atol)
+    return bool(_outcome(rewards, atol).zero_var[0])
 
 
 def group_label(
@@ -70,14 +67,8 @@ def group_label(
     Labels use the full (un-gated) outcome of the group. A reward is not a success: a game that
     pays shaped rewards on a loss gives an all-lost group of equal rewards "all_fail".
     """
-    r = _rewards(rewards)
-    if not is_zero_variance(r):
-        return "mixed"
-    if success is not None:
-        return (
-            "all_succeed" if float(np.mean(np.asarray(success, dtype=bool))) >= 0.5 else "all_fail"
-        )
-    return "all_succeed" if float(r.mean()) >= success_threshold else "all_fail"
+    won = None if success is None else np.asarray(success, dtype=bool)[None]
+    return str(_outcome(rewards, success_threshold=success_threshold, success=won).label[0])
 
 
 class GroupOutcomes(NamedTuple):
@@ -96,8 +87,8 @@ def group_outcomes(
     success: ArrayLike | None = None,
 ) -> GroupOutcomes:
     """:func:`reward_variance`, :func:`is_zero_variance` and :func:`group_label` of each row of
-    rewards [M, G] (and ``success`` [M, G] when known) at once (row-wise the same arithmetic,
-    so the same floats)."""
+    rewards [M, G] (and ``success`` [M, G] when known) at once: the one body of the three, whose
+    scalar forms call it on one row."""
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 2 or r.shape[1] == 0:
         raise SrolloutError(
@@ -115,6 +106,11 @@ def group_outcomes(
         succeeded = np.asarray(success, dtype=bool).mean(axis=1) >= 0.5
     label = np.where(~zero, "mixed", np.where(succeeded, "all_succeed", "all_fail"))
     return GroupOutcomes(var, zero, label)
+
+
+def _outcome(rewards: ArrayLike, atol: float = 1e-12, **label: Any) -> GroupOutcomes:
+    """:func:`group_outcomes` of one group's G rewards (checked as one group's)."""
+    return group_outcomes(_rewards(rewards)[None], atol, **label)
 
 
 def sequence_weights(

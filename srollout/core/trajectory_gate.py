@@ -33,9 +33,27 @@ def _as_count(value: Any, name: str) -> int:
     return int(value)
 
 
+class TrajectoryRule(Gate):
+    """What the trajectory kinds share: asked after every step (:meth:`stops`), never shown a
+    group, from step ``k0`` on (an integer >= 1, which must lie within T_max)."""
+
+    k0: int
+    scope: ClassVar[str] = "trajectory"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k0", _as_count(self.k0, f"{self.kind} k0"))
+
+    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
+        return ()  # asked after every step (stops), never shown a group
+
+    def check(self, T_max: int) -> None:
+        """Refuse a rule that can never fire within T_max steps."""
+        check_step(self.k0, T_max, of=f"{self.kind} k0")
+
+
 @gate_kind("stall")
 @dataclass(frozen=True)
-class StallGate(Gate):
+class StallGate(TrajectoryRule):
     """End a trajectory after step t >= k0 once its last W observations were all seen before.
 
     W: steps without a new observation (>= 1); k0: the first step the rule may fire at (>= 1).
@@ -43,46 +61,27 @@ class StallGate(Gate):
 
     W: int = 8
     k0: int = 10
-    scope: ClassVar[str] = "trajectory"
     required_keys: ClassVar[tuple[str, ...]] = ("W", "k0")  # in a gate.json
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "W", _as_count(self.W, "stall W"))
-        object.__setattr__(self, "k0", _as_count(self.k0, "stall k0"))
-
-    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
-        return ()  # asked after every step (stops), never shown a group
+        super().__post_init__()
 
     def stops(self, state: TrajectoryState) -> bool:
         """End this trajectory now, after step ``state.step``? (Asked only while it goes on.)"""
         return bool(stall_fires(state.step, state.since_new, self.W, self.k0))
 
-    def check(self, T_max: int) -> None:
-        """Refuse a rule that can never fire within T_max steps."""
-        check_step(self.k0, T_max, of="stall k0")
-
 
 @gate_kind("loop")
 @dataclass(frozen=True)
-class LoopGate(Gate):
+class LoopGate(TrajectoryRule):
     """The loop detector: end a trajectory after step t >= k0 when it loops
     (:func:`srollout.core.trajectory_signals.loop_fires`). k0: the first step it may fire at
     (>= 1; default 1, the field's rule has none)."""
 
     k0: int = 1
-    scope: ClassVar[str] = "trajectory"
     required_keys: ClassVar[tuple[str, ...]] = ("k0",)  # in a gate.json
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k0", _as_count(self.k0, "loop k0"))
-
-    def check_steps(self, T_max: int | None = None) -> tuple[int, ...]:
-        return ()  # asked after every step (stops), never shown a group
 
     def stops(self, state: TrajectoryState) -> bool:
         """End this trajectory now, after step ``state.step``? (Asked only while it goes on.)"""
         return bool(loop_fires(state.step, state.loop, self.k0))
-
-    def check(self, T_max: int) -> None:
-        """Refuse a rule that can never fire within T_max steps."""
-        check_step(self.k0, T_max, of="loop k0")

@@ -360,7 +360,7 @@ def signals_from_trajectories(
         # a Polars slice pickles as Arrow, cheaply; the worker makes the Python lists itself
         return per_group.slice(start, stop - start), Ks
 
-    workers = min(_cores(), len(chunks)) if n * len(Ks) >= PARALLEL_FROM else 1
+    workers = min(usable_cores(), len(chunks)) if n * len(Ks) >= PARALLEL_FROM else 1
     if n * len(Ks) < PARALLEL_FROM:
         progress = None  # a second or two: no bar
     if progress is not None:
@@ -405,7 +405,8 @@ def _take(it, k: int) -> list:
     return [x for _, x in zip(range(k), it, strict=False)]
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -591,20 +592,7 @@ def _from_signals(
             n_steps=pl.lit(None, pl.List(pl.Int64)),
             total_steps=pl.lit(None, pl.Int64),
         )
-    groups = groups.select(
-        [
-            "group_id",
-            "task_type",
-            "G",
-            "reward_var",
-            "label",
-            "zero_var",
-            "rewards",
-            "n_steps",
-            "total_steps",
-        ]
-    )
-    return Buffer(source, "signals", groups, signals, None, False, Ks)
+    return Buffer(source, "signals", groups.select(GROUP_OUTCOME_COLUMNS), signals, None, False, Ks)
 
 
 def _attach_trajectories(groups: pl.DataFrame, trajectories_file: Path) -> pl.DataFrame:

@@ -293,10 +293,9 @@ def auto_workers(config: CollectConfig, env: Any = None) -> tuple[int, str]:
     if config.audit > 0:
         return 1, ONE_PROCESS
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
+    from srollout.stages.buffer import usable_cores
+
+    cores = usable_cores()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) > 0:
         cores = min(cores, int(omp))

@@ -1,31 +1,16 @@
 """``collect --audit F --audit-floor P``: the audited gates over a collect's groups: the group
-gate's threshold and the trajectory gate's W (:class:`srollout.rollout.audits.Audit`), each as
-train-onpolicy moves it between iterations.
+gate's threshold and the trajectory gate's W (:class:`srollout.rollout.audits.Audit`), each moved
+as train-onpolicy moves it between iterations. What it does and writes: docs/gates.md ("In
+`collect`").
 
 The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
-by group index (twice the groups the engine holds in flight, the size of a Ray worker's chunk),
-fixed when the run starts. Chunk c is one engine call with the gate at the threshold the audits of
-chunks 1 .. c-1 chose (:class:`srollout.rollout.audit.GateAuditor`, chunk c playing
-train-onpolicy's iteration c): a seeded share F of its cuts runs on to T_max, counted in the
-run's time, steps and tokens; after the chunk its audited cuts and the groups it let through move
-the threshold for chunk c+1. The engine drains between chunks (the next chunk's gate is not known
-before), which costs the tail of each chunk; two pool fills a chunk keep that small.
-
-One process: a chunk's gate depends on every chunk before it, so Ray workers, which take chunks
-side by side, would all run with the first gate (:data:`ONE_PROCESS`).
-
-The trajectory gate (``--stall W``, or a gate-stall.json) moves the same way: a seeded share F
-of its stops runs on to the trajectory's end (``trajectories.audited_stop``: where it would have
-stopped), labelled by that end (right iff it failed), and W rises or falls between chunks
-(:class:`srollout.rollout.stop_audit.StopAuditor`).
-
-Files, after each chunk: ``audit.json`` (the ledger, :meth:`GateAuditor.save`, with the gate as
-calibrated so far beside it; ``audit-stall.json`` and ``gate-stall-audited.json`` for the
-trajectory gate) and then ``audit_chunks.json`` (the chunk size and one row per
-finished chunk); at the end ``audit.parquet`` (:data:`srollout.schemas.AUDIT`). ``--resume``: the
-finished chunks are those in ``audit_chunks.json``; the ledger is cut back to them, and every
-later chunk is rolled out again whole, the groups whose parts a killed run left included (the
-same seeds and threshold give the same parts, and the audit needs their records).
+by group index (twice the groups the engine holds in flight), fixed when the run starts. Chunk c
+is one engine call at the threshold the audits of chunks 1 .. c-1 chose; the engine drains
+between chunks (the next chunk's gate is not known before), and the run is in one process
+(:data:`ONE_PROCESS`). After each chunk ``audit.json`` (the ledger), then ``audit_chunks.json``;
+``--resume`` keeps the chunks in ``audit_chunks.json``, cuts the ledger back to them and rolls
+every later chunk out again whole (the same seeds and threshold give the same parts, and the
+audit needs their records).
 """
 
 from __future__ import annotations

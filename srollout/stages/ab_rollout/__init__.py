@@ -69,6 +69,7 @@ from srollout.core.gate import describe_gate
 from srollout.errors import SrolloutError
 from srollout.progress import RolloutBar
 from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSummary, make_specs
+from srollout.rollout.ray_pool import ray_session, require_ray
 from srollout.stages.ab_rollout.audit import (
     arm_auditors,
     arm_iterations,
@@ -76,7 +77,7 @@ from srollout.stages.ab_rollout.audit import (
     audited_block,
     check_auditable,
 )
-from srollout.stages.ab_rollout.roller import Roller, ray_workers, require_workers
+from srollout.stages.ab_rollout.roller import Roller
 from srollout.stages.ab_rollout.schedule import (
     Block,
     arm_dir,
@@ -263,9 +264,8 @@ def run_ab_rollout(
 
     t0 = time.perf_counter()
     dist = dist or DistConfig()
-    require_workers(
-        dist.workers
-    )  # before the run directory exists: a missing extra leaves nothing behind
+    if dist.workers > 1:  # before the run directory exists: a missing extra leaves nothing behind
+        require_ray(dist.workers)
     # an unknown --env or one off the TextEnv protocol, a bad task set or gate.json (or one
     # --audit cannot move), a missing backend, a damaged model, a silent server or a bad GRESO
     # history fails here, before anything is written
@@ -338,7 +338,7 @@ def run_ab_rollout(
     )
     manifest.update(policy=roller.policy_name if roller is not None else None)
     with (
-        ray_workers(dist.workers) if distributed else contextlib.nullcontext() as where,
+        ray_session(dist.workers) if distributed else contextlib.nullcontext() as where,
         RolloutBar(
             console,
             "ab-rollout",

@@ -1,21 +1,13 @@
-"""``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gates.
+"""``ab-rollout --audit F --audit-floor P``: every gated arm audits its own gates (docs/gates.md,
+"In `ab-rollout`").
 
-Each arm with the group gate (gated, gated+dapo, gated+greso) or the trajectory gate (stall,
-gated+stall, stall+dapo, stall+greso) has its own :class:`srollout.rollout.audits.Audit`: the
-group gate's ledger in ``<run>/<arm>/audit.json``, the trajectory gate's in
-``<run>/<arm>/audit-stall.json`` (W moving as the threshold does, its audited stops playing on to
-the trajectory's end; :class:`srollout.rollout.stop_audit.StopAuditor`). The
-arm's timed runs, in schedule order, are its iterations (1, 2, ... over repeats and blocks): run
-k rolls its groups (all DAPO rounds) with the gate at the threshold the audits of runs 1 .. k-1
-chose, a seeded share F of its cuts running on to T_max inside the timed engine call (their
-steps and tokens are the arm's cost); after the clock stops its audited cuts and the groups it
-let through move the threshold for run k+1. What a run's audit found is kept in its
-``block-<b>.json`` (``audit``), written after ``audit.json``: on ``--resume`` the ledger is cut
-back to the arm's finished runs.
-
-The baseline arm still judges every cut (ab.parquet's ``tp`` / ``fp``): with ``--audit 1.0``
-every cut is audited and, the seeds being the same, its full outcome is the baseline twin's, so
-the audit's TP / FP equal the baseline-judged ones.
+Each arm with the group gate or the trajectory gate has its own
+:class:`srollout.rollout.audits.Audit` (ledgers ``<run>/<arm>/audit.json`` and
+``audit-stall.json``). The arm's timed runs, in schedule order, are its iterations: run k rolls
+its groups (all DAPO rounds) at the threshold the audits of runs 1 .. k-1 chose, its audited cuts
+running on inside the timed engine call (their cost is the arm's); after the clock stops they
+move the threshold for run k+1. A run's audit is kept in its ``block-<b>.json`` (``audit``),
+written after ``audit.json``: on ``--resume`` the ledger is cut back to the arm's finished runs.
 """
 
 from __future__ import annotations
@@ -151,16 +143,12 @@ def arm_audit_totals(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     gate the arm does not have."""
     last = runs[-1] if runs else {}
     out: dict[str, Any] = {}
-    for prefix, counts, lasts in (
-        ("audited", ("audited", "audit_tp", "audit_fp", "audit_steps"),
-         ("audit_precision_lb", "audit_threshold", "audit_next_threshold")),
-        ("stop_audited", ("stop_audited", "stop_audit_tp", "stop_audit_fp", "stop_audit_steps"),
-         ("stop_precision_lb", "stall_W", "next_stall_W")),
-    ):  # fmt: skip
-        has = bool(runs) and all(r.get(prefix) is not None for r in runs)
-        for c in counts:
+    for dtypes in (GROUP_AUDIT_DTYPES, STOP_AUDIT_DTYPES):
+        names = list(dtypes)  # four counts, then the bound, the threshold (or W) and the next one
+        has = bool(runs) and all(r.get(names[0]) is not None for r in runs)
+        for c in names[:4]:
             out[c] = sum(int(r[c]) for r in runs) if has else None
-        for c in lasts:
+        for c in names[4:]:
             out[c] = last.get(c) if has else None
     return out
 

@@ -7,8 +7,7 @@ backend (``srollout.rollout.ray_pool``) by the A/B is in this module.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from srollout.config import AbRolloutConfig
@@ -41,23 +40,6 @@ def arm_settings(arm: ArmSpec, config: AbRolloutConfig) -> RolloutSettings:
         arm=arm.name,
         traj_gate=arm.traj_gate,
     )
-
-
-def require_workers(workers: int) -> None:
-    """With ``workers`` > 1, fail now (one line) when the Ray extra is missing."""
-    if workers > 1:
-        from srollout.rollout.ray_pool import require_ray
-
-        require_ray(workers)
-
-
-@contextlib.contextmanager
-def ray_workers(workers: int) -> Iterator[str]:
-    """A Ray session for ``workers`` workers; yields where it runs (for the manifest)."""
-    from srollout.rollout.ray_pool import ray_session
-
-    with ray_session(workers) as where:
-        yield where
 
 
 class Roller:

@@ -87,9 +87,8 @@ def ab_table(
         if block_jsons is not None
         else [{"group_ids": [s.group_id for s in b.specs]} for b in schedule]
     )
-    where: dict[
-        tuple[str, int, str], tuple[int, int]
-    ] = {}  # (arm, repeat, group) -> (block, round)
+    # (arm, repeat, group) -> (block, round)
+    where: dict[tuple[str, int, str], tuple[int, int]] = {}
     skipped_rows = []
     for b, data in zip(schedule, block_jsons, strict=True):
         for rd in data.get("rounds") or [{"round_index": 0, "group_ids": data["group_ids"]}]:
@@ -109,13 +108,8 @@ def ab_table(
                 "dapo_round": 0,
                 "skipped": True,
                 "cut": False,
-                "n_steps": 0,
-                "n_gen_tokens": 0,
-                "n_prompt_tokens": 0,
-                "gen_s": 0.0,
-                "env_s": 0.0,
-                "reset_s": 0.0,
-                "overhead_s": 0.0,
+                **dict.fromkeys(("n_steps", "n_gen_tokens", "n_prompt_tokens"), 0),
+                **dict.fromkeys(("gen_s", "env_s", "reset_s", "overhead_s"), 0.0),
                 "wall_s_attributed": 0.0,
             }
             for s in b.specs
@@ -242,39 +236,6 @@ def arm_stops(
     return StopJudgment(*(sum(j[i] for j in judged) for i in range(3)))
 
 
-ARMS_COLUMNS = (
-    "arm",
-    "gate",
-    "stall",
-    "dapo",
-    "greso",
-    "repeats",
-    "n_tasks",
-    "groups",
-    "wall_s",
-    "gen_tokens",
-    "n_steps",
-    "useful_groups",
-    "useful_per_s",
-    "wall_vs_baseline",
-    "useful_per_s_vs_baseline",
-    "cuts",
-    "cut_tp",
-    "cut_fp",
-    "skipped",
-    "skip_tp",
-    "skip_fp",
-    "extra_groups",
-    "extra_rounds",
-    "cap_hits",
-    "traj_compared",
-    "traj_matched",
-    "stalls",
-    "stall_tp",
-    "stall_fp",
-)
-
-
 def arms_table(
     table: pl.DataFrame,
     blocks: pl.DataFrame,
@@ -317,6 +278,8 @@ def arms_table(
                 "n_steps": int(mine["n_steps"].sum()),
                 "useful_groups": total["useful"],
                 "useful_per_s": total["useful_per_s"],
+                "wall_vs_baseline": math.nan,  # the two ratios: set below, once all rows exist
+                "useful_per_s_vs_baseline": math.nan,
                 "cuts": int(mine["cut"].sum()),
                 "cut_tp": int(cut["baseline_zero_var"].sum()),
                 "cut_fp": int((~cut["baseline_zero_var"]).sum()),
@@ -359,4 +322,4 @@ def arms_table(
     return df.with_columns(
         ratio("wall_s").alias("wall_vs_baseline"),
         ratio("useful_per_s").alias("useful_per_s_vs_baseline"),
-    ).select([*ARMS_COLUMNS, *(AUDIT_BLOCK_COLUMNS if audited else ())])
+    )
