@@ -14,8 +14,9 @@ import numpy as np
 import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
-from srollout.report.markdown import doc_link
+from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.palette import arm_color
+from srollout.report.tables import num, pct, to_markdown
 
 # The sections of docs/ab-rollout.md that explain what the report shows
 NOISE = "Noise the task bootstrap does not see"
@@ -25,112 +26,65 @@ REPORT_DOC = "What the report says (`report.md`, console table, `manifest.json` 
 COMPARED_DOC = "What is compared"
 ATTRIBUTION_DOC = "Per-task wall-clock: attribution inside a batched run"
 
+# Where a wall-clock saving comes from: Comparison.decomposition's key, in the text, in the figure
+SOURCES = (
+    ("generation", "generation", "generation", "#1f77b4"),
+    ("environment", "environment steps and resets", "environment (steps + resets)", "#2ca02c"),
+    ("overhead", "overhead", "overhead", "#ff7f0e"),
+)
 
-def _pct(x: float) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f} %"
 
-
-def _num(x: float, digits: int = 1) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:,.{digits}f}"
+def _judged(n: int, tp: int, fp: int) -> str:
+    """A count with its TP / FP: ``5 (3 / 2)``."""
+    return f"{n} ({tp} / {fp})"
 
 
 def savings_frame(c: Any, blocks: pl.DataFrame | None = None) -> pl.DataFrame:
     """The headline table of one comparison: metric, baseline, arm, saving, 95 % CI (strings);
     with ``blocks`` (blocks.parquet) also the range of the per-block wall-clock savings."""
     rows = []
+
+    def row(metric: str, saving: str = "", ci: str = "", base: str = "", arm: str = "") -> None:
+        rows.append((metric, base, arm, saving, ci))
+
     for key, s in c.savings.items():
         digits = 2 if key == "wall_s" else 0  # seconds; counts of tokens and steps
-        rows.append(
-            (
-                s.metric,
-                _num(s.baseline, digits),
-                _num(s.arm, digits),
-                _pct(s.saving),
-                f"[{_pct(s.low)}, {_pct(s.high)}] ({s.ci_over})",
-            )
-        )
+        ci = f"[{pct(s.low)}, {pct(s.high)}] ({s.ci_over})"
+        row(s.metric, pct(s.saving), ci, num(s.baseline, digits), num(s.arm, digits))
         if key == "wall_s":
-            rows.append(
-                (
-                    "mean per-task wall-clock (s)",
-                    _num(c.savings["wall_s"].baseline / c.n_tasks, 2),
-                    _num(c.savings["wall_s"].arm / c.n_tasks, 2),
-                    f"{c.task_diff.diff:+.2f} s",
-                    "",
-                )
-            )
+            base, arm = (num(x / c.n_tasks, 2) for x in (s.baseline, s.arm))
+            row("mean per-task wall-clock (s)", f"{c.task_diff.diff:+.2f} s", "", base, arm)
     if blocks is not None:
-        per_block = block_savings_frame(blocks, c.arm)
-        rows.append(
-            (
-                "wall-clock saving per timed block",
-                "",
-                "",
-                f"{_pct(float(per_block['saving'].min()))} … "
-                f"{_pct(float(per_block['saving'].max()))}",
-                f"{per_block.height} block(s)",
-            )
-        )
+        saving = block_savings_frame(blocks, c.arm)["saving"]
+        spread = f"{pct(float(saving.min()))} … {pct(float(saving.max()))}"
+        row("wall-clock saving per timed block", spread, f"{saving.len()} block(s)")
     est, low, high = c.ratio
-    rows.append(
-        (
-            "wall-clock saving ÷ token saving",
-            "",
-            "",
-            _num(est, 2),
-            f"[{_num(low, 2)}, {_num(high, 2)}] (target ≥ 0.9)",
-        )
-    )
+    ci = f"[{num(low, 2)}, {num(high, 2)}] (target ≥ 0.9)"
+    row("wall-clock saving ÷ token saving", num(est, 2), ci)
     k = c.confusion
-    rows.append(("groups cut (TP / FP by baseline)", "0", f"{k.cut} ({k.tp} / {k.fp})", "", ""))
-    rows.append(
-        (
-            "precision / recall (baseline-judged)",
-            "",
-            "",
-            f"{_num(k.precision, 2)} / {_num(k.recall, 2)}",
-            "",
-        )
-    )
-    rows.append(
-        ("paper step-based safe / raw saving", "", "", f"{_pct(k.safe)} / {_pct(k.raw)}", "")
-    )
-    rows.append(
-        ("seed match up to K", "", f"{c.match.n_match}/{c.match.n_traj}", _pct(c.match.share), "")
-    )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "metric": pl.Utf8,
-            "baseline": pl.Utf8,
-            c.arm: pl.Utf8,
-            "saving": pl.Utf8,
-            "95% CI (over)": pl.Utf8,
-        },
-        orient="row",
-    )
+    row("groups cut (TP / FP by baseline)", base="0", arm=_judged(k.cut, k.tp, k.fp))
+    row("precision / recall (baseline-judged)", f"{num(k.precision, 2)} / {num(k.recall, 2)}")
+    row("paper step-based safe / raw saving", f"{pct(k.safe)} / {pct(k.raw)}")
+    row("seed match up to K", pct(c.match.share), arm=f"{c.match.n_match}/{c.match.n_traj}")
+    names = ("metric", "baseline", c.arm, "saving", "95% CI (over)")
+    return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
 
 
 def block_savings_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
     """Per (repeat, block): the baseline's and ``arm``'s measured wall-clock of the same groups and
     the share saved. The task bootstrap does not see drift that hits a whole timed run; the
     spread of these per-block savings does."""
-    base = blocks.filter(pl.col("arm") == "baseline").select(
-        "repeat",
-        "block",
-        pl.col("wall_s").alias("baseline_s"),
-        pl.col("order").alias("baseline_order"),
-    )
-    mine = blocks.filter(pl.col("arm") == arm).select(
-        "repeat",
-        "block",
-        pl.col("wall_s").alias(f"{arm}_s"),
-        pl.col("order").alias(f"{arm}_order"),
-        "n_cut",
-    )
-    both = base.join(mine, on=["repeat", "block"]).sort("repeat", "block")
+
+    def runs(name: str, *more: str) -> pl.DataFrame:
+        return blocks.filter(pl.col("arm") == name).select(
+            "repeat",
+            "block",
+            pl.col("wall_s").alias(f"{name}_s"),
+            pl.col("order").alias(f"{name}_order"),
+            *more,
+        )
+
+    both = runs("baseline").join(runs(arm, "n_cut"), on=["repeat", "block"]).sort("repeat", "block")
     return both.with_columns((1.0 - pl.col(f"{arm}_s") / pl.col("baseline_s")).alias("saving"))
 
 
@@ -139,15 +93,15 @@ def drift_text(c: Any, per_block: pl.DataFrame) -> str:
     lo, hi = float(per_block["saving"].min()), float(per_block["saving"].max())
     w = c.savings["wall_s"]
     text = (
-        f"Wall-clock saving per timed block ranges from {_pct(lo)} to {_pct(hi)}. Wall-clock "
-        f"interval: [{_pct(w.low)}, {_pct(w.high)}] over {w.ci_over}; why over the pairs: "
+        f"Wall-clock saving per timed block ranges from {pct(lo)} to {pct(hi)}. Wall-clock "
+        f"interval: [{pct(w.low)}, {pct(w.high)}] over {w.ci_over}; why over the pairs: "
         + doc_link("ab-rollout.md", NOISE)
         + "."
     )
     if same_work(c):
         text += (
             "\n\n**The gate cut no group**: both arms did identical work "
-            f"({_num(c.savings['n_gen_tokens'].baseline, 0)} generated tokens, the same "
+            f"({num(c.savings['n_gen_tokens'].baseline, 0)} generated tokens, the same "
             "environment steps): an A/A test, whose wall-clock difference is this machine's noise."
         )
     return text
@@ -167,114 +121,55 @@ def confusion_frame(c: Any) -> pl.DataFrame:
         ("groups cut", str(k.cut)),
         ("TP (cut, baseline zero-variance)", str(k.tp)),
         ("FP (cut, baseline has variance)", str(k.fp)),
-        ("precision TP / cut", _num(k.precision, 3)),
-        ("recall TP / zero-variance", _num(k.recall, 3)),
+        ("precision TP / cut", num(k.precision, 3)),
+        ("recall TP / zero-variance", num(k.recall, 3)),
         (
             "precision by the arm's own truncated rewards (wrong; for contrast)",
-            _num(k.own_precision, 3),
+            num(k.own_precision, 3),
         ),
-        ("paper safe saving TP·(T−K)/(N·T)", _pct(k.safe)),
-        ("paper raw saving cut·(T−K)/(N·T)", _pct(k.raw)),
-        ("measured env-step saving", _pct(c.savings["n_steps"].saving)),
+        ("paper safe saving TP·(T−K)/(N·T)", pct(k.safe)),
+        ("paper raw saving cut·(T−K)/(N·T)", pct(k.raw)),
+        ("measured env-step saving", pct(c.savings["n_steps"].saving)),
     ]
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "value": pl.Utf8}, orient="row")
+
+
+# blocks.parquet: the schedule's columns, then the optional ones present (--audit's last, the
+# group gate's before the trajectory gate's)
+BLOCK_COLUMNS = (
+    "order arm repeat block groups wall_s gen_s env_s reset_s overhead_s ticks mean_batch "
+    "n_gen_tokens n_cut"
+).split()
+_BLOCK_EXTRA = "n_useful n_skipped n_extra extra_rounds hit_cap workers".split()
+_BLOCK_DIGITS = {s: 2 for s in ("wall_s", "gen_s", "env_s", "reset_s", "overhead_s")}
+_BLOCK_DIGITS["mean_batch"] = 1
 
 
 def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
     """The timed runs in schedule order (``groups``: groups rolled out, DAPO's extra rounds
     included)."""
-    extra = [
-        c
-        for c in ("n_useful", "n_skipped", "n_extra", "extra_rounds", "hit_cap", "workers")
-        if c in blocks.columns
-    ] + [  # --audit's, in their order: the group gate's, then the trajectory gate's
+    audit = [
         c for c in blocks.columns if c.startswith(("audit", "stop_", "stall_W", "next_stall_W"))
     ]
-    return blocks.select(
-        "order",
-        "arm",
-        "repeat",
-        "block",
-        pl.col("groups"),
-        "wall_s",
-        "gen_s",
-        "env_s",
-        "reset_s",
-        "overhead_s",
-        "ticks",
-        "mean_batch",
-        "n_gen_tokens",
-        "n_cut",
-        *extra,
-    )
+    return blocks.select(*BLOCK_COLUMNS, *[c for c in _BLOCK_EXTRA if c in blocks.columns], *audit)
 
 
 def _audit_cell(r: dict[str, Any]) -> str:
     """``--audit``: audited cuts (TP / FP), the last bound, the threshold the audit ended on; and
     the same for the trajectory gate's stops and W."""
-
-    def bound(lb: float | None) -> str:
-        return "—" if lb is None or math.isnan(lb) else f"{lb:.2f}"
-
     parts = []
     if r.get("audited") is not None:
         parts.append(
-            f"{r['audited']} ({r['audit_tp']} / {r['audit_fp']}), bound "
-            f"{bound(r['audit_precision_lb'])}, "
+            f"{_judged(r['audited'], r['audit_tp'], r['audit_fp'])}, bound "
+            f"{num(r['audit_precision_lb'], 2)}, "
             f"threshold {r['audit_threshold']:.3g} → {r['audit_next_threshold']:.3g}"
         )
     if r.get("stop_audited") is not None:
         parts.append(
-            f"stops {r['stop_audited']} ({r['stop_audit_tp']} / {r['stop_audit_fp']}), bound "
-            f"{bound(r['stop_precision_lb'])}, W {r['stall_W']} → {r['next_stall_W']}"
+            f"stops {_judged(r['stop_audited'], r['stop_audit_tp'], r['stop_audit_fp'])}, bound "
+            f"{num(r['stop_precision_lb'], 2)}, W {r['stall_W']} → {r['next_stall_W']}"
         )
     return "; ".join(parts) or "—"
-
-
-def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
-    """arms.parquet as strings for the console and report.md: one row per arm (with ``--audit``,
-    the audit's totals of each gated arm)."""
-    audited = "audited" in arms.columns
-    stalled = "stalls" in arms.columns and bool(arms["stalls"].sum())
-    rows = []
-    for r in arms.iter_rows(named=True):
-        base = r["arm"] == "baseline"
-        rows.append(
-            (
-                r["arm"],
-                _num(r["wall_s"], 2),
-                f"{r['gen_tokens']:,}",
-                str(r["groups"]),
-                str(r["useful_groups"]),
-                _num(r["useful_per_s"], 3),
-                ""
-                if base
-                else f"{_num(r['useful_per_s_vs_baseline'], 2)}× / "
-                f"{_num(r['wall_vs_baseline'], 2)}×",
-                f"{r['cuts']} ({r['cut_tp']} / {r['cut_fp']})" if r["gate"] else "—",
-                f"{r['skipped']} ({r['skip_tp']} / {r['skip_fp']})" if r["greso"] else "—",
-                f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}" if r["dapo"] else "—",
-                "" if r["traj_compared"] is None else f"{r['traj_matched']}/{r['traj_compared']}",
-                *((_stall_cell(r),) if stalled else ()),
-                *((_audit_cell(r),) if audited else ()),
-            )
-        )
-    names = [
-        "arm",
-        "wall-clock (s)",
-        "gen. tokens",
-        "groups",
-        "useful",
-        "useful/s",
-        "vs baseline: useful/s, wall",
-        "cuts (TP/FP)",
-        "skips (TP/FP)",
-        "DAPO extra rounds/groups, caps",
-        "seed match",
-        *(("trajectories stopped (TP/FP by twin), precision",) if stalled else ()),
-        *(("audit (TP/FP), last bound, threshold last run → next",) if audited else ()),
-    ]
-    return pl.DataFrame(rows, schema={n: pl.Utf8 for n in names}, orient="row")
 
 
 def _stall_cell(r: dict) -> str:
@@ -283,42 +178,66 @@ def _stall_cell(r: dict) -> str:
         return "—"
     judged = r["stall_tp"] + r["stall_fp"]
     precision = f"{r['stall_tp'] / judged:.2f}" if judged else "—"
-    return f"{r['stalls']} ({r['stall_tp']} / {r['stall_fp']}), {precision}"
+    return f"{_judged(r['stalls'], r['stall_tp'], r['stall_fp'])}, {precision}"
+
+
+def arms_view(arms: pl.DataFrame) -> pl.DataFrame:
+    """arms.parquet as strings for the console and report.md: one row per arm (with ``--audit``,
+    the audit's totals of each gated arm)."""
+    stalled = "stalls" in arms.columns and bool(arms["stalls"].sum())
+    rows = []
+    for r in arms.iter_rows(named=True):
+        vs = f"{num(r['useful_per_s_vs_baseline'], 2)}× / {num(r['wall_vs_baseline'], 2)}×"
+        dapo = f"{r['extra_rounds']} / {r['extra_groups']}, {r['cap_hits']}"
+        matched = f"{r['traj_matched']}/{r['traj_compared']}"
+        row = {
+            "arm": r["arm"],
+            "wall-clock (s)": num(r["wall_s"], 2),
+            "gen. tokens": f"{r['gen_tokens']:,}",
+            "groups": str(r["groups"]),
+            "useful": str(r["useful_groups"]),
+            "useful/s": num(r["useful_per_s"], 3),
+            "vs baseline: useful/s, wall": "" if r["arm"] == "baseline" else vs,
+            "cuts (TP/FP)": _judged(r["cuts"], r["cut_tp"], r["cut_fp"]) if r["gate"] else "—",
+            "skips (TP/FP)": _judged(r["skipped"], r["skip_tp"], r["skip_fp"])
+            if r["greso"]
+            else "—",
+            "DAPO extra rounds/groups, caps": dapo if r["dapo"] else "—",
+            "seed match": "" if r["traj_compared"] is None else matched,
+        }
+        if stalled:
+            row["trajectories stopped (TP/FP by twin), precision"] = _stall_cell(r)
+        if "audited" in arms.columns:
+            row["audit (TP/FP), last bound, threshold last run → next"] = _audit_cell(r)
+        rows.append(row)
+    return pl.DataFrame(rows, schema={n: pl.Utf8 for n in rows[0]} if rows else None)
 
 
 def arms_text(config: Any, arms: pl.DataFrame) -> str:
-    """What each arm did, in numbers; what the columns count is in the doc linked."""
+    """The arms' settings and what only this run tells (cap hits, a GRESO without history); the
+    numbers are in the table, what each column counts in the doc linked."""
     text = (
         f"Totals over {config.repeats} repeat(s) of {config.groups} tasks per arm; cuts and skips "
         "judged by the baseline arm. What each column counts: "
         + doc_link("ab-rollout.md", ARMS_DOC)
         + "."
     )
-    source = f", history `{config.greso_history}`" if config.greso_history else ""
-    for r in arms.iter_rows(named=True):
-        name = r["arm"]
-        if r["dapo"]:
+    for r in arms.filter(pl.col("dapo")).iter_rows(named=True):
+        text += (
+            f"\n\n**{r['arm']}**: DAPO, at most {config.dapo_max_rounds} extra round(s) a block."
+        )
+        if r["cap_hits"]:
             text += (
-                f"\n\n**{name}** (DAPO, at most {config.dapo_max_rounds} extra round(s) a block): "
-                f"{r['extra_rounds']} extra round(s), {r['extra_groups']} extra group(s)."
+                f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds "
+                f"{config.dapo_max_rounds}`) and kept what they gathered."
             )
-            if r["cap_hits"]:
-                text += (
-                    f" **{r['cap_hits']} timed block(s) hit the cap** (`--dapo-max-rounds "
-                    f"{config.dapo_max_rounds}`) and kept what they gathered."
-                )
-        if r["greso"]:
-            greso = "greso" in str(name).split("+")
-            what = f"GRESO, p = {config.greso_p_explore}" if greso else "a skip part of a package"
-            text += (
-                f"\n\n**{name}** ({what}, seed {config.seed}{source}): {r['skipped']} skipped "
-                f"({r['skip_tp']} had zero variance in the baseline)."
-            )
-            if greso and not config.greso_history:
-                text += (
-                    " No `--greso-history`: repeat 0 skipped nothing, later repeats read this "
-                    "arm's earlier ones (an optimistic GRESO)."
-                )
+    if any("greso" in str(a).split("+") for a in arms["arm"]):
+        history = config.greso_history
+        text += f"\n\n**GRESO**: p = {config.greso_p_explore}, seed {config.seed}, " + (
+            f"history `{history}`."
+            if history
+            else "no `--greso-history`: an optimistic GRESO (the doc above says why)."
+        )
     if "audited" in arms.columns and config.audit > 0:
         text += (
             f"\n\n**Audited gate** (`--audit {config.audit:g} --audit-floor "
@@ -330,22 +249,8 @@ def arms_text(config: Any, arms: pl.DataFrame) -> str:
 
 def dapo_frame(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
     """Per timed run of a DAPO arm: groups rolled, useful ones, extra rounds and groups, cap hit."""
-    return (
-        blocks.filter(pl.col("arm") == arm)
-        .sort("order")
-        .select(
-            "order",
-            "repeat",
-            "block",
-            "groups",
-            "n_useful",
-            "extra_rounds",
-            "n_extra",
-            "hit_cap",
-            "wall_s",
-            "n_gen_tokens",
-        )
-    )
+    columns = "order repeat block groups n_useful extra_rounds n_extra hit_cap wall_s n_gen_tokens"
+    return blocks.filter(pl.col("arm") == arm).sort("order").select(columns.split())
 
 
 def stops_figure(tables: dict, arms: Sequence[str], path: Path) -> Path | None:
@@ -424,19 +329,13 @@ def decomposition_figure(comparisons: Sequence[Any], path: Path) -> Path:
     generated-token and env-step savings."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(3.0 + 2.4 * len(comparisons), 3.8))
-    parts = (
-        ("generation", "#1f77b4"),
-        ("environment (steps + resets)", "#2ca02c"),
-        ("overhead", "#ff7f0e"),
-    )
-    keys = ("generation", "environment", "overhead")
     ticks, labels = [], []
     for i, c in enumerate(comparisons):
         d = c.decomposition
         total = d["baseline_wall"] or math.nan
         pos = neg = 0.0
         x = i * 3.5
-        for key, (name, color) in zip(keys, parts, strict=True):
+        for key, _, name, color in SOURCES:
             v = 100 * d[key] / total
             ax.bar(
                 x,
@@ -470,7 +369,7 @@ def _mismatch_text(c: Any) -> str:
         else "actions and raw responses (this policy records no token ids)"
     )
     text = (
-        f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({_pct(m.share)}) are identical to "
+        f"{m.n_match} of {m.n_traj} {c.arm}-arm trajectories ({pct(m.share)}) are identical to "
         f"their baseline twin up to step K in {what}: "
         + doc_link("ab-rollout.md", REPORT_DOC)
         + "."
@@ -535,8 +434,6 @@ def write_ab_outputs(
 ) -> dict[str, Path]:
     """ab.parquet, blocks.parquet, arms.parquet (when ``arms`` is given), the figures and report.md;
     returns name -> path. env: ``--env``'s EnvSpec as the stage's plan resolved it."""
-    from srollout.report.markdown import Section, figure, write_report
-    from srollout.report.tables import to_markdown
     from srollout.schemas import AB, AB_ARMS
     from srollout.schemas import write as write_parquet
 
@@ -566,88 +463,49 @@ def write_ab_outputs(
                 paths["stops"] = stops
     sections = []
     if arms is not None:
-        sections.append(
-            Section("Arms", to_markdown(arms_view(arms)) + "\n" + arms_text(config, arms))
-        )
-        for r in arms.filter(pl.col("dapo")).iter_rows(named=True):
-            sections.append(
-                Section(
-                    f"DAPO rounds ({r['arm']})",
-                    to_markdown(dapo_frame(blocks, r["arm"]), digits={"wall_s": 2}),
-                )
-            )
+        view = to_markdown(arms_view(arms)) + "\n" + arms_text(config, arms)
+        sections.append(Section("Arms", view))
+        for arm in arms.filter(pl.col("dapo"))["arm"]:
+            rounds = to_markdown(dapo_frame(blocks, arm), digits={"wall_s": 2})
+            sections.append(Section(f"DAPO rounds ({arm})", rounds))
     for c in comparisons:
-        sections.append(
-            Section(
-                f"{c.arm} vs baseline",
-                f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks)),
-            )
-        )
-        sections.append(
-            Section(
-                f"Cuts of the {c.arm} arm judged by the baseline arm",
-                to_markdown(confusion_frame(c)),
-            )
-        )
-        sections.append(Section(f"Seed match ({c.arm})", _mismatch_text(c)))
         per_block = block_savings_frame(blocks, c.arm)
-        sections.append(
-            Section(
-                f"Run-to-run noise ({c.arm})",
-                to_markdown(per_block, digits={"baseline_s": 2, f"{c.arm}_s": 2, "saving": 3})
-                + "\n"
-                + drift_text(c, per_block),
-            )
-        )
+        noise = to_markdown(per_block, digits={"baseline_s": 2, f"{c.arm}_s": 2, "saving": 3})
         d = c.decomposition
         total = d["baseline_wall"] or math.nan
+        saved = [f"{d[key]:.1f} s of {what} ({pct(d[key] / total)})" for key, what, *_ in SOURCES]
         body = (
-            f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved "
-            f"{d['generation']:.1f} s of generation ({_pct(d['generation'] / total)}), "
-            f"{d['environment']:.1f} s of environment steps and resets "
-            f"({_pct(d['environment'] / total)}) and {d['overhead']:.1f} s of overhead "
-            f"({_pct(d['overhead'] / total)})."
+            f"Of the baseline's {d['baseline_wall']:.1f} s, the {c.arm} arm saved {saved[0]}, "
+            f"{saved[1]} and {saved[2]}."
         )
         if "decomposition" in paths:
             body += "\n\n" + figure(paths["decomposition"], run_dir, "Wall-clock saving by source")
-        sections.append(Section(f"Where the saving comes from ({c.arm})", body))
-    if "stops" in paths:
-        sections.append(
+        sections += [
             Section(
-                "Trajectories stopped by the trajectory gate",
-                figure(paths["stops"], run_dir, "Stops by step, judged by the baseline twin")
-                + "\n\nA stop is right when its baseline twin failed: "
-                + doc_link("ab-rollout.md", COMPARED_DOC)
-                + ".",
-            )
+                f"{c.arm} vs baseline",
+                f"Gate: `{json.dumps(c.gate)}`\n\n" + to_markdown(savings_frame(c, blocks)),
+            ),
+            Section(
+                f"Cuts of the {c.arm} arm judged by the baseline arm",
+                to_markdown(confusion_frame(c)),
+            ),
+            Section(f"Seed match ({c.arm})", _mismatch_text(c)),
+            Section(f"Run-to-run noise ({c.arm})", noise + "\n" + drift_text(c, per_block)),
+            Section(f"Where the saving comes from ({c.arm})", body),
+        ]
+    if "stops" in paths:
+        stops = figure(paths["stops"], run_dir, "Stops by step, judged by the baseline twin")
+        why = "A stop is right when its baseline twin failed: " + doc_link(
+            "ab-rollout.md", COMPARED_DOC
+        )
+        sections.append(
+            Section("Trajectories stopped by the trajectory gate", f"{stops}\n\n{why}.")
         )
     if "task_time" in paths:
-        sections.append(
-            Section(
-                "Per-task time",
-                figure(
-                    paths["task_time"],
-                    run_dir,
-                    "Per-task wall-clock by arm (attributed, mean over repeats)",
-                ),
-            )
-        )
-    sections.append(
-        Section(
-            "Timed runs (schedule order)",
-            to_markdown(
-                blocks_frame(blocks),
-                digits={
-                    "wall_s": 2,
-                    "gen_s": 2,
-                    "env_s": 2,
-                    "reset_s": 2,
-                    "overhead_s": 2,
-                    "mean_batch": 1,
-                },
-            ),
-        )
-    )
+        caption = "Per-task wall-clock by arm (attributed, mean over repeats)"
+        sections.append(Section("Per-task time", figure(paths["task_time"], run_dir, caption)))
+    timed = to_markdown(blocks_frame(blocks), digits=_BLOCK_DIGITS)
+    sections.append(Section("Timed runs (schedule order)", timed))
     sections.append(Section("Method", method_text(config, blocks, env)))
     files = [p for p in paths.values()] + [p for t in tables.values() for p in t.values()]
     sections.append(

@@ -34,19 +34,15 @@ def doc_link(page: str, heading: str) -> str:
     return f"[docs/{page}, “{heading}”](docs/{page}#{anchor})"
 
 
-def render_report(title: str, sections: Sequence[Section], preamble: str = "") -> str:
-    """The report text: ``# title``, a UTC stamp, an optional preamble, then each section."""
+def write_report(
+    run_dir: str | Path, title: str, sections: Sequence[Section], preamble: str = ""
+) -> Path:
+    """Write ``run_dir/report.md`` atomically and return its path: ``# title``, a UTC stamp, an
+    optional preamble, then each section."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"# {title}\n", f"_Written {stamp} by srollout._\n"]
     if preamble:
         parts.append(preamble.rstrip() + "\n")
     for section in sections:
         parts.append(f"## {section.title}\n\n{section.body.rstrip()}\n")
-    return "\n".join(parts)
-
-
-def write_report(
-    run_dir: str | Path, title: str, sections: Sequence[Section], preamble: str = ""
-) -> Path:
-    """Write ``run_dir/report.md`` atomically and return its path."""
-    return write_text(render_report(title, sections, preamble), Path(run_dir) / "report.md")
+    return write_text("\n".join(parts), Path(run_dir) / "report.md")

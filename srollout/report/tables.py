@@ -26,6 +26,21 @@ def format_value(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def pct(x: float | None) -> str:
+    """A share as ``12.3 %``; missing or NaN as ``—``."""
+    return "—" if x is None or x != x else f"{100 * x:.1f} %"
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    """A number with thousands separators; missing or NaN as ``—``."""
+    return "—" if x is None or x != x else f"{x:,.{digits}f}"
+
+
+def mean_pm(m: float | None, s: float, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± std`` (both times ``scale``); missing or NaN as ``—``."""
+    return "—" if m is None or m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
+
+
 def _cells(
     df: pl.DataFrame, columns: Sequence[str] | None, digits: int | dict[str, int]
 ) -> tuple[list[str], list[list[str]]]:

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from srollout.report.figures import pyplot, save_figure
+from srollout.report.tables import pct, to_markdown, to_rich
 
 COLOURS = {
     "group gate": "#1f77b4",
@@ -19,47 +20,34 @@ COLOURS = {
 }
 
 
-def _pct(x: float) -> str:
-    return "—" if x is None or math.isnan(x) else f"{100 * x:.1f} %"
-
-
 def _precision(r: dict[str, Any]) -> str:
     if not r["decisions"]:
         return "—"
     return f"{r['precision']:.3f} [{r['precision_low']:.3f}, {r['precision_high']:.3f}]"
 
 
+def table_view(table: pl.DataFrame) -> pl.DataFrame:
+    """The side-by-side table's cells: precision with its interval, savings as percentages."""
+    return table.select(
+        "method",
+        "setting",
+        "decisions",
+        "right",
+        pl.Series("precision [95 % CI]", [_precision(r) for r in table.iter_rows(named=True)]),
+        pl.Series("steps saved", [pct(x) for x in table["steps_saved"]], pl.Utf8),
+        pl.Series("tokens saved", [pct(x) for x in table["tokens_saved"]], pl.Utf8),
+        "note",
+    )
+
+
 def table_markdown(table: pl.DataFrame) -> str:
-    lines = [
-        "| method | setting | decisions | right | precision [95 % CI] | steps saved | "
-        "tokens saved | note |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in table.iter_rows(named=True):
-        lines.append(
-            f"| {r['method']} | {r['setting']} | {r['decisions']} | {r['right']} | "
-            f"{_precision(r)} | {_pct(r['steps_saved'])} | {_pct(r['tokens_saved'])} | "
-            f"{r['note']} |"
-        )
-    return "\n".join(lines) + "\n"
+    return to_markdown(table_view(table))
 
 
 def print_table(console: Any, table: pl.DataFrame, run_dir: Path) -> None:
-    from rich.table import Table
-
-    t = Table(title="What each method would do on this run (judged by its full outcomes)")
-    for col in ("method", "setting", "decisions", "precision [95 % CI]", "steps", "tokens"):
-        t.add_column(col, justify="left" if col in ("method", "setting") else "right")
-    for r in table.iter_rows(named=True):
-        t.add_row(
-            r["method"],
-            r["setting"],
-            f"{r['decisions']} ({r['right']} right)",
-            _precision(r),
-            _pct(r["steps_saved"]),
-            _pct(r["tokens_saved"]),
-        )
-    console.print(t)
+    title = "What each method would do on this run (judged by its full outcomes)"
+    view = table_view(table)
+    console.print(to_rich(view, title, columns=view.columns[:-1]))
     for r in table.iter_rows(named=True):
         console.print(f"  {r['method']}: {r['note']}")
     console.print(f"wrote {run_dir} (report: {run_dir / 'report.md'})")
