@@ -21,32 +21,17 @@ import polars as pl
 
 from srollout import schemas
 from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
-from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import Manifest, prepare_run_dir
-from srollout.stages.buffer import Buffer, load_buffer
+from srollout.stages import sweep_table as table
+from srollout.stages.buffer import Buffer
+from srollout.stages.sweep_table import D_K, TAU_K, choose, cut_mask, sweep_table
 
-D_K = "prefix_edit_distance_mean"
-TAU_K = "termination_fraction"
 GATE_FILE = "gate.json"
 # groups from which sweep shows a bar over its K values (one K of a million groups: ~2 s)
 SWEEP_BAR_FROM = 500_000
-
 # columns shown in the console and in report.md (sweep.parquet holds them all)
-# short console headers: the whole row must fit an ordinary terminal
-_SHORT = {
-    "n_cut": "cut",
-    "tp": "TP",
-    "fp": "FP",
-    "precision": "prec",
-    "safe_savings": "safe",
-    "raw_savings": "raw",
-    "measured_step_savings": "meas",
-    "adv_l2_kept": "L2",
-    "random_safe_savings": "rnd safe",
-    "random_adv_l2_kept": "rnd L2",
-}
 _SHOWN = (
     "rule",
     "K",
@@ -93,100 +78,6 @@ class SweepResult(NamedTuple):
     sweep: pl.DataFrame
     chosen: OperatingPoint | None
     outputs: tuple[Path, ...]
-
-
-def cut_mask(
-    d_K: np.ndarray, tau_K: np.ndarray, rule: str, K: int, d_L: float, t_high: float | None
-) -> np.ndarray:
-    """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, by
-    :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions the
-    saved gate.json will make."""
-    from srollout.core.gate import GateRule
-
-    return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
-
-
-def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None) -> pl.DataFrame:
-    """One row per (rule, K, d_L[, t_high]) with the gate's outcome, the random-cut baseline with
-    the same number of cuts (its expectation over uniformly random cuts, in closed form) and the
-    oracle. progress: an optional ``(done, total)`` callback, called after each K."""
-    from srollout.core.sweep import evaluate_grid, oracle_cuts, random_cut_expectation
-
-    rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
-    adv_sq = buffer.advantage_sq_norms()
-    rows: list[dict[str, Any]] = []
-    if progress is not None:
-        progress(0, len(config.K))
-    for k_done, K in enumerate(config.K):
-        at = buffer.at_K(K)
-        zero_var = at["zero_var"].to_numpy()
-        d_K = at[D_K].to_numpy()
-        tau_K = at[TAU_K].to_numpy()
-        remaining = at["remaining_steps"].to_numpy() if buffer.has_step_counts else None
-        total = at["total_steps"].to_numpy() if buffer.has_step_counts else None
-        common = dict(remaining_steps=remaining, total_steps=total, adv_sq=adv_sq)
-        gates = [
-            (rule, d_L, t_high)
-            for rule in rules
-            for d_L in config.d_L_grid
-            for t_high in ((None,) if rule == "r1" else config.t_high_grid)
-        ]
-        cuts = np.stack([cut_mask(d_K, tau_K, rule, K, d_L, t_high) for rule, d_L, t_high in gates])
-        grid = evaluate_grid(cuts, zero_var, K, config.T_max, **common)
-        del cuts
-        oracle = evaluate_grid(oracle_cuts(zero_var), zero_var, K, config.T_max, **common).row(0)
-        random_by_n: dict[int, Any] = {}
-        for m, (rule, d_L, t_high) in enumerate(gates):
-            outcome = grid.row(m)
-            if (
-                outcome.n_cut not in random_by_n
-            ):  # rows with the same number of cuts share a baseline
-                random_by_n[outcome.n_cut] = random_cut_expectation(
-                    outcome.n_cut, zero_var, K, config.T_max, **common
-                )
-            rnd = random_by_n[outcome.n_cut]
-            rows.append(
-                {
-                    "rule": rule,
-                    "K": K,
-                    "d_L": float(d_L),
-                    "t_high": None if t_high is None else float(t_high),
-                    **outcome._asdict(),
-                    **{
-                        f"random_{f}": float(getattr(rnd, f))
-                        for f in (
-                            "tp",
-                            "precision",
-                            "safe_savings",
-                            "raw_savings",
-                            "measured_step_savings",
-                            "adv_l2_kept",
-                        )
-                    },
-                    **{
-                        f"oracle_{f}": getattr(oracle, f)
-                        for f in ("n_cut", "safe_savings", "raw_savings", "measured_step_savings")
-                    },
-                    "n_groups": len(zero_var),
-                    "n_zero_var": int(zero_var.sum()),
-                }
-            )
-        if progress is not None:
-            progress(k_done + 1, len(config.K))
-    df = pl.DataFrame(rows, infer_schema_length=None)
-    return df.with_columns(
-        [pl.col(c).cast(pl.Int64) for c in ("n_cut", "tp", "fp", "oracle_n_cut")]
-        + [pl.col("t_high").cast(pl.Float64)]
-    )
-
-
-def choose(sweep: pl.DataFrame, precision_floor: float, objective: str = "safe") -> int | None:
-    """Index of the row with the largest safe savings (objective "measured": measured step
-    savings) among those with precision ≥ the floor (ties: higher precision, then smaller d_L) —
-    :func:`srollout.core.sweep.choose_operating_point`."""
-    from srollout.core.sweep import choose_operating_point
-
-    return choose_operating_point(sweep.to_dicts(), precision_floor, objective)
 
 
 def bootstrap_operating_point(
@@ -269,20 +160,16 @@ def run_sweep(
         console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"}
     )
     with bars:
-        buffer = load_buffer(config.input, config.K, default_K=config.K, progress=bars.phase)
+        buffer = table.load_run(config.input, config.K, config.T_max, progress=bars.phase)
     t_load = time.perf_counter() - t0
-    if buffer.has_step_counts:
-        longest = int(buffer.groups["n_steps"].list.max().max())
-        if longest > config.T_max:
-            raise SrolloutError(
-                f"{config.input}: trajectories run up to {longest} steps, more than --T-max "
-                f"{config.T_max}; pass --T-max {longest} or more"
-            )
+    n_folds = (gates or GateFitConfig()).n_folds
+    gates = gates if gates is not None and gates.any else None
+    stall = stall if stall is not None and stall.stall else None
+    if gates is not None or stall is not None:
+        table.check_folds(n_folds, buffer.n_groups, config.input)
     measured = config.objective == "measured"
     if measured:
-        from srollout.stages import sweep_measured
-
-        sweep_measured.require_step_counts(buffer, config)
+        table.require_step_counts(buffer, config)
 
     with bars:
         # a bar over the K values only where one K takes seconds (a million groups)
@@ -292,7 +179,7 @@ def run_sweep(
             progress=bars.phase("sweep") if buffer.n_groups >= SWEEP_BAR_FROM else None,
         )
     if measured:
-        sweep = sweep_measured.add_columns(sweep, buffer, config)
+        sweep = table.add_columns(sweep, buffer, config)
     index = choose(sweep, config.precision_floor, config.objective)
     chosen = bootstrap_operating_point(buffer, sweep, index, config) if index is not None else None
     sweep = sweep.with_columns(
@@ -310,17 +197,14 @@ def run_sweep(
         if chosen is not None
         else None
     )
-    comparison = None
-    if gates is not None and gates.any:
+    comparison = stalls = None
+    if gates is not None:
         from srollout.stages.sweep_gates import compare_gates
 
         comparison = compare_gates(config, gates, sweep)
-
-    stalls = None
-    if stall is not None and stall.stall:
+    if stall is not None:
         from srollout.stages.sweep_stall import sweep_stall
 
-        n_folds = gates.n_folds if gates is not None else GateFitConfig().n_folds
         stalls = sweep_stall(config, stall, n_folds=n_folds)
 
     t_compute = time.perf_counter() - t0 - t_load
@@ -349,7 +233,7 @@ def run_sweep(
     outputs.append(pareto)
     sections = _report_sections(config, buffer, sweep, chosen, pareto, run_dir)
     if measured:
-        sections.insert(2, sweep_measured.report_section(sweep, index, config))
+        sections.insert(2, table.report_section(sweep, index, config))
     if comparison is not None:
         from srollout.stages import sweep_gates
 
@@ -426,9 +310,7 @@ def _preamble(config: SweepConfig, buffer: Buffer, sweep: pl.DataFrame) -> str:
 def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Section]:
     shown = [c for c in _SHOWN if c in sweep.columns]
     if config.objective == "measured":
-        from srollout.stages.sweep_measured import SHOWN_REPORT
-
-        shown += [c for c in SHOWN_REPORT if c in sweep.columns]
+        shown += [c for c in table.SHOWN_REPORT if c in sweep.columns]
     bold = [chosen.row] if chosen is not None else []
     sections = [
         Section(
@@ -516,28 +398,24 @@ def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
         and c != "random_adv_l2_kept"
         and (c != "t_high" or config.rule != "r1")
     ]
-    headers = _SHORT
     if config.objective == "measured":
-        from srollout.stages.sweep_measured import SHORT, SHOWN_CONSOLE
-
-        shown += [c for c in SHOWN_CONSOLE if c in sweep.columns]
-        headers = {**_SHORT, **SHORT}
-    table = to_rich(
+        shown += [c for c in table.SHOWN_CONSOLE if c in sweep.columns]
+    rich = to_rich(
         sweep,
         title="Gate sweep (savings as shares; meas = real steps; rnd = random cut, same #cuts)",
         columns=shown,
         digits={"t_high": 2},
-        headers=headers,
+        headers=table.SHORT,
         highlight_rows=[chosen.row] if chosen is not None else [],
     )
     if chosen is None:
         # the warning row: no row is chosen (the message itself goes in the caption, which may wrap)
-        table.add_row("none", *["—"] * (len(shown) - 1), style="bold yellow")
-        table.caption = (
+        rich.add_row("none", *["—"] * (len(shown) - 1), style="bold yellow")
+        rich.caption = (
             f"[bold yellow]no operating point with precision ≥ {config.precision_floor:g}: no "
             "gate.json written[/]"
         )
-    console.print(table)
+    console.print(rich)
     if chosen is None:
         console.print(
             "[bold yellow]warning:[/] no operating point clears the precision floor "
@@ -554,9 +432,7 @@ def _print(console, sweep, chosen, config, run_dir, outputs) -> None:
         if _edge_note(chosen, config):
             console.print(f"[yellow]note:[/] {_edge_note(chosen, config)}")
         if config.objective == "measured":
-            from srollout.stages.sweep_measured import console_line
-
-            console.print(f"objective measured; {console_line(sweep, chosen.row)}")
+            console.print(f"objective measured; {table.console_line(sweep, chosen.row)}")
     console.print(
         f"wrote {len(outputs)} files to [bold]{run_dir}[/] (report: {run_dir / 'report.md'})"
     )

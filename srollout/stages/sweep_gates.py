@@ -17,9 +17,8 @@ import polars as pl
 
 from srollout.config import GateFitConfig, SweepConfig
 from srollout.errors import SrolloutError
-from srollout.stages.buffer import Buffer, load_buffer
-from srollout.stages.sweep_measured import SHORT as MEASURED_SHORT
-from srollout.stages.sweep_measured import SHOWN_CONSOLE as _SHOWN_MEASURED
+from srollout.stages.buffer import Buffer
+from srollout.stages.sweep_table import SHORT, SHOWN_CONSOLE, load_run, require_step_counts
 
 if TYPE_CHECKING:
     from srollout.core.adaptive_gate import AdaptiveGate
@@ -44,17 +43,6 @@ _SHOWN = (
     "measured_step_savings",
     "share_of_oracle",
 )
-_SHORT = {
-    "selection": "judged",
-    "n_cut": "cut",
-    "tp": "TP",
-    "fp": "FP",
-    "precision": "prec",
-    "safe_savings": "safe",
-    "raw_savings": "raw",
-    "measured_step_savings": "meas",
-    "share_of_oracle": "of oracle",
-}
 _CI_FIELDS = (
     "safe_savings",
     "raw_savings",
@@ -84,8 +72,8 @@ class GroupData(NamedTuple):
 
 
 class GateComparison(NamedTuple):
-    """table: one row per (gate, selection); held_out: rule -> its held-out decisions (cut [N],
-    cut_K [N]) on the judged groups, in group_id order."""
+    """table: one row per (gate, selection); held_out: gate (r1, r3, learned, adaptive) -> its
+    held-out decisions (cut [N], cut_K [N]) on the judged groups, in group_id order."""
 
     table: pl.DataFrame
     learned: LearnedGate | None
@@ -144,41 +132,43 @@ def _threshold_selector(
 
     def fit(train: np.ndarray) -> GateRule | None:
         rows, params = [], []
+        t_vals = config.t_high_grid if rule == "r3" else None
+        steps = {}
         for K in config.K:
             s = data.named(K, train)
-            t_vals = config.t_high_grid if rule == "r3" else None
             tau = s["termination_fraction"] if rule == "r3" else None
             cuts = threshold_cuts(s["prefix_edit_distance_mean"], config.d_L_grid, tau, t_vals)
-            steps = {}
             if config.objective == "measured":
                 steps = dict(
                     remaining_steps=data.remaining_by_K[K][train],
                     total_steps=data.total_steps[train],
                 )
             grid = evaluate_grid(cuts, data.zero_var[train], K, config.T_max, **steps)
-            for m in range(cuts.shape[0]):
-                if rule == "r3":
-                    d_L, t_high = config.d_L_grid[m // len(t_vals)], t_vals[m % len(t_vals)]
-                else:
-                    d_L, t_high = config.d_L_grid[m], None
-                rows.append(
-                    {
-                        "precision": grid.precision[m],
-                        "safe_savings": grid.safe_savings[m],
-                        "measured_step_savings": grid.measured_step_savings[m],
-                        "d_L": d_L,
-                    }
+            # the rows of threshold_cuts: d_L outer, t_high inner
+            at_K = [(K, d_L, t) for d_L in config.d_L_grid for t in (t_vals or (None,))]
+            params += at_K
+            rows += [
+                {"precision": p, "safe_savings": safe, "measured_step_savings": meas, "d_L": d_L}
+                for p, safe, meas, (_, d_L, _) in zip(
+                    grid.precision, grid.safe_savings, grid.measured_step_savings, at_K, strict=True
                 )
-                params.append((K, d_L, t_high))
+            ]
         i = choose_operating_point(rows, config.precision_floor, config.objective)
         return None if i is None else GateRule(rule, *params[i])
 
-    def decide(gate: GateRule | None, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return gate_selector(fit, _at_own_K(eval_data))
+
+
+def _at_own_K(data: GroupData) -> Callable:
+    """decide(gate, groups) of a fixed-K gate: its (cut, cut_K) on those groups of ``data``
+    (a gate None cuts nothing)."""
+
+    def decide(gate: Any, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if gate is None:
             return np.zeros(test.size, dtype=bool), np.zeros(test.size, dtype=np.int64)
-        return gate.decide_batch(gate.K, eval_data.named(gate.K, test)), np.full(test.size, gate.K)
+        return gate.decide_batch(gate.K, data.named(gate.K, test)), np.full(test.size, gate.K)
 
-    return gate_selector(fit, decide)
+    return decide
 
 
 # --- scoring held-out decisions --------------------------------------------------------------
@@ -245,7 +235,7 @@ def score_row(
             ratio_of_sums,
         )
     if config.objective == "measured":
-        from srollout.stages.sweep_measured import random_measured_of_cuts
+        from srollout.stages.sweep_table import random_measured_of_cuts
 
         rnd = random_measured_of_cuts(cut, cut_K, data.remaining_by_K, data.total_steps)
         row["random_measured_step_savings"] = rnd
@@ -272,19 +262,22 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
 
     sweep: the plain sweep table of INPUT (its chosen rows give the in-sample R1/R3 reference)."""
     from srollout.core.adaptive_gate import fit_adaptive_gate
+    from srollout.core.gate import GateRule, check_step
     from srollout.core.learned_gate import (
         assign_folds,
         fit_learned_gate,
         gate_selector,
         nested_heldout_cuts,
     )
+    from srollout.core.sweep import choose_operating_point
 
     Ks = tuple(sorted(set(config.K) | set(gates.check_K)))
-    from srollout.core.gate import check_step
-
     for k in gates.check_K:
         check_step(k, config.T_max, "check_K")
-    data = group_data(_load(config.input, Ks, config.T_max), Ks, gates.features)
+    buffer = _load(config.input, Ks, config.T_max)
+    if config.objective == "measured":
+        require_step_counts(buffer, config)
+    data = group_data(buffer, Ks, gates.features)
     if gates.eval_buffer is not None:
         eval_data = group_data(_load(gates.eval_buffer, Ks, config.T_max), Ks, gates.features)
         protocol = f"fit on {config.input}, judged on {gates.eval_buffer}"
@@ -305,101 +298,65 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
         )
     K_ref = min(config.K)
     folds = assign_folds(data.zero_var, gates.n_folds, config.seed)
-    all_groups = np.arange(data.zero_var.size)
-    eval_groups = np.arange(eval_data.zero_var.size)
-
-    def heldout(select: Callable) -> tuple[np.ndarray, np.ndarray]:
-        if gates.eval_buffer is not None:
-            return select(all_groups)(eval_groups)
-        cuts = nested_heldout_cuts(select, folds)
-        return cuts.cut, cuts.cut_K
-
-    rows = []
+    rows: list[dict[str, Any]] = []
     held_out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
-    for rule in rules:
-        # the plain sweep's choice for this rule, scored on the same groups it was chosen on
-        part = sweep.with_row_index("i").filter(pl.col("rule") == rule)
-        from srollout.core.sweep import choose_operating_point
 
+    def judge(name: str, select: Callable, fit: Callable | None = None) -> Any:
+        """Score ``name``'s held-out decisions (its whole selection rerun without the judged
+        groups); return its gate fit on every INPUT group (``fit``; None without)."""
+        if gates.eval_buffer is not None:
+            cut, cut_K = select(np.arange(data.zero_var.size))(np.arange(eval_data.zero_var.size))
+        else:
+            cut, cut_K, _ = nested_heldout_cuts(select, folds)
+        held_out[name] = (cut, cut_K)
+        gate = fit() if fit is not None else None
+        if name == "adaptive":
+            label_K = min(gates.check_K)
+        else:
+            label_K = _label_K(cut, cut_K, K_ref if gate is None else gate.K)
+        rows.append(score_row(name, selection, label_K, cut, cut_K, eval_data, K_ref, config))
+        return gate
+
+    for rule in ("r1", "r3") if config.rule == "both" else (config.rule,):
+        # the plain sweep's choice for this rule, scored on the same groups it was chosen on
+        part = sweep.filter(pl.col("rule") == rule)
         chosen = choose_operating_point(part.to_dicts(), config.precision_floor, config.objective)
-        in_sample_cut = np.zeros(data.zero_var.size, dtype=bool)
-        K_in = K_ref
+        K_in, cut = K_ref, np.zeros(data.zero_var.size, dtype=bool)
         if chosen is not None:
             point = part.row(chosen, named=True)
             K_in = point["K"]
-            from srollout.core.gate import GateRule
-
             gate = GateRule(rule=rule, K=K_in, d_L=point["d_L"], t_high=point["t_high"])
-            in_sample_cut = gate.decide_batch(K_in, data.named(K_in))
+            cut = gate.decide_batch(K_in, data.named(K_in))
         rows.append(
-            score_row(
-                rule,
-                "in-sample",
-                K_in,
-                in_sample_cut,
-                np.full(in_sample_cut.size, K_in),
-                data,
-                K_ref,
-                config,
-            )
+            score_row(rule, "in-sample", K_in, cut, np.full(cut.size, K_in), data, K_ref, config)
         )
-        cut, cut_K = heldout(_threshold_selector(data, eval_data, rule, config))
-        held_out[rule] = (cut, cut_K)
-        rows.append(
-            score_row(
-                rule, selection, _label_K(cut, cut_K, K_ref), cut, cut_K, eval_data, K_ref, config
-            )
-        )
+        judge(rule, _threshold_selector(data, eval_data, rule, config))
 
-    learned = adaptive = None
     common = dict(n_folds=gates.n_folds, l2=gates.l2, seed=config.seed, names=data.names)
     if config.objective == "measured":
-        if data.remaining_by_K is None:
-            raise SrolloutError(f"{config.input}: --objective measured needs real step counts")
         common["gain_by_K"] = data.remaining_by_K
+    learned = adaptive = None
+    args = (data.signals_by_K, data.zero_var)
     if gates.learned:
 
         def fit_learned(groups: np.ndarray | None = None) -> LearnedGate:
-            return fit_learned_gate(
-                data.signals_by_K,
-                data.zero_var,
-                config.K,
-                Ks,
-                config.T_max,
-                config.precision_floor,
-                groups=groups,
-                **common,
-            ).gate
+            floor, T_max = config.precision_floor, config.T_max
+            return fit_learned_gate(*args, config.K, Ks, T_max, floor, groups=groups, **common).gate
 
-        def decide_learned(gate: LearnedGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            cut = gate.decide_batch(gate.K, eval_data.named(gate.K, test))
-            return cut, np.full(test.size, gate.K)
-
-        cut, cut_K = heldout(gate_selector(fit_learned, decide_learned))
-        learned = fit_learned()
-        label_K = _label_K(cut, cut_K, learned.K)
-        rows.append(score_row("learned", selection, label_K, cut, cut_K, eval_data, K_ref, config))
+        select = gate_selector(fit_learned, _at_own_K(eval_data))
+        learned = judge("learned", select, fit_learned)
     if gates.adaptive:
 
         def fit_adaptive(groups: np.ndarray | None = None) -> AdaptiveGate:
+            floor, T_max = config.precision_floor, config.T_max
             return fit_adaptive_gate(
-                data.signals_by_K,
-                data.zero_var,
-                gates.check_K,
-                config.precision_floor,
-                config.T_max,
-                groups=groups,
-                **common,
+                *args, gates.check_K, floor, T_max, groups=groups, **common
             ).gate
 
         def decide_adaptive(gate: AdaptiveGate, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return gate.decide_matrix({K: eval_data.signals_by_K[K][test] for K in gate.check_K})
 
-        cut, cut_K = heldout(gate_selector(fit_adaptive, decide_adaptive))
-        adaptive = fit_adaptive()
-        first_K = min(gates.check_K)
-        rows.append(score_row("adaptive", selection, first_K, cut, cut_K, eval_data, K_ref, config))
+        adaptive = judge("adaptive", gate_selector(fit_adaptive, decide_adaptive), fit_adaptive)
     oracle = eval_data.zero_var.copy()
     rows.append(
         score_row(
@@ -420,18 +377,10 @@ def _label_K(cut: np.ndarray, cut_K: np.ndarray, default: int) -> int:
 
 def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:
     try:
-        buffer = load_buffer(path, Ks, default_K=Ks)
+        return load_run(path, Ks, T_max)
     except SrolloutError as err:
         # the buffer names the K it lacks as "--K"; here it may come from --check-K
         raise SrolloutError(str(err).replace("--K ", "--K/--check-K ", 1)) from None
-    if buffer.has_step_counts:
-        longest = int(buffer.groups["n_steps"].list.max().max())
-        if longest > T_max:
-            raise SrolloutError(
-                f"{path}: trajectories run up to {longest} steps, more than --T-max {T_max}; pass "
-                f"--T-max {longest} or more"
-            )
-    return buffer
 
 
 def write_gates(run_dir: Path, comparison: GateComparison) -> list[Path]:
@@ -466,7 +415,7 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
         f"{config.precision_floor:g} enforced on held-out scores ("
         + doc_link("gates.md", "Chosen on one set of groups, judged on another")
         + ").\n",
-        to_markdown(t, columns=[c for c in _SHOWN + _SHOWN_MEASURED if c in t.columns]),
+        to_markdown(t, columns=[c for c in _SHOWN + SHOWN_CONSOLE if c in t.columns]),
         f"\n{round(100 * 0.95)}% percentile bootstrap intervals over groups ({config.n_boot} "
         f"resamples, seed {config.seed}):\n",
         to_markdown(ci),
@@ -510,7 +459,7 @@ def print_table(console: Any, comparison: GateComparison) -> None:
         to_rich(
             t,
             title=f"Gates judged on held-out groups ({comparison.protocol})",
-            columns=[c for c in _SHOWN + _SHOWN_MEASURED if c in t.columns],
-            headers={**_SHORT, **MEASURED_SHORT},
+            columns=[c for c in _SHOWN + SHOWN_CONSOLE if c in t.columns],
+            headers=SHORT,
         )
     )

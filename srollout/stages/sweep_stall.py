@@ -6,12 +6,14 @@ step (recorded, or computed from its observations) → every (W, k0) of the grid
 outcomes (:func:`srollout.core.stall_sweep.score_stops`) beside the random reference → held out:
 each fold stopped by the rule chosen on the others (:func:`~srollout.core.stall_sweep.crossfit`) →
 the rule chosen on all groups written as gate-stall.json; stall.parquet, a report section and a
-table. The loop detector is scored beside it at each k0 (:mod:`srollout.stages.sweep_loop`, rows
-with ``rule = "loop"``).
+table. The loop detector (gate kind ``loop``; docs/gates.md, "The loop detector") is scored beside
+it at each k0 as the stall rule is (rows ``rule = "loop"``, W null; what-if shows one row): nothing
+is fitted, so its stops on every group are already "held out".
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,12 +28,13 @@ from srollout.core.stall_sweep import (
     Trajectories,
     choose_rule,
     crossfit,
+    loop_stops,
     random_reference,
     score_stops,
     stall_stops,
 )
 from srollout.core.trajectory_gate import StallGate
-from srollout.core.trajectory_signals import steps_since_new
+from srollout.core.trajectory_signals import LoopCounts, loop_counts, steps_since_new
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link
 
@@ -42,6 +45,13 @@ SINCE_NEW = "steps_since_new"
 NEEDS = {
     "steps.parquet": ("group_id", "traj_idx", "step", "reward", "n_gen_tokens"),
     "trajectories.parquet": ("group_id", "traj_idx", "success", "n_steps", "ended_by"),
+}
+KEYS = ("group_id", "traj_idx")
+# the columns the loop detector reads, and why
+LOOP_NEEDS = {
+    "action": "the pairs it compares",
+    "observation": "the pairs it compares",
+    "valid": "its rule on rejected actions",
 }
 
 
@@ -126,6 +136,29 @@ def load_trajectories(path: Path) -> Trajectories:
     )
 
 
+def stop_row(rule: str, W: int | None, k0: int, trajs: Trajectories, stop, seed: int) -> dict:
+    """One stall.parquet row: the stops ``stop`` [N] of rule (W, k0) scored by the full outcomes
+    (:class:`~srollout.core.stall_sweep.StopScore`'s fields) and the random reference's
+    (``random_*``)."""
+    score = score_stops(trajs, stop)
+    rnd = random_reference(trajs, stop, seed=seed)
+    return {
+        "rule": rule,
+        "W": W,
+        "k0": k0,
+        **score._asdict(),
+        **{f"random_{k}": v for k, v in rnd._asdict().items()},
+    }
+
+
+def loop_rows(trajs: Trajectories, counts: LoopCounts, k0s: Sequence[int], seed: int) -> list[dict]:
+    """One row per k0: the loop detector's stops (:func:`~srollout.core.stall_sweep.loop_stops`)
+    as :func:`stop_row` scores them, ``rule = "loop"`` and ``W`` None."""
+    return [
+        stop_row("loop", None, k0, trajs, loop_stops(counts, trajs.n_steps, k0), seed) for k0 in k0s
+    ]
+
+
 def sweep_stall(
     config: SweepConfig,
     stall: StallFitConfig,
@@ -135,26 +168,17 @@ def sweep_stall(
 ) -> StallSweep:
     """Score every rule of the grid, cross-fit the choice, choose on all groups; with ``loops``
     also score the loop detector at each k0 of the grid (rows ``rule = "loop"``)."""
-    froms = _from_grid(stall, config.T_max)
+    Ws, froms = _grids(stall, config.T_max)
     trajs = load_trajectories(config.input) if trajs is None else trajs
-    grid = [(W, k0) for W in stall.stall_W_grid for k0 in froms]
-    rows, scores = [], {}
-    for W, k0 in grid:
-        stop = stall_stops(trajs, W, k0)
-        s = score_stops(trajs, stop)
-        r = random_reference(trajs, stop, seed=config.seed)
-        scores[(W, k0)] = s
-        rows.append(
-            {"W": W, "k0": k0, **s._asdict(), **{f"random_{k}": v for k, v in r._asdict().items()}}
-        )
-    rows = [{"rule": "stall", **r} for r in rows]
+    grid = [(W, k0) for W in Ws for k0 in froms]
+    stops = {(W, k0): stall_stops(trajs, W, k0) for W, k0 in grid}
+    rows = [stop_row("stall", W, k0, trajs, stops[W, k0], config.seed) for W, k0 in grid]
     if loops:
-        from srollout.stages.sweep_loop import load_loop_counts, loop_rows
-
         counts = load_loop_counts(run_dir_of(config.input), trajs.since_new.shape, "--stall")
-        rows += loop_rows(trajs, counts, sorted({k0 for _, k0 in grid}), config.seed)
+        rows += loop_rows(trajs, counts, sorted(set(froms)), config.seed)
     table = pl.DataFrame(rows)
     held = crossfit(trajs, grid, config.precision_floor, n_folds=n_folds, seed=config.seed)
+    scores = {rule: score_stops(trajs, stop) for rule, stop in stops.items()}
     chosen = choose_rule(scores, config.precision_floor)
     table = table.with_columns(
         chosen=pl.struct("W", "k0").map_elements(
@@ -172,19 +196,58 @@ def sweep_stall(
     )
 
 
-def _from_grid(stall: StallFitConfig, T_max: int) -> tuple[int, ...]:
-    """The k0 grid within T_max: a value of the default grid beyond it is dropped (the user asked
-    for none), one the user gave is refused: a rule from a step no trajectory reaches never
-    fires, and its rows would only look like a result."""
-    froms = stall.stall_from_grid
-    if froms == StallFitConfig().stall_from_grid:
-        return tuple(k for k in froms if k <= T_max)
+def _grids(stall: StallFitConfig, T_max: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The W and k0 grids checked against T_max: a value the user gave beyond it is refused (a
+    rule from a step no trajectory reaches, or waiting longer than any trajectory runs, never
+    fires, and its rows would only look like a result). Of the default k0 grid, the values beyond
+    T_max are dropped (the user asked for none); the default W grid is kept as it is."""
     from srollout.core.gate import check_step
 
+    default = StallFitConfig()
+    Ws, froms = stall.stall_W_grid, stall.stall_from_grid
+    if froms == default.stall_from_grid:
+        froms = tuple(k for k in froms if k <= T_max)
+    for k in Ws if Ws != default.stall_W_grid else ():
+        why = f"no trajectory runs {k} steps, so it never goes {k} steps without news"
+        check_step(k, T_max, "stall_W_grid", why=why)
     for k in froms:
         why = f"no trajectory reaches step {k}, so a stall rule from there never fires"
         check_step(k, T_max, "stall_from_grid", why=why)
-    return froms
+    return Ws, froms
+
+
+def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCounts:
+    """[N, T] loop counts of the collect in ``run`` (0 past each trajectory's end), trajectories
+    in order of (group_id, traj_idx) as :func:`load_trajectories` holds them; ``shape`` is that
+    table's (N, T). A missing column is one SrolloutError naming it."""
+    from srollout import schemas
+
+    file = run / "steps.parquet"
+    names = schemas.column_names(file)
+    missing = [c for c in (*KEYS, "step", *LOOP_NEEDS) if c not in names]
+    if missing:
+        why = "; ".join(f"{c}: {LOOP_NEEDS[c]}" for c in missing if c in LOOP_NEEDS)
+        raise SrolloutError(
+            f"{source}: {file} has no column(s) {', '.join(missing)}, which the loop detector "
+            f"needs" + (f" ({why})" if why else "")
+        )
+    steps = schemas.read(file, schemas.STEPS, columns=[*KEYS, "step", *LOOP_NEEDS])
+    per = (
+        steps.sort(*KEYS, "step").group_by(list(KEYS), maintain_order=True).agg(pl.col(*LOOP_NEEDS))
+    )
+    trajs_file = run / "trajectories.parquet"
+    keys = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=list(KEYS)).sort(*KEYS)
+    joined = keys.join(per, on=list(KEYS), how="left", maintain_order="left")
+    N, T = shape
+    if joined.height != N:
+        raise SrolloutError(f"{source}: {run} holds {joined.height} trajectories, expected {N}")
+    out = np.zeros((3, N, T), dtype=np.int64)
+    for i, (actions, observations, valid) in enumerate(joined.select(*LOOP_NEEDS).iter_rows()):
+        if actions:
+            n = min(len(actions), T)
+            counts = loop_counts(actions[:n], observations[:n], [bool(v) for v in valid[:n]])
+            out[:, i, :n] = np.array(counts, dtype=np.int64).T
+    return LoopCounts(*out)
 
 
 def write(run_dir: Path, result: StallSweep) -> list[Path]:

@@ -12,8 +12,8 @@ group's full outcome is known: a collect, a shadow collect, or a trainer's log
 - **trajectory gate** (stall W from k0): the same protocol over the stall grid
   (:func:`srollout.stages.sweep_stall.sweep_stall`); a stop is right iff the trajectory failed.
 - **loop detector** (from k0 = --loop-from): the field's fixed rule (gate kind ``loop``,
-  :mod:`srollout.stages.sweep_loop`), nothing fitted, so its stops on every group are scored as
-  they are; judged as the trajectory gate's.
+  :func:`srollout.stages.sweep_stall.loop_rows`), nothing fitted, so its stops on every group are
+  scored as they are; judged as the trajectory gate's.
 - **DAPO** (filter and refill): it sees rewards, so it is never wrong, and saves nothing: it
   discards the zero-variance groups after their whole rollout and rolls more to refill. Shown:
   the steps spent on discarded groups and the extra groups per useful group.
@@ -116,9 +116,8 @@ def _groups(run: Path) -> pl.DataFrame:
 def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, Any]:
     from srollout.core.gate import GateRule
     from srollout.stages.buffer import load_buffer
-    from srollout.stages.sweep import choose, sweep_table
     from srollout.stages.sweep_gates import compare_gates
-    from srollout.stages.sweep_measured import token_costs
+    from srollout.stages.sweep_table import choose, sweep_table, token_costs
 
     K = config.K
     buffer = load_buffer(config.input, (K,), default_K=(K,))
@@ -179,7 +178,7 @@ def _trajectory_gate(
 
 
 def _loop_detector(config: WhatIfConfig, run: Path, trajs: Any) -> dict:
-    from srollout.stages.sweep_loop import load_loop_counts, loop_rows
+    from srollout.stages.sweep_stall import load_loop_counts, loop_rows
 
     counts = load_loop_counts(run, trajs.since_new.shape, "what-if")
     r = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
@@ -251,6 +250,7 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     from srollout.console import make_console
     from srollout.rundir import Manifest, prepare_run_dir, require_complete
     from srollout.stages.sweep_stall import load_trajectories, run_dir_of
+    from srollout.stages.sweep_table import check_folds
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
@@ -266,11 +266,7 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     )
     with console.status("judging the group gate, the trajectory gate, DAPO and GRESO"):
         groups = _groups(run)  # names the columns a table lacks, before any long work
-        if config.n_folds > groups.height:
-            raise SrolloutError(
-                f"--n-folds {config.n_folds} is more than the {groups.height} groups of {run}: "
-                f"each fold holds out at least one group; give --n-folds {groups.height} or fewer"
-            )
+        check_folds(config.n_folds, groups.height, run)
         trajs = load_trajectories(run)  # refuses a gated run; read once for both rules
         stall_row, stall_gate = _trajectory_gate(config, sweep_config, trajs)
         loop_row = _loop_detector(config, run, trajs)  # names the steps column it lacks (valid)

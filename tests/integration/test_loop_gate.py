@@ -16,8 +16,7 @@ from test_cli_collect import srollout
 
 from srollout.core.stall_sweep import loop_stops
 from srollout.core.trajectory_signals import LoopTracker, loop_fires
-from srollout.stages.sweep_loop import load_loop_counts
-from srollout.stages.sweep_stall import load_trajectories
+from srollout.stages.sweep_stall import load_loop_counts, load_trajectories
 
 RUN = ["--groups", "3", "--G", "4", "--T-max", "16", "--seed", "0", "--signal-K", "5,10"]
 KEYS = ["group_id", "traj_idx"]
