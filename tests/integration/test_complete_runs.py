@@ -2,7 +2,8 @@
 (`srollout.rundir.require_complete`): a run whose trajectories a gate stopped is refused in one
 line naming the count and the ungated alternative, and its ungated twin (same seed, no --stall)
 still works. The bad inputs of issue 59 are one line, exit 2, nothing written: a truncated
-steps.parquet under what-if, a stall grid beyond T_max, more folds than groups."""
+steps.parquet under what-if, a stall grid beyond T_max, more folds than groups (what-if and
+sweep alike)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,19 @@ def test_what_if_with_more_folds_than_groups_is_one_line(runs, tmp_path):
     out = tmp_path / "w"
     proc = srollout("what-if", str(ungated), "--K", "5", "--n-folds", "50", "--out", str(out))
     _one_line(proc, out, "--n-folds 50 is more than the 6 groups of", "--n-folds 6 or fewer")
+
+
+def test_sweep_with_more_folds_than_groups_is_one_line(runs, tmp_path):
+    ungated, _ = runs
+    out = tmp_path / "s"
+    for fit in ("--stall", "--learned"):
+        proc = srollout("sweep", str(ungated), "--K", "5", fit, "--n-folds", "7", "--out", str(out))
+        _one_line(proc, out, "--n-folds 7 is more than the 6 groups of", "--n-folds 6 or fewer")
+
+
+def test_a_stall_W_grid_beyond_T_max_is_one_line(runs, tmp_path):
+    ungated, _ = runs
+    out = tmp_path / "s"
+    proc = srollout("sweep", str(ungated), "--K", "5", "--stall", "--stall-W-grid", "4,13",
+                    "--out", str(out))  # fmt: skip
+    _one_line(proc, out, "--stall-W-grid 13 is larger than --T-max 12")
