@@ -192,23 +192,22 @@ def crossfit(
     seed: int = 0,
 ) -> HeldOut:
     """Choose the rule on n_folds − 1 folds of the groups (seeded split), stop the held-out
-    fold's trajectories with it; every group is held out once."""
+    fold's trajectories with it; every group is held out once. The held-out loop is the gates'
+    (:func:`srollout.core.learned_gate.nested_heldout_cuts`), each trajectory in its group's
+    fold."""
+    from srollout.core.learned_gate import nested_heldout_cuts
+
     n_groups = int(trajs.group.max()) + 1 if len(trajs.group) else 0
     n_folds = max(1, min(n_folds, n_groups))  # no empty fold
     fold = np.random.default_rng(seed).permutation(n_groups) % n_folds
     stops = {rule: stall_stops(trajs, *rule) for rule in grid}
-    out = np.zeros(len(trajs.group), dtype=np.int64)
     rules: list[tuple[int, int] | None] = []
-    for f in range(n_folds):
-        held = fold[trajs.group] == f
-        train = _subset(trajs, ~held)
-        scores = {rule: score_stops(train, s[~held]) for rule, s in stops.items()}
-        rule = choose_rule(scores, floor)
+
+    def select(train: np.ndarray):
+        part = Trajectories(*(a[train] for a in trajs))
+        rule = choose_rule({r: score_stops(part, s[train]) for r, s in stops.items()}, floor)
         rules.append(rule)
-        if rule is not None:
-            out[held] = stops[rule][held]
-    return HeldOut(out, rules, fold)
+        stop = stops[rule] if rule is not None else np.zeros(len(trajs.group), dtype=np.int64)
+        return lambda test: (stop[test] > 0, stop[test])
 
-
-def _subset(trajs: Trajectories, rows: np.ndarray) -> Trajectories:
-    return Trajectories(*(a[rows] for a in trajs))
+    return HeldOut(nested_heldout_cuts(select, fold[trajs.group]).cut_K, rules, fold)

@@ -166,19 +166,8 @@ def evaluate_grid(
     safe = tp * per_cut
     raw = n_cut * per_cut
 
-    if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError(
-            "measured savings need both remaining_steps and total_steps (or neither)"
-        )
-    if remaining_steps is None:
-        measured = np.full(M, np.nan)
-    else:
-        rem = _float_vector(remaining_steps, "remaining_steps", N)
-        tot = _float_vector(total_steps, "total_steps", N)
-        if np.any(rem < 0) or np.any(rem > tot):
-            raise SrolloutError("remaining_steps must lie between 0 and the group's total_steps")
-        total = float(tot.sum())
-        measured = (c @ rem) / total if total > 0 else np.full(M, np.nan)
+    costs = _costs(remaining_steps, total_steps, N)
+    measured = np.full(M, np.nan) if costs is None else _share(c, *costs)
 
     sq = _sq_norms(advantages, adv_sq, N)
     if sq is None:
@@ -283,18 +272,8 @@ def random_cut_expectation(
     tp = m * n_zv / N
     precision = n_zv / N if m > 0 else math.nan
     recall = m / N if n_zv else math.nan
-    if (remaining_steps is None) != (total_steps is None):
-        raise SrolloutError(
-            "measured savings need both remaining_steps and total_steps (or neither)"
-        )
-    measured = math.nan
-    if remaining_steps is not None:
-        rem = _float_vector(remaining_steps, "remaining_steps", N)
-        tot = _float_vector(total_steps, "total_steps", N)
-        if np.any(rem < 0) or np.any(rem > tot):
-            raise SrolloutError("remaining_steps must lie between 0 and the group's total_steps")
-        total = float(tot.sum())
-        measured = m / N * float(rem.sum()) / total if total > 0 else math.nan
+    costs = _costs(remaining_steps, total_steps, N)
+    measured = math.nan if costs is None else random_measured_share(m, *costs)
     sq = _sq_norms(advantages, adv_sq, N)
     kept = math.nan if sq is None else _expected_l2_kept(sq, m)
     return GateOutcome(m, tp, m - tp, precision, recall, tp * per_cut, m * per_cut, measured, kept)
@@ -408,11 +387,26 @@ def measured_share(cut: ArrayLike, remaining: ArrayLike, total: ArrayLike) -> np
     bool[M, N] (or [N]), remaining[N] = the cost the group spent after its cut step, total[N] =
     the group's whole cost -> [M] Σ remaining[cut] / Σ total (nan when Σ total is 0)."""
     c = np.atleast_2d(np.asarray(cut, dtype=bool))
-    N = c.shape[1]
-    rem = _float_vector(remaining, "remaining", N)
-    tot = _float_vector(total, "total", N)
+    return _share(c, *_costs(remaining, total, c.shape[1]))
+
+
+def _costs(remaining: ArrayLike | None, total: ArrayLike | None, n: int):
+    """The checked per-group costs (remaining [N], total [N]) as float arrays; None when neither
+    is given."""
+    if (remaining is None) != (total is None):
+        raise SrolloutError(
+            "measured savings need both remaining_steps and total_steps (or neither)"
+        )
+    if remaining is None:
+        return None
+    rem = _float_vector(remaining, "remaining_steps", n)
+    tot = _float_vector(total, "total_steps", n)
     if np.any(rem < 0) or np.any(rem > tot):
-        raise SrolloutError("a group's remaining cost must lie between 0 and its total")
+        raise SrolloutError("remaining_steps must lie between 0 and the group's total_steps")
+    return rem, tot
+
+
+def _share(c: np.ndarray, rem: np.ndarray, tot: np.ndarray) -> np.ndarray:
     whole = float(tot.sum())
     return (c @ rem) / whole if whole > 0 else np.full(c.shape[0], np.nan)
 

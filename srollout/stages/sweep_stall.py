@@ -41,12 +41,10 @@ from srollout.report.markdown import Section, doc_link
 STALL_FILE = "stall.parquet"
 GATE_FILE = "gate-stall.json"
 SINCE_NEW = "steps_since_new"
-# the columns the stall sweep reads, and why
-NEEDS = {
-    "steps.parquet": ("group_id", "traj_idx", "step", "reward", "n_gen_tokens"),
-    "trajectories.parquet": ("group_id", "traj_idx", "success", "n_steps", "ended_by"),
-}
 KEYS = ("group_id", "traj_idx")
+# the columns the stall sweep reads besides KEYS (and steps_since_new, or what it comes from)
+STEP_COLUMNS = ("reward", "n_gen_tokens")
+TRAJ_COLUMNS = ("success", "n_steps", "ended_by")
 # the columns the loop detector reads, and why
 LOOP_NEEDS = {
     "action": "the pairs it compares",
@@ -71,58 +69,59 @@ def run_dir_of(path: Path | str) -> Path:
     path = Path(path)
     if path.is_file():
         path = path.parent
-    for name in NEEDS:
+    for name in ("steps.parquet", "trajectories.parquet"):
         if not (path / name).is_file():
             raise SrolloutError(f"--stall needs a collect's run directory: no {name} in {path}")
     return path
 
 
+def _per_trajectory(run: Path, steps: Sequence[str], trajs: Sequence[str]) -> pl.DataFrame:
+    """One row per trajectory of ``run`` in (group_id, traj_idx) order: its columns ``trajs`` and
+    each of the step columns ``steps`` as the list of its values in step order (null without
+    steps); only these columns, read through the contract's validating reader."""
+    from srollout import schemas
+
+    per = (
+        schemas.read(run / "steps.parquet", schemas.STEPS, columns=[*KEYS, "step", *steps])
+        .sort(*KEYS, "step")
+        .group_by(list(KEYS), maintain_order=True)
+        .agg(pl.col(*steps))
+    )
+    file = run / "trajectories.parquet"
+    keys = schemas.read(file, schemas.TRAJECTORIES, columns=[*KEYS, *trajs]).sort(*KEYS)
+    return keys.join(per, on=list(KEYS), how="left", maintain_order="left")
+
+
 def load_trajectories(path: Path) -> Trajectories:
-    """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id): only
-    the columns NEEDS names (and steps_since_new, or what it is computed from), read through the
-    contract's validating reader."""
+    """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id), from
+    the columns STEP_COLUMNS and TRAJ_COLUMNS name (and steps_since_new, or what it is computed
+    from)."""
     from srollout import schemas
     from srollout.rundir import require_complete
 
     run = run_dir_of(path)
     require_complete(run)
     steps_file, trajs_file = run / "steps.parquet", run / "trajectories.parquet"
-    since, initial = [SINCE_NEW], []
+    since, initial = SINCE_NEW, []
     if SINCE_NEW not in schemas.column_names(steps_file):
-        since, initial = ["observation"], ["initial_observation"]
-        missing = [c for c in since if c not in schemas.column_names(steps_file)]
+        since, initial = "observation", ["initial_observation"]
+        missing = [c for c in [since] if c not in schemas.column_names(steps_file)]
         missing += [c for c in initial if c not in schemas.column_names(trajs_file)]
         if missing:
             raise SrolloutError(
                 f"--stall: {run} has neither steps' {SINCE_NEW} nor what it is computed from "
                 f"(no column(s) {', '.join(missing)})"
             )
-    steps = schemas.read(steps_file, schemas.STEPS, columns=[*NEEDS["steps.parquet"], *since])
-    trajs = schemas.read(
-        trajs_file, schemas.TRAJECTORIES, columns=[*NEEDS["trajectories.parquet"], *initial]
-    )
-    trajs = trajs.sort("group_id", "traj_idx")
-    steps = steps.sort("group_id", "traj_idx", "step")
-    keys = ["group_id", "traj_idx"]
-    # named apart from trajectories' own reward and n_gen_tokens, which the join keeps
-    per = steps.group_by(keys, maintain_order=True).agg(
-        pl.col("reward").alias("step_reward"),
-        pl.col("n_gen_tokens").alias("step_tokens"),
-        pl.col(SINCE_NEW if SINCE_NEW in steps.columns else "observation").alias("since"),
-    )
-    joined = trajs.join(per, on=keys, how="left", maintain_order="left")
+    joined = _per_trajectory(run, [*STEP_COLUMNS, since], [*TRAJ_COLUMNS, *initial])
     N = joined.height
     T = int(joined["n_steps"].max() or 0)
-    since = np.full((N, T), -1, dtype=np.int64)
+    since_new = np.full((N, T), -1, dtype=np.int64)
     reward = np.zeros((N, T))
     tokens = np.zeros((N, T), dtype=np.int64)
-    initial = joined["initial_observation"] if "initial_observation" in joined.columns else None
-    for i, row in enumerate(joined.select("since", "step_reward", "step_tokens").iter_rows()):
-        seq, rew, tok = row
+    for i, (seq, rew, tok) in enumerate(joined.select(since, *STEP_COLUMNS).iter_rows()):
         n = len(seq or [])
         if n:
-            values = steps_since_new(initial[i], seq) if SINCE_NEW not in steps.columns else seq
-            since[i, :n] = values
+            since_new[i, :n] = steps_since_new(joined[initial[0]][i], seq) if initial else seq
             reward[i, :n] = rew
             tokens[i, :n] = tok
     group = joined["group_id"].rank("dense").cast(pl.Int64).to_numpy() - 1
@@ -130,7 +129,7 @@ def load_trajectories(path: Path) -> Trajectories:
         group=group,
         n_steps=joined["n_steps"].to_numpy().astype(np.int64),
         success=joined["success"].to_numpy().astype(bool),
-        since_new=since,
+        since_new=since_new,
         step_reward=reward,
         step_tokens=tokens,
     )
@@ -231,13 +230,7 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
             f"{source}: {file} has no column(s) {', '.join(missing)}, which the loop detector "
             f"needs" + (f" ({why})" if why else "")
         )
-    steps = schemas.read(file, schemas.STEPS, columns=[*KEYS, "step", *LOOP_NEEDS])
-    per = (
-        steps.sort(*KEYS, "step").group_by(list(KEYS), maintain_order=True).agg(pl.col(*LOOP_NEEDS))
-    )
-    trajs_file = run / "trajectories.parquet"
-    keys = schemas.read(trajs_file, schemas.TRAJECTORIES, columns=list(KEYS)).sort(*KEYS)
-    joined = keys.join(per, on=list(KEYS), how="left", maintain_order="left")
+    joined = _per_trajectory(run, list(LOOP_NEEDS), [])
     N, T = shape
     if joined.height != N:
         raise SrolloutError(f"{source}: {run} holds {joined.height} trajectories, expected {N}")
