@@ -38,33 +38,10 @@ from srollout.config import (
 
 # The rollout options of RolloutOptions, in the order `collect --help` lists them.
 ROLLOUT_OPTIONS: tuple[str, ...] = (
-    "groups",
-    "G",
-    "T_max",
-    "temperature",
-    "top_p",
-    "seed",
-    "model",
-    "adapter",
-    "backend",
-    "base_url",
-    "tasks",
-    "difficulty",
-    "policy",
-    "eps",
-    "gate",
-    "K",
-    "d_L",
-    "rule",
-    "t_high",
-    "signal_K",
-    "concurrency",
-    "env",
-    "audit",
-    "audit_floor",
-    "stall",
-    "stall_from",
-    "loop",
+    *("groups", "G", "T_max", "temperature", "top_p", "seed"),
+    *("model", "adapter", "backend", "base_url", "tasks", "difficulty", "policy", "eps"),
+    *("gate", "K", "d_L", "rule", "t_high", "signal_K", "concurrency", "env"),
+    *("audit", "audit_floor", "stall", "stall_from", "loop"),
 )
 # Where a run is written, and --quick (which sizes groups and T_max).
 RUN_OPTIONS: tuple[str, ...] = ("out", "overwrite", "resume", "quick")
