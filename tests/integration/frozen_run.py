@@ -3,20 +3,23 @@
 The child runs the CLI with one function wrapped: right after that function's ``after``-th call
 returns, the child freezes itself (SIGSTOP). The test waits for that with
 ``waitpid(WUNTRACED)``, an event rather than polling a directory against a deadline, so the run
-can neither finish between two looks nor run on past the point; then it sends the signal to the
-frozen process. This is test_reliability.py's "SIGSTOP first", with the stop moved into the child.
+can neither finish between two looks nor run on past the point. :func:`frozen_at` hands the frozen
+process to the test (to signal it, or to act while it holds still); :func:`signal_when_frozen`
+sends it one signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO, NamedTuple
 
 import pytest
 
@@ -44,17 +47,32 @@ main()
 """
 
 
-def signal_when_frozen(
+class Frozen(NamedTuple):
+    """A run frozen at its hook (:func:`frozen_at`): ``proc`` to signal (SIGCONT resumes it)."""
+
+    proc: subprocess.Popen
+    err: IO[bytes]
+
+    def finish(self, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Wait for the run to end: its return code (-sig for a kill) and stderr."""
+        rc = self.proc.wait(timeout=timeout)
+        self.err.seek(0)
+        return subprocess.CompletedProcess(
+            self.proc.args, rc, "", self.err.read().decode(errors="replace")
+        )
+
+
+@contextlib.contextmanager
+def frozen_at(
     args: Sequence[str],
     hook: tuple[str, str, int],
     env: dict[str, str],
     cwd: Path,
-    sig: int = signal.SIGKILL,
     timeout: float = 240,
-) -> int:
-    """Run ``srollout *args``, freeze it right after ``hook`` = (module, attribute, n)'s n-th
-    call, send ``sig`` and return the process's return code (-sig for a kill). Fails the test
-    if the run ended, or had not got there after ``timeout`` seconds, before it froze."""
+) -> Iterator[Frozen]:
+    """Run ``srollout *args`` and yield it frozen right after ``hook`` = (module, attribute, n)'s
+    n-th call; killed on the way out if still alive. Fails the test if the run ended, or had not
+    got there after ``timeout`` seconds, before it froze."""
     module, attribute, after = hook
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
@@ -77,7 +95,26 @@ def signal_when_frozen(
                 f"the run ended (rc {proc.returncode}) before {attribute} was called {after} "
                 f"times: {err.read().decode(errors='replace')[-1500:]}"
             )
-        os.kill(proc.pid, sig)
-        if sig != signal.SIGKILL:
-            os.kill(proc.pid, signal.SIGCONT)  # a stopped process handles its signal once resumed
-        return proc.wait(timeout=120)
+        try:
+            yield Frozen(proc, err)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def signal_when_frozen(
+    args: Sequence[str],
+    hook: tuple[str, str, int],
+    env: dict[str, str],
+    cwd: Path,
+    sig: int = signal.SIGKILL,
+    timeout: float = 240,
+) -> int:
+    """Run ``srollout *args``, freeze it right after ``hook``'s n-th call (:func:`frozen_at`),
+    send ``sig`` and return the process's return code (-sig for a kill)."""
+    with frozen_at(args, hook, env, cwd, timeout) as run:
+        os.kill(run.proc.pid, sig)
+        if sig != signal.SIGKILL:  # a stopped process handles its signal once resumed
+            os.kill(run.proc.pid, signal.SIGCONT)
+        return run.finish().returncode

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from frozen_run import frozen_at
 
 from srollout.rollout.records import TIMING_COLUMNS
 
@@ -112,31 +113,14 @@ def _last_line(stderr: str) -> str:
 
 
 def _interrupt(
-    args: list[str], ready: Callable[[], bool], sig: int, timeout: float = 240
+    args: list[str], hook: tuple[str, str, int], sig: int
 ) -> subprocess.CompletedProcess:
-    """Start ``args`` in a real process, send ``sig`` once ``ready()``, return how it ended."""
-    proc = subprocess.Popen(
-        _cmd(args), env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + timeout
-    try:
-        while proc.poll() is None and not ready() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(
-                f"the run ended before it could be interrupted (rc {proc.returncode}): "
-                f"{err[-1500:]}"
-            )
-        # stopped first, so it cannot finish the run between the check and the signal
-        os.kill(proc.pid, signal.SIGSTOP)
-        os.kill(proc.pid, sig)
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """Start ``args`` in a real process, freeze it right after ``hook``'s n-th call (enough
+    finished work to interrupt), send ``sig``, and return how it ended."""
+    with frozen_at(args, hook, _env(), ROOT) as run:
+        os.kill(run.proc.pid, sig)
+        os.kill(run.proc.pid, signal.SIGCONT)  # a stopped process handles its signal once resumed
+        return run.finish()
 
 
 def _resume_command(stderr: str) -> list[str]:
@@ -173,28 +157,20 @@ def _onpolicy_tables(run: Path) -> dict[str, pl.DataFrame]:
     }
 
 
-def _onpolicy_ready(run: Path) -> Callable[[], bool]:
-    state = run / "checkpoints" / "seed7-baseline" / "state.pt"
+AFTER_ONE_PART = ("srollout.stages.collect", "write_part", 1)
+AFTER_TWO_PARTS = ("srollout.stages.collect", "write_part", 2)
 
-    def ready() -> bool:
-        if not state.exists():
-            return False
-        import torch
-
-        try:
-            return torch.load(state, weights_only=False)["iteration"] >= 1
-        except Exception:  # noqa: BLE001 - caught between write and rename: look again
-            return False
-
-    return ready
-
-
-# stage -> (arguments, "enough finished work to interrupt", the result tables compared)
-Ready = Callable[[Path], Callable[[], bool]]
-STAGES: dict[str, tuple[list[str], Ready, Callable[[Path], object]]] = {
-    "collect": (COLLECT, lambda run: lambda: _parts(run) >= 2, _collect_tables),
-    "ab-rollout": (AB, lambda run: lambda: any(run.glob("*/r0/block-*.json")), _ab_table),
-    "train-onpolicy": (ONPOLICY, _onpolicy_ready, _onpolicy_tables),
+# stage -> (arguments, the call after which it has enough finished work to interrupt: two groups'
+# parts, the first timed block's file (written before the second block's run returns), the
+# checkpoint after iteration 1 (the 1st save is iteration 0's); the result tables compared)
+STAGES: dict[str, tuple[list[str], tuple[str, str, int], Callable[[Path], object]]] = {
+    "collect": (COLLECT, AFTER_TWO_PARTS, _collect_tables),
+    "ab-rollout": (AB, ("srollout.stages.ab_rollout", "run_block", 2), _ab_table),
+    "train-onpolicy": (
+        ONPOLICY,
+        ("srollout.training.checkpoint", "save_state", 2),
+        _onpolicy_tables,
+    ),
 }
 
 
@@ -224,10 +200,10 @@ def _equal(a: object, b: object) -> bool:
 @pytest.mark.parametrize("stage", list(STAGES))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_cleanly_and_resume_completes_exactly(stage, sig, reference, tmp_path):
-    args, ready, tables = STAGES[stage]
+    args, hook, tables = STAGES[stage]
     ref = reference(stage)
     run = tmp_path / "run"
-    stopped = _interrupt([*args, "--out", str(run)], ready(run), sig)
+    stopped = _interrupt([*args, "--out", str(run)], hook, sig)
 
     assert stopped.returncode == 128 + sig, stopped.stderr[-2000:]
     assert "Traceback" not in stopped.stderr
@@ -253,19 +229,9 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
     reference, tmp_path
 ):
     run = tmp_path / "run"
-    first = subprocess.Popen(
-        _cmd([*COLLECT, "--out", str(run)]),
-        env=_env(),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while _parts(run) < 1 and first.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert first.poll() is None, "the first run ended too soon"
-        os.kill(first.pid, signal.SIGSTOP)  # alive, holding the lock, unable to finish meanwhile
+    # frozen right after its first part: alive, holding the lock, unable to finish meanwhile
+    with frozen_at([*COLLECT, "--out", str(run)], AFTER_ONE_PART, _env(), ROOT) as frozen:
+        first = frozen.proc
         for extra in ([], ["--resume"], ["--overwrite"]):
             t0 = time.monotonic()
             second = _run([*COLLECT, "--out", str(run), *extra], timeout=60)
@@ -274,12 +240,9 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_ones_lock_does_not_bloc
             assert f"is being written by another srollout process (PID {first.pid})" in line, line
             assert "Traceback" not in second.stderr
         assert first.poll() is None, "the refused process must not have touched the running one"
-        assert not (run / "groups.parquet").exists() and _parts(run) >= 1
+        assert not (run / "groups.parquet").exists() and _parts(run) == 1
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
     # stale, left by the killed run
     assert (run / ".srollout.lock").read_text().strip() == str(first.pid)
 
@@ -345,20 +308,9 @@ def small_disk(tmp_path) -> Path:
 def test_a_full_disk_is_one_line_keeps_every_file_and_resume_completes(small_disk, reference):
     run = small_disk / "run"
     filler = small_disk / "filler"
-    # the run starts, finishes a few groups, then the filler takes all the space that is left
-    proc = subprocess.Popen(
-        _cmd([*COLLECT, "--out", str(run)]),
-        env=_env(),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while _parts(run) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGSTOP)  # hold it while the disk fills, so the next write fails
+    # the run starts and finishes two groups; frozen there while the filler takes all the space
+    # that is left, so its next write fails
+    with frozen_at([*COLLECT, "--out", str(run)], AFTER_TWO_PARTS, _env(), ROOT) as frozen:
         kept = {p: p.read_bytes() for p in run.rglob("*.parquet")}
         with filler.open("wb") as f:
             try:
@@ -367,11 +319,9 @@ def test_a_full_disk_is_one_line_keeps_every_file_and_resume_completes(small_dis
                     f.flush()
             except OSError:
                 pass
-        os.kill(proc.pid, signal.SIGCONT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        proc = frozen.finish()
+    err = proc.stderr
     if proc.returncode == 0:
         pytest.fail("the run finished although the disk was full")
     assert proc.returncode == 2, err[-2000:]
