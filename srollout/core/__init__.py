@@ -1,18 +1,7 @@
 """srollout.core: the pure selective-rollout algorithm (no torch, no engine, no file I/O except
 gate.json).
 
-- :mod:`srollout.core.signals` — the seven mid-rollout divergence signals of a group at step K
-  (d_K = mean pairwise prefix edit distance, ..., τ_K = termination fraction);
-- :mod:`srollout.core.gate` — the gate rules R1 (d_K < d_L) and R3 (… or τ_K >= t_high),
-  gate.json save/load, and the one-call :func:`~srollout.core.gate.should_cut`;
-- :mod:`srollout.core.grpo` — group advantages, zero-variance labels, loss denominators;
-- :mod:`srollout.core.sweep` — TP/FP, precision/recall, safe/raw/measured savings over a grid
-  of gates, random-cut and oracle references, the operating point under a precision floor;
-- :mod:`srollout.core.stats` — Spearman, AUROC, seeded (paired) bootstrap, exact McNemar.
-- :mod:`srollout.core.arms` — the arm type (gate / DAPO / GRESO switches), DAPO refill, GRESO
-  skipping;
-- :mod:`srollout.core.ab_scoring` — scoring of a matched-seed A/B: wall-clock attribution, cuts
-  judged by the baseline arm, the seed-match proof, savings with their CIs.
+Which module holds which concept: docs/architecture.md ("Where each concept lives").
 
 Drop the gate into your own GRPO loop::
 

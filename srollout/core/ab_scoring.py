@@ -406,24 +406,3 @@ def run_pairs(blocks: pl.DataFrame, arm: str) -> pl.DataFrame:
         .join(runs(arm, "arm_s"), on=["repeat", "block"])
         .sort("repeat", "block")
     )
-
-
-__all__: Sequence[str] = (
-    "BASELINE",
-    "ArmMatch",
-    "Comparison",
-    "Confusion",
-    "Mismatch",
-    "SAVED_COSTS",
-    "Saving",
-    "SeedMatch",
-    "attribute_wall",
-    "compare_arms",
-    "judge_cuts",
-    "merge_matches",
-    "per_task_means",
-    "run_pairs",
-    "seed_match",
-    "tokens_through_step",
-    "with_seed_match",
-)

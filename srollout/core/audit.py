@@ -262,21 +262,3 @@ class AuditLedger:
             [Labelled(int(i), float(s), bool(z), str(src)) for i, s, z, src in d["rows"]],
             {int(i): float(t) for i, t in d["thresholds"].items()},
         )
-
-
-__all__ = (
-    "DEFAULT_CONFIDENCE",
-    "DEFAULT_FLOOR",
-    "AuditLedger",
-    "Band",
-    "Labelled",
-    "ThresholdStep",
-    "audit_pick",
-    "audit_pick_stop",
-    "best_band",
-    "certifiable_n",
-    "check_audit_options",
-    "clopper_pearson_lower",
-    "clopper_pearson_upper",
-    "next_threshold",
-)

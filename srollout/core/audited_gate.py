@@ -181,6 +181,3 @@ def unwrap(gate: Gate) -> tuple[Gate, AuditLedger | None, float | None]:
     if isinstance(gate, AuditedGate):
         return gate.base, gate.ledger, gate.confidence
     return gate, None, None
-
-
-__all__ = ("AuditedGate", "unwrap")

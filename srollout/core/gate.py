@@ -65,7 +65,7 @@ class Gate:
     - ``K``: the first step it checks at; :meth:`check_steps`: every one.
     - :meth:`decide` (at K), :meth:`decide_at` (at any check step; default: :meth:`decide` at
       K, never elsewhere), :meth:`decide_batch` (N groups from their signals by name; default:
-      :meth:`decide_at` row by row).
+      :meth:`decide_at` row by row), :meth:`should_cut` (at K, from the raw group).
     - :meth:`audit_knob`: the one threshold an audit may move (None: the kind cannot be audited).
     - :meth:`to_dict` / :meth:`from_dict`, and :meth:`save` / :meth:`load` from them.
     """
@@ -104,6 +104,13 @@ class Gate:
             for i in range(n)
         )
         return np.fromiter((self.decide_at(K, row) for row in rows), dtype=bool, count=n)
+
+    def should_cut(
+        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
+    ) -> bool:
+        """:meth:`decide` from the raw group: G action lists (see ``compute_signals``), only the
+        first K used."""
+        return self.decide(compute_signals(actions, self.K, observations))
 
     def check(self, T_max: int) -> None:
         """Refuse a gate that can never act within T_max steps (one SrolloutError)."""

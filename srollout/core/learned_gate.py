@@ -450,7 +450,7 @@ def as_threshold(t: Any, what: str) -> float | None:
 class PooledGate(Gate):
     """What the learned and adaptive gates share: the pooled logistic model ``model`` with its
     training ``meta``; the decision at a check step K, P(zero-variance | signals at K, K) >=
-    :meth:`threshold_at` (K), for one group, N groups or a raw group; and the gate.json form (the
+    :meth:`threshold_at` (K), for one group or N groups; and the gate.json form (the
     kind's own fields, then ``model`` and ``meta``)."""
 
     model: LogisticModel
@@ -486,23 +486,6 @@ class PooledGate(Gate):
         """:meth:`cut_at` on the model's signals by name (a step signal not given: nan, imputed
         by the model)."""
         return self.cut_at(K, named_matrix(signals, self.model.signal_names))
-
-    def should_cut_at(
-        self,
-        K: int,
-        actions: Sequence[Sequence[str]],
-        observations: Sequence[Sequence[str]] | None = None,
-    ) -> bool:
-        """Decide from the raw group at check step K (G action lists; see ``compute_signals``)."""
-        from srollout.core.signals import compute_signals
-
-        return self.decide_at(K, compute_signals(actions, K, observations))
-
-    def should_cut(
-        self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
-    ) -> bool:
-        """:meth:`should_cut_at` the first check step."""
-        return self.should_cut_at(self.K, actions, observations)
 
     def to_dict(self) -> dict[str, Any]:
         own = {n: v for n, v in _fields_of(type(self), self).items() if n not in ("model", "meta")}
@@ -641,14 +624,12 @@ def fit_learned_gate(
     heldout = cross_fit_proba(rows, folds, l2, names)
     best: tuple[float, int, ThresholdChoice] | None = None
     for K in sorted(gate_Ks):
-        at = rows.K == K
-        if gain_by_K is None:
-            choice = choose_threshold(heldout.proba[at], zv, precision_floor)
-            value = choice.tp * (T_max - K)
-        else:
-            gain = np.asarray(gain_by_K[K], dtype=np.float64)[groups]
-            choice = choose_threshold(heldout.proba[at], zv, precision_floor, gain, count_fp=True)
-            value = 0.0 if choice.threshold is None else choice.value
+        gain = None if gain_by_K is None else np.asarray(gain_by_K[K], dtype=np.float64)[groups]
+        p = heldout.proba[rows.K == K]
+        choice = choose_threshold(p, zv, precision_floor, gain, count_fp=gain is not None)
+        value = choice.tp * (T_max - K) if gain is None else choice.value
+        if choice.threshold is None:  # nothing clears the floor at this K
+            value = 0.0
         if best is None or value > best[0]:
             best = (value, K, choice)
     assert best is not None

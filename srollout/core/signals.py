@@ -34,12 +34,10 @@ pair of actions; accepted).
 
 Speed: the gate runs these at step K of every group, so :func:`compute_signals` first collapses
 identical padded prefixes (converged groups, the ones the gate cuts, have few distinct prefixes)
-and computes pairwise quantities over distinct prefixes weighted by their counts. Edit
-distances: one rapidfuzz call per pair for a handful of distinct prefixes, one ``cdist`` call
-for all pairs from seven on. Bigram Jaccard: each prefix's bigram set as a Python-int bitset
-(one dict lookup per bigram, then AND + popcount per pair) below a dozen distinct prefixes, a
-numpy incidence product beyond. ``benchmarks/bench_core.py`` measures it against the targets
-(≤ 50 µs per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
+and weighs the pairwise quantities of the distinct ones by their counts; each pairwise quantity
+switches to one vectorised call from a measured number of distinct prefixes on (``_CDIST_FROM``,
+``_NUMPY_JACCARD_FROM``). ``benchmarks/bench_core.py`` measures it against the targets (≤ 50 µs
+per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
 """
 
 from __future__ import annotations

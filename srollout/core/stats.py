@@ -419,30 +419,23 @@ def paired_bootstrap(
             "data of shape [N, k] needs a statistic (the default is the mean of [N] data)"
         )
     both = np.stack([xa, xb], axis=1)  # [N, 2, ...]: resampling rows keeps pairs together
-
     if statistic is None:
+        statistic, batched = _batched_mean, True
 
-        def diff_stat(z: np.ndarray) -> np.ndarray:
-            return z[..., 1].mean(-1) - z[..., 0].mean(-1)
-
-        batched_diff = True
-    elif batched:
+    if batched:
 
         def diff_stat(z: np.ndarray) -> np.ndarray:
             return np.asarray(statistic(z[:, :, 1]), dtype=np.float64) - np.asarray(
                 statistic(z[:, :, 0]), dtype=np.float64
             )
 
-        batched_diff = True
     else:
 
         def diff_stat(z: np.ndarray) -> float:
             return float(statistic(z[:, 1])) - float(statistic(z[:, 0]))
 
-        batched_diff = False
-
-    stats = _bootstrap_stats(both, diff_stat, batched_diff, n_resamples, seed)
-    diff = _estimate(both, diff_stat, batched_diff)
+    stats = _bootstrap_stats(both, diff_stat, batched, n_resamples, seed)
+    diff = _estimate(both, diff_stat, batched)
     low, high = _percentiles(stats, level)
     finite = stats[~np.isnan(stats)]
     if diff == 0.0 or finite.size == 0:

@@ -26,7 +26,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import PAPER_K_VALUES, AnalyzeConfig
 from srollout.report.markdown import Section, doc_link, figure, write_report
-from srollout.report.tables import to_markdown, to_rich
+from srollout.report.tables import num, to_markdown, to_rich
 from srollout.rundir import Manifest, prepare_run_dir
 from srollout.schemas import LABELS, signal_names
 from srollout.stages.buffer import (
@@ -359,18 +359,15 @@ def run_analyze(
     run_dir = prepare_run_dir(config.out, "analyze", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "analyze", config)
     manifest.data["timings_s"].update(load=round(t_load, 3), compute=round(t_compute, 3))
-    outputs: list[Path] = []
-    if buffer.computed:
-        outputs.append(
-            schemas.write(buffer.signals, run_dir / schemas.SIGNALS.filename, schemas.SIGNALS)
-        )
-    outputs.append(schemas.write(corr, run_dir / schemas.CORRELATION.filename, schemas.CORRELATION))
-    outputs.append(schemas.write(per_type, run_dir / PER_TASK_TYPE_FILE))
-    outputs.append(schemas.write(strat, run_dir / STRATIFICATION_FILE))
-    if false_pos is not None:
-        outputs.append(schemas.write(false_pos, run_dir / FALSE_POSITIVES_FILE))
-    if corr_sub is not None:
-        outputs.append(schemas.write(corr_sub, run_dir / CORRELATION_G8_FILE, schemas.CORRELATION))
+    written = (  # (table, file name, the contract it is validated against)
+        (buffer.signals if buffer.computed else None, schemas.SIGNALS.filename, schemas.SIGNALS),
+        (corr, schemas.CORRELATION.filename, schemas.CORRELATION),
+        (per_type, PER_TASK_TYPE_FILE, None),
+        (strat, STRATIFICATION_FILE, None),
+        (false_pos, FALSE_POSITIVES_FILE, None),
+        (corr_sub, CORRELATION_G8_FILE, schemas.CORRELATION),
+    )
+    outputs = [schemas.write(df, run_dir / f, a) for df, f, a in written if df is not None]
 
     figures: dict[str, Path] = {}
     if config.figures:
@@ -495,8 +492,8 @@ def _report_sections(
         Section(
             f"Per task type (d_K AUROC at K={config.gate_K}; best raw AUROC over (metric, K))",
             to_markdown(summary)
-            + f"\nMedian over task types: d_K AUROC {_fmt(median[0])}, best AUROC "
-            f"{_fmt(median[1])}. Cells with n_zv ≤ 2 rest on one or two positives; read them as "
+            + f"\nMedian over task types: d_K AUROC {num(median[0], 2)}, best AUROC "
+            f"{num(median[1], 2)}. Cells with n_zv ≤ 2 rest on one or two positives; read them as "
             "'the gate did not fail', not 'perfect'. All (task type, K, metric) cells: "
             "`per_task_type.parquet`.\n",
         )
@@ -580,10 +577,6 @@ def _report_sections(
             Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body)
         )
     return sections
-
-
-def _fmt(value: float | None) -> str:
-    return "—" if value is None or value != value else f"{value:.2f}"
 
 
 def _print(console, buffer, corr, summary, false_pos, config, corr_sub, run_dir, outputs) -> None:

@@ -125,8 +125,8 @@ def run_collect(
     run_dir = prepare_run_dir(
         config.out, "collect", overwrite=config.overwrite, resume=config.resume
     )
-    if config.resume:
-        _check_resumable(run_dir, config)
+    if config.resume:  # a run made with other settings: its groups would not match
+        check_resumable(run_dir, "collect", config.resume_key(), "groups")
 
     # 2. tasks and groups
     tasks = plan.tasks
@@ -181,55 +181,32 @@ def run_collect(
     def on_group(record: GroupRecord) -> None:
         tables = group_tables(record, audit=audit is not None, shadow=config.shadow)
         write_part(run_dir, record.group_id, tables)
+        show.advance(1)
 
     prompter = plan.prompter() if todo else None
     bar = RolloutBar(console, "collect", len(specs), enabled=progress, completed=len(done_ids))
     with resume_hint(run_dir, "collect"), bar as show:
 
-        def roll_chunk(
-            batch: Sequence[GroupSpec], chunk_settings: RolloutSettings
-        ) -> tuple[list[GroupRecord], RolloutSummary]:
-            records: list[GroupRecord] = []
-            summary = run_groups(
-                batch,
-                policy,
-                env_factory,
-                prompter,
-                chunk_settings,
-                on_group=lambda r: (records.append(r), on_group(r), show.advance(1)),
-                on_tick=show.tick,
+        def roll(
+            batch: Sequence[GroupSpec], chunk_settings: RolloutSettings, keep: list | None = None
+        ) -> RolloutSummary:
+            """One engine call in this process (the groups also kept in ``keep`` when given)."""
+            done = on_group if keep is None else (lambda r: (keep.append(r), on_group(r)))
+            return run_groups(
+                batch, policy, env_factory, prompter, chunk_settings, done, on_tick=show.tick
             )
-            return records, summary
 
         if audit is not None:
-            chunks = audit.run(todo, settings, roll_chunk)
+            # each chunk's (records, summary): the audit labels the records
+            chunks = audit.run(todo, settings, lambda b, s: ((k := []), roll(b, s, k)))
             wall = sum(c.wall_s for c in chunks)
             summary = RolloutSummary.total(chunks, wall) if chunks else _empty_summary()
         elif distributed:
             summary = _run_distributed(
-                todo,
-                config,
-                settings,
-                dist,
-                manifest,
-                plan,
-                lambda r: (on_group(r), show.advance(1)),
-                show.tick,
+                todo, config, settings, dist, manifest, plan, on_group, show.tick
             )
         else:
-            summary = (
-                run_groups(
-                    todo,
-                    policy,
-                    env_factory,
-                    prompter,
-                    settings,
-                    on_group=lambda r: (on_group(r), show.advance(1)),
-                    on_tick=show.tick,
-                )
-                if todo
-                else _empty_summary()
-            )
+            summary = roll(todo, settings) if todo else _empty_summary()
 
     # 6. merge, summarise, report
     missing = sorted(set(s.group_id for s in specs) - set(finished_groups(run_dir)))
@@ -556,13 +533,5 @@ def _run_distributed(
     return result.summary
 
 
-def _check_resumable(run_dir: Path, config: CollectConfig) -> None:
-    """Refuse to resume a run made with different settings (its groups would not match)."""
-    check_resumable(run_dir, "collect", config.resume_key(), "groups")
-
-
 def _empty_summary() -> RolloutSummary:
     return RolloutSummary(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0, 0, 0)
-
-
-__all__: Sequence[str] = ("CollectResult", "CollectStats", "run_collect", "stats_frame")

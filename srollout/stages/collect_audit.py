@@ -237,5 +237,3 @@ class CollectAudit:
             final_W=stops.W if stops is not None else 0,
         )
 
-
-__all__ = ("CHUNKS_FILE", "ONE_PROCESS", "AuditSummary", "CollectAudit", "chunk_size")

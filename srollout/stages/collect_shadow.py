@@ -103,5 +103,3 @@ SHADOW_NOTE = (
     "is right iff its trajectory failed. Savings are the environment steps and generated tokens "
     "after the decision, over all of the run's."
 )
-
-__all__ = ("SHADOW_NOTE", "ShadowScore", "shadow_frame", "shadow_scores")

@@ -219,13 +219,3 @@ def resume_hint(run_dir: Path, stage: str) -> Iterator[None]:
             f"{err}; the {n} groups finished before it are kept: fix it, then "
             f"`srollout {stage} --resume --out {run_dir}` continues"
         ) from err
-
-
-__all__ = (
-    "RolloutPlan",
-    "build_policy",
-    "plan_gates",
-    "plan_model",
-    "plan_rollout",
-    "resume_hint",
-)

@@ -131,17 +131,13 @@ def load_greso_history(path: Path) -> list[GresoOutcome]:
             raise SrolloutError(
                 f"--greso-history {file}: missing column '{col}' (a groups table has it)"
             )
-    cut = df["cut"].fill_null(False).to_list() if "cut" in df.columns else [False] * df.height
-    tasks = df["task_id"].cast(pl.Utf8).to_list()
-    total = {t: tasks.count(t) for t in set(tasks)}
-    seen: dict[str, int] = {}
-    out = []
-    for task, zero, was_cut in zip(
-        tasks, df["zero_var"].fill_null(False).to_list(), cut, strict=True
-    ):
-        seen[task] = seen.get(task, 0) + 1
-        out.append(GresoOutcome(task, seen[task] - 1 - total[task], bool(zero) or bool(was_cut)))
-    return out
+    cut = pl.col("cut").fill_null(False) if "cut" in df.columns else pl.lit(False)
+    rows = df.select(
+        pl.col("task_id").cast(pl.Utf8),
+        pl.int_range(pl.len()).over("task_id") - pl.len().over("task_id"),  # -n .. -1 per task
+        pl.col("zero_var").fill_null(False) | cut,
+    )
+    return [GresoOutcome(task, int(i), bool(z)) for task, i, z in rows.iter_rows()]
 
 
 class BlockRun(NamedTuple):
@@ -476,15 +472,3 @@ def block_data(
 def _record_greso(skipper: Skipper, block: Block, data: dict[str, Any]) -> None:
     for task_id, no_gradient in data.get("greso_outcomes", []):
         skipper.record(task_id, block.repeat, bool(no_gradient))
-
-
-__all__: Sequence[str] = (
-    "AbResult",
-    "Block",
-    "BlockRun",
-    "build_arms",
-    "load_greso_history",
-    "make_schedule",
-    "run_ab_rollout",
-    "run_block",
-)

@@ -156,16 +156,3 @@ def arm_audit_totals(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def audit_dir(run_dir: Path, arm: str) -> Path:
     """Where an arm's ledger lives: ``<run>/<arm>/`` (beside its ``r<repeat>/`` tables)."""
     return arm_dir(run_dir, arm, 0).parent
-
-
-__all__ = (
-    "AUDIT_BLOCK_COLUMNS",
-    "AUDIT_DTYPES",
-    "arm_audit_totals",
-    "arm_auditors",
-    "arm_iterations",
-    "audit_block",
-    "audit_dir",
-    "audited_block",
-    "check_auditable",
-)

@@ -263,6 +263,7 @@ def arms_table(
         twins = mine.filter(pl.col("baseline_zero_var").is_not_null())
         cut, skipped = twins.filter(pl.col("cut")), mine.filter(pl.col("skipped"))
         match = matches.get(arm.name)
+        stop = (stops or {}).get(arm.name, StopJudgment(0, 0, 0))
         rows.append(
             {
                 "arm": arm.name,
@@ -291,13 +292,9 @@ def arms_table(
                 "cap_hits": int(runs["hit_cap"].sum()),
                 "traj_compared": match.n_traj if match is not None else None,
                 "traj_matched": match.n_match if match is not None else None,
-                **dict(
-                    zip(
-                        ("stalls", "stall_tp", "stall_fp"),
-                        (stops or {}).get(arm.name, StopJudgment(0, 0, 0)),
-                        strict=True,
-                    )
-                ),
+                "stalls": stop.stops,
+                "stall_tp": stop.tp,
+                "stall_fp": stop.fp,
             }
         )
         if audited:
