@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import sys
+import types
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -54,18 +55,15 @@ def _engine() -> Any:
             f"the ALFWorld engine cannot be imported ({e}); run `pip install alfworld==0.4.2`"
         ) from e
 
-    class _Engine:
-        pass
-
-    eng = _Engine()
-    eng.fast_downward = fast_downward
-    eng.textworld = textworld
-    eng.PddlEnv = PddlEnv
-    eng.pddl_logic = pddl_logic
-    eng.EntityInfo = EntityInfo
-    eng.AlfredDemangler = AlfredDemangler
-    eng.AlfredInfos = AlfredInfos
-    return eng
+    return types.SimpleNamespace(
+        fast_downward=fast_downward,
+        textworld=textworld,
+        PddlEnv=PddlEnv,
+        pddl_logic=pddl_logic,
+        EntityInfo=EntityInfo,
+        AlfredDemangler=AlfredDemangler,
+        AlfredInfos=AlfredInfos,
+    )
 
 
 # --- what is shared between environments ------------------------------------------------------
@@ -105,18 +103,26 @@ _TASK_RULE = re.compile(
 )
 
 
+def _cached(cache: OrderedDict[str, Any], size: int, texts: tuple[str, ...], make: Any) -> Any:
+    """``make()``, kept in the LRU ``cache`` of ``size`` entries under the hash of ``texts``."""
+    key = hashlib.sha1("\0".join(texts).encode()).hexdigest()
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make(key)
+    if len(cache) > size:
+        cache.popitem(last=False)
+    return value
+
+
 def _parse_logic(domain: str, grammar: str) -> Any:
-    key = hashlib.sha1((domain + "\0" + grammar).encode()).hexdigest()
-    if key in _LOGIC_CACHE:
-        _LOGIC_CACHE.move_to_end(key)
-        return _LOGIC_CACHE[key]
-    logic = _engine().pddl_logic.GameLogic(domain=domain, grammar=grammar)
-    # our own GameLogic objects only: their grammar memoises parses (see below)
-    logic.grammar.__class__ = _cached_grammar_class()
-    _LOGIC_CACHE[key] = logic
-    if len(_LOGIC_CACHE) > _LOGIC_CACHE_SIZE:
-        _LOGIC_CACHE.popitem(last=False)
-    return logic
+    def make(_key: str) -> Any:
+        logic = _engine().pddl_logic.GameLogic(domain=domain, grammar=grammar)
+        # our own GameLogic objects only: their grammar memoises parses (see below)
+        logic.grammar.__class__ = _cached_grammar_class()
+        return logic
+
+    return _cached(_LOGIC_CACHE, _LOGIC_CACHE_SIZE, (domain, grammar), make)
 
 
 def _logic_for(domain: str, grammar: str) -> Any:
@@ -279,22 +285,17 @@ def _translate(domain: str, problem: str, logic: Any) -> _Translation:
 def shared_game(game: dict) -> SharedGame:
     """The shared, parsed form of a game dict (``pddl_domain``, ``grammar``, ``pddl_problem``),
     cached per process (LRU, 128 games)."""
-    key = hashlib.sha1(
-        (game["pddl_domain"] + "\0" + game["grammar"] + "\0" + game["pddl_problem"]).encode()
-    ).hexdigest()
-    if key in _GAME_CACHE:
-        _GAME_CACHE.move_to_end(key)
-        return _GAME_CACHE[key]
-    logic = _logic_for(game["pddl_domain"], game["grammar"])
-    try:
-        tr = _translate(game["pddl_domain"], game["pddl_problem"], logic)
-    except (SystemExit, Exception) as e:  # the translator calls sys.exit on bad PDDL
-        raise SrolloutError(f"the PDDL problem of this game does not translate: {e}") from e
-    sg = SharedGame(key, game, logic, tr)
-    _GAME_CACHE[key] = sg
-    if len(_GAME_CACHE) > _GAME_CACHE_SIZE:
-        _GAME_CACHE.popitem(last=False)
-    return sg
+    texts = (game["pddl_domain"], game["grammar"], game["pddl_problem"])
+
+    def make(key: str) -> SharedGame:
+        logic = _logic_for(game["pddl_domain"], game["grammar"])
+        try:
+            tr = _translate(game["pddl_domain"], game["pddl_problem"], logic)
+        except (SystemExit, Exception) as e:  # the translator calls sys.exit on bad PDDL
+            raise SrolloutError(f"the PDDL problem of this game does not translate: {e}") from e
+        return SharedGame(key, game, logic, tr)
+
+    return _cached(_GAME_CACHE, _GAME_CACHE_SIZE, texts, make)
 
 
 # --- planner libraries --------------------------------------------------------------------------

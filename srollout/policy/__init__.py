@@ -152,44 +152,24 @@ def make_policy(
         raise SrolloutError(f"--temperature must be >= 0, got {temperature}")
     if adapter is not None and not Path(adapter).is_dir():
         raise SrolloutError(f"--adapter {adapter}: no such directory")
+    url = _server_url(base_url) if backend == "vllm-server" else None
+    if backend == "vllm":
+        from srollout.policy.vllm_backend import require_vllm
+
+        require_vllm()  # fail fast, before the model is read
+    path = model_dir if model_dir is not None else resolve_model(model)
+    sampling = dict(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     if backend == "vllm-server":
         from srollout.policy.vllm_server import VLLMServerPolicy
 
-        return VLLMServerPolicy(
-            _server_url(base_url),
-            model_dir if model_dir is not None else resolve_model(model),
-            adapter,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            **backend_kwargs,
-        )
+        return VLLMServerPolicy(url, path, adapter, **sampling, **backend_kwargs)
     if backend == "vllm":
-        from srollout.policy.vllm_backend import VLLMPolicy, require_vllm
+        from srollout.policy.model_files import check_adapter
+        from srollout.policy.vllm_backend import VLLMPolicy
 
-        require_vllm()  # fail fast, before the model is read
-        path = model_dir if model_dir is not None else resolve_model(model)
-        if adapter is not None:
-            from srollout.policy.model_files import check_adapter
-
+        if adapter is not None:  # before vLLM loads the model
             check_adapter(Path(adapter), path)
-        return VLLMPolicy(
-            path,
-            adapter,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            **backend_kwargs,
-        )
+        return VLLMPolicy(path, adapter, **sampling, **backend_kwargs)
     from srollout.policy.transformers_backend import TransformersPolicy
 
-    path = model_dir if model_dir is not None else resolve_model(model)
-    return TransformersPolicy(
-        path,
-        adapter,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        **backend_kwargs,
-    )
+    return TransformersPolicy(path, adapter, device=device, **sampling, **backend_kwargs)
