@@ -348,26 +348,21 @@ def _report_sections(config, buffer, sweep, chosen, pareto, run_dir) -> list[Sec
             )
         )
     first = sweep.row(chosen.row if chosen is not None else 0, named=True)
+    policies = {  # policy -> the prefix of its columns in the row
+        "oracle (cut every zero-variance group)": "oracle_",
+        "gate" if chosen is not None else "gate (first row)": "",
+        "random cut, same #cuts": "random_",
+    }
     calib = pl.DataFrame(
-        {
-            "policy": [
-                "oracle (cut every zero-variance group)",
-                "gate" if chosen is not None else "gate (first row)",
-                "random cut, same #cuts",
-            ],
-            "n_cut": [first["oracle_n_cut"], first["n_cut"], first["n_cut"]],
-            "safe_savings": [
-                first["oracle_safe_savings"],
-                first["safe_savings"],
-                first["random_safe_savings"],
-            ],
-            "measured_step_savings": [
-                first["oracle_measured_step_savings"],
-                first["measured_step_savings"],
-                first["random_measured_step_savings"],
-            ],
-            "adv_l2_kept": [1.0, first["adv_l2_kept"], first["random_adv_l2_kept"]],
-        },
+        [
+            {
+                "policy": name,
+                "n_cut": first[f"{p}n_cut" if p == "oracle_" else "n_cut"],
+                **{c: first[p + c] for c in ("safe_savings", "measured_step_savings")},
+                "adv_l2_kept": 1.0 if p == "oracle_" else first[p + "adv_l2_kept"],
+            }
+            for name, p in policies.items()
+        ],
         strict=False,
     )
     sections.append(Section(f"Calibration at K={first['K']}", to_markdown(calib)))

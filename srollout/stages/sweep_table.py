@@ -206,19 +206,9 @@ def add_columns(sweep: pl.DataFrame, buffer: Buffer, config: SweepConfig) -> pl.
     step, measured_token_savings and random_measured_token_savings (one value per row)."""
     from srollout.core.sweep import measured_share, random_measured_share
 
-    sweep = sweep.with_columns(
-        measured_vs_random=pl.Series(
-            [
-                _ratio(a, b)
-                for a, b in zip(
-                    sweep["measured_step_savings"].to_list(),
-                    sweep["random_measured_step_savings"].to_list(),
-                    strict=True,
-                )
-            ],
-            dtype=pl.Float64,
-        )
-    )
+    pairs = zip(sweep["measured_step_savings"], sweep["random_measured_step_savings"], strict=True)
+    ratio = pl.Series([_ratio(a, b) for a, b in pairs], dtype=pl.Float64)
+    sweep = sweep.with_columns(measured_vs_random=ratio)
     tokens = token_costs(buffer, tuple(config.K))
     if not tokens:
         return sweep

@@ -146,10 +146,19 @@ def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, 
         (pl.col("gate") == "r1") & (pl.col("selection") == "cross-fitted")
     ).row(0, named=True)
     remaining, total = token_costs(buffer, (K,)).get(K, (None, None))
-    tokens = float(remaining[cut].sum() / total.sum()) if total is not None else math.nan
+    tokens = (
+        math.nan if total is None or not total.sum() else float(remaining[cut].sum() / total.sum())
+    )
     note = "held out" if cut.any() else "held out: no threshold cleared the floor on every fold"
     steps = float(row["measured_step_savings"])
     return _row("group gate", setting, int(cut.sum()), int(row["tp"]), steps, tokens, note), gate
+
+
+def _stop_row(method: str, setting: str, score: Any, note: str) -> dict:
+    """The row of a trajectory rule from its stops' score (a StopScore, or a stall.parquet row)."""
+    s = score if isinstance(score, dict) else score._asdict()
+    right = s["n_stops"] - s["n_false"]
+    return _row(method, setting, s["n_stops"], right, s["step_savings"], s["token_savings"], note)
 
 
 def _trajectory_gate(
@@ -160,33 +169,19 @@ def _trajectory_gate(
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
     stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
     result = sweep_stall(sweep_config, stall, n_folds=config.n_folds, trajs=trajs, loops=False)
-    held = result.held_out
     gate = result.gate
     setting = f"stall W {gate.W} from {gate.k0}" if gate is not None else "stall (no rule)"
-    right = held.n_stops - held.n_false
-    note = "held out" if held.n_stops else "held out: no rule cleared the floor"
-    row = _row(
-        "trajectory gate",
-        setting,
-        held.n_stops,
-        right,
-        held.step_savings,
-        held.token_savings,
-        note,
-    )
-    return row, gate
+    note = "held out" if result.held_out.n_stops else "held out: no rule cleared the floor"
+    return _stop_row("trajectory gate", setting, result.held_out, note), gate
 
 
 def _loop_detector(config: WhatIfConfig, run: Path, trajs: Any) -> dict:
     from srollout.stages.sweep_stall import load_loop_counts, loop_rows
 
     counts = load_loop_counts(run, trajs.since_new.shape, "what-if")
-    r = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
+    row = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
     note = "a fixed rule (nothing fitted): its stops on every group"
-    setting = f"loop from {config.loop_from}"
-    right = r["n_stops"] - r["n_false"]
-    return _row("loop detector", setting, r["n_stops"], right, r["step_savings"],
-                r["token_savings"], note)  # fmt: skip
+    return _stop_row("loop detector", f"loop from {config.loop_from}", row, note)
 
 
 def _dapo(groups: pl.DataFrame) -> dict:
