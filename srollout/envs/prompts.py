@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -202,34 +202,45 @@ _VERBS = (
 )
 
 
-def parse_response(text: str) -> ParsedResponse:
-    """Greedy, forgiving parse of a model response.
-
-    Takes the first ``Action:`` line (case-insensitive; code fences, quotes, trailing
-    punctuation and text after the first line are dropped). Without an ``Action:`` marker, the
-    last line that starts with an action verb is the action. The action is normalised.
-    """
+def thought_and_action(text: str, fallback: Callable[[list[str]], str]) -> tuple[str, str]:
+    """A response's thought (after ``Thought:``, spaces collapsed; '' when absent) and its raw
+    action: the rest of the first ``Action:`` line (case-insensitive; the next line when that one
+    is empty), or without any ``Action:`` marker ``fallback(lines)``. Code fences are dropped."""
     raw = text.replace("```", "\n").replace("\r", "")
-    thought = ""
     m = _THOUGHT_RE.search(raw)
-    if m:
-        thought = " ".join(m.group(1).split())
-    action = ""
+    thought = " ".join(m.group(1).split()) if m else ""
     am = _ACTION_RE.search(raw)
-    if am:
-        first = am.group(1).strip().split("\n")[0]
-        if not first:  # "Action:\ngo to x"
-            rest = raw[am.end() :].strip().split("\n")
-            first = rest[0] if rest else ""
-        action = first
-    else:
-        for line in reversed(raw.split("\n")):
-            line = line.strip().strip("`*\"' ").lower()
-            if any(line.startswith(v) for v in _VERBS):
-                action = line
-                break
+    if am is None:
+        return thought, fallback(raw.split("\n"))
+    first = am.group(1).strip().split("\n")[0]
+    if not first:  # "Action:\ngo to x"
+        rest = raw[am.end() :].strip().split("\n")
+        first = rest[0] if rest else ""
+    return thought, first
+
+
+def _last_verb_line(lines: list[str]) -> str:
+    for line in reversed(lines):
+        line = line.strip().strip("`*\"' ").lower()
+        if any(line.startswith(v) for v in _VERBS):
+            return line
+    return ""
+
+
+def parse_response(text: str) -> ParsedResponse:
+    """Greedy, forgiving parse of a model response (:func:`thought_and_action`): text after the
+    first line of the action is dropped; without an ``Action:`` marker, the last line that starts
+    with an action verb is the action. The action is normalised."""
+    thought, action = thought_and_action(text, _last_verb_line)
     action = normalize_action(action)
     return ParsedResponse(thought, action, bool(action))
+
+
+def parse_turn(text: str) -> tuple[str, str, str]:
+    """ALFWorld's parser as an environment's ``parse``: the normalised action is both sent and
+    compared."""
+    parsed = parse_response(text)
+    return parsed.thought, parsed.action, parsed.action
 
 
 _PUT_RE = re.compile(r"^(?:put|place)\s+(.+?)\s+(?:in/on|into|in|on|onto|inside|to)\s+(.+)$")

@@ -340,26 +340,18 @@ def _alfworld_env(expert_plan: bool) -> Any:
     return AlfworldEnv(expert_plan=expert_plan)
 
 
-def _alfworld_parse(text: str) -> tuple[str, str, str]:
-    """ALFWorld's forgiving parser; the normalised action is both sent and compared."""
-    from srollout.envs.prompts import parse_response
-
-    parsed = parse_response(text)
-    return parsed.thought, parsed.action, parsed.action
-
-
 def alfworld_spec() -> EnvSpec:
     """ALFWorld as an EnvSpec, the one path every environment takes: the real engine (the planner's
     plan computed only for the planner policies), srollout's generated task sets (only the first n
     games of a split are generated), the model's own prompt else ALFWorld's ReAct prompt, and
     ALFWorld's parser (verb normalisation)."""
-    from srollout.envs.prompts import system_prompt
+    from srollout.envs.prompts import parse_turn, system_prompt
 
     return EnvSpec(
         name=ALFWORLD,
         make_env=lambda: _alfworld_env(False),
         tasks=_alfworld_tasks,
-        parse=_alfworld_parse,
+        parse=parse_turn,
         description="ALFWorld on its real engine, srollout's generated task sets (the default)",
         fallback_system_prompt=system_prompt(),
         expert_env=lambda: _alfworld_env(True),

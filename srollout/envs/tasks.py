@@ -82,9 +82,9 @@ def schedule(name: str, n: int) -> list[tuple[str, int]]:
     return order
 
 
-def _text_hash(spec: GameSpec) -> int:
+def _text_hash(game: GameSpec | GameRecord) -> int:
     return int(
-        hashlib.sha1((spec.task_text + "\n" + spec.pddl_problem).encode()).hexdigest()[:12], 16
+        hashlib.sha1((game.task_text + "\n" + game.pddl_problem).encode()).hexdigest()[:12], 16
     )
 
 
@@ -234,14 +234,7 @@ def ensure_generated(
                 for t, c in counts.items():
                     if len(have[t]) >= c:
                         continue
-                    seen = {
-                        _text_hash(
-                            GameSpec(
-                                r.task_type, r.task_text, r.floorplan, "", "", "", r.pddl_problem
-                            )
-                        )
-                        for r in have[t]
-                    }
+                    seen = {_text_hash(r) for r in have[t]}
                     for k in range(len(have[t]), c):
                         have[t].append(_generate_one(name, t, k, difficulty, seen, env, set_seed))
                         done += 1

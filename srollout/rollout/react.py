@@ -18,8 +18,6 @@ GENERIC_SYSTEM_PROMPT = (
     "You are an agent in a text environment. Each turn you see an observation and reply with one "
     "short thought and one action, exactly:\nThought: <your reasoning>\nAction: <one action>"
 )
-_ACTION = re.compile(r"action\s*[:：]\s*(.*)", re.IGNORECASE)
-_THOUGHT = re.compile(r"thought\s*[:：]\s*(.*?)(?=action\s*[:：]|$)", re.IGNORECASE | re.DOTALL)
 
 
 def normalize_text(action: str) -> str:
@@ -32,25 +30,20 @@ def normalize_text(action: str) -> str:
 
 
 def parse_action(text: str) -> ParsedTurn:
-    """The default parser of an environment of your own: the thought after ``Thought:`` ('' when
-    absent); the action is the rest of the first ``Action:`` line (case-insensitive; the next line
-    when that one is empty), or without any ``Action:`` the last non-empty line; both ``action``
-    (sent to the environment) and ``normalized`` (compared by the signals) are
-    :func:`normalize_text` of it, so the environment plays exactly what the signals compare."""
-    raw = text.replace("```", "\n").replace("\r", "")
-    m = _THOUGHT.search(raw)
-    thought = " ".join(m.group(1).split()) if m else ""
-    am = _ACTION.search(raw)
-    if am:
-        first = am.group(1).strip().split("\n")[0]
-        if not first:
-            rest = raw[am.end() :].strip().split("\n")
-            first = rest[0] if rest else ""
-    else:
-        lines = [line for line in raw.split("\n") if line.strip()]
-        first = lines[-1] if lines else ""
+    """The default parser of an environment of your own
+    (:func:`~srollout.envs.prompts.thought_and_action`; without any ``Action:`` the last non-empty
+    line is the action); both ``action`` (sent to the environment) and ``normalized`` (compared by
+    the signals) are :func:`normalize_text` of it, so the environment plays exactly what the
+    signals compare."""
+    from srollout.envs.prompts import thought_and_action
+
+    thought, first = thought_and_action(text, _last_line)
     action = normalize_text(first)
     return ParsedTurn(thought, action, action)
+
+
+def _last_line(lines: list[str]) -> str:
+    return next((line for line in reversed(lines) if line.strip()), "")
 
 
 class EnvPrompter:
@@ -109,25 +102,17 @@ class EnvPrompter:
         return ParsedTurn(*(str(x) for x in turn))
 
 
-def parse_react(text: str) -> ParsedTurn:
-    """ALFWorld's forgiving ReAct parser (:func:`~srollout.envs.prompts.parse_response`); the
-    environment is sent the normalised action."""
-    from srollout.envs.prompts import parse_response
-
-    parsed = parse_response(text)
-    return ParsedTurn(parsed.thought, parsed.action, parsed.action)
-
-
 class ReactPrompter(EnvPrompter):
     """The :class:`EnvPrompter` of ALFWorld's ReAct protocol: ``system`` (default the ReAct
     prompt; see :func:`~srollout.envs.prompts.model_prompt` for a model's own), ``user_template``
-    (default ``Observation: {observation}``) and :func:`parse_react`."""
+    (default ``Observation: {observation}``) and ALFWorld's parser
+    (:func:`~srollout.envs.prompts.parse_turn`)."""
 
     def __init__(self, system: str | None = None, user_template: str | None = None) -> None:
-        from srollout.envs.prompts import system_prompt
+        from srollout.envs.prompts import parse_turn, system_prompt
 
         super().__init__(
-            system if system is not None else system_prompt(), user_template, parse_react
+            system if system is not None else system_prompt(), user_template, parse_turn
         )
 
     @classmethod
