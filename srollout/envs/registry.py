@@ -238,14 +238,7 @@ def check_env(spec: EnvSpec, tasks: Sequence[Task]) -> None:
     its first admissible action (or :data:`PROBE_ACTION`), ``close``; a failure is one
     SrolloutError naming what is wrong."""
     where = f"environment {spec.name!r}"
-    try:
-        env = spec.env_factory()()
-    except SrolloutError:
-        raise
-    except Exception as e:
-        raise SrolloutError(
-            f"{where}: make_env() failed ({type(e).__name__}: {one_line(e)})"
-        ) from e
+    env = call_env(spec.env_factory(), where, "make_env()")
     missing = [m for m in ("reset", "step", "close") if not callable(getattr(env, m, None))]
     if missing:
         raise SrolloutError(
