@@ -44,10 +44,7 @@ def _check_training(cfg: Any) -> None:
     """Checks shared by both training configs (lr, LoRA, loss denominator, gate)."""
     if not cfg.lr > 0:
         raise SrolloutError(f"--lr must be > 0, got {cfg.lr}")
-    if cfg.lora_r < 1 or cfg.lora_alpha < 1:
-        raise SrolloutError(
-            f"--lora-r and --lora-alpha must be >= 1, got {cfg.lora_r}, {cfg.lora_alpha}"
-        )
+    check_at_least(cfg, lora_r=1, lora_alpha=1, kl_coef=0, micro_batch=1)
     if not cfg.lora_targets:
         raise SrolloutError("--lora-targets: give at least one module name")
     _check_choice(cfg.denominator, LOSS_DENOMINATOR_CHOICES, "--denominator")
@@ -55,7 +52,6 @@ def _check_training(cfg: Any) -> None:
         raise SrolloutError("--denominator constant needs --denominator-constant > 0")
     if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
         raise SrolloutError(f"--clip-eps must lie in (0, 1), got {cfg.clip_eps}")
-    check_at_least(cfg, kl_coef=0, micro_batch=1)
     _check_K((cfg.K,), "--K")
     _check_unit((cfg.d_L,), "--d-L")
     _check_choice(cfg.rule, GATE_RULES, "--rule")
@@ -295,9 +291,8 @@ class TrainOnpolicyConfig:
             raise SrolloutError("--seeds: give at least one seed")
         _check_choice(self.preset, ONPOLICY_PRESETS, "--preset")
         sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks")
-        check_at_least(self, **dict.fromkeys((*sizes, "max_new_tokens"), 1))
+        check_at_least(self, **dict.fromkeys((*sizes, "max_new_tokens", "T_max"), 1))
         _check_group_size(self.G)
-        check_at_least(self, T_max=1)
         from srollout.core.gate import check_step
 
         check_step(self.K, self.T_max)
@@ -317,8 +312,7 @@ class TrainOnpolicyConfig:
                 "--arms loop: the loop detector's arm runs in ab-rollout (a baseline to compare "
                 "the stall arms with); train-onpolicy trains the stall arms"
             )
-        if self.dapo_max_rounds < 0:
-            raise SrolloutError(f"--dapo-max-rounds must be >= 0, got {self.dapo_max_rounds}")
+        check_at_least(self, dapo_max_rounds=0)
         if not 0.0 <= self.greso_p_explore <= 1.0:
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         from srollout.core.audit import check_audit_options

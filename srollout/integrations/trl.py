@@ -77,32 +77,39 @@ def task_prompt(task: Task) -> str:
     return f"[srollout task {task.task_id}] {task.task_text}"
 
 
+def _metric(name: str, kind: str = "") -> Any:
+    """A count logged through TRL as ``name``; ``kind``: "shadow" / "sampling" (logged only by a
+    rollout with shadow decisions / dynamic sampling)."""
+    return field(default=0, metadata={"metric": name, "kind": kind})
+
+
 @dataclass
 class RolloutCounts:
     """What the gated rollouts of a training run cost, summed over calls: groups, cuts and steps,
-    shadow decisions with how many were right, and dynamic sampling's refills and skips. Each
-    field is the count behind one TRL metric of :meth:`GatedRollout.metrics`
-    (docs/integrations.md); groups, env_steps and gen_tokens include discarded groups."""
+    shadow decisions with how many were right, and dynamic sampling's refills and skips. A field
+    with a metric name is the count behind that TRL metric of :meth:`GatedRollout.metrics`, logged
+    in field order (docs/integrations.md); groups, env_steps and gen_tokens include discarded
+    groups."""
 
     calls: int = 0
     groups: int = 0
     cut: int = 0
-    trajectories_cut: int = 0
-    env_steps: int = 0
-    gen_tokens: int = 0
-    steps_saved_max: int = 0
-    stalled: int = 0
-    shadow_cuts: int = 0
-    shadow_cuts_right: int = 0
-    shadow_stops: int = 0
-    shadow_stops_right: int = 0
-    shadow_cut_steps: int = 0
-    shadow_stop_steps: int = 0
-    extra_groups: int = 0
-    refill_rounds: int = 0
-    skipped: int = 0
-    unfilled: int = 0
-    dropped: int = 0
+    trajectories_cut: int = _metric("gate/trajectories_cut")
+    steps_saved_max: int = _metric("gate/steps_saved_max")
+    stalled: int = _metric("gate/trajectories_stalled")
+    env_steps: int = _metric("rollout/env_steps")
+    gen_tokens: int = _metric("rollout/gen_tokens")
+    shadow_cuts: int = _metric("gate/shadow_cuts", "shadow")
+    shadow_cuts_right: int = _metric("gate/shadow_cuts_right", "shadow")
+    shadow_stops: int = _metric("gate/shadow_stops", "shadow")
+    shadow_stops_right: int = _metric("gate/shadow_stops_right", "shadow")
+    shadow_cut_steps: int = _metric("gate/shadow_cut_steps_saved", "shadow")
+    shadow_stop_steps: int = _metric("gate/shadow_stop_steps_saved", "shadow")
+    extra_groups: int = _metric("sampling/extra_groups", "sampling")
+    refill_rounds: int = _metric("sampling/refill_rounds", "sampling")
+    skipped: int = _metric("sampling/greso_skipped", "sampling")
+    unfilled: int = _metric("sampling/unfilled", "sampling")
+    dropped: int = _metric("sampling/dropped", "sampling")
 
     def add(self, other: RolloutCounts) -> None:
         for f in fields(self):
@@ -174,26 +181,10 @@ class GatedRollout:
             self._log = TrainerLog(self.log_dir, self.log_config())
 
     @classmethod
-    def alfworld(
-        cls,
-        task_set: str = "train",
-        *,
-        n_tasks: int | None = None,
-        difficulty: str = "small",
-        model_dir: str | None = None,
-        **kwargs: Any,
-    ) -> GatedRollout:
-        """ALFWorld's real engine on srollout's task set ``task_set`` (first ``n_tasks``), with the
-        ReAct prompt of the model in ``model_dir`` (default: the shipped default policy's):
-        :meth:`from_env` of ``alfworld``."""
-        return cls.from_env(
-            "alfworld",
-            task_set,
-            n_tasks=n_tasks,
-            model_dir=model_dir,
-            difficulty=difficulty,
-            **kwargs,
-        )
+    def alfworld(cls, task_set: str = "train", **kwargs: Any) -> GatedRollout:
+        """ALFWorld's real engine on srollout's task set ``task_set``: :meth:`from_env` of
+        ``alfworld`` (``n_tasks``, ``difficulty``, ``model_dir`` and the rest as there)."""
+        return cls.from_env("alfworld", task_set, **kwargs)
 
     @classmethod
     def from_env(
@@ -512,36 +503,11 @@ class GatedRollout:
             "gate/groups_cut": float(counts.cut),
             "gate/cut_fraction": counts.cut / counts.groups if counts.groups else 0.0,
         }
-        names = (
-            _METRICS + (_SHADOW_METRICS if shadow else ()) + (_SAMPLING_METRICS if sampling else ())
-        )
-        out.update((key, float(getattr(counts, name))) for key, name in names)
+        kinds = {"", *(["shadow"] if shadow else []), *(["sampling"] if sampling else [])}
+        for f in fields(counts):
+            if "metric" in f.metadata and f.metadata["kind"] in kinds:
+                out[f.metadata["metric"]] = float(getattr(counts, f.name))
         return out
-
-
-# TRL metric -> RolloutCounts field, in the order they are logged
-_METRICS = (
-    ("gate/trajectories_cut", "trajectories_cut"),
-    ("gate/steps_saved_max", "steps_saved_max"),
-    ("gate/trajectories_stalled", "stalled"),
-    ("rollout/env_steps", "env_steps"),
-    ("rollout/gen_tokens", "gen_tokens"),
-)
-_SHADOW_METRICS = (
-    ("gate/shadow_cuts", "shadow_cuts"),
-    ("gate/shadow_cuts_right", "shadow_cuts_right"),
-    ("gate/shadow_stops", "shadow_stops"),
-    ("gate/shadow_stops_right", "shadow_stops_right"),
-    ("gate/shadow_cut_steps_saved", "shadow_cut_steps"),
-    ("gate/shadow_stop_steps_saved", "shadow_stop_steps"),
-)
-_SAMPLING_METRICS = (
-    ("sampling/extra_groups", "extra_groups"),
-    ("sampling/refill_rounds", "refill_rounds"),
-    ("sampling/greso_skipped", "skipped"),
-    ("sampling/unfilled", "unfilled"),
-    ("sampling/dropped", "dropped"),
-)
 
 
 def _merge_log_at_end(log: Any) -> Any:

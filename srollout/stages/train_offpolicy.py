@@ -38,7 +38,10 @@ from srollout.training.metrics import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from srollout.core.gate import Gate
+    from srollout.training.update import TrainSample
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ def run_train_offpolicy(
     The two arms start from the same LoRA init and are stepped side by side."""
     from srollout.core.gate import resolve_gate
     from srollout.training.lora import LoraSettings, make_optimizer
+    from srollout.training.loss import action_turn_spans
     from srollout.training.model import gate_description, load_trainable
     from srollout.training.update import grpo_update
 
@@ -172,7 +176,7 @@ def run_train_offpolicy(
                         ),
                         train=OffpolicyTrain(
                             **TrainMetrics.fields_of(stats, config.denominator),
-                            items=sum(s.n_items for s in samples),
+                            items=sum(len(action_turn_spans(s.action_mask)) for s in samples),
                         ),
                         time=StepTimes(
                             rollout_s=rollout_s,
@@ -317,38 +321,20 @@ def sample_plan(group_ids: list[str], steps: int, per_step: int, seed: int) -> l
     return plan
 
 
-class Sample(NamedTuple):
-    """A TrainSample plus how many items (sampled action turns) it carries."""
-
-    token_ids: list[int]
-    action_mask: list[bool]
-    advantage: float
-    group_id: str
-    n_items: int
-
-
-def step_samples(groups: list[BufferGroup], seed: int, step: int, k_turns: int) -> list[Sample]:
+def step_samples(
+    groups: list[BufferGroup], seed: int, step: int, k_turns: int
+) -> list[TrainSample]:
     """The batch of one step: every trajectory of ``groups`` with ``k_turns`` of its action turns
     kept (drawn from a seed of (seed, step, group, trajectory), so both arms draw the same),
     cut after its last kept turn. Advantages come from the group's full rewards."""
-    from srollout.core.grpo import group_advantages
-    from srollout.training.loss import action_turn_spans, subsample_turns
-    from srollout.training.update import truncate_after_last_action
+    from srollout.training.loss import subsample_turns
+    from srollout.training.update import samples_from_groups
 
-    out: list[Sample] = []
-    for g in groups:
-        adv = group_advantages(np.asarray(g.rewards, dtype=np.float64))
+    def keep_turns(g: BufferGroup, i: int, mask: Sequence[bool]) -> list[bool]:
         gi = int("".join(ch for ch in g.group_id if ch.isdigit()) or 0)
-        for i, (ids, mask) in enumerate(zip(g.token_ids, g.action_masks, strict=True)):
-            if not ids or not any(mask):
-                continue
-            rng = np.random.default_rng([seed, step, gi, i])
-            kept = subsample_turns(mask, k_turns, rng)
-            t_ids, t_mask = truncate_after_last_action(ids, kept)
-            out.append(
-                Sample(t_ids, t_mask, float(adv[i]), g.group_id, len(action_turn_spans(t_mask)))
-            )
-    return out
+        return subsample_turns(mask, k_turns, np.random.default_rng([seed, step, gi, i]))
+
+    return samples_from_groups(groups, keep_turns=keep_turns)
 
 
 # --- summary, figure, report ------------------------------------------------------------------

@@ -20,12 +20,11 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from srollout import schemas
-from srollout.config import TrainOnpolicyConfig
+from srollout.config import TRAIN_ARMS, TrainOnpolicyConfig
 from srollout.errors import SrolloutError
 from srollout.progress import StageBar
 from srollout.rundir import Manifest, check_resumable, prepare_run_dir
 from srollout.stages.rollout_setup import RolloutPlan
-from srollout.training.metrics import IterationMetrics
 
 
 class OnpolicyResult(NamedTuple):
@@ -60,9 +59,8 @@ def run_train_onpolicy(
     others). ``stop_after``: stop after that iteration of the first unfinished arm, leaving what
     a kill would leave (tests of --resume)."""
     from srollout.core.arms import parse_arm
-    from srollout.training.lora import save_adapter
     from srollout.training.model import gate_description
-    from srollout.training.onpolicy import ArmContext, train_arm
+    from srollout.training.onpolicy import ArmContext
 
     # --env and its task sets, the model and the gates, resolved once: an unknown environment or
     # one off the TextEnv protocol, a damaged model or a bad gate.json fails here, before the
@@ -78,8 +76,8 @@ def run_train_onpolicy(
     run_dir = prepare_run_dir(
         config.out, "train-onpolicy", overwrite=config.overwrite, resume=config.resume
     )
-    if config.resume:
-        _check_resumable(run_dir, config)
+    if config.resume:  # its checkpoints must match the settings
+        check_resumable(run_dir, "train-onpolicy", config.resume_key(), "checkpoints")
     overlap = {t.task_id for t in train_tasks} & {t.task_id for t in eval_tasks}
     if overlap:
         raise SrolloutError(
@@ -97,9 +95,8 @@ def run_train_onpolicy(
     eval_rows: list[dict[str, Any]] = []
     initial: list[dict[str, Any]] | None = None
     complete = True
-    bar = _Bar(
-        console, total=len(config.seeds) * len(config.arms) * config.iterations, enabled=progress
-    )
+    total = len(config.seeds) * len(config.arms) * config.iterations
+    bar = StageBar(console, "train-onpolicy", total, enabled=progress)
     with bar:
         for seed in config.seeds:
             specs = {
@@ -115,25 +112,10 @@ def run_train_onpolicy(
                 )
                 for arm in config.arms
             }
-            if config.interleave:
-                results, initial = _interleaved(config, specs, initial, stop_after, bar)
-            else:
-                results = {}
-                for arm, spec in specs.items():
-                    results[arm] = train_arm(
-                        config,
-                        spec,
-                        resume=config.resume,
-                        stop_after=stop_after,
-                        on_iteration=bar.iteration,
-                        on_resume=bar.resumed,
-                        initial_evals=initial,
-                    )
-                    initial = initial or results[arm].evals
-                    if results[arm].stopped:
-                        break
+            results, initial = _run_seed(config, specs, initial, stop_after, bar)
             for arm, result in results.items():
-                save_adapter(result.model, run_dir / "adapters" / f"seed{seed}-{arm}")
+                # a peft directory: `srollout collect --adapter` loads it
+                result.model.save_pretrained(str(run_dir / "adapters" / f"seed{seed}-{arm}"))
                 metrics_rows += result.metrics
                 eval_rows += result.evals
             if any(r.stopped for r in results.values()):
@@ -164,43 +146,17 @@ def run_train_onpolicy(
     aggregate = aggregate_frame(seeds_table)
     last = int(evals["iteration"].max())
     others = [a for a in config.arms if a not in ("baseline", "gated")]
-    tests = tests_frame(
-        [
-            paired_test(
-                evals,
-                ("baseline", last),
-                ("gated", last),
-                f"held-out success at iteration {last}: gated - baseline",
-            ),
-            paired_test(
-                evals,
-                ("baseline", 0),
-                ("baseline", last),
-                f"learning: baseline at iteration {last} - iteration 0",
-            ),
-            paired_test(
-                evals,
-                ("gated", 0),
-                ("gated", last),
-                f"learning: gated at iteration {last} - iteration 0",
-            ),
-            *[
-                paired_test(
-                    evals,
-                    ("baseline", last),
-                    (a, last),
-                    f"held-out success at iteration {last}: {a} - baseline",
-                )
-                for a in others
-            ],
-            *[
-                paired_test(
-                    evals, (a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0"
-                )
-                for a in others
-            ],
-        ]
-    )
+    held_out = f"held-out success at iteration {last}"
+    pairs = [
+        (("baseline", last), ("gated", last), f"{held_out}: gated - baseline"),
+        *[
+            ((a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0")
+            for a in TRAIN_ARMS
+        ],
+        *[(("baseline", last), (a, last), f"{held_out}: {a} - baseline") for a in others],
+        *[((a, 0), (a, last), f"learning: {a} at iteration {last} - iteration 0") for a in others],
+    ]
+    tests = tests_frame([paired_test(evals, *pair) for pair in pairs])
     arms_table = arms_frame(metrics, evals, order=config.arms)
     paths.append(schemas.write(seeds_table, run_dir / "summary_per_seed.parquet"))
     paths.append(schemas.write(tests, run_dir / "tests.parquet"))
@@ -242,35 +198,44 @@ def run_train_onpolicy(
     )
 
 
-def _interleaved(
+def _run_seed(
     config: TrainOnpolicyConfig,
     specs: dict[str, Any],
     initial: list | None,
     stop_after: int | None,
-    bar: _Bar,
+    bar: StageBar,
 ) -> tuple[dict[str, Any], list | None]:
-    """The arms of one seed iteration by iteration; odd iterations run the arms in the given
-    order, even ones in reverse, so neither arm is always first on a drifting machine."""
+    """The arms of one seed, each from its checkpoint on resume: interleaved (``--interleave``),
+    iteration by iteration, odd iterations in the given order and even ones reversed, so neither
+    arm is always first on a drifting machine; else one arm after another. ``stop_after``: stop
+    after that iteration of the first unfinished arm (what a kill leaves on disk); an arm not
+    started by then is not started."""
     from srollout.training.onpolicy import ArmRunner
 
-    runners = {}
-    for arm, spec in specs.items():
-        runners[arm] = ArmRunner(config, spec, resume=config.resume, initial_evals=initial)
-        bar.resumed(runners[arm].iteration)
-        initial = initial or runners[arm].evals
+    runners: dict[str, ArmRunner] = {}
     stopped = False
-    while not all(r.done for r in runners.values()):
-        it = 1 + min(r.iteration for r in runners.values() if not r.done)
-        order = list(runners) if it % 2 else list(reversed(runners))
-        for arm in order:
-            if not runners[arm].done and runners[arm].iteration < it:
-                bar.iteration(runners[arm].step())
-        if (
-            stop_after is not None
-            and it >= stop_after
-            and not all(r.done for r in runners.values())
-        ):
-            stopped = True
+    for together in [list(specs)] if config.interleave else [[arm] for arm in specs]:
+        for arm in together:
+            runners[arm] = ArmRunner(
+                config, specs[arm], resume=config.resume, initial_evals=initial
+            )
+            bar.resumed(runners[arm].iteration)
+            initial = initial or runners[arm].evals
+        live = [runners[arm] for arm in together]
+        while not all(r.done for r in live):
+            it = 1 + min(r.iteration for r in live if not r.done)
+            for runner in live if it % 2 else live[::-1]:
+                if not runner.done and runner.iteration < it:
+                    m = runner.step()
+                    info = (
+                        f"seed {m.seed} {m.arm} it {m.iteration}: reward {m.train.reward:.2f}, "
+                        f"cut {m.gate.cuts}, grad {m.train.grad_l2:.3g}"
+                    )
+                    bar.update(advance=1, info=info)
+            if stop_after is not None and it >= stop_after and not all(r.done for r in live):
+                stopped = True
+                break
+        if stopped:
             break
     return {arm: r.result(stopped) for arm, r in runners.items()}, initial
 
@@ -324,19 +289,15 @@ def write_report(
         "eval_last_gated",
         "eval_last_delta",
     ]
+    sections = []
     # the baseline-against-gated tables; a run without that pair compares its arms below only
-    pair = "baseline" in config.arms and "gated" in config.arms
-    sections = [
-        *(
-            [
-                Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
-                Section(
-                    "Per seed", to_markdown(seeds, columns=[c for c in cols if c in seeds.columns])
-                ),
-            ]
-            if pair
-            else []
-        ),
+    if "baseline" in config.arms and "gated" in config.arms:
+        columns = [c for c in cols if c in seeds.columns]
+        sections += [
+            Section("Summary (mean ± std over seeds)", to_markdown(aggregate)),
+            Section("Per seed", to_markdown(seeds, columns=columns)),
+        ]
+    sections += [
         Section(
             "Arms (mean ± std over seeds; per-seed totals over all iterations)",
             to_markdown(arms_markdown_view(arms))
@@ -354,34 +315,18 @@ def write_report(
             if tests.height
             else "No paired outcomes (a single arm or no evaluation).",
         ),
-        *(
-            [
-                Section(
-                    f"Audited gate (--audit {config.audit}, floor {config.audit_floor}; "
-                    "docs/gates.md)",
-                    to_markdown(audit),
-                )
-            ]
-            if audit is not None and audit.height
-            else []
-        ),
-        *(
-            [
-                Section(
-                    "Trajectory gate: stops (judged by each stopped trajectory's twin rolled "
-                    "on with the same seeds: right iff it failed"
-                    + (
-                        f"; audited, --audit {config.audit}, floor {config.audit_floor}"
-                        if config.audit > 0
-                        else ""
-                    )
-                    + ")",
-                    to_markdown(stops),
-                )
-            ]
-            if stops is not None and stops.height
-            else []
-        ),
+    ]
+    audited = f"--audit {config.audit}, floor {config.audit_floor}"
+    if audit is not None and audit.height:
+        sections.append(Section(f"Audited gate ({audited}; docs/gates.md)", to_markdown(audit)))
+    if stops is not None and stops.height:
+        title = (
+            "Trajectory gate: stops (judged by each stopped trajectory's twin rolled on with the "
+            "same seeds: right iff it failed"
+            + (f"; audited, {audited}" if config.audit > 0 else "")
+        )
+        sections.append(Section(title + ")", to_markdown(stops)))
+    sections += [
         Section("Settings", settings),
         Section("Figures", "\n".join(figure(f, run_dir, f.stem) for f in figures)),
         Section(
@@ -428,24 +373,3 @@ def plan_training(
     gates = plan_gates(config, group=True, stall_arms=stall_arms)
     model_dir = plan_model(config, check_policy=False)
     return RolloutPlan(env, tuple(train_tasks), model_dir, *gates, eval_tasks=tuple(eval_tasks))
-
-
-def _check_resumable(run_dir: Path, config: TrainOnpolicyConfig) -> None:
-    """Refuse to resume a run made with different settings (its checkpoints would not match)."""
-    check_resumable(run_dir, "train-onpolicy", config.resume_key(), "checkpoints")
-
-
-class _Bar(StageBar):
-    """A rich progress bar over all (seed, arm, iteration) steps (no-op when disabled)."""
-
-    def __init__(self, console: Any, total: int, enabled: bool) -> None:
-        super().__init__(console, "train-onpolicy", total, enabled=enabled)
-
-    def iteration(self, metrics: IterationMetrics) -> None:
-        if self.enabled:
-            m = metrics
-            info = (
-                f"seed {m.seed} {m.arm} it {m.iteration}: reward {m.train.reward:.2f}, "
-                f"cut {m.gate.cuts}, grad {m.train.grad_l2:.3g}"
-            )
-            self.update(advance=1, info=info)

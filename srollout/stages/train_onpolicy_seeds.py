@@ -87,7 +87,14 @@ def run_seeds_parallel(
         seed_config = replace(config, model=plan.model_dir)
         with (
             ray_session(workers) as where,
-            _SeedBar(console, len(config.seeds), len(reloaded), progress) as bar,
+            StageBar(
+                console,
+                "train-onpolicy seeds",
+                len(config.seeds),
+                enabled=progress and console is not None,
+                completed=len(reloaded),
+                eta=False,
+            ) as bar,
         ):
             dist["ray"] = where
             manifest.update(dist=dist)
@@ -118,7 +125,7 @@ def run_seeds_parallel(
 
 
 def _train_seeds(
-    config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, workers: int, bar: _SeedBar
+    config: TrainOnpolicyConfig, seeds: list[int], run_dir: Path, workers: int, bar: StageBar
 ) -> list[SeedRun]:
     """One Ray task per seed, at most ``workers`` in flight; the runs in finishing order."""
     import ray
@@ -148,7 +155,10 @@ def _train_seeds(
                 ) from err
             except ray.exceptions.RayTaskError as err:
                 raise remote_cause(err) from err
-            bar.seed_done(runs[-1])
+            run = runs[-1]
+            bar.update(
+                advance=1, info=f"seed {seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}"
+            )
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -208,22 +218,3 @@ def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:
                     "link to a seed run; resume without --workers"
                 )
             link.symlink_to(target, target_is_directory=True)
-
-
-class _SeedBar(StageBar):
-    """A rich progress bar over seeds (no-op when disabled or without a console)."""
-
-    def __init__(self, console: Any, total: int, done: int, enabled: bool) -> None:
-        super().__init__(
-            console,
-            "train-onpolicy seeds",
-            total,
-            enabled=enabled and console is not None,
-            completed=done,
-            eta=False,
-        )
-
-    def seed_done(self, run: SeedRun) -> None:
-        self.update(
-            advance=1, info=f"seed {run.seed} done in {run.wall_s:.0f} s on {run.host}:{run.pid}"
-        )

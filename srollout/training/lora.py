@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from srollout.errors import SrolloutError
@@ -96,15 +95,6 @@ def load_adapter_state(model: Any, state: dict[str, Any]) -> None:
         raise SrolloutError(
             f"adapter checkpoint does not match the model: unexpected keys {unexpected[:3]}"
         )
-
-
-def save_adapter(model: Any, path: str | Path) -> Path:
-    """Write the adapter as a peft directory (adapter_config.json + weights), loadable with
-    ``srollout collect --adapter DIR``."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
-    return path
 
 
 def make_optimizer(model: Any, lr: float, weight_decay: float = 0.0) -> Any:

@@ -92,13 +92,11 @@ class ArmContext:
 
 
 class ArmResult(NamedTuple):
-    """metrics / evals: the rows of metrics.parquet and eval.parquet of this arm; adapter: the
-    final adapter state; model: the trained peft model (to save); stopped: the loop stopped
-    early on request (``stop_after``)."""
+    """metrics / evals: the rows of metrics.parquet and eval.parquet of this arm; model: the
+    trained peft model (to save); stopped: the loop stopped early on request (``stop_after``)."""
 
     metrics: list[dict[str, Any]]
     evals: list[dict[str, Any]]
-    adapter: dict[str, Any]
     model: Any
     stopped: bool
 
@@ -154,19 +152,8 @@ class ArmRunner:
     ) -> None:
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.engine import RolloutSettings
-        from srollout.training.checkpoint import (
-            ArmState,
-            load_state,
-            restore_rng,
-            rng_states,
-            save_state,
-        )
-        from srollout.training.lora import (
-            LoraSettings,
-            adapter_state,
-            load_adapter_state,
-            make_optimizer,
-        )
+        from srollout.training.checkpoint import load_state, restore_rng
+        from srollout.training.lora import LoraSettings, load_adapter_state, make_optimizer
         from srollout.training.model import load_trainable
 
         self.config, self.spec = config, spec
@@ -192,12 +179,9 @@ class ArmRunner:
             traj_gate=spec.arm.traj_gate,
         )
         state = load_state(spec.ckpt_dir) if resume else None
-        if state is not None:
-            load_adapter_state(self.trainable.model, state.adapter)
-            self.optimizer.load_state_dict(state.optimizer)
-            restore_rng(state.rng)
-        else:
-            first = (
+        if state is None:
+            self.iteration, self.metrics = 0, []
+            self.evals = (
                 [
                     {**e, "arm": spec.arm.name, "seed": spec.seed}
                     for e in initial_evals
@@ -206,21 +190,16 @@ class ArmRunner:
                 if initial_evals
                 else self.evaluate(0)
             )
-            state = ArmState(
-                0,
-                adapter_state(self.trainable.model),
-                self.optimizer.state_dict(),
-                rng_states(),
-                [],
-                first,
-            )
-            save_state(spec.ckpt_dir, state)
-        self.iteration = state.iteration
+            self._checkpoint()
+        else:
+            load_adapter_state(self.trainable.model, state.adapter)
+            self.optimizer.load_state_dict(state.optimizer)
+            restore_rng(state.rng)
+            self.iteration, self.evals = state.iteration, list(state.evals)
+            # rows of a run written before the metrics were namespaced are renamed on the way in
+            self.metrics = [upgrade_onpolicy_row(r) for r in state.metrics]
         self.adapter_iteration: int | None = None  # whose weights the vLLM engine holds
         self._sync_rollout_weights(self.iteration)
-        # rows of a run written before the metrics were namespaced are renamed on the way in
-        self.metrics: list[dict[str, Any]] = [upgrade_onpolicy_row(r) for r in state.metrics]
-        self.evals: list[dict[str, Any]] = list(state.evals)
         self.cum_s = self.metrics[-1]["time/cum_s"] if self.metrics else 0.0
         self.greso = self._load_greso(resume) if spec.arm.greso else None
         # --audit: the arm's gates move between iterations (every arm writes the audit's columns)
@@ -393,8 +372,6 @@ class ArmRunner:
         from srollout.core.arms import roll_arm
         from srollout.core.grpo import is_zero_variance
         from srollout.rollout.engine import GroupSpec
-        from srollout.training.checkpoint import ArmState, rng_states, save_state
-        from srollout.training.lora import adapter_state
         from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
 
         config, spec, trainable, arm = self.config, self.spec, self.trainable, self.spec.arm
@@ -536,51 +513,20 @@ class ArmRunner:
             atomic_write_json(
                 {"iteration": iteration, "history": history}, spec.ckpt_dir / GRESO_FILE
             )
-        save_state(
-            spec.ckpt_dir,
-            ArmState(
-                iteration,
-                adapter_state(trainable.model),
-                self.optimizer.state_dict(),
-                rng_states(),
-                self.metrics,
-                self.evals,
-                complete=self.done,
-            ),
-        )
+        self._checkpoint()
         return metrics
 
-    def result(self, stopped: bool = False) -> ArmResult:
+    def _checkpoint(self) -> None:
+        """state.pt after ``self.iteration`` (atomic): adapter, optimizer, RNG states, rows."""
+        from srollout.training.checkpoint import ArmState, rng_states, save_state
         from srollout.training.lora import adapter_state
 
-        return ArmResult(
-            self.metrics,
-            self.evals,
-            adapter_state(self.trainable.model),
-            self.trainable.model,
-            stopped,
+        adapter = adapter_state(self.trainable.model)
+        optimizer, rng = self.optimizer.state_dict(), rng_states()
+        state = ArmState(
+            self.iteration, adapter, optimizer, rng, self.metrics, self.evals, self.done
         )
+        save_state(self.spec.ckpt_dir, state)
 
-
-def train_arm(
-    config: LoopConfig,
-    spec: ArmContext,
-    resume: bool = False,
-    stop_after: int | None = None,
-    on_iteration: Callable[[IterationMetrics], None] | None = None,
-    initial_evals: Sequence[dict[str, Any]] | None = None,
-    on_resume: Callable[[int], None] | None = None,
-) -> ArmResult:
-    """Run (or, with ``resume``, continue) one arm to the end; checkpoint after every iteration.
-    ``stop_after``: return after checkpointing that iteration (what a kill leaves on disk);
-    ``on_resume``: told how many iterations the checkpoint had finished."""
-    runner = ArmRunner(config, spec, resume=resume, initial_evals=initial_evals)
-    if on_resume is not None:
-        on_resume(runner.iteration)
-    while not runner.done:
-        metrics = runner.step()
-        if on_iteration is not None:
-            on_iteration(metrics)
-        if stop_after is not None and runner.iteration >= stop_after and not runner.done:
-            return runner.result(stopped=True)
-    return runner.result()
+    def result(self, stopped: bool = False) -> ArmResult:
+        return ArmResult(self.metrics, self.evals, self.trainable.model, stopped)

@@ -8,7 +8,7 @@ but occupy a slot of N (the dilution of §5.4) and cost a forward and backward p
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -53,16 +53,24 @@ class UpdateStats(NamedTuple):
     stepped: bool
 
 
-def samples_from_groups(groups: Sequence[GroupOutcome], eps: float = 1e-6) -> list[TrainSample]:
+def samples_from_groups(
+    groups: Sequence[GroupOutcome],
+    eps: float = 1e-6,
+    keep_turns: Callable[[Any, int, Sequence[bool]], list[bool]] | None = None,
+) -> list[TrainSample]:
     """GRPO advantages A_i = (r_i - mean) / (std + eps) per group (population std), one
-    TrainSample per trajectory that has tokens (non-LLM policies record none)."""
+    TrainSample per trajectory that has tokens (non-LLM policies record none).
+    ``keep_turns(group, i, mask)``: the action mask of trajectory i to train on (off-policy's
+    sampled turns; its tokens after the last kept one are dropped)."""
     from srollout.core.grpo import group_advantages
 
     out: list[TrainSample] = []
     for g in groups:
         adv = group_advantages(np.asarray(g.rewards, dtype=np.float64), eps=eps)
-        for a, ids, mask in zip(adv, g.token_ids, g.action_masks, strict=True):
+        for i, (a, ids, mask) in enumerate(zip(adv, g.token_ids, g.action_masks, strict=True)):
             if len(ids) and any(mask):
+                if keep_turns is not None:
+                    ids, mask = truncate_after_last_action(ids, keep_turns(g, i, mask))
                 out.append(TrainSample(list(ids), list(mask), float(a), g.group_id))
     return out
 
