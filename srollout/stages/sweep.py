@@ -21,9 +21,11 @@ import polars as pl
 
 from srollout import schemas
 from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
+from srollout.core.gate import GateRule
 from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
-from srollout.rundir import Manifest, prepare_run_dir
+from srollout.rundir import Manifest, _jsonable, prepare_run_dir
+from srollout.stages import sweep_gates, sweep_stall
 from srollout.stages import sweep_table as table
 from srollout.stages.buffer import Buffer
 from srollout.stages.sweep_table import D_K, TAU_K, choose, cut_mask, sweep_table
@@ -150,11 +152,10 @@ def run_sweep(
     sections; without them the outputs are exactly the plain sweep's. progress: bars for the long
     parts."""
     from srollout.console import make_console
-    from srollout.core.gate import GateRule
+    from srollout.progress import PhaseBars
 
     console = console or make_console()
     t0 = time.perf_counter()
-    from srollout.progress import PhaseBars
 
     bars = PhaseBars(
         console, enabled=progress, unit={"read steps": "parts", "signals": "groups", "sweep": "K"}
@@ -197,25 +198,18 @@ def run_sweep(
         if chosen is not None
         else None
     )
-    comparison = stalls = None
+    extras = []  # what --learned/--adaptive and --stall add: (manifest key, options, module, out)
     if gates is not None:
-        from srollout.stages.sweep_gates import compare_gates
-
-        comparison = compare_gates(config, gates, sweep)
+        comparison = sweep_gates.compare_gates(config, gates, sweep)
+        extras.append(("gates_config", gates, sweep_gates, comparison))
     if stall is not None:
-        from srollout.stages.sweep_stall import sweep_stall
-
-        stalls = sweep_stall(config, stall, n_folds=n_folds)
-
+        stalls = sweep_stall.sweep_stall(config, stall, n_folds=n_folds)
+        extras.append(("stall_config", stall, sweep_stall, stalls))
     t_compute = time.perf_counter() - t0 - t_load
 
     # every check passed: only now create the run directory
     run_dir = prepare_run_dir(config.out, "sweep", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "sweep", config)
-    if comparison is not None:
-        from srollout.rundir import _jsonable
-
-        manifest.data["gates_config"] = _jsonable(gates)
     manifest.data["timings_s"].update(load=round(t_load, 3), compute=round(t_compute, 3))
     outputs = [schemas.write(sweep, run_dir / schemas.SWEEP.filename, schemas.SWEEP)]
     if gate is not None:
@@ -234,18 +228,10 @@ def run_sweep(
     sections = _report_sections(config, buffer, sweep, chosen, pareto, run_dir)
     if measured:
         sections.insert(2, table.report_section(sweep, index, config))
-    if comparison is not None:
-        from srollout.stages import sweep_gates
-
-        outputs.extend(sweep_gates.write_gates(run_dir, comparison))
-        sections.append(sweep_gates.report_section(comparison, config))
-    if stalls is not None:
-        from srollout.rundir import _jsonable
-        from srollout.stages import sweep_stall
-
-        outputs.extend(sweep_stall.write(run_dir, stalls))
-        sections.append(sweep_stall.report_section(stalls, config))
-        manifest.data["stall_config"] = _jsonable(stall)
+    for key, options, module, result in extras:
+        manifest.data[key] = _jsonable(options)
+        outputs.extend(module.write(run_dir, result))
+        sections.append(module.report_section(result, config))
     outputs.append(
         write_report(run_dir, "srollout sweep", sections, _preamble(config, buffer, sweep))
     )
@@ -264,14 +250,8 @@ def run_sweep(
         },
     )
     outputs.append(manifest.path)
-    if comparison is not None:
-        from srollout.stages.sweep_gates import print_table
-
-        print_table(console, comparison)
-    if stalls is not None:
-        from srollout.stages.sweep_stall import print_table as print_stalls
-
-        print_stalls(console, stalls, config)
+    for _, _, module, result in extras:
+        module.print_table(console, result, config)
     _print(console, sweep, chosen, config, run_dir, outputs)
     return SweepResult(run_dir, sweep, chosen, tuple(outputs))
 

@@ -383,7 +383,7 @@ def _load(path: Path, Ks: tuple[int, ...], T_max: int) -> Buffer:
         raise SrolloutError(str(err).replace("--K ", "--K/--check-K ", 1)) from None
 
 
-def write_gates(run_dir: Path, comparison: GateComparison) -> list[Path]:
+def write(run_dir: Path, comparison: GateComparison) -> list[Path]:
     """gates.parquet and the learned/adaptive gate files."""
     out = [run_dir / GATES_TABLE]
     comparison.table.write_parquet(out[0])
@@ -451,7 +451,7 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
     return Section("Learned and adaptive gates", "\n".join(parts))
 
 
-def print_table(console: Any, comparison: GateComparison) -> None:
+def print_table(console: Any, comparison: GateComparison, config: SweepConfig) -> None:
     from srollout.report.tables import to_rich
 
     t = comparison.table

@@ -296,20 +296,15 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
 
 
 def print_table(console: Any, result: StallSweep, config: SweepConfig) -> None:
-    from rich.table import Table
+    from srollout.report.tables import to_rich
+    from srollout.stages.sweep_table import SHORT
 
     best = result.table.filter(pl.col("rule") == "stall").sort("step_savings", descending=True)
     ok = best.filter(pl.col("precision") >= config.precision_floor).head(8)
-    table = Table(title=f"stall rules at precision >= {config.precision_floor:g} (best 8)")
-    for c in ("W", "k0", "stops", "prec", "steps", "tokens", "rnd prec", "rnd steps"):
-        table.add_column(c, justify="right")
-    for r in ok.iter_rows(named=True):
-        table.add_row(
-            str(r["W"]), str(r["k0"]), str(r["n_stops"]), f"{r['precision']:.3f}",
-            f"{r['step_savings']:.1%}", f"{r['token_savings']:.1%}",
-            f"{r['random_precision']:.3f}", f"{r['random_step_savings']:.1%}",
-        )  # fmt: skip
-    console.print(table)
+    shown = ("W", "k0", "n_stops", "precision", "step_savings", "token_savings")
+    title = f"stall rules at precision >= {config.precision_floor:g} (best 8)"
+    rnd = ("random_precision", "random_step_savings")
+    console.print(to_rich(ok, title=title, columns=shown + rnd, headers=SHORT))
     console.print(_held_out_line(result, config))
     for r in result.table.filter(pl.col("rule") == "loop").iter_rows(named=True):
         precision = "—" if not r["n_stops"] else f"{r['precision']:.3f}"

@@ -44,6 +44,11 @@ SHORT = {
     "measured_vs_random": "meas/rnd",
     "measured_token_savings": "meas tok",
     "random_measured_token_savings": "rnd tok",
+    "n_stops": "stops",
+    "step_savings": "steps",
+    "token_savings": "tokens",
+    "random_precision": "rnd prec",
+    "random_step_savings": "rnd steps",
 }
 # the measured objective's columns, in report.md and in the console
 SHOWN_REPORT = (

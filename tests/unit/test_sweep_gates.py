@@ -27,7 +27,7 @@ from srollout.stages.sweep_gates import (
     compare_gates,
     group_data,
     score_row,
-    write_gates,
+    write,
 )
 
 ALL = np.arange(4)
@@ -170,7 +170,7 @@ def test_judged_on_an_eval_buffer_every_row_is_worked_by_hand_and_the_gates_are_
 
     run = hand_buffer.parent / "sweep"
     run.mkdir()
-    paths = write_gates(run, got)
+    paths = write(run, got)
     assert [p.name for p in paths] == [GATES_TABLE, LEARNED_FILE, ADAPTIVE_FILE]
     assert pl.read_parquet(run / GATES_TABLE).equals(table)
     assert LearnedGate.load(run / LEARNED_FILE).model.coef == got.learned.model.coef
