@@ -1,11 +1,6 @@
-"""Tier-3 outputs: per-seed and aggregated numbers, paired tests, the 4-panel and mechanism figures.
-
-Numbers per seed, then mean ± sample std over seeds (each column: docs/artifacts.md):
-training wall-clock (evaluation excluded: both arms evaluate the same way) and its saving,
-cuts, gradient L2 and zero-advantage fraction z beside the dilution prediction of §5.4,
-(1 - z_gated) / (1 - z_baseline), held-out success; paired tests over real (seed, task)
-outcomes from eval.parquet (McNemar exact, paired bootstrap). :func:`arms_frame` compares any
-arms of ``srollout.core.arms.ARM_NAMES`` against the baseline arm of the same seed."""
+"""Tier-3 outputs of ``srollout train-onpolicy``: numbers per seed and per arm (mean ± sample std
+over seeds), the paired tests over (seed, task) outcomes, the 4-panel, mechanism and audit figures.
+What each number means: docs/training.md (Tier 3) and docs/artifacts.md."""
 
 from __future__ import annotations
 
@@ -17,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from srollout.report.palette import ARM_COLORS, arm_color, arm_order
+from srollout.report.tables import mean_pm
 
 
 def _arms_in(frame: pl.DataFrame) -> list[str]:
@@ -46,6 +42,69 @@ def _mean(values: Any) -> float:
     return float(v.mean()) if v.len() else float("nan")
 
 
+def _of(frame: pl.DataFrame, seed: int, arm: str) -> pl.DataFrame:
+    """The rows of one (seed, arm)."""
+    return (
+        frame.filter((pl.col("seed") == seed) & (pl.col("arm") == arm)) if frame.height else frame
+    )
+
+
+def _seed_arm(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str, Any]:
+    """One (seed, arm)'s numbers from its metrics rows ``m`` and eval rows ``e``: totals over its
+    iterations, the mean gradient L2 (stepped iterations) and zero-advantage fraction, the
+    zero-variance rate of the kept groups, held-out success at iteration 0 and at the last
+    evaluation (0 or NaN where ``m`` has no such column or no row)."""
+    from srollout.core.arms import arm_summary
+
+    nan = float("nan")
+
+    def total(col: str) -> int:
+        return int(m[col].sum()) if col in m.columns else 0
+
+    def mean(col: str, rows: pl.DataFrame = m) -> float:
+        return _mean(rows[col]) if col in m.columns and m.height else nan
+
+    stepped = m.filter(pl.col("train/stepped")) if "train/stepped" in m.columns else m
+    # wall-clock, tokens and useful groups per second as ab-rollout's arms table counts them
+    useful = pl.col("gate/useful") if "gate/useful" in m.columns else pl.lit(0)
+    per_iteration = m.select(
+        pl.col("time/iter_s").alias("iter_s"),
+        pl.col("rollout/gen_tokens").alias("n_gen_tokens"),
+        useful.alias("n_useful"),
+    )
+    summary = arm_summary(per_iteration.to_dicts())
+    return {
+        "wall_s": summary["wall_s"] if m.height else nan,
+        "cuts": total("gate/cuts"),
+        "groups": total("rollout/groups"),
+        "gen_tokens": summary["gen_tokens"],
+        **(
+            {"cut_tp": total("gate/cut_tp"), "cut_fp": total("gate/cut_fp")}
+            if "gate/cut_tp" in m.columns  # --judge-cuts
+            else {}
+        ),
+        "grad_l2": mean("train/grad_l2", stepped),
+        "zero_adv": mean("train/zero_adv_frac"),
+        "zero_var_rate": total("gate/zero_var_kept") / max(total("gate/kept"), 1)
+        if m.height
+        else nan,
+        "eval0": _success_at(e, 0),
+        "eval_last": _success_at(e, last_eval),
+        "useful_groups": summary["useful"],
+        "useful_per_s": summary["useful_per_s"],
+        "skipped": total("gate/skipped"),
+        "stalled": total("gate/stalled"),
+        "extra_rounds": total("gate/dapo_rounds") - m.height,
+        "cap_hits": total("gate/dapo_hit_cap"),
+    }
+
+
+# summary_per_seed.parquet's numbers of each of the two arms, in column order
+_PER_SEED = (
+    "wall_s cuts groups gen_tokens cut_tp cut_fp grad_l2 zero_adv zero_var_rate eval0 eval_last"
+).split()
+
+
 def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
     """One row per seed with both arms' numbers (columns suffixed _baseline / _gated)."""
     rows = []
@@ -54,24 +113,8 @@ def per_seed(metrics: pl.DataFrame, evals: pl.DataFrame) -> pl.DataFrame:
     for seed in sorted(set(metrics["seed"].to_list())):
         row: dict[str, Any] = {"seed": seed}
         for arm in ("baseline", "gated"):
-            m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-            e = evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-            stepped = m.filter(pl.col("train/stepped")) if m.height else m
-            kept = int(m["gate/kept"].sum()) if m.height else 0
-            row[f"wall_s_{arm}"] = float(m["time/iter_s"].sum()) if m.height else nan
-            row[f"cuts_{arm}"] = int(m["gate/cuts"].sum()) if m.height else 0
-            row[f"groups_{arm}"] = int(m["rollout/groups"].sum()) if m.height else 0
-            row[f"gen_tokens_{arm}"] = int(m["rollout/gen_tokens"].sum()) if m.height else 0
-            if "gate/cut_tp" in m.columns:  # --judge-cuts
-                row[f"cut_tp_{arm}"] = int(m["gate/cut_tp"].sum())
-                row[f"cut_fp_{arm}"] = int(m["gate/cut_fp"].sum())
-            row[f"grad_l2_{arm}"] = _mean(stepped["train/grad_l2"]) if m.height else nan
-            row[f"zero_adv_{arm}"] = _mean(m["train/zero_adv_frac"]) if m.height else nan
-            row[f"zero_var_rate_{arm}"] = (
-                float(m["gate/zero_var_kept"].sum() / max(kept, 1)) if m.height else nan
-            )
-            row[f"eval0_{arm}"] = _success_at(e, 0)
-            row[f"eval_last_{arm}"] = _success_at(e, last_eval)
+            got = _seed_arm(_of(metrics, seed, arm), _of(evals, seed, arm), last_eval)
+            row.update({f"{q}_{arm}": got[q] for q in _PER_SEED if q in got})
         base, gated = row["wall_s_baseline"], row["wall_s_gated"]
         row["wall_saving"] = (base - gated) / base if base == base and base > 0 else nan
         tok_base = row["gen_tokens_baseline"]
@@ -180,7 +223,7 @@ def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
 
     def ms(col: str, scale: float = 1.0, digits: int = 3) -> str:
         m, s = mean_std(seeds[col].to_list()) if col in seeds.columns else (math.nan, math.nan)
-        return "—" if m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
+        return mean_pm(m, s, scale, digits)
 
     def fill(template: str) -> str:
         def cell(match: re.Match) -> str:
@@ -202,53 +245,11 @@ def aggregate_frame(seeds: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _arm_seed_row(m: pl.DataFrame, e: pl.DataFrame, last_eval: int) -> dict[str, float]:
-    """One (seed, arm)'s totals: see :func:`arms_frame`."""
-    from srollout.core.arms import arm_summary
-
-    def total(col: str) -> float:
-        return float(m[col].cast(pl.Float64).sum()) if col in m.columns and m.height else 0.0
-
-    # arm_summary (core, shared with ab-rollout) reads the per-iteration rows under these keys
-    per_iteration = m.select(
-        pl.col("time/iter_s").alias("iter_s"),
-        pl.col("rollout/gen_tokens").alias("n_gen_tokens"),
-        pl.col("gate/useful").alias("n_useful"),
-    )
-    base = arm_summary(per_iteration.to_dicts())
-    return {
-        "wall_s": base["wall_s"],
-        "gen_tokens": float(base["gen_tokens"]),
-        "useful_groups": float(base["useful"]),
-        "useful_per_s": base["useful_per_s"],
-        "groups": total("rollout/groups"),
-        "cuts": total("gate/cuts"),
-        "skipped": total("gate/skipped"),
-        "stalled": total("gate/stalled"),
-        "extra_rounds": total("gate/dapo_rounds") - m.height,
-        "cap_hits": total("gate/dapo_hit_cap"),
-        "eval0": _success_at(e, 0),
-        "eval_last": _success_at(e, last_eval),
-    }
-
-
+# summary_arms.parquet's quantities (each with its ``_std``), in column order
 ARM_QUANTITIES = (
-    "wall_s",
-    "gen_tokens",
-    "useful_groups",
-    "useful_per_s",
-    "groups",
-    "cuts",
-    "skipped",
-    "stalled",
-    "extra_rounds",
-    "cap_hits",
-    "eval0",
-    "eval_last",
-    "wall_saving",
-    "token_saving",
-    "eval_delta",
-)
+    "wall_s gen_tokens useful_groups useful_per_s groups cuts skipped stalled extra_rounds "
+    "cap_hits eval0 eval_last wall_saving token_saving eval_delta"
+).split()
 
 
 def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) -> pl.DataFrame:
@@ -263,17 +264,13 @@ def arms_frame(metrics: pl.DataFrame, evals: pl.DataFrame, order: Any = None) ->
         if metrics.height
         else []
     )
-    per: dict[tuple[str, int], dict[str, float]] = {}
-    for seed in sorted(set(metrics["seed"].to_list())) if metrics.height else []:
-        for arm in arms:
-            m = metrics.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-            e = (
-                evals.filter((pl.col("seed") == seed) & (pl.col("arm") == arm))
-                if evals.height
-                else evals
-            )
-            if m.height:
-                per[(arm, seed)] = _arm_seed_row(m, e, last_eval)
+    seeds = sorted(set(metrics["seed"].to_list())) if metrics.height else []
+    per = {
+        (arm, seed): _seed_arm(_of(metrics, seed, arm), _of(evals, seed, arm), last_eval)
+        for seed in seeds
+        for arm in arms
+        if _of(metrics, seed, arm).height
+    }
     for (_arm, seed), row in per.items():
         b = per.get(("baseline", seed))
         nan = float("nan")
@@ -301,9 +298,9 @@ def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
     """The per-arm table as text cells 'mean ± std' for report.md and the console."""
 
     def ms(row: dict[str, Any], q: str, scale: float = 1.0, digits: int = 1) -> str:
-        m, s = row[q], row[f"{q}_std"]
-        return "—" if m is None or m != m else f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}"
+        return mean_pm(row[q], row[f"{q}_std"], scale, digits)
 
+    stalled = any((x["stalled"] or 0) > 0 for x in arms.iter_rows(named=True))
     rows = [
         {
             "arm": r["arm"],
@@ -313,11 +310,7 @@ def arms_markdown_view(arms: pl.DataFrame) -> pl.DataFrame:
             "useful groups": ms(r, "useful_groups"),
             "useful groups / s": ms(r, "useful_per_s", digits=3),
             "cut / skipped": f"{r['cuts']:.1f} / {r['skipped']:.1f}",
-            **(
-                {"trajectories stopped": ms(r, "stalled")}
-                if any((x["stalled"] or 0) > 0 for x in arms.iter_rows(named=True))
-                else {}
-            ),
+            **({"trajectories stopped": ms(r, "stalled")} if stalled else {}),
             "DAPO extra rounds (cap hits)": f"{r['extra_rounds']:.1f} ({r['cap_hits']:.1f})",
             "held-out success, last (%)": ms(r, "eval_last", 100),
             "vs baseline (pp)": ms(r, "eval_delta", 100),
@@ -355,42 +348,50 @@ def _band(ax: Any, frame: pl.DataFrame, x: str, y: str, arm: str, rolling: int =
     ax.fill_between(xs, m - s, m + s, color=arm_color(arm), alpha=0.2)
 
 
+def _iteration_panels(
+    arms: list[str], panels: list, title: str, path: Path, label_size: Any = "medium", extra=None
+) -> Path:
+    """A 2×2 figure over iterations. ``panels``, row by row: (frame, column, y label, rolling),
+    each drawn as every arm's mean ± 1 std band (:func:`_band`); a panel whose frame is None is
+    drawn by ``extra(ax)``."""
+    from srollout.report.figures import pyplot, save_figure
+
+    fig, axes = pyplot().subplots(2, 2, figsize=(11, 7.5))
+    for ax, (frame, y, label, rolling) in zip(axes.flat, panels, strict=True):
+        if frame is None:
+            extra(ax)
+        else:
+            for arm in arms:
+                _band(ax, frame, "iteration", y, arm, rolling)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(label, fontsize=label_size)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def onpolicy_figure(metrics: pl.DataFrame, evals: pl.DataFrame, path: Path) -> Path:
     """The paper's 4-panel Tier-3 figure: held-out success, cumulative wall-clock, training reward
     (5-iteration rolling; the gated arm over uncut groups only), gradient L2 norm."""
-    from srollout.report.figures import pyplot, save_figure
-
-    plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    stepped = metrics.filter(pl.col("train/stepped"))
     ev = evals.group_by("arm", "seed", "iteration").agg(
         pl.col("success").cast(pl.Float64).mean().alias("success")
     )
     panels = [
-        (axes[0][0], ev, "success", "held-out success (greedy)", 1),
-        (axes[0][1], metrics, "time/cum_s", "cumulative training wall-clock (s)", 1),
-        (axes[1][0], metrics, "train/reward", "training reward (uncut groups, 5-iter rolling)", 5),
-        (axes[1][1], stepped, "train/grad_l2", "gradient L2 norm", 1),
+        (ev, "success", "held-out success (greedy)", 1),
+        (metrics, "time/cum_s", "cumulative training wall-clock (s)", 1),
+        (metrics, "train/reward", "training reward (uncut groups, 5-iter rolling)", 5),
+        (metrics.filter(pl.col("train/stepped")), "train/grad_l2", "gradient L2 norm", 1),
     ]
-    for ax, frame, y, label, rolling in panels:
-        for arm in _arms_in(metrics):
-            _band(ax, frame, "iteration", y, arm, rolling)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend()
     n = metrics["seed"].n_unique()
-    fig.suptitle(f"On-policy GRPO A/B, mean ± 1 std over {n} seed(s)")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    title = f"On-policy GRPO A/B, mean ± 1 std over {n} seed(s)"
+    return _iteration_panels(_arms_in(metrics), panels, title, path)
 
 
 def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
     """App. "Mechanism evolution": zero-variance rate (gated: uncut groups), cut rate vs the
     baseline arm's zero-variance rate, gradient L2, zero-advantage fraction; per iteration."""
-    from srollout.report.figures import pyplot, save_figure
-
-    plt = pyplot()
     m = metrics.with_columns(
         # an iteration whose groups were all cut has no zero-variance rate (not 0)
         pl.when(pl.col("gate/kept") > 0)
@@ -399,35 +400,26 @@ def mechanism_figure(metrics: pl.DataFrame, path: Path) -> Path:
         .alias("zv_rate"),
         (pl.col("gate/cuts") / pl.col("rollout/groups")).alias("cut_rate"),
     )
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    for arm in _arms_in(m):
-        _band(axes[0][0], m, "iteration", "zv_rate", arm, 5)
-        _band(axes[1][0], m.filter(pl.col("train/stepped")), "iteration", "train/grad_l2", arm)
-        _band(axes[1][1], m, "iteration", "train/zero_adv_frac", arm)
-    ax = axes[0][1]
-    lines = (("baseline", "zv_rate", "zero-variance rate"), ("gated", "cut_rate", "cut rate"))
-    for arm, col, what in lines:
-        by_it = m.filter(pl.col("arm") == arm).group_by("iteration").agg(pl.col(col).mean())
-        by_it = by_it.sort("iteration")
-        ax.plot(
-            by_it["iteration"].to_list(), by_it[col].to_list(), color=ARM_COLORS[arm],
-            label=f"{arm} {what}",
-        )  # fmt: skip
-    ax.legend()
-    labels = [
-        "zero-variance rate (gated: uncut groups)",
-        "cut rate vs baseline zero-variance rate",
-        "gradient L2 norm",
-        "zero-advantage fraction of the batch",
+
+    def cut_rate(ax: Any) -> None:
+        lines = (("baseline", "zv_rate", "zero-variance rate"), ("gated", "cut_rate", "cut rate"))
+        for arm, col, what in lines:
+            by_it = m.filter(pl.col("arm") == arm).group_by("iteration").agg(pl.col(col).mean())
+            by_it = by_it.sort("iteration")
+            ax.plot(
+                by_it["iteration"].to_list(), by_it[col].to_list(), color=ARM_COLORS[arm],
+                label=f"{arm} {what}",
+            )  # fmt: skip
+        ax.legend()
+
+    panels = [
+        (m, "zv_rate", "zero-variance rate (gated: uncut groups)", 5),
+        (None, "", "cut rate vs baseline zero-variance rate", 1),
+        (m.filter(pl.col("train/stepped")), "train/grad_l2", "gradient L2 norm", 1),
+        (m, "train/zero_adv_frac", "zero-advantage fraction of the batch", 1),
     ]
-    for a, label in zip(axes.flat, labels, strict=True):
-        a.set_xlabel("iteration")
-        a.set_ylabel(label, fontsize=8)
-        a.grid(alpha=0.3)
-    axes[0][0].legend()
-    fig.suptitle("Mechanism: zero-variance groups, cuts and dilution over training")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    title = "Mechanism: zero-variance groups, cuts and dilution over training"
+    return _iteration_panels(_arms_in(m), panels, title, path, 8, cut_rate)
 
 
 def audit_figure(metrics: pl.DataFrame, floor: float, path: Path) -> Path:
