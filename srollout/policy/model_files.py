@@ -7,6 +7,8 @@ file is whole costs milliseconds, so every command checks first and names the fi
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -155,13 +157,28 @@ def _check_embedding(path: Path, config: dict, hint: str) -> None:
         )
 
 
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks; hashed once per process while its size and
+    mtime stay the same (every ``resolve_model`` call would re-read a 93 MB GGUF, ~0.3 s)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return _sha256(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def model_provenance(path: Path, shipped: Path) -> dict:
     """What a run's manifest records of the model it rolled out: the directory, whether it is the
     shipped default policy (``shipped``), its build's config hash and precision (built models),
     and the first 16 hex digits of the weights' sha256, so two runs can be told apart by their
-    weights."""
-    import hashlib
-
+    weights (hashed once per process, :func:`file_sha256`)."""
     path = Path(path)
     record: dict = {"path": str(path), "shipped_default": path.resolve() == Path(shipped).resolve()}
     build = path / "build.json"
@@ -170,11 +187,7 @@ def model_provenance(path: Path, shipped: Path) -> dict:
         record.update(config_hash=info.get("config_hash"), precision=info.get("precision"))
     weights = path / "model.safetensors"
     if weights.is_file():
-        digest = hashlib.sha256()
-        with weights.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        record["weights_sha256"] = digest.hexdigest()[:16]
+        record["weights_sha256"] = file_sha256(weights)[:16]
     return record
 
 

@@ -154,16 +154,16 @@ def test_cli_refuses_a_truncated_gguf_and_writes_nothing(home, tiny_gguf, tmp_pa
 
 
 def test_the_hash_is_read_once_per_process_until_the_file_changes(tmp_path):
-    from srollout.policy import gguf
+    from srollout.policy import model_files
 
     f = write_tiny_llama(tmp_path / "h.gguf", seed=4)
-    first = gguf.file_sha256(f)
-    reads = gguf._sha256.cache_info().misses
-    assert gguf.file_sha256(tmp_path / "." / "h.gguf") == first  # the same file by another path
-    assert gguf._sha256.cache_info().misses == reads
+    first = model_files.file_sha256(f)
+    reads = model_files._sha256.cache_info().misses
+    assert model_files.file_sha256(tmp_path / "." / "h.gguf") == first  # another path to it
+    assert model_files._sha256.cache_info().misses == reads
     write_tiny_llama(f, seed=5)  # new bytes: a new size or mtime, hashed again
-    assert gguf.file_sha256(f) != first
-    assert gguf._sha256.cache_info().misses == reads + 1
+    assert model_files.file_sha256(f) != first
+    assert model_files._sha256.cache_info().misses == reads + 1
 
 
 def test_a_full_disk_while_converting_is_one_line_naming_the_cache_and_the_space_left(
