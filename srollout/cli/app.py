@@ -32,17 +32,8 @@ def _register() -> None:
 
     # The order `srollout --help` lists them in: the paper's pipeline, then the helpers `policy`
     # (build/inspect the default policy) and `serve` (a vLLM server).
-    for name in (
-        "collect",
-        "analyze",
-        "sweep",
-        "what_if",
-        "ab_rollout",
-        "train_offpolicy",
-        "train_onpolicy",
-        "policy",
-        "serve",
-    ):
+    pipeline = ("collect", "analyze", "sweep", "what_if", "ab_rollout")
+    for name in (*pipeline, "train_offpolicy", "train_onpolicy", "policy", "serve"):
         importlib.import_module(f"srollout.cli.{name}").register(app)
 
 

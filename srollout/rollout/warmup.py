@@ -35,9 +35,8 @@ def warm_up(
     t0 = time.perf_counter()
     env = env_factory()
     try:
-        for (
-            task
-        ) in tasks:  # the engine caches parsed games per process: the first arm would pay it alone
+        # the engine caches parsed games per process: the first arm would pay it alone
+        for task in tasks:
             env.reset(task, 0)
     finally:
         env.close()
