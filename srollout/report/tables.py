@@ -80,7 +80,6 @@ def to_rich(
     columns: Sequence[str] | None = None,
     digits: int | dict[str, int] = 3,
     highlight_rows: Sequence[int] = (),
-    caption: str | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Any:
     """``df`` as a ``rich.table.Table``; rows in ``highlight_rows`` in bold green; ``headers``
@@ -91,7 +90,6 @@ def to_rich(
     header, rows = _cells(df, columns, digits)
     table = Table(
         title=title,
-        caption=caption,
         header_style="bold",
         box=box.SIMPLE_HEAD,
         padding=(0, 0),

@@ -21,6 +21,7 @@ from srollout.core.ab_scoring import Comparison, Confusion, Mismatch, Saving, Se
 from srollout.core.stats import PairedBootstrap
 from srollout.report.ab import (
     _mismatch_text,
+    arms_text,
     arms_view,
     block_savings_frame,
     blocks_frame,
@@ -287,6 +288,30 @@ def test_arms_table_formats_each_arm_by_what_it_did():
         ),
         ("dapo", "50.00", "15,000", "7", "4", "0.080", "1.60× / 1.25×", "—", "—", "2 / 3, 1", ""),
     ]
+
+
+def test_the_arms_paragraph_gives_the_settings_and_cap_hits_and_links_what_the_columns_count():
+    config = AbRolloutConfig(
+        groups=4, repeats=2, seed=3, dapo_max_rounds=2, greso_p_explore=0.25, policy="expert"
+    )
+    arms = pl.DataFrame(
+        {
+            "arm": ["baseline", "dapo", "greso"],
+            "dapo": [False, True, False],
+            "greso": [False, False, True],
+            "cap_hits": [0, 1, 0],
+        }
+    )
+    text = arms_text(config, arms)
+    assert text.startswith("Totals over 2 repeat(s) of 4 tasks per arm;")
+    assert "**dapo**: DAPO, at most 2 extra round(s) a block." in text
+    assert "**1 timed block(s) hit the cap** (`--dapo-max-rounds 2`)" in text
+    assert "**GRESO**: p = 0.25, seed 3, no `--greso-history`: an optimistic GRESO" in text
+    # what the columns count, and why a GRESO without a history is optimistic: the doc linked
+    docs = linked_docs(text)
+    assert "useful groups per second" in docs and "optimistic GRESO" in docs
+    no_cap = arms.with_columns(pl.lit(0).alias("cap_hits"))
+    assert "hit the cap" not in arms_text(config, no_cap)
 
 
 def test_method_names_the_abba_order_and_the_settings():

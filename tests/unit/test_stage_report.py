@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from srollout.report.markdown import Section, doc_link, figure, write_report
-from srollout.report.tables import format_value, to_markdown, to_rich
+from srollout.report.tables import format_value, mean_pm, num, pct, to_markdown, to_rich
 
 
 def test_format_value() -> None:
@@ -18,6 +18,39 @@ def test_format_value() -> None:
     assert format_value(0.0) == "0.000"
     assert format_value(math.nan) == "—" and format_value(None) == "—"
     assert format_value(True) == "yes" and format_value(12) == "12"
+
+
+def test_share_number_and_mean_std_cells() -> None:
+    assert pct(0.1234) == "12.3 %" and pct(-0.25) == "-25.0 %"
+    assert num(12345.678) == "12,345.7" and num(2 / 3, 3) == "0.667"
+    assert mean_pm(0.5, 0.25, 100) == "50.0 ± 25.0" and mean_pm(2.0, 0.0, digits=0) == "2 ± 0"
+    assert pct(None) == pct(math.nan) == num(math.nan) == mean_pm(math.nan, 1.0) == "—"
+
+
+def test_what_if_table_in_markdown() -> None:
+    from srollout.report.what_if import table_markdown
+
+    table = pl.DataFrame(
+        {
+            "method": ["trajectory gate", "DAPO"],
+            "setting": ["stall W 3 from 5", "filter and refill"],
+            "decisions": [4, 0],
+            "right": [2, 0],
+            "precision": [0.5, math.nan],
+            "precision_low": [0.068, math.nan],
+            "precision_high": [0.932, math.nan],
+            "steps_saved": [0.002, 0.0],
+            "tokens_saved": [math.nan, 0.0],
+            "note": ["stops", "after the rollout"],
+        }
+    )
+    assert table_markdown(table).splitlines() == [
+        "| method | setting | decisions | right | precision [95 % CI] | steps saved | tokens saved "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|",
+        "| trajectory gate | stall W 3 from 5 | 4 | 2 | 0.500 [0.068, 0.932] | 0.2 % | — | stops |",
+        "| DAPO | filter and refill | 0 | 0 | — | 0.0 % | 0.0 % | after the rollout |",
+    ]
 
 
 def test_markdown_table_escapes_pipes_and_bolds_rows() -> None:
