@@ -10,19 +10,36 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
 
 from srollout.config import GateFitConfig, SweepConfig
+from srollout.core.adaptive_gate import AdaptiveGate, evaluate_variable_cuts, fit_adaptive_gate
+from srollout.core.gate import GateRule, check_step
+from srollout.core.learned_gate import (
+    FEATURE_SETS,
+    SIGNAL_FIELDS,
+    LearnedGate,
+    assign_folds,
+    fit_learned_gate,
+    gate_selector,
+    nested_heldout_cuts,
+)
+from srollout.core.stats import bootstrap_ci, ratio_of_sums
+from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 from srollout.errors import SrolloutError
+from srollout.report.markdown import Section, doc_link
+from srollout.report.tables import to_markdown, to_rich
 from srollout.stages.buffer import Buffer
-from srollout.stages.sweep_table import SHORT, SHOWN_CONSOLE, load_run, require_step_counts
-
-if TYPE_CHECKING:
-    from srollout.core.adaptive_gate import AdaptiveGate
-    from srollout.core.learned_gate import LearnedGate
+from srollout.stages.sweep_table import (
+    SHORT,
+    SHOWN_CONSOLE,
+    load_run,
+    random_measured_of_cuts,
+    require_step_counts,
+)
 
 LEARNED_FILE = "gate-learned.json"
 ADAPTIVE_FILE = "gate-adaptive.json"
@@ -86,8 +103,6 @@ def group_data(buffer: Buffer, Ks: tuple[int, ...], features: str = "classic") -
     """Arrays of ``buffer`` at every K of ``Ks`` (groups in group_id order at every K); the
     signals of the feature set ``features``. A step signal that ``features`` needs and the buffer
     lacks (absent, or no finite value at these K) is one SrolloutError."""
-    from srollout.core.learned_gate import FEATURE_SETS, SIGNAL_FIELDS
-
     fields = FEATURE_SETS[features]
     for name in fields[len(SIGNAL_FIELDS) :]:
         values = (
@@ -126,9 +141,6 @@ def _threshold_selector(
     """R1/R3: choose (K, d_L[, t_high]) on the train groups by the sweep's rule (largest safe —
     or, objective measured, measured step — savings with precision ≥ floor), apply it to the
     test groups of ``eval_data``."""
-    from srollout.core.gate import GateRule
-    from srollout.core.learned_gate import gate_selector
-    from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
 
     def fit(train: np.ndarray) -> GateRule | None:
         rows, params = [], []
@@ -186,9 +198,6 @@ def score_row(
 ) -> dict[str, Any]:
     """One table row: the outcome of the decisions (cut, cut_K) on the groups of ``data``, the
     oracle at K_ref and bootstrap CIs over groups."""
-    from srollout.core.adaptive_gate import evaluate_variable_cuts
-    from srollout.core.stats import bootstrap_ci, ratio_of_sums
-
     T = config.T_max
     zv = data.zero_var
     N = zv.size
@@ -235,8 +244,6 @@ def score_row(
             ratio_of_sums,
         )
     if config.objective == "measured":
-        from srollout.stages.sweep_table import random_measured_of_cuts
-
         rnd = random_measured_of_cuts(cut, cut_K, data.remaining_by_K, data.total_steps)
         row["random_measured_step_savings"] = rnd
         row["measured_vs_random"] = out.measured_step_savings / rnd if rnd > 0 else math.nan
@@ -261,16 +268,6 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
     """The gate comparison table (held-out decisions only for learned/adaptive) and the final gates.
 
     sweep: the plain sweep table of INPUT (its chosen rows give the in-sample R1/R3 reference)."""
-    from srollout.core.adaptive_gate import fit_adaptive_gate
-    from srollout.core.gate import GateRule, check_step
-    from srollout.core.learned_gate import (
-        assign_folds,
-        fit_learned_gate,
-        gate_selector,
-        nested_heldout_cuts,
-    )
-    from srollout.core.sweep import choose_operating_point
-
     Ks = tuple(sorted(set(config.K) | set(gates.check_K)))
     for k in gates.check_K:
         check_step(k, config.T_max, "check_K")
@@ -395,9 +392,6 @@ def write(run_dir: Path, comparison: GateComparison) -> list[Path]:
 
 
 def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
-    from srollout.report.markdown import Section, doc_link
-    from srollout.report.tables import to_markdown
-
     t = comparison.table
     ci = t.select(
         "gate",
@@ -452,8 +446,6 @@ def report_section(comparison: GateComparison, config: SweepConfig) -> Any:
 
 
 def print_table(console: Any, comparison: GateComparison, config: SweepConfig) -> None:
-    from srollout.report.tables import to_rich
-
     t = comparison.table
     console.print(
         to_rich(

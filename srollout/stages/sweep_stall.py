@@ -20,7 +20,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from srollout import schemas
 from srollout.config import StallFitConfig, SweepConfig
+from srollout.core.gate import check_step
 from srollout.core.stall_sweep import (
     HeldOut,
     RandomScore,
@@ -37,6 +39,9 @@ from srollout.core.trajectory_gate import StallGate
 from srollout.core.trajectory_signals import LoopCounts, loop_counts, steps_since_new
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link
+from srollout.report.tables import to_markdown, to_rich
+from srollout.rundir import require_complete
+from srollout.stages.sweep_table import SHORT
 
 STALL_FILE = "stall.parquet"
 GATE_FILE = "gate-stall.json"
@@ -79,7 +84,6 @@ def _per_trajectory(run: Path, steps: Sequence[str], trajs: Sequence[str]) -> pl
     """One row per trajectory of ``run`` in (group_id, traj_idx) order: its columns ``trajs`` and
     each of the step columns ``steps`` as the list of its values in step order (null without
     steps); only these columns, read through the contract's validating reader."""
-    from srollout import schemas
 
     per = (
         schemas.read(run / "steps.parquet", schemas.STEPS, columns=[*KEYS, "step", *steps])
@@ -96,8 +100,6 @@ def load_trajectories(path: Path) -> Trajectories:
     """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id), from
     the columns STEP_COLUMNS and TRAJ_COLUMNS name (and steps_since_new, or what it is computed
     from)."""
-    from srollout import schemas
-    from srollout.rundir import require_complete
 
     run = run_dir_of(path)
     require_complete(run)
@@ -200,7 +202,6 @@ def _grids(stall: StallFitConfig, T_max: int) -> tuple[tuple[int, ...], tuple[in
     rule from a step no trajectory reaches, or waiting longer than any trajectory runs, never
     fires, and its rows would only look like a result). Of the default k0 grid, the values beyond
     T_max are dropped (the user asked for none); the default W grid is kept as it is."""
-    from srollout.core.gate import check_step
 
     default = StallFitConfig()
     Ws, froms = stall.stall_W_grid, stall.stall_from_grid
@@ -219,7 +220,6 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
     """[N, T] loop counts of the collect in ``run`` (0 past each trajectory's end), trajectories
     in order of (group_id, traj_idx) as :func:`load_trajectories` holds them; ``shape`` is that
     table's (N, T). A missing column is one SrolloutError naming it."""
-    from srollout import schemas
 
     file = run / "steps.parquet"
     names = schemas.column_names(file)
@@ -245,7 +245,6 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
 
 def write(run_dir: Path, result: StallSweep) -> list[Path]:
     """stall.parquet (one row per rule) and gate-stall.json (only if a rule cleared the floor)."""
-    from srollout import schemas
 
     out = [schemas.write(result.table, run_dir / STALL_FILE)]
     if result.gate is not None:
@@ -270,8 +269,6 @@ def _held_out_line(result: StallSweep, config: SweepConfig) -> str:
 
 
 def report_section(result: StallSweep, config: SweepConfig) -> Section:
-    from srollout.report.tables import to_markdown
-
     shown = result.table.select(
         "rule", "W", "k0", "n_stops", "n_false", "precision", "step_savings", "token_savings",
         "random_precision", "random_step_savings", "to_zero_var", "to_mixed", "adv_l2_moved",
@@ -296,8 +293,6 @@ def report_section(result: StallSweep, config: SweepConfig) -> Section:
 
 
 def print_table(console: Any, result: StallSweep, config: SweepConfig) -> None:
-    from srollout.report.tables import to_rich
-    from srollout.stages.sweep_table import SHORT
 
     best = result.table.filter(pl.col("rule") == "stall").sort("step_savings", descending=True)
     ok = best.filter(pl.col("precision") >= config.precision_floor).head(8)

@@ -21,7 +21,17 @@ import numpy as np
 import polars as pl
 
 from srollout.config import SweepConfig
+from srollout.core.gate import GateRule
+from srollout.core.sweep import (
+    choose_operating_point,
+    evaluate_grid,
+    measured_share,
+    random_cut_expectation,
+    random_measured_share,
+)
 from srollout.errors import SrolloutError
+from srollout.report.markdown import Section, doc_link
+from srollout.report.tables import to_markdown
 from srollout.stages.buffer import Buffer, load_buffer
 
 D_K = "prefix_edit_distance_mean"
@@ -93,7 +103,6 @@ def cut_mask(
     """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, by
     :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions the
     saved gate.json will make."""
-    from srollout.core.gate import GateRule
 
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
 
@@ -102,7 +111,6 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
     """One row per (rule, K, d_L[, t_high]) with the gate's outcome, the random-cut baseline with
     the same number of cuts (its expectation over uniformly random cuts, in closed form) and the
     oracle. progress: an optional ``(done, total)`` callback, called after each K."""
-    from srollout.core.sweep import evaluate_grid, random_cut_expectation
 
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
     adv_sq = buffer.advantage_sq_norms()
@@ -158,7 +166,6 @@ def choose(sweep: pl.DataFrame, precision_floor: float, objective: str = "safe")
     """Index of the row with the largest safe savings (objective "measured": measured step
     savings) among those with precision ≥ the floor (ties: higher precision, then smaller d_L) —
     :func:`srollout.core.sweep.choose_operating_point`."""
-    from srollout.core.sweep import choose_operating_point
 
     return choose_operating_point(sweep.to_dicts(), precision_floor, objective)
 
@@ -209,7 +216,6 @@ def _ratio(a: float | None, b: float | None) -> float:
 def add_columns(sweep: pl.DataFrame, buffer: Buffer, config: SweepConfig) -> pl.DataFrame:
     """The sweep table plus measured_vs_random and, where the buffer has generated tokens per
     step, measured_token_savings and random_measured_token_savings (one value per row)."""
-    from srollout.core.sweep import measured_share, random_measured_share
 
     pairs = zip(sweep["measured_step_savings"], sweep["random_measured_step_savings"], strict=True)
     ratio = pl.Series([_ratio(a, b) for a, b in pairs], dtype=pl.Float64)
@@ -267,8 +273,6 @@ def comparison(sweep: pl.DataFrame, index: int | None) -> pl.DataFrame | None:
 
 
 def report_section(sweep: pl.DataFrame, index: int | None, config: SweepConfig) -> Any:
-    from srollout.report.markdown import Section, doc_link
-    from srollout.report.tables import to_markdown
 
     table = comparison(sweep, index)
     head = (
@@ -315,7 +319,6 @@ def random_measured_of_cuts(
 ) -> float:
     """A random cut with as many groups cut at each step as the gate's decisions (cut bool[N],
     cut_K int[N]): Σ_K n_cut_at_K/N · Σ remaining_K / Σ total (linearity of expectation)."""
-    from srollout.core.sweep import random_measured_share
 
     if remaining_by_K is None or total is None:
         return math.nan

@@ -35,8 +35,26 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from srollout import schemas
 from srollout.config import GateFitConfig, StallFitConfig, SweepConfig, WhatIfConfig
+from srollout.core.arms import GresoSkipper
+from srollout.core.audit import clopper_pearson_lower, clopper_pearson_upper
+from srollout.core.gate import GateRule
+from srollout.core.grpo import is_zero_variance
 from srollout.errors import SrolloutError
+from srollout.report.markdown import Section, figure, write_report
+from srollout.report.what_if import bars, print_table, snippets, table_markdown
+from srollout.rundir import Manifest, prepare_run_dir, require_complete
+from srollout.stages.buffer import load_buffer
+from srollout.stages.sweep_gates import compare_gates
+from srollout.stages.sweep_stall import (
+    load_loop_counts,
+    load_trajectories,
+    loop_rows,
+    run_dir_of,
+    sweep_stall,
+)
+from srollout.stages.sweep_table import check_folds, choose, sweep_table, token_costs
 
 TABLE = "what-if.parquet"
 FIGURE = "what-if.png"
@@ -49,7 +67,6 @@ class WhatIfResult(NamedTuple):
 
 
 def _interval(right: int, n: int) -> tuple[float, float]:
-    from srollout.core.audit import clopper_pearson_lower, clopper_pearson_upper
 
     if n == 0:
         return math.nan, math.nan
@@ -78,8 +95,6 @@ GROUP_NEEDS = ("group_id", "task_id", "reward", "n_steps", "n_gen_tokens")
 def _groups(run: Path) -> pl.DataFrame:
     """One row per group, in play order (a trainer log: by trainer step; a collect: by group
     index): task, zero-variance (its rewards), and the steps and tokens it took."""
-    from srollout import schemas
-    from srollout.core.grpo import is_zero_variance
 
     trajs_file = run / "trajectories.parquet"
     missing = [c for c in GROUP_NEEDS if c not in schemas.column_names(trajs_file)]
@@ -114,10 +129,6 @@ def _groups(run: Path) -> pl.DataFrame:
 
 
 def _group_gate(config: WhatIfConfig, sweep_config: SweepConfig) -> tuple[dict, Any]:
-    from srollout.core.gate import GateRule
-    from srollout.stages.buffer import load_buffer
-    from srollout.stages.sweep_gates import compare_gates
-    from srollout.stages.sweep_table import choose, sweep_table, token_costs
 
     K = config.K
     buffer = load_buffer(config.input, (K,), default_K=(K,))
@@ -164,7 +175,6 @@ def _stop_row(method: str, setting: str, score: Any, note: str) -> dict:
 def _trajectory_gate(
     config: WhatIfConfig, sweep_config: SweepConfig, trajs: Any
 ) -> tuple[dict, Any]:
-    from srollout.stages.sweep_stall import sweep_stall
 
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
     stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
@@ -176,7 +186,6 @@ def _trajectory_gate(
 
 
 def _loop_detector(config: WhatIfConfig, run: Path, trajs: Any) -> dict:
-    from srollout.stages.sweep_stall import load_loop_counts, loop_rows
 
     counts = load_loop_counts(run, trajs.since_new.shape, "what-if")
     row = loop_rows(trajs, counts, (config.loop_from,), config.seed)[0]
@@ -198,7 +207,6 @@ def _dapo(groups: pl.DataFrame) -> dict:
 
 
 def _greso(groups: pl.DataFrame, p: float, seed: int) -> dict:
-    from srollout.core.arms import GresoSkipper
 
     skipper = GresoSkipper(p, seed)
     by_step = "trainer_step" in groups.columns
@@ -243,9 +251,6 @@ def _merge_if_trainer_log(path: Path) -> None:
 def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResult:
     """Judge every method on ``config.input``'s groups; write the run directory."""
     from srollout.console import make_console
-    from srollout.rundir import Manifest, prepare_run_dir, require_complete
-    from srollout.stages.sweep_stall import load_trajectories, run_dir_of
-    from srollout.stages.sweep_table import check_folds
 
     console = console or make_console()
     _merge_if_trainer_log(Path(config.input))
@@ -271,9 +276,6 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     table = pl.DataFrame(rows)
     run_dir = prepare_run_dir(config.out, "what-if", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "what-if", config)
-    from srollout import schemas
-    from srollout.report.markdown import Section, figure, write_report
-    from srollout.report.what_if import bars, snippets, table_markdown
 
     outputs = [schemas.write(table, run_dir / TABLE)]
     if group_gate is not None:
@@ -295,7 +297,6 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     ]
     outputs.append(write_report(run_dir, "srollout what-if", sections, preamble))
     manifest.complete(outputs, input=str(run), n_groups=groups.height)
-    from srollout.report.what_if import print_table
 
     print_table(console, table, run_dir)
     return WhatIfResult(run_dir, table, tuple(outputs))
