@@ -112,31 +112,23 @@ def bootstrap_operating_point(
         np.column_stack(columns).astype(np.float64), n_resamples=config.n_boot, seed=config.seed
     )
     # the mean of per-group contributions is the savings formula: Σ_g tp_g·(T_max−K)/T_max / N
-    safe = sums_ci(sums, lambda s, n: s[..., 0] * per_step / n)
-    intervals = [
-        _interval("safe_savings", safe),
-        _interval("raw_savings", sums_ci(sums, lambda s, n: s[..., 1] * per_step / n)),
-    ]
+    statistics = {
+        "safe_savings": lambda s, n: s[..., 0] * per_step / n,
+        "raw_savings": lambda s, n: s[..., 1] * per_step / n,
+    }
     if cut.any():
-        intervals.append(_interval("precision", sums_ci(sums, lambda s, n: s[..., 0] / s[..., 1])))
+        statistics["precision"] = lambda s, n: s[..., 0] / s[..., 1]
     if buffer.has_step_counts:
-        intervals.append(
-            _interval("measured_step_savings", sums_ci(sums, lambda s, n: s[..., 2] / s[..., 3]))
-        )
-    return OperatingPoint(
-        index,
-        row["rule"],
-        K,
-        row["d_L"],
-        row["t_high"],
-        tuple(intervals),
-        config.n_boot,
-        safe.level,
+        statistics["measured_step_savings"] = lambda s, n: s[..., 2] / s[..., 3]
+    cis = {name: sums_ci(sums, f) for name, f in statistics.items()}
+    intervals = tuple(
+        Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
+        for name, ci in cis.items()
     )
-
-
-def _interval(name: str, ci: Any) -> Interval:
-    return Interval(name, float(ci.estimate), float(ci.low), float(ci.high))
+    level = cis["safe_savings"].level
+    return OperatingPoint(
+        index, row["rule"], K, row["d_L"], row["t_high"], intervals, config.n_boot, level
+    )
 
 
 def run_sweep(

@@ -227,7 +227,8 @@ def score_row(
         "n_groups": N,
         "n_zero_var": int(zv.sum()),
     }
-    boot_args = dict(n_resamples=config.n_boot, seed=config.seed)
+    # statistic None: the mean of [N] values; a ratio of sums reads a batch of resamples
+    boot = dict(n_resamples=config.n_boot, seed=config.seed, batched=True)
     samples = {
         "safe_savings": (np.where(tp, gain, 0.0), None),
         "raw_savings": (gain, None),
@@ -251,11 +252,7 @@ def score_row(
         low = high = math.nan
         if name in samples and not (name == "precision" and not cut.any()):
             x, stat = samples[name]
-            ci = (
-                bootstrap_ci(x, **boot_args)
-                if stat is None
-                else bootstrap_ci(x, statistic=stat, batched=True, **boot_args)
-            )
+            ci = bootstrap_ci(x, statistic=stat, **boot)
             low, high = float(ci.low), float(ci.high)
         row[f"{name}_ci_low"], row[f"{name}_ci_high"] = low, high
     return row
