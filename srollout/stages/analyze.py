@@ -467,6 +467,10 @@ def _preamble(config: AnalyzeConfig, buffer: Buffer) -> str:
 def _report_sections(
     config, buffer, corr, summary, strat, false_pos, fig_K, corr_sub, groups_sub, figures, run_dir
 ) -> list[Section]:
+    def shown(key: str, caption: str) -> str:
+        """The figure's markdown; "" when it was not drawn (--no-figures)."""
+        return figure(figures[key], run_dir, caption) if key in figures else ""
+
     sections = [
         Section(
             "Correlation with reward variance",
@@ -475,16 +479,8 @@ def _report_sections(
             + doc_link("artifacts.md", "correlation.parquet — one row per (K, metric) (analyze)")
             + ".\n\n"
             + to_markdown(wide_correlation(corr))
-            + (
-                "\n"
-                + figure(
-                    figures["heatmap"],
-                    run_dir,
-                    "Spearman ρ (left) and AUROC (right) per (signal, K)",
-                )
-                if "heatmap" in figures
-                else ""
-            ),
+            + ("\n" if "heatmap" in figures else "")
+            + shown("heatmap", "Spearman ρ (left) and AUROC (right) per (signal, K)"),
         )
     ]
     median = summary.select(pl.col("d_K_auroc").median(), pl.col("best_auroc").median()).row(0)
@@ -521,30 +517,16 @@ def _report_sections(
             )
         else:
             body += to_markdown(false_pos) if false_pos.height else "No false positives.\n"
-        sections.append(Section("False positives of the default gate", body))
     else:
-        sections.append(
-            Section(
-                "False positives of the default gate",
-                f"Not computed: K={config.gate_K} is not among the analysed K "
-                f"({', '.join(map(str, buffer.Ks))}).\n",
-            )
+        body = (
+            f"Not computed: K={config.gate_K} is not among the analysed K "
+            f"({', '.join(map(str, buffer.Ks))}).\n"
         )
-    figure_md = "".join(
-        figure(figures[key], run_dir, caption)
-        for key, caption in (
-            ("hist", f"d_K at K={fig_K} by group label (dashed: d_L)"),
-            (
-                "scatter",
-                f"d_K at K={fig_K} against reward variance"
-                + (
-                    f" ({SCATTER_POINTS:,}-group seeded sample)"
-                    if buffer.n_groups > SCATTER_POINTS
-                    else ""
-                ),
-            ),
-        )
-        if key in figures
+    sections.append(Section("False positives of the default gate", body))
+    sampled = buffer.n_groups > SCATTER_POINTS
+    sample = f" ({SCATTER_POINTS:,}-group seeded sample)" if sampled else ""
+    figure_md = shown("hist", f"d_K at K={fig_K} by group label (dashed: d_L)") + shown(
+        "scatter", f"d_K at K={fig_K} against reward variance{sample}"
     )
     if figure_md:
         sections.append(Section("Figures", figure_md))
@@ -567,11 +549,7 @@ def _report_sections(
                 rows.select(["groups", *[c for c in rows.columns if c not in ("groups", "metric")]])
             )
             + "\nAll signals: `correlation_g8.parquet`.\n\n"
-            + (
-                figure(figures["g8"], run_dir, "Spearman ρ of d_K against K, both group sizes")
-                if "g8" in figures
-                else ""
-            )
+            + shown("g8", "Spearman ρ of d_K against K, both group sizes")
         )
         sections.append(
             Section(f"G={SUBSAMPLE_G} sub-samples of the G={G} groups (App. G16 panel)", body)
