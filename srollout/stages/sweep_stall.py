@@ -84,7 +84,6 @@ def _per_trajectory(run: Path, steps: Sequence[str], trajs: Sequence[str]) -> pl
     """One row per trajectory of ``run`` in (group_id, traj_idx) order: its columns ``trajs`` and
     each of the step columns ``steps`` as the list of its values in step order (null without
     steps); only these columns, read through the contract's validating reader."""
-
     per = (
         schemas.read(run / "steps.parquet", schemas.STEPS, columns=[*KEYS, "step", *steps])
         .sort(*KEYS, "step")
@@ -100,7 +99,6 @@ def load_trajectories(path: Path) -> Trajectories:
     """A complete run's trajectories as :class:`Trajectories` (groups in order of group_id), from
     the columns STEP_COLUMNS and TRAJ_COLUMNS name (and steps_since_new, or what it is computed
     from)."""
-
     run = run_dir_of(path)
     require_complete(run)
     steps_file, trajs_file = run / "steps.parquet", run / "trajectories.parquet"
@@ -220,7 +218,6 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
     """[N, T] loop counts of the collect in ``run`` (0 past each trajectory's end), trajectories
     in order of (group_id, traj_idx) as :func:`load_trajectories` holds them; ``shape`` is that
     table's (N, T). A missing column is one SrolloutError naming it."""
-
     file = run / "steps.parquet"
     names = schemas.column_names(file)
     missing = [c for c in (*KEYS, "step", *LOOP_NEEDS) if c not in names]
@@ -245,7 +242,6 @@ def load_loop_counts(run: Path, shape: tuple[int, int], source: str) -> LoopCoun
 
 def write(run_dir: Path, result: StallSweep) -> list[Path]:
     """stall.parquet (one row per rule) and gate-stall.json (only if a rule cleared the floor)."""
-
     out = [schemas.write(result.table, run_dir / STALL_FILE)]
     if result.gate is not None:
         out.append(result.gate.save(run_dir / GATE_FILE))

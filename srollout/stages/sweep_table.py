@@ -103,7 +103,6 @@ def cut_mask(
     """bool[N]: the groups the gate (rule, K, d_L[, t_high]) cuts, by
     :meth:`srollout.core.gate.GateRule.decide_arrays`, so the sweep scores exactly the decisions the
     saved gate.json will make."""
-
     return GateRule(rule=rule, K=K, d_L=d_L, t_high=t_high).decide_arrays(d_K, tau_K)
 
 
@@ -111,7 +110,6 @@ def sweep_table(buffer: Buffer, config: SweepConfig, progress: Any | None = None
     """One row per (rule, K, d_L[, t_high]) with the gate's outcome, the random-cut baseline with
     the same number of cuts (its expectation over uniformly random cuts, in closed form) and the
     oracle. progress: an optional ``(done, total)`` callback, called after each K."""
-
     rules = ("r1", "r3") if config.rule == "both" else (config.rule,)
     adv_sq = buffer.advantage_sq_norms()
     rows: list[dict[str, Any]] = []
@@ -166,7 +164,6 @@ def choose(sweep: pl.DataFrame, precision_floor: float, objective: str = "safe")
     """Index of the row with the largest safe savings (objective "measured": measured step
     savings) among those with precision ≥ the floor (ties: higher precision, then smaller d_L) —
     :func:`srollout.core.sweep.choose_operating_point`."""
-
     return choose_operating_point(sweep.to_dicts(), precision_floor, objective)
 
 
@@ -216,7 +213,6 @@ def _ratio(a: float | None, b: float | None) -> float:
 def add_columns(sweep: pl.DataFrame, buffer: Buffer, config: SweepConfig) -> pl.DataFrame:
     """The sweep table plus measured_vs_random and, where the buffer has generated tokens per
     step, measured_token_savings and random_measured_token_savings (one value per row)."""
-
     pairs = zip(sweep["measured_step_savings"], sweep["random_measured_step_savings"], strict=True)
     ratio = pl.Series([_ratio(a, b) for a, b in pairs], dtype=pl.Float64)
     sweep = sweep.with_columns(measured_vs_random=ratio)
@@ -319,7 +315,6 @@ def random_measured_of_cuts(
 ) -> float:
     """A random cut with as many groups cut at each step as the gate's decisions (cut bool[N],
     cut_K int[N]): Σ_K n_cut_at_K/N · Σ remaining_K / Σ total (linearity of expectation)."""
-
     if remaining_by_K is None or total is None:
         return math.nan
     value = 0.0

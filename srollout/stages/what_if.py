@@ -95,7 +95,6 @@ GROUP_NEEDS = ("group_id", "task_id", "reward", "n_steps", "n_gen_tokens")
 def _groups(run: Path) -> pl.DataFrame:
     """One row per group, in play order (a trainer log: by trainer step; a collect: by group
     index): task, zero-variance (its rewards), and the steps and tokens it took."""
-
     trajs_file = run / "trajectories.parquet"
     missing = [c for c in GROUP_NEEDS if c not in schemas.column_names(trajs_file)]
     if missing:
@@ -276,7 +275,6 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     table = pl.DataFrame(rows)
     run_dir = prepare_run_dir(config.out, "what-if", overwrite=config.overwrite)
     manifest = Manifest(run_dir, "what-if", config)
-
     outputs = [schemas.write(table, run_dir / TABLE)]
     if group_gate is not None:
         outputs.append(group_gate.save(run_dir / "gate.json"))
@@ -297,6 +295,5 @@ def run_what_if(config: WhatIfConfig, console: Any | None = None) -> WhatIfResul
     ]
     outputs.append(write_report(run_dir, "srollout what-if", sections, preamble))
     manifest.complete(outputs, input=str(run), n_groups=groups.height)
-
     print_table(console, table, run_dir)
     return WhatIfResult(run_dir, table, tuple(outputs))
