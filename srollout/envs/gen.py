@@ -401,14 +401,11 @@ def _write_problem(
         used.add((x, z, rot, hor))
         locs[rid] = f"loc|{x}|{z}|{rot}|{hor}"
 
-    def loc(rid: str) -> str:
-        return locs[rid]
-
     otypes = sorted({o.split("|")[0] for o, _ in placements} | set(_DOMAIN_OTYPES))
     rtypes = sorted({receptacle_type(r) for r in room} | set(_DOMAIN_RTYPES))
     # Bowl, Cup, ... are both movable receptacles and objects: declare them once, as otype.
     rtypes = [t for t in rtypes if t not in otypes]
-    locations = sorted({loc(r) for r in room}) + [_START]
+    locations = sorted({locs[r] for r in room}) + [_START]
     objs = [o for o, _ in placements]
     lines = [
         "(define (problem plan_srollout)",
@@ -425,7 +422,7 @@ def _write_problem(
     for r in room:
         rt = receptacle_type(r)
         lines.append(f"        (receptacleType {r} {rt}Type)")
-        lines.append(f"        (receptacleAtLocation {r} {loc(r)})")
+        lines.append(f"        (receptacleAtLocation {r} {locs[r]})")
         if rt in _OPENABLE:
             lines.append(f"        (openable {r})")
     abilities = (("Cleanable", "cleanable"), ("Heatable", "heatable"), ("Coolable", "coolable"))
@@ -433,7 +430,7 @@ def _write_problem(
         ot = o.split("|")[0]
         lines.append(f"        (objectType {o} {ot}Type)")
         lines.append(f"        (inReceptacle {o} {r})")
-        lines.append(f"        (objectAtLocation {o} {loc(r)})")
+        lines.append(f"        (objectAtLocation {o} {locs[r]})")
         if ot in _LAMPS:
             lines.append(f"        (toggleable {o})")
             continue

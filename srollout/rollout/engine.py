@@ -354,6 +354,7 @@ class _Pool:
         settings: RolloutSettings,
         on_group: Callable[[GroupRecord], None] | None,
         compute_signals: Callable[..., GroupSignals],
+        envs: list[TextEnv] | None = None,
     ) -> None:
         self.policy = policy
         self.env_factory = env_factory
@@ -363,8 +364,9 @@ class _Pool:
         self.compute_signals = compute_signals
         self.gate_steps = frozenset(settings.gate_steps)
         self.in_flight: list[_Group] = []
-        self.idle_envs: list[TextEnv] = []
-        self.all_envs: list[TextEnv] = []
+        self.idle_envs: list[TextEnv] = envs if envs is not None else []
+        self.all_envs: list[TextEnv] = []  # made by this call; closed at its end unless lent
+        self.lent = envs is not None
         self.totals = _Totals()
 
     # environments and trajectories
@@ -385,7 +387,7 @@ class _Pool:
         self.idle_envs.append(live.env)
 
     def close(self) -> None:
-        for env in self.all_envs:
+        for env in [] if self.lent else self.all_envs:
             env.close()
 
     # 1. admission
@@ -598,19 +600,22 @@ def run_groups(
     settings: RolloutSettings,
     on_group: Callable[[GroupRecord], None] | None = None,
     on_tick: Callable[[TickStats], None] | None = None,
+    envs: list[TextEnv] | None = None,
 ) -> RolloutSummary:
     """Roll out every group of ``specs`` through the batched pool; return the run's totals.
 
     specs: the groups, started in this order as slots free up; each finished group is passed to
     ``on_group`` (in finishing order, which depends on scheduling; its content does not).
     env_factory: makes one environment; the engine keeps a free list of them and ``reset``s a
-    free one for each new trajectory, closing all at the end.
+    free one for each new trajectory, closing all at the end. envs: a free list lent by the
+    caller instead (a Ray worker's, kept warm between calls): drawn from, refilled with what
+    this call makes, and never closed here.
     """
     from srollout.core.signals import compute_signals
 
     t_start = time.perf_counter()
     queue = deque(specs)
-    pool = _Pool(policy, env_factory, prompter, settings, on_group, compute_signals)
+    pool = _Pool(policy, env_factory, prompter, settings, on_group, compute_signals, envs)
     tick = 0
     try:
         while queue or pool.in_flight:

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from srollout.envs.base import StepResult, Task, TextEnv
+from srollout.envs.base import TextEnv
 from srollout.errors import NotAvailableError, SrolloutError
 from srollout.policy.base import Policy
 from srollout.rollout.engine import (
@@ -278,29 +278,6 @@ class DistResult(NamedTuple):
     start_s: float
 
 
-class _PooledEnv:
-    """An environment of the worker's pool, lent to one engine call: ``close`` hands it back,
-    so its loaded games stay warm for the next chunk (a fresh ALFWorld reset costs ~3x)."""
-
-    def __init__(self, env: TextEnv, pool: list[TextEnv]) -> None:
-        self.env, self._pool, self._lent = env, pool, True
-
-    @property
-    def task(self) -> Task:
-        return self.env.task
-
-    def reset(self, task: Task, seed: int) -> tuple[str, StepResult]:
-        return self.env.reset(task, seed)
-
-    def step(self, action: str) -> StepResult:
-        return self.env.step(action)
-
-    def close(self) -> None:
-        if self._lent:
-            self._lent = False
-            self._pool.append(self.env)
-
-
 class RolloutWorker:
     """One rollout worker: a policy replica and a pool of environments, running chunks of groups.
     A plain class that Ray wraps as an actor; :meth:`start` once, then :meth:`run` per chunk."""
@@ -308,8 +285,9 @@ class RolloutWorker:
     def __init__(self, recipe: WorkerRecipe) -> None:
         self.recipe = recipe
         self.policy: Policy | None = None
-        self._free: list[TextEnv] = []
-        self._made: list[TextEnv] = []
+        # lent to every chunk's engine call, so loaded games stay warm (a fresh ALFWorld reset
+        # costs ~3x); all of them are free again when a call returns
+        self._envs: list[TextEnv] = []
 
     def start(self) -> WorkerInfo:
         """Set torch's threads and build the policy; say where this worker runs."""
@@ -337,25 +315,20 @@ class RolloutWorker:
         summary = run_groups(
             list(specs),
             self.policy,
-            self._lend_env,
+            self.recipe.env_factory,
             self.recipe.prompter,
             self.recipe.settings,
             on_group=records.append,
+            envs=self._envs,
         )
         records.sort(key=lambda r: r.spec.index)
         return ChunkResult(records, summary)
 
     def close(self) -> None:
         """Close every environment this worker made."""
-        for env in self._made:
+        for env in self._envs:
             env.close()
-        self._free.clear()
-
-    def _lend_env(self) -> TextEnv:
-        if not self._free:
-            self._made.append(self.recipe.env_factory())
-            self._free.append(self._made[-1])
-        return _PooledEnv(self._free.pop(), self._free)
+        self._envs.clear()
 
 
 def default_chunk_groups(settings: RolloutSettings) -> int:

@@ -98,8 +98,8 @@ def test_a_worker_in_process_equals_the_engine_and_reuses_its_environments():
     first = worker.run(specs[:3])
     n_envs = len(made)
     second = worker.run(specs[3:])
-    # the second chunk ran on the first chunk's environments (the engine "closed" them into the
-    # pool)
+    # the second chunk ran on the first chunk's environments (lent to the engine, which never
+    # closes them)
     assert len(made) == n_envs <= settings.concurrency and not any(env.closed for env in made)
     records = first.records + second.records
     assert sorted(r.group_id for r in records) == [s.group_id for s in specs]
