@@ -207,16 +207,17 @@ def dapo_fill(
     *,
     useful: Callable[[GroupT], bool] = is_useful,
     tokens: Callable[[GroupT], int] | None = None,
+    warn: bool = True,
 ) -> DapoResult[GroupT]:
     """DAPO dynamic sampling as a pure driver: round 0 asks ``sample_round(target_groups, 0)``; the
     groups that are not ``useful`` (zero reward variance, or cut) are dropped, and while the batch
     is short and fewer than ``max_rounds`` *extra* rounds ran, round r asks ``sample_round(n_needed,
     r)``.
 
-    Never raises on a short batch: it returns what was gathered with ``hit_cap`` (and logs a
-    warning) or ``exhausted`` (a round returned nothing). Useful groups beyond the target are
-    generated but not kept. ``tokens(group)`` counts generated tokens for the per-round totals (0
-    when not given).
+    Never raises on a short batch: it returns what was gathered with ``hit_cap`` or ``exhausted``
+    (a round returned nothing), and logs a warning unless ``warn`` is False. Useful groups beyond
+    the target are generated but not kept. ``tokens(group)`` counts generated tokens for the
+    per-round totals (0 when not given).
     """
     if target_groups < 1:
         raise SrolloutError(f"DAPO needs a target of >= 1 useful groups, got {target_groups}")
@@ -240,7 +241,7 @@ def dapo_fill(
         generated += groups
         kept += good[:need]
     hit_cap = len(kept) < target_groups and not exhausted
-    if len(kept) < target_groups:  # the cap, or no prompt left: never a raise
+    if warn and len(kept) < target_groups:  # the cap, or no prompt left: never a raise
         why = "; no more prompts to sample"
         if hit_cap:
             why = f" after {max_rounds} extra round(s) (the cap)"
@@ -460,12 +461,14 @@ def roll_arm(
     task_ids: Sequence[str] = (),
     max_rounds: int = 3,
     tokens: Callable[[Any], int] | None = None,
+    warn: bool = True,
 ) -> ArmRollout:
     """The arm strategy ``ab-rollout`` and ``train-onpolicy`` share, for one batch of ``planned``
     group specs: a GRESO arm first skips the planned groups whose tasks (``task_ids``) ``skipper``
     draws out at ``iteration``; the gates act inside ``roll(specs)`` (the stage's engine call); a
     DAPO arm then refills through ``refill(r, n_needed)`` (each stage seeds its extra groups its own
-    way), as :func:`dapo_fill` does. ``tokens(record)`` counts a group's generated tokens."""
+    way), as :func:`dapo_fill` does (``warn``: its short-batch warning). ``tokens(record)`` counts a
+    group's generated tokens."""
     keep, skipped = list(range(len(planned))), []
     if arm.greso and skipper is not None:
         keep, skipped = greso_filter(skipper, task_ids, iteration)
@@ -476,6 +479,7 @@ def roll_arm(
             lambda n, r: roll(first) if r == 0 else refill(r, n),
             max_rounds,
             tokens=tokens,
+            warn=warn,
         )
         generated, batch = tuple(filled.generated), tuple(filled.useful)
         return ArmRollout(generated, batch, tuple(skipped), tuple(filled.rounds), filled.hit_cap)

@@ -85,10 +85,6 @@ class GroupSignals:
     __slots__ = ("_values", "steps")
 
     def __init__(self, *values: float, steps: tuple[tuple[str, float], ...] = (), **named: float):
-        if len(values) == len(SIGNAL_NAMES) and not named:  # the engine's path: all, in order
-            object.__setattr__(self, "_values", dict(zip(SIGNAL_NAMES, values, strict=True)))
-            object.__setattr__(self, "steps", tuple(steps))
-            return
         if len(values) > len(SIGNAL_NAMES):
             raise SrolloutError(f"{len(values)} signal values for {len(SIGNAL_NAMES)} signals")
         given = dict(zip(SIGNAL_NAMES, values, strict=False))

@@ -555,12 +555,7 @@ def _from_signals(
     signals = signals.filter(pl.col("K").is_in(list(Ks))).sort(["group_id", "K"])
     groups = (
         signals.group_by("group_id")
-        .agg(
-            pl.col("task_type").first(),
-            pl.col("reward_var").first(),
-            pl.col("label").first(),
-            pl.col("zero_var").first(),
-        )
+        .agg(pl.col("task_type", "reward_var", "label", "zero_var").first())
         .sort("group_id")
     )
     incomplete = signals.group_by("group_id").len().filter(pl.col("len") != len(Ks))

@@ -21,15 +21,13 @@ The story, top to bottom (:func:`run_ab_rollout`):
    with ``--audit F`` each gated arm's threshold moves from one of its timed runs to the next
    (:mod:`srollout.stages.ab_rollout.audit`);
 6. merge each (arm, repeat) into steps/trajectories/groups/signals.parquet under
-   ``<arm>/r<repeat>/``
-   (each a collect-format buffer ``srollout analyze`` reads);
+   ``<arm>/r<repeat>/`` (each a collect-format buffer ``srollout analyze`` reads);
 7. score: per (task, arm, repeat) costs with each run's wall-clock attributed to its tasks, the
    seed-match proof, cuts judged by the baseline arm's outcome of the same task and seeds,
    savings with paired bootstrap CIs over tasks (:func:`srollout.core.ab_scoring.compare_arms`,
-   arms without DAPO),
-   and per arm wall-clock, tokens and useful groups per second
-   (:func:`srollout.stages.ab_rollout.tables.arms_table`);
-   ``ab.parquet``, ``arms.parquet``, ``report.md``, figures.
+   arms without DAPO), and per arm wall-clock, tokens and useful groups per second
+   (:func:`srollout.stages.ab_rollout.tables.arms_table`); ``ab.parquet``, ``arms.parquet``,
+   ``report.md``, figures.
 
 DAPO and GRESO arms without training, and how a batched run's wall-clock is charged to its
 tasks (the charges sum exactly to the measured wall-clock): docs/ab-rollout.md.
@@ -45,9 +43,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -186,18 +183,18 @@ def run_block(
         start = extra_start(config, block) + sum(len(ids) for ids in round_ids[1:])
         return roll_round(make_specs(tasks, start + n_needed, start))
 
-    with _quiet("srollout.core.arms"):  # its warning speaks of training; the report says it here
-        run = roll_arm(
-            block.arm,
-            specs,
-            roll_round,
-            refill,
-            iteration=block.repeat,
-            skipper=skipper,
-            task_ids=[s.task.task_id for s in specs],
-            max_rounds=config.dapo_max_rounds,
-            tokens=lambda record: sum(t.n_gen_tokens for t in record.trajs),
-        )
+    run = roll_arm(
+        block.arm,
+        specs,
+        roll_round,
+        refill,
+        iteration=block.repeat,
+        skipper=skipper,
+        task_ids=[s.task.task_id for s in specs],
+        max_rounds=config.dapo_max_rounds,
+        tokens=lambda record: sum(t.n_gen_tokens for t in record.trajs),
+        warn=False,  # its warning speaks of training; the report says it here
+    )
     skipped = [specs[i].group_id for i in run.skipped]
     summary = add_summaries(summaries, workers)
     return BlockRun(list(run.generated), summary, skipped, run.rounds, round_ids, run.hit_cap)
@@ -209,16 +206,6 @@ def add_summaries(summaries: Sequence[RolloutSummary], workers: int = 1) -> Roll
     if len(summaries) == 1 and workers == 1:
         return summaries[0]
     return RolloutSummary.total(summaries, sum(s.wall_s for s in summaries), workers)
-
-
-@contextlib.contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    log = logging.getLogger(logger)
-    before, log.disabled = log.disabled, True
-    try:
-        yield
-    finally:
-        log.disabled = before
 
 
 # --- the story ------------------------------------------------------------------------------------

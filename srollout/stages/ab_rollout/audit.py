@@ -21,7 +21,7 @@ import polars as pl
 from srollout.config import AbRolloutConfig
 from srollout.core.arms import ArmSpec
 from srollout.rollout.audits import Audit
-from srollout.stages.ab_rollout.schedule import Block, arm_dir
+from srollout.stages.ab_rollout.schedule import Block
 
 # the audit's columns of blocks.parquet (per timed run) and arms.parquet (per arm), null on an
 # arm without the gate: the group gate's, then the trajectory gate's
@@ -83,7 +83,7 @@ def arm_auditors(
             continue
         mine = [b for b in schedule if b.arm.name == arm.name]
         done = next((i for i, b in enumerate(mine) if b.order in pending), len(mine))
-        ckpt = audit_dir(run_dir, arm.name)
+        ckpt = Path(run_dir) / arm.name  # beside the arm's r<repeat>/ tables
         ckpt.mkdir(parents=True, exist_ok=True)
         out[arm.name] = Audit.of(
             config,
@@ -151,8 +151,3 @@ def arm_audit_totals(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for c in names[4:]:
             out[c] = last.get(c) if has else None
     return out
-
-
-def audit_dir(run_dir: Path, arm: str) -> Path:
-    """Where an arm's ledger lives: ``<run>/<arm>/`` (beside its ``r<repeat>/`` tables)."""
-    return arm_dir(run_dir, arm, 0).parent

@@ -89,13 +89,6 @@ class Roller:
                 getattr(policy, "name", None) or f"{config.policy} (built by each Ray worker)"
             )
 
-    def _keep(self, records: list[GroupRecord]) -> Callable[[GroupRecord], None]:
-        def keep(record: GroupRecord) -> None:
-            records.append(record)
-            self.show.advance(1)
-
-        return keep
-
     def roll(
         self,
         specs: Sequence[GroupSpec],
@@ -106,6 +99,11 @@ class Roller:
         ``audit``: the arm's audit, whose gates and draws the call runs with
         (:meth:`srollout.rollout.audits.Audit.settings`)."""
         records: list[GroupRecord] = []
+
+        def keep(record: GroupRecord) -> None:
+            records.append(record)
+            self.show.advance(1)
+
         self.show.extend(sum(s.group_id not in self.planned for s in specs))
         settings = arm_settings(arm, self.config)
         if audit is not None:
@@ -117,7 +115,7 @@ class Roller:
                 self.env_factory,
                 self.prompter,
                 settings,
-                on_group=self._keep(records),
+                on_group=keep,
                 on_tick=self.show.tick,
             )
             return records, summary
@@ -144,7 +142,7 @@ class Roller:
             list(specs),
             recipe,
             self.workers,
-            on_group=self._keep(records),
+            on_group=keep,
             on_tick=self.show.tick,
             chunk_groups=self.chunk_groups,
         )
