@@ -136,7 +136,7 @@ def confusion_frame(c: Any) -> pl.DataFrame:
 
 # blocks.parquet: the schedule's columns, then the optional ones present (--audit's last, the
 # group gate's before the trajectory gate's)
-BLOCK_COLUMNS = (
+_BLOCK_COLUMNS = (
     "order arm repeat block groups wall_s gen_s env_s reset_s overhead_s ticks mean_batch "
     "n_gen_tokens n_cut"
 ).split()
@@ -151,7 +151,7 @@ def blocks_frame(blocks: pl.DataFrame) -> pl.DataFrame:
     audit = [
         c for c in blocks.columns if c.startswith(("audit", "stop_", "stall_W", "next_stall_W"))
     ]
-    return blocks.select(*BLOCK_COLUMNS, *[c for c in _BLOCK_EXTRA if c in blocks.columns], *audit)
+    return blocks.select(*_BLOCK_COLUMNS, *[c for c in _BLOCK_EXTRA if c in blocks.columns], *audit)
 
 
 def _audit_cell(r: dict[str, Any]) -> str:
