@@ -27,10 +27,11 @@ def byte_tokens() -> list[str]:
 
 
 def write_tiny_llama(
-    path: Path, *, arch: str = "llama", seed: int = 0, tensor_type: str = "F32"
+    path: Path, *, arch: str = "llama", seed: int = 0, tensor_type: str = "F32", context: int = 256
 ) -> Path:
     """A GGUF file of a 1-layer Llama (hidden 64) with random weights; ``tensor_type`` is the
-    ggml type of the FFN weights (``F32``, ``Q8_0``, or e.g. ``I8`` for a type no loader reads)."""
+    ggml type of the FFN weights (``F32``, ``Q8_0``, or e.g. ``I8`` for a type no loader reads);
+    ``context``: its context length in tokens."""
     import gguf
     import numpy as np
 
@@ -42,7 +43,7 @@ def write_tiny_llama(
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name("tiny-llama")
     w.add_block_count(LAYERS)
-    w.add_context_length(256)
+    w.add_context_length(context)
     w.add_embedding_length(HIDDEN)
     w.add_feed_forward_length(FF)
     w.add_head_count(HEADS)

@@ -40,7 +40,7 @@ def _build_help(name: str) -> str:
 @config_options(
     BuildConfig,
     BUILD_OPTIONS,
-    order=("out", "replace_shipped", "base", "resume", *BUILD_OPTIONS, "force"),
+    order=("out", "replace_shipped", "base", "resume", "sft_from", *BUILD_OPTIONS, "force"),
     help=_build_help,
 )
 def build(
@@ -59,10 +59,17 @@ def build(
         None,
         "--base",
         help="Train the LoRA adapter of this named model instead (`smollm2-135m`: the adapter "
-        "behind --model smollm2-alfworld), from its recipe; only --seed and --threads change it.",
+        "behind --model smollm2-alfworld), from its recipe; only --seed, --threads and the "
+        "--correction-* DAgger options change it.",
     ),
     resume: bool = typer.Option(
         False, "--resume", help="With --base: continue an interrupted adapter build."
+    ),
+    sft_from: Path | None = typer.Option(  # noqa: B008
+        None,
+        "--sft-from",
+        help="With --base: take the SFT phase from this finished adapter build of the same SFT "
+        "recipe (e.g. the shipped one) and run only the DAgger rounds.",
     ),
 ) -> None:
     """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe
@@ -71,8 +78,10 @@ def build(
     import shutil
 
     if base is not None:
-        _build_adapter(options, base, out, replace_shipped, force, resume)
+        _build_adapter(options, base, out, replace_shipped, force, resume, sft_from)
         return
+    if sft_from is not None:
+        raise SrolloutError("--sft-from: only with --base (an adapter build)")
     from srollout.console import make_console
     from srollout.default_policy import replace_shipped as put_in_package
     from srollout.default_policy.build import (
@@ -111,7 +120,13 @@ def build(
 
 
 def _build_adapter(
-    options: dict[str, Any], base: str, out: Path | None, ship: bool, force: bool, resume: bool
+    options: dict[str, Any],
+    base: str,
+    out: Path | None,
+    ship: bool,
+    force: bool,
+    resume: bool,
+    sft_from: Path | None,
 ) -> None:
     """`policy build --base NAME`: the adapter recipe of NAME (seed and threads may change)."""
     import shutil
@@ -125,17 +140,20 @@ def _build_adapter(
     )
 
     values = parse_lists(BuildConfig, options)
+    free = {k for k in values if k in ("seed", "threads") or k.startswith("correction_")}
     changed = [
         "--" + k.replace("_", "-")
         for k, v in values.items()
-        if k not in ("seed", "threads") and v != getattr(_D, k)
+        if k not in free and v != getattr(_D, k)
     ]
     if changed:
         raise SrolloutError(
             f"--base {base}: the adapter has its own recipe; {', '.join(changed)} do not apply "
-            "(only --seed and --threads)"
+            "(only --seed, --threads and the --correction-* DAgger options)"
         )
-    recipe = recipe_for(base, seed=values["seed"], threads=values["threads"])
+    recipe = recipe_for(
+        base, **{k: v for k, v in values.items() if k in free and v != getattr(_D, k)}
+    )
     target = out or adapter_dir(recipe)
     console = make_console()
     import json
@@ -152,7 +170,7 @@ def _build_adapter(
         if not trained:
             if force and target.exists():
                 shutil.rmtree(target)
-            res = build_adapter(recipe, target, resume=resume)
+            res = build_adapter(recipe, target, resume=resume, sft_from=sft_from)
             console.print(
                 f"adapter of {base}: {res.n_demos} demos, {res.n_tokens:,} tokens, final loss "
                 f"{res.final_loss:.4f}, {res.seconds:.0f} s -> {target}",

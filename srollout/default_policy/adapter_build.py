@@ -92,14 +92,15 @@ class AdapterBuild(NamedTuple):
     seconds: float
 
 
-def recipe_for(base: str, seed: int | None = None, threads: int | None = None) -> AdapterRecipe:
-    """The shipped recipe of ``base``, with another seed or thread count if given."""
+def recipe_for(base: str, **changes: Any) -> AdapterRecipe:
+    """The shipped recipe of ``base`` with ``changes`` to its SFT config (the seed, the threads
+    or the DAgger rounds' ``correction_*`` fields; None values are ignored)."""
     if base not in RECIPES:
         raise SrolloutError(
             f"--base {base}: no adapter recipe for it (recipes: {', '.join(RECIPES)})"
         )
     recipe = RECIPES[base]
-    changes = {k: v for k, v in (("seed", seed), ("threads", threads)) if v is not None}
+    changes = {k: v for k, v in changes.items() if v is not None}
     return dataclasses.replace(recipe, sft=dataclasses.replace(recipe.sft, **changes))
 
 
@@ -145,16 +146,24 @@ def _work_dir(out: Path) -> Path:
 
 
 def build_adapter(
-    recipe: AdapterRecipe, out: Path, *, resume: bool = False, quiet: bool = False
+    recipe: AdapterRecipe,
+    out: Path,
+    *,
+    resume: bool = False,
+    quiet: bool = False,
+    sft_from: Path | None = None,
 ) -> AdapterBuild:
     """Train the adapter of ``recipe`` into ``out`` (steps 1-4 of the module docstring).
 
     A work directory beside ``out`` holds the demonstrations and the latest checkpoint; without
-    ``resume`` an existing one is refused (one line), with it the build continues from there."""
+    ``resume`` an existing one is refused (one line), with it the build continues from there:
+    within the SFT from its last saved step, then round by round. ``sft_from``: a finished
+    adapter build whose SFT recipe is this one's (build.json says so) stands in for the SFT
+    phase, so only the DAgger rounds run."""
     import torch
 
     from srollout.console import make_console
-    from srollout.default_policy.build import build_machine, effective_config
+    from srollout.default_policy.build import build_machine, dagger_round, effective_config
     from srollout.progress import PhaseBars
     from srollout.training.lora import LoraSettings, attach_lora
 
@@ -166,34 +175,56 @@ def build_adapter(
         raise SrolloutError(
             f"{work}: an unfinished build is there; add --resume to continue it, or remove it"
         )
-    work.mkdir(parents=True, exist_ok=True)
     cfg = effective_config(recipe.sft)
+    if sft_from is not None:
+        _check_sft_from(Path(sft_from), recipe, cfg)
+    work.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     console = make_console()
     with PhaseBars(console, enabled=not quiet, unit={"demonstrations": "episodes"}) as bars:
         demos = _demos(cfg, work, bars.phase("demonstrations"))
         base_dir, model, tokenizer = _base(recipe.base)
-        examples = _examples(tokenizer, demos, cfg.max_context)
+        from srollout.default_policy.build import demo_examples
+
+        examples = demo_examples(tokenizer, demos, cfg.max_context)
         lora = LoraSettings(recipe.r, recipe.alpha, recipe.targets)
         peft_model = attach_lora(model, lora, cfg.seed)
-        start, earlier = _load_checkpoint(work, peft_model)
-        sft_bar = bars.phase("SFT (LoRA)")
-        n_tokens = sum(len(e.token_ids) for e in examples)
-
-        def on_step(step: int, total: int, loss: float) -> None:
-            sft_bar(step, total, f"loss {loss:.3f}")
-
-        def checkpoint(step: int, opt: Any) -> None:
-            if step % recipe.checkpoint_every == 0:
-                elapsed = earlier + time.perf_counter() - t0
-                _save_checkpoint(work, peft_model, opt, step, elapsed)
-
-        from srollout.default_policy.sft import sft
-
+        state = _load_checkpoint(work, peft_model)
+        if sft_from is not None and state["phase"] == "sft" and state["resume"] is None:
+            _load_sft_from(Path(sft_from), peft_model, state)
+        earlier = state["seconds"]
         inner = peft_model.base_model.model  # the causal LM with LoRA layers in place
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        loss = sft(inner, examples, cfg, pad, on_step, resume=start, checkpoint=checkpoint)
+        n_tokens = sum(len(e.token_ids) for e in examples)
+
+        def save(**fields: Any) -> None:
+            state.update(fields, seconds=earlier + time.perf_counter() - t0)
+            _save_checkpoint(work, peft_model, state)
+
+        if state["phase"] == "sft":
+            from srollout.default_policy.sft import sft
+
+            sft_bar = bars.phase("SFT (LoRA)")
+
+            def on_step(step: int, total: int, loss: float) -> None:
+                sft_bar(step, total, f"loss {loss:.3f}")
+
+            def checkpoint(step: int, opt: Any) -> None:
+                if step % recipe.checkpoint_every == 0:
+                    save(resume=(step, opt.state_dict()))
+
+            loss = sft(
+                inner, examples, cfg, pad, on_step, resume=state["resume"], checkpoint=checkpoint
+            )
+            save(phase="dagger", resume=None, sft_loss=loss, loss=loss)
+        for r in range(len(state["rounds"]), cfg.correction_rounds):
+            played = _RoundPolicy(peft_model, recipe, base_dir, work / f"round-{r + 1}", cfg)
+            loss, stats = dagger_round(
+                inner, tokenizer, examples, SMOLLM2_PROMPT, cfg, r, bars.phase, pad, played
+            )
+            played.close()
+            save(rounds=[*state["rounds"], stats._asdict()], loss=loss)
     seconds = earlier + time.perf_counter() - t0
     info = {
         "builder": f"srollout adapter {ADAPTER_BUILD_VERSION}",
@@ -213,13 +244,105 @@ def build_adapter(
         "n_demos": len(demos),
         "n_tokens": n_tokens,
         "n_loss_tokens": sum(sum(e.loss_mask) for e in examples),
-        "final_loss": loss,
+        "sft_final_loss": state["sft_loss"],
+        "sft_from": state.get("sft_from"),
+        "dagger_rounds": state["rounds"],
+        "final_loss": state["loss"],
         "seconds": round(seconds),
         "system_prompt": SMOLLM2_PROMPT,
     }
     _save(peft_model, recipe, out, info)
     shutil.rmtree(work, ignore_errors=True)
-    return AdapterBuild(out, len(demos), n_tokens, loss, seconds)
+    return AdapterBuild(out, len(demos), n_tokens, state["loss"], seconds)
+
+
+class _RoundPolicy:
+    """A DAgger round's player: on vLLM where installed, the adapter as it stands merged into
+    the base (``dir``: the round's adapter; the merged copy is dropped by :meth:`close`), else
+    ``None`` (the round plays in process, far slower on SmolLM2's 30 layers)."""
+
+    def __init__(
+        self, model: Any, recipe: AdapterRecipe, base_dir: Path, dir: Path, cfg: BuildConfig
+    ) -> None:
+        self.model, self.recipe, self.base_dir, self.dir, self.cfg = (
+            model,
+            recipe,
+            base_dir,
+            dir,
+            cfg,
+        )
+        self.merged: Path | None = None
+
+    def __call__(self) -> Any:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            return None
+        from srollout.policy.named import merged_model
+        from srollout.policy.vllm_backend import VLLMPolicy
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.model.peft_config["default"].base_model_name_or_path = self.recipe.base
+        self.model.save_pretrained(str(self.dir), save_embedding_layers=False)
+        self.merged = merged_model(self.base_dir, self.dir, f"{self.recipe.base}-adapter")
+        return VLLMPolicy(
+            self.merged,
+            temperature=self.cfg.correction_temperature,
+            max_new_tokens=48,
+            max_model_len=self.cfg.max_context,
+        )
+
+    def close(self) -> None:
+        import gc
+
+        gc.collect()  # the round's vLLM engine (its process goes with it)
+        for path in (self.merged, self.dir):
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None:
+    """Refuse (one line) an ``sft_from`` build whose base, LoRA shape or SFT fields differ from
+    ``recipe``'s (the DAgger fields may differ: they are what the new build adds)."""
+    info_file = path / "build.json"
+    if not info_file.is_file():
+        raise SrolloutError(f"--sft-from {path}: not a finished adapter build (no build.json)")
+    done = json.loads(info_file.read_text())["recipe"]
+
+    def sft_part(r: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **{k: v for k, v in r.items() if k not in ("sft", "eval_groups", "checkpoint_every")},
+            "sft": {k: v for k, v in r["sft"].items() if not k.startswith("correction_")},
+        }
+
+    mine = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(recipe, sft=cfg))))
+    if sft_part(done) != sft_part(mine):
+        diff = sorted(
+            k
+            for k in {**sft_part(mine)["sft"], **sft_part(done)["sft"]}
+            if sft_part(mine)["sft"].get(k) != sft_part(done)["sft"].get(k)
+        ) or ["base / LoRA shape"]
+        raise SrolloutError(
+            f"--sft-from {path}: its SFT recipe differs from this one ({', '.join(diff)})"
+        )
+
+
+def _load_sft_from(path: Path, model: Any, state: dict[str, Any]) -> None:
+    """Put ``path``'s adapter weights into ``model`` and mark the SFT phase done."""
+    from safetensors.torch import load_file
+
+    from srollout.training.lora import load_adapter_state
+
+    weights = load_file(str(path / "adapter_model.safetensors"))
+    load_adapter_state(model, weights)
+    done = json.loads((path / "build.json").read_text())
+    state.update(
+        phase="dagger",
+        sft_loss=done.get("sft_final_loss", done.get("final_loss")),
+        loss=done.get("sft_final_loss", done.get("final_loss")),
+        seconds=float(done.get("seconds", 0)),
+        sft_from=f"{path.name} ({done.get('builder')}, {done.get('built_on', {}).get('date')})",
+    )
 
 
 def _demos(cfg: BuildConfig, work: Path, progress: Any) -> list[Any]:
@@ -249,49 +372,40 @@ def _base(name: str) -> tuple[Path, Any, Any]:
     return path, model, AutoTokenizer.from_pretrained(str(path))
 
 
-def _examples(tokenizer: Any, demos: list[Any], max_context: int) -> list[Any]:
-    """SFT examples in the base model's own chat template; its end-of-turn token ends each
-    response (ChatML ``<|im_end|>`` for SmolLM2, what the rollout stops on)."""
-    from srollout.default_policy.build import _truncate
-    from srollout.policy.chat import end_of_turn_ids, tokenize_chat
-
-    eot = end_of_turn_ids(tokenizer)[0]
-    return [_truncate(tokenize_chat(tokenizer, d.system, d.turns, eot), max_context) for d in demos]
-
-
-def _save_checkpoint(work: Path, model: Any, opt: Any, step: int, seconds: float) -> None:
-    """The adapter, the optimizer and the step after ``step`` SFT steps (``seconds`` of build
-    so far), replacing the last checkpoint atomically."""
+def _save_checkpoint(work: Path, model: Any, state: dict[str, Any]) -> None:
+    """The adapter and the build's state (phase, the SFT's (step, optimizer state) to resume
+    from, the finished rounds' counts, losses, seconds so far), replacing the last checkpoint
+    atomically."""
     import torch
 
     from srollout.training.lora import adapter_state
 
     tmp = work / "checkpoint.pt.tmp"
-    torch.save(
-        {
-            "step": step,
-            "adapter": adapter_state(model),
-            "optimizer": opt.state_dict(),
-            "seconds": seconds,
-        },
-        tmp,
-    )
+    torch.save({**state, "adapter": adapter_state(model)}, tmp)
     os.replace(tmp, work / "checkpoint.pt")
 
 
-def _load_checkpoint(work: Path, model: Any) -> tuple[tuple[int, Any] | None, float]:
-    """Restore the last checkpoint's adapter into ``model``; returns ((step, optimizer state) or
-    None, the seconds the build had run before)."""
+def _load_checkpoint(work: Path, model: Any) -> dict[str, Any]:
+    """Restore the last checkpoint's adapter into ``model``; returns the build's state (a fresh
+    one where there is no checkpoint)."""
     import torch
 
     from srollout.training.lora import load_adapter_state
 
+    state: dict[str, Any] = {
+        "phase": "sft",
+        "resume": None,
+        "rounds": [],
+        "seconds": 0.0,
+        "sft_loss": None,
+        "loss": float("nan"),
+    }
     path = work / "checkpoint.pt"
-    if not path.is_file():
-        return None, 0.0
-    state = torch.load(path, weights_only=False)
-    load_adapter_state(model, state["adapter"])
-    return (state["step"], state["optimizer"]), float(state["seconds"])
+    if path.is_file():
+        saved = torch.load(path, weights_only=False)
+        load_adapter_state(model, saved.pop("adapter"))
+        state.update(saved)
+    return state
 
 
 def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) -> None:

@@ -87,6 +87,7 @@ _NEUTRAL_SINCE_V5 = {
     "user_template": "Observation: {observation}",
     "correction_rounds": 0,
     "correction_relabel": False,
+    "correction_branches": 0,
 }
 
 
@@ -282,8 +283,8 @@ def build_from_demos(
     final_loss = sft(model, examples, cfg, tokenizer.pad_token_id, on_step)
     rounds = []
     for r in range(cfg.correction_rounds):
-        final_loss, stats = _dagger_round(
-            model, tokenizer, examples, demos[0].system, cfg, r, phase
+        final_loss, stats = dagger_round(
+            model, tokenizer, examples, demos[0].system, cfg, r, phase, tokenizer.pad_token_id
         )
         rounds.append(stats._asdict())
     n_params = sum(p.numel() for p in model.parameters())
@@ -330,7 +331,7 @@ def check_build_config(cfg: BuildConfig) -> None:
                 f"{getattr(cfg, field)!r}"
             )
     check_user_template(cfg.user_template, "BuildConfig")
-    may_be_zero = ("seed", "correction_rounds", "correction_replay")
+    may_be_zero = ("seed", "correction_rounds", "correction_replay", "correction_branches")
     for field in dataclasses.fields(cfg):
         value = getattr(cfg, field.name)
         if type(value) is int and value < 1 and field.name not in may_be_zero:
@@ -368,6 +369,11 @@ def round_finetuning(
 
     rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
     replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
+    if 0 < cfg.correction_branches < len(branches):
+        keep = random.Random(f"srollout-dagger-branches:{cfg.seed}:{round_idx}").sample(
+            range(len(branches)), cfg.correction_branches
+        )
+        branches = [branches[i] for i in sorted(keep)]
     tune = dataclasses.replace(cfg, epochs=cfg.correction_epochs, lr=cfg.correction_lr)
     return round_examples(tokenizer, won, branches, cfg.max_context) + replay, tune
 
@@ -390,7 +396,7 @@ def round_examples(
     return out
 
 
-def _dagger_round(
+def dagger_round(
     model: Any,
     tokenizer: Any,
     examples: Sequence[TokenizedChat],
@@ -398,10 +404,14 @@ def _dagger_round(
     cfg: BuildConfig,
     round_idx: int,
     phase: Callable[[str], Callable[[int, int], None]] | None,
+    pad_id: int,
+    lm_for: Callable[[], Any] | None = None,
 ) -> tuple[float, Any]:
     """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label,
-    fine-tune on the won trajectories, the relabelled branches and ``cfg.correction_replay`` of the
-    original ``examples``.
+    fine-tune on the won trajectories, the relabelled branches (at most
+    ``cfg.correction_branches`` where set) and ``cfg.correction_replay`` of the original
+    ``examples``. ``model`` may be a LoRA-wrapped causal LM: only trainable weights move.
+    ``lm_for()``: the policy the model plays through this round (default: in process).
     Returns the fine-tuning's last-epoch loss and the round's counts."""
     from srollout.default_policy.dagger import play_round, round_tasks
     from srollout.envs.tasks import load_task_set
@@ -420,6 +430,7 @@ def _dagger_round(
         cfg,
         round_idx,
         phase(f"{name}: rollouts") if phase else None,
+        lm=lm_for() if lm_for is not None else None,
     )
     data, tune = round_finetuning(tokenizer, examples, won, branches, cfg, round_idx)
     report = phase(f"{name}: fine-tuning") if phase else None
@@ -427,7 +438,7 @@ def _dagger_round(
         model,
         data,
         tune,
-        tokenizer.pad_token_id,
+        pad_id,
         (lambda s, t, _: report(s, t)) if report else None,
     )
     return loss, stats

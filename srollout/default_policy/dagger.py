@@ -145,11 +145,14 @@ def play_round(
     cfg: BuildConfig,
     round_idx: int,
     progress: Callable[[int, int], None] | None = None,
+    lm: Any = None,
 ) -> tuple[list[tuple[str, list[Turn]]], list[tuple[str, list[Turn]]], RoundStats]:
     """One round's rollouts (step 1): ``cfg.correction_G`` trajectories per task, T_max 30, all in
     flight at once, seeded as ``collect`` seeds group ``round_idx * len(tasks) + i`` of run seed
     ``cfg.seed``. Returns the won trajectories and (with ``cfg.correction_relabel``) the branch
-    conversations, both as (system prompt, turns) in task then trajectory order, and the counts."""
+    conversations, both as (system prompt, turns) in task then trajectory order, and the counts.
+    The model plays through ``lm`` where given (a policy with ``force`` and ``fits``, e.g. a
+    :class:`~srollout.policy.vllm_backend.VLLMPolicy` of the same weights), else in process."""
     import time
 
     from srollout.envs.alfworld_env import AlfworldEnv
@@ -159,14 +162,15 @@ def play_round(
     from srollout.rollout.react import ReactPrompter
 
     t0 = time.perf_counter()
-    lm = TransformersPolicy(
-        "in-memory",
-        model=model,
-        tokenizer=tokenizer,
-        temperature=cfg.correction_temperature,
-        max_new_tokens=48,
-        max_batch_rows=128,
-    )
+    if lm is None:
+        lm = TransformersPolicy(
+            "in-memory",
+            model=model,
+            tokenizer=tokenizer,
+            temperature=cfg.correction_temperature,
+            max_new_tokens=48,
+            max_batch_rows=128,
+        )
     mix = MixturePolicy(
         lm,
         ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take),

@@ -100,6 +100,11 @@ class BuildConfig:
         "Also teach the expert's label at each state where the model's own step went off it, as a "
         "branch conversation; worth turning on with an {actions} user template.",
     )
+    correction_branches: int = doc(
+        0,
+        "At most this many relabelled branches fine-tuned per round (a seeded sample; each is a "
+        "whole prefix, the round's dearest data); 0 keeps them all.",
+    )
     correction_replay: int = doc(
         400,
         "Original demonstrations mixed into each DAgger round's fine-tuning, so what the rounds "

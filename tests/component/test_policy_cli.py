@@ -121,6 +121,22 @@ def test_build_refuses_a_bad_recipe_option_before_any_work(
     assert not (tmp_path / "home").exists()  # no games generated, nothing cached
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--base", "smollm2-135m", "--epochs", "3"], "--epochs do not apply (only --seed, --th"),
+        (["--sft-from", "x"], "--sft-from: only with --base (an adapter build)"),
+        (["--base", "smollm2-135m", "--sft-from", "nowhere"], "--sft-from nowhere: not a finis"),
+    ],
+)
+def test_adapter_build_options_are_checked_before_any_work(args, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("SROLLOUT_HOME", str(tmp_path / "home"))
+    res = CliRunner().invoke(policy_app, ["build", "--out", str(tmp_path / "a"), *args])
+    assert isinstance(res.exception, SrolloutError), res.output
+    assert message in str(res.exception)
+    assert not (tmp_path / "a").exists() and not (tmp_path / ".a.work").exists()
+
+
 def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
     import json
 

@@ -65,3 +65,32 @@ def test_the_server_backend_without_a_url_is_one_check_for_preflight_and_make_po
         with pytest.raises(ArgumentError, match="^backend vllm-server needs base_url$") as err:
             call("lm", "default", "vllm-server")
         assert cli_line(err.value) == "backend vllm-server needs --base-url"
+
+
+def test_a_forced_turn_leaves_the_conversation_as_a_generated_one_would():
+    """DAgger's expert turns go into a vLLM conversation without generating: the next prompt's
+    ids are the same as if the model had generated the text, and turn_ids changes nothing."""
+    from transformers import AutoTokenizer
+
+    from srollout.default_policy import SHIPPED_DIR
+    from srollout.policy.base import ActRequest, TrajKey
+    from srollout.policy.chat import encode_text
+    from srollout.policy.vllm_backend import TokenConversations
+
+    tok = AutoTokenizer.from_pretrained(SHIPPED_DIR)
+    key = TrajKey(0, 0)
+    first = ActRequest(key, 1, 7, "SYS", "Observation: you are in a room.")
+    second = ActRequest(key, 2, 7, "SYS", "Observation: Nothing happens.")
+    generated, forced = TokenConversations(tok), TokenConversations(tok)
+    generated.prompt(first)
+    text = "Action: look"
+    generated.record(first, encode_text(tok, text) + [generated.eot_ids[0]], 0)
+    forced.force(first, text)
+    n_held, new = forced.turn_ids(second)
+    assert forced.turn_ids(second) == (n_held, new) == generated.turn_ids(second)
+    ids_g, n_g = generated.prompt(second)
+    ids_f, n_f = forced.prompt(second)
+    assert ids_f == ids_g and n_f == n_g == len(new)
+    assert len(ids_f) == n_held + len(new)
+    tokens = forced.finish(key)
+    assert tokens is not None and tokens.action_mask.count(True) == len(encode_text(tok, text)) + 1

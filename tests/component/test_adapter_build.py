@@ -1,0 +1,98 @@
+"""The adapter build end to end on a tiny GGUF model (random 1-layer Llama): SFT, then a DAgger
+round played on vLLM where installed, resumable, and an SFT phase taken from an earlier build of
+the same SFT recipe (``--sft-from``), which a build of another SFT recipe refuses."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from srollout.default_policy.adapter_build import AdapterRecipe, build_adapter
+from srollout.default_policy.recipe import BuildConfig
+from srollout.errors import SrolloutError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gguf_files import write_tiny_llama  # noqa: E402
+
+SFT = BuildConfig(
+    seed=0,
+    n_demo_tasks=2,
+    demos_per_task=1,
+    epochs=1,
+    lr=1e-3,
+    obs_loss_weight=0.0,
+    batch_tokens=8192,
+    max_context=2048,
+    bf16=False,
+    correction_rounds=1,
+    correction_tasks=2,
+    correction_G=2,
+    correction_relabel=True,
+    correction_branches=3,
+    correction_replay=1,
+    correction_epochs=1,
+    correction_lr=1e-3,
+)
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    tiny = write_tiny_llama(tmp_path_factory.mktemp("gguf") / "tiny.gguf", context=4096)
+    return AdapterRecipe(
+        base=str(tiny), sft=SFT, r=2, alpha=4, targets=("q_proj", "v_proj"), checkpoint_every=1
+    )
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+@pytest.mark.slow
+def test_sft_then_a_dagger_round_from_an_earlier_sft(recipe, tmp_path):
+    sft_only = dataclasses.replace(recipe, sft=dataclasses.replace(SFT, correction_rounds=0))
+    first = build_adapter(sft_only, tmp_path / "sft", quiet=True)
+    info = json.loads((first.path / "build.json").read_text())
+    assert info["dagger_rounds"] == [] and info["final_loss"] == info["sft_final_loss"]
+    assert not (tmp_path / ".sft.work").exists()  # the work directory goes with a finished build
+
+    second = build_adapter(recipe, tmp_path / "dagger", quiet=True, sft_from=first.path)
+    info2 = json.loads((second.path / "build.json").read_text())
+    (r,) = info2["dagger_rounds"]
+    assert r["trajectories"] == 4  # 2 tasks x G 2
+    assert r["model_steps"] + r["expert_steps"] + r["past_context"] > 0
+    # off-label model steps become branches (before the cap), bar those of trajectories that
+    # outgrew the context, which the expert plays out and the round drops
+    assert 0 < r["relabelled"] <= r["model_off_label"]
+    assert info2["sft_final_loss"] == pytest.approx(info["final_loss"], abs=0)
+    assert info2["sft_from"].startswith("sft (srollout adapter")
+    before, after = _weights(first.path), _weights(second.path)
+    assert before.keys() == after.keys()
+    moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert moved > 1e-4  # the round fine-tuned the adapter (lr 1e-3, one step at least)
+
+
+def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
+    done = tmp_path / "done"
+    done.mkdir()
+    other = dataclasses.replace(recipe, sft=dataclasses.replace(SFT, lr=2e-3))
+    record = {"recipe": json.loads(json.dumps(dataclasses.asdict(other)))}
+    (done / "build.json").write_text(json.dumps(record))
+    with pytest.raises(SrolloutError, match=r"its SFT recipe differs from this one \(lr\)"):
+        build_adapter(recipe, tmp_path / "out", sft_from=done, quiet=True)
+    with pytest.raises(SrolloutError, match="not a finished adapter build"):
+        build_adapter(recipe, tmp_path / "out", sft_from=tmp_path, quiet=True)
+    assert not (tmp_path / "out").exists() and not (tmp_path / ".out.work").exists()
+    # a DAgger field is what the new build adds: it may differ
+    fewer = dataclasses.replace(other, sft=dataclasses.replace(SFT, correction_rounds=0))
+    record = {"recipe": json.loads(json.dumps(dataclasses.asdict(fewer)))}
+    record["recipe"]["sft"]["lr"] = SFT.lr
+    (done / "build.json").write_text(json.dumps(record))
+    from srollout.default_policy.adapter_build import _check_sft_from
+
+    _check_sft_from(done, recipe, SFT)
