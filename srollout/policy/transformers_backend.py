@@ -25,6 +25,7 @@ different padded shapes; ``benchmarks/bench_policy.py`` measures how often that 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -516,14 +517,9 @@ class TransformersPolicy:
             layer.buf_v[dst, :, :filled] = layer.buf_v[src, :, :filled]
 
 
-_BUFFER_LAYER: Any = None
-
-
+@functools.cache
 def _buffer_layer_class() -> type:
     """A transformers cache layer over a preallocated buffer (defined lazily: heavy import)."""
-    global _BUFFER_LAYER
-    if _BUFFER_LAYER is not None:
-        return _BUFFER_LAYER
     from transformers.cache_utils import DynamicLayer
 
     class BufferLayer(DynamicLayer):
@@ -562,7 +558,6 @@ def _buffer_layer_class() -> type:
         def get_seq_length(self) -> int:
             return self.n
 
-    _BUFFER_LAYER = BufferLayer
     return BufferLayer
 
 
