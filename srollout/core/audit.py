@@ -48,8 +48,6 @@ def clopper_pearson_lower(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE
 def clopper_pearson_upper(k: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> float:
     """One-sided Clopper–Pearson upper bound: the p with P(X <= k | n, p) = 1 - confidence
     (1 when k = n; nan when n = 0). Equals 1 - the lower bound of the n - k failures."""
-    if n == 0:
-        return math.nan
     if not 0 <= k <= n:
         raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
     return 1.0 - clopper_pearson_lower(n - k, n, confidence)
@@ -148,16 +146,6 @@ def _largest(
     return best
 
 
-def _largest_certified(
-    ordered: Sequence[tuple[float, bool]], floor: float, confidence: float, min_n: int
-) -> float | None:
-    """:func:`_largest` prefix of at least ``min_n`` whose Clopper–Pearson bound is at or above
-    ``floor``."""
-    return _largest(
-        ordered, lambda j, k: j >= min_n and clopper_pearson_lower(k, j, confidence) >= floor
-    )
-
-
 def next_threshold(
     theta: float,
     labelled: Iterable[Labelled],
@@ -177,15 +165,18 @@ def next_threshold(
         k = sum(ok for _, ok in below)
         if clopper_pearson_upper(k, n, confidence) >= floor:
             return ThresholdStep(theta, lb, n, "hold")
-        # already shown below the floor on few audits: keep only what is not
-        # the largest prefix not shown below the floor (its upper bound at or above it)
+        # already shown below the floor on few audits: keep the largest prefix that is not
         unrefuted = _largest(below, lambda j, k: clopper_pearson_upper(k, j, confidence) >= floor)
         return ThresholdStep(unrefuted if unrefuted is not None else below[0][0], lb, n, "refute")
+
+    def certified(j: int, k: int) -> bool:  # a prefix of at least min_n whose bound clears
+        return j >= min_n and clopper_pearson_lower(k, j, confidence) >= floor
+
     if n and lb < floor:
-        certified = _largest_certified(below, floor, confidence, min_n)
-        return ThresholdStep(certified if certified is not None else below[0][0], lb, n, "tighten")
+        tight = _largest(below, certified)
+        return ThresholdStep(tight if tight is not None else below[0][0], lb, n, "tighten")
     band = sorted((r.score, r.zero_var) for r in rows if r.source == "through" and r.score >= theta)
-    wider = _largest_certified(band, floor, confidence, min_n)
+    wider = _largest(band, certified)
     if wider is not None and wider > theta:
         return ThresholdStep(wider, lb, n, "loosen")
     return ThresholdStep(theta, lb, n, "keep")

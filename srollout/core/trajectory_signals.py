@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import NamedTuple
 
 _SPACE = re.compile(r"\s+")
@@ -80,11 +81,7 @@ def next_rejected_run(run: int, valid: bool) -> int:
 
 def rejected_run(valid: Sequence[bool]) -> list[int]:
     """``rejected_run`` after each step: [T] validity flags -> [T] counts."""
-    out, run = [], 0
-    for ok in valid:
-        run = next_rejected_run(run, ok)
-        out.append(run)
-    return out
+    return list(accumulate(valid, next_rejected_run, initial=0))[1:]
 
 
 @dataclass

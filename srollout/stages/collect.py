@@ -472,24 +472,6 @@ def write_collect_report(
     return write_report(run_dir, "srollout collect", sections)
 
 
-def worker_recipe(config: CollectConfig, settings: RolloutSettings, plan: RolloutPlan) -> Any:
-    """What a Ray rollout worker needs to act as this process would: a policy replica built by
-    :func:`build_policy` from the same options and the plan's model directory (resolved here
-    once, not by every worker), the environment factory, the ReAct protocol and the engine
-    settings (``--concurrency`` is per worker)."""
-    from functools import partial
-
-    from srollout.rollout.ray_pool import WorkerRecipe
-
-    return WorkerRecipe(
-        make_policy=partial(build_policy, config, plan.model_dir),
-        env_factory=plan.env_factory(expert=config.policy != "lm"),
-        prompter=plan.prompter(),
-        settings=settings,
-        threads=1 if config.policy == "lm" else None,
-    )
-
-
 def _run_distributed(
     todo: Sequence[Any],
     config: CollectConfig,
@@ -501,14 +483,26 @@ def _run_distributed(
     on_tick: Callable[[TickStats], None],
 ) -> RolloutSummary:
     """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the
-    restarts."""
-    from srollout.rollout.ray_pool import ray_session, run_groups_distributed
+    restarts. Each worker acts as this process would: a policy replica built by
+    :func:`build_policy` from the same options and the plan's model directory (resolved here
+    once, not by every worker), the same environments, ReAct protocol and engine settings
+    (``--concurrency`` is per worker)."""
+    from functools import partial
 
+    from srollout.rollout.ray_pool import WorkerRecipe, ray_session, run_groups_distributed
+
+    recipe = WorkerRecipe(
+        make_policy=partial(build_policy, config, plan.model_dir),
+        env_factory=plan.env_factory(expert=config.policy != "lm"),
+        prompter=plan.prompter(),
+        settings=settings,
+        threads=1 if config.policy == "lm" else None,
+    )
     started: list[Any] = []
     with ray_session(dist.workers) as where:
         result = run_groups_distributed(
             todo,
-            worker_recipe(config, settings, plan),
+            recipe,
             dist.workers,
             on_group=on_group,
             on_tick=on_tick,

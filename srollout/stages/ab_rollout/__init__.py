@@ -139,9 +139,9 @@ def load_greso_history(path: Path) -> list[GresoOutcome]:
 
 class BlockRun(NamedTuple):
     """One timed (arm, repeat, block) run: ``records`` every group rolled out, round by round;
-    ``summary`` the engine's totals summed over the rounds (:func:`add_summaries`); ``skipped`` the
-    group ids GRESO skipped; ``rounds`` / ``round_ids`` each round that rolled out groups and its
-    group ids; ``hit_cap``: DAPO was still short after --dapo-max-rounds."""
+    ``summary`` the engine's totals summed over the rounds (wall_s: the sum of their wall-clocks);
+    ``skipped`` the group ids GRESO skipped; ``rounds`` / ``round_ids`` each round that rolled out
+    groups and its group ids; ``hit_cap``: DAPO was still short after --dapo-max-rounds."""
 
     records: list[GroupRecord]
     summary: RolloutSummary
@@ -196,16 +196,11 @@ def run_block(
         warn=False,  # its warning speaks of training; the report says it here
     )
     skipped = [specs[i].group_id for i in run.skipped]
-    summary = add_summaries(summaries, workers)
+    if len(summaries) == 1 and workers == 1:  # one round in this process: as it is
+        summary = summaries[0]
+    else:
+        summary = RolloutSummary.total(summaries, sum(s.wall_s for s in summaries), workers)
     return BlockRun(list(run.generated), summary, skipped, run.rounds, round_ids, run.hit_cap)
-
-
-def add_summaries(summaries: Sequence[RolloutSummary], workers: int = 1) -> RolloutSummary:
-    """The rounds of one timed run as one summary (:meth:`RolloutSummary.total`, wall_s the sum of
-    the rounds' wall-clocks). One round in this process is returned as it is."""
-    if len(summaries) == 1 and workers == 1:
-        return summaries[0]
-    return RolloutSummary.total(summaries, sum(s.wall_s for s in summaries), workers)
 
 
 # --- the story ------------------------------------------------------------------------------------
