@@ -16,6 +16,7 @@ is U-shaped; its raw AUROC (not 1 − AUROC) is reported like every other.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -40,6 +41,7 @@ from srollout.stages.buffer import (
 D_K = "prefix_edit_distance_mean"
 TAU_K = "termination_fraction"
 SUBSAMPLE_G = 8
+LABEL_ORDER = {lab: i for i, lab in enumerate(LABELS)}  # tables list the labels in this order
 
 PER_TASK_TYPE_FILE = "per_task_type.parquet"
 STRATIFICATION_FILE = "stratification.parquet"
@@ -191,11 +193,10 @@ def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
         ]
     ).filter(pl.col("n") > 0)
     order = {m: i for i, m in enumerate(names)}
-    label_order = {lab: i for i, lab in enumerate(LABELS)}
     return (
         table.with_columns(
             _m=pl.col("metric").replace_strict(order, return_dtype=pl.Int64),
-            _l=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64),
+            _l=pl.col("label").replace_strict(LABEL_ORDER, return_dtype=pl.Int64),
         )
         .sort(["K", "_m", "_l"])
         .drop(["_m", "_l"])
@@ -205,13 +206,8 @@ def stratification_table(signals: pl.DataFrame) -> pl.DataFrame:
 def modal_prefix(actions: Sequence[Sequence[str]], K: int) -> tuple[str, int]:
     """The most common first-K action prefix of a group (ties: the earliest trajectory's) and how
     many trajectories share it; actions joined by " → "."""
-    counts: dict[tuple[str, ...], int] = {}
-    for a in actions:
-        key = tuple(a[:K])
-        counts[key] = counts.get(key, 0) + 1
-    prefix = max(
-        counts, key=lambda k: counts[k]
-    )  # max keeps the first maximal key: insertion order
+    counts = Counter(tuple(a[:K]) for a in actions)
+    prefix = max(counts, key=counts.__getitem__)  # the first maximal key: insertion order
     return " → ".join(prefix), counts[prefix]
 
 
@@ -293,10 +289,9 @@ def _stratification_wide(strat: pl.DataFrame, K: int) -> pl.DataFrame:
     )
     wide = cells.pivot(on="metric", index="label", values="cell")
     n = part.group_by("label").agg(pl.col("n").max())
-    label_order = {lab: i for i, lab in enumerate(LABELS)}
     wide = (
         n.join(wide, on="label")
-        .with_columns(_o=pl.col("label").replace_strict(label_order, return_dtype=pl.Int64))
+        .with_columns(_o=pl.col("label").replace_strict(LABEL_ORDER, return_dtype=pl.Int64))
         .sort("_o")
         .drop("_o")
     )

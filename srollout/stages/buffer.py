@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -377,14 +378,14 @@ def signals_from_trajectories(
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = iter(chunks)
             in_flight = [
-                pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 2 * workers)
+                pool.submit(_signals_chunk, *payload(*c)) for c in islice(pending, 2 * workers)
             ]
             done_groups = 0
             while in_flight:
                 first = in_flight.pop(0)
                 values.append(first.result())  # in order: the table keeps group order
                 done_groups += values[-1].shape[0] // len(Ks)
-                in_flight += [pool.submit(_signals_chunk, *payload(*c)) for c in _take(pending, 1)]
+                in_flight += [pool.submit(_signals_chunk, *payload(*c)) for c in islice(pending, 1)]
                 if progress is not None:
                     progress(done_groups, n)
     names = SIGNAL_NAMES + STEP_SIGNAL_NAMES
@@ -397,10 +398,6 @@ def signals_from_trajectories(
     )
     schema = {**schemas.SIGNALS.columns, **schemas.SIGNALS.optional, "zero_var": pl.Boolean}
     return out.select(list(schema)).cast(schema)
-
-
-def _take(it, k: int) -> list:
-    return [x for _, x in zip(range(k), it, strict=False)]
 
 
 def usable_cores() -> int:

@@ -365,12 +365,11 @@ def run_ab_rollout(
     rolled: dict[tuple[str, int], list[str]] = {}
     for b, data in zip(schedule, block_jsons, strict=True):
         rolled.setdefault((b.arm.name, b.repeat), []).extend(data["group_ids"])
-    tables = {}
-    for arm in arms:
-        for r in range(config.repeats):
-            tables[(arm.name, r)] = merge_parts(
-                arm_dir(run_dir, arm.name, r), sorted(rolled.get((arm.name, r), []))
-            )
+    tables = {
+        (a.name, r): merge_parts(arm_dir(run_dir, a.name, r), sorted(rolled.get((a.name, r), [])))
+        for a in arms
+        for r in range(config.repeats)
+    }
 
     # 7. score, report
     from srollout.report.ab import write_ab_outputs

@@ -112,28 +112,13 @@ def audit_block(audit: Audit, records: Sequence[Any], iteration: int) -> dict[st
     audit.save()
     out: dict[str, Any] = {}
     if audit.gate is not None:
-        auditor = audit.gate
-        values = (
-            m.audited,
-            m.audit_tp,
-            m.audit_fp,
-            m.audit_steps,
-            m.precision_lb,
-            m.threshold,
-            float(auditor.knob.shown(auditor.threshold)),
-        )
+        shown = float(audit.gate.knob.shown(audit.gate.threshold))  # the next run's threshold
+        names = ("audited", "audit_tp", "audit_fp", "audit_steps", "precision_lb", "threshold")
+        values = [*(getattr(m, n) for n in names), shown]
         out |= dict(zip(GROUP_AUDIT_DTYPES, values, strict=True))
-    if audit.stops is not None:
-        values = (
-            stops.stop_audited,
-            stops.stop_audit_tp,
-            stops.stop_audit_fp,
-            stops.stop_audit_steps,
-            stops.stop_precision_lb,
-            stops.stall_W,
-            audit.stops.W,
-        )
-        out |= dict(zip(STOP_AUDIT_DTYPES, values, strict=True))
+    if audit.stops is not None:  # the stop metrics' own names, then the next run's W
+        out |= {c: getattr(stops, c) for c in list(STOP_AUDIT_DTYPES)[:-1]}
+        out["next_stall_W"] = audit.stops.W
     return out
 
 

@@ -67,9 +67,8 @@ class Roller:
     ) -> None:
         self.config, self.workers, self.chunk_groups = config, workers, chunk_groups
         self.show = RolloutBar(None, "ab-rollout", 0, enabled=False)  # the stage hands over its bar
-        self.planned = {
-            s.group_id for s in planned
-        }  # in the bar's total; DAPO's extra groups are not
+        # in the bar's total; DAPO's extra groups are not
+        self.planned = {s.group_id for s in planned}
         self.model_dir = plan.model_dir  # resolved once by the plan, here and on every worker
         self.prompter = plan.prompter()
         self.env_factory = env_factory or plan.env_factory(expert=config.policy != "lm")

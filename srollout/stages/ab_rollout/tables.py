@@ -297,10 +297,10 @@ def arms_table(
                 "stall_fp": stop.fp,
             }
         )
-        if audited:
-            mine_runs = runs.sort("order").to_dicts() if arm.gate or arm.stall else []
-            totals = arm_audit_totals(mine_runs) if mine_runs else {}
-            rows[-1].update({c: totals.get(c) for c in AUDIT_BLOCK_COLUMNS})
+        if audited:  # the audit's totals (null on an arm without a gate)
+            rows[-1].update(
+                arm_audit_totals(runs.sort("order").to_dicts() if arm.gate or arm.stall else [])
+            )
     df = pl.DataFrame(
         rows,
         schema_overrides={
