@@ -313,8 +313,7 @@ class TrainOnpolicyConfig:
                 "the stall arms with); train-onpolicy trains the stall arms"
             )
         check_at_least(self, dapo_max_rounds=0)
-        if not 0.0 <= self.greso_p_explore <= 1.0:
-            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        _check_unit((self.greso_p_explore,), "--greso-p-explore")
         from srollout.core.audit import check_audit_options
 
         check_audit_options(self.audit, self.audit_floor)

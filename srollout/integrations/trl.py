@@ -171,10 +171,7 @@ class GatedRollout:
         from srollout.integrations.trl_sampling import check_sampling
 
         check_sampling(self)
-        if self.greso_p is not None:
-            from srollout.core.arms import skipper_for
-
-            self._greso = skipper_for(self.skip, seed=self.seed, p_explore=self.greso_p)
+        self._greso = self._skipper()
         if self.log_dir is not None:
             from srollout.rollout.trainer_log import TrainerLog
 
@@ -245,13 +242,16 @@ class GatedRollout:
         self._log_open = True
         if resume.steps:
             self._next_group = resume.next_group
-            if self._greso is not None:
-                from srollout.core.arms import skipper_for
-
-                self._greso = skipper_for(
-                    self.skip, seed=self.seed, p_explore=self.greso_p, history=resume.greso
-                )
+            self._greso = self._skipper(resume.greso)
         trainer.add_callback(_merge_log_at_end(self._log))
+
+    def _skipper(self, history: Sequence[Any] = ()) -> Any:
+        """GRESO's skip (None without greso_p), fed ``history`` (a resumed log's outcomes)."""
+        from srollout.core.arms import skipper_for
+
+        if self.greso_p is None:
+            return None
+        return skipper_for(self.skip, seed=self.seed, p_explore=self.greso_p, history=history)
 
     # --- what TRL is given ---------------------------------------------------------------------
     def dataset(self, repeats: int = 1) -> Any:

@@ -256,9 +256,7 @@ def read_buffer(path: Path, gate: Gate, K: int) -> tuple[dict[str, BufferGroup],
                 gate.decide(GroupSignals(**{n: float(sig[n]) for n in SIGNAL_NAMES}))
             )
         rewards = tuple(float(r) for r in part["reward"])
-        c = cost_of.get(
-            gid, {"rollout_s": 0.0, "post_K_s": 0.0, "post_K_steps": 0, "post_K_tokens": 0}
-        )
+        c = cost_of.get(gid, {})  # a group without steps rows cost nothing measured
         groups[gid] = BufferGroup(
             group_id=gid,
             rewards=rewards,
@@ -267,10 +265,10 @@ def read_buffer(path: Path, gate: Gate, K: int) -> tuple[dict[str, BufferGroup],
             cut=cut,
             d_K=d_K,
             zero_var=max(rewards) - min(rewards) == 0.0,
-            rollout_s=float(c["rollout_s"] or 0.0),
-            post_K_s=float(c["post_K_s"] or 0.0),
-            post_K_steps=int(c["post_K_steps"] or 0),
-            post_K_tokens=int(c["post_K_tokens"] or 0),
+            rollout_s=float(c.get("rollout_s") or 0.0),
+            post_K_s=float(c.get("post_K_s") or 0.0),
+            post_K_steps=int(c.get("post_K_steps") or 0),
+            post_K_tokens=int(c.get("post_K_tokens") or 0),
         )
     if not groups:
         raise SrolloutError(f"{traj_file}: the buffer has no groups")

@@ -67,10 +67,17 @@ def run_seeds_parallel(
     plan = plan_training(config)
     run_dir = prepare_run_dir(config.out, STAGE, overwrite=config.overwrite, resume=config.resume)
     if config.resume:
-        _check_parallel_run(run_dir)
+        # a run started without --workers: its checkpoints are not per-seed runs
+        if not (run_dir / SEEDS_DIR).is_dir() and "dist" not in _manifest(run_dir):
+            raise SrolloutError(
+                f"--resume: {run_dir} was started without --workers (its checkpoints are not "
+                "per-seed runs); resume it without --workers"
+            )
         check_resumable(run_dir, STAGE, config.resume_key(), "checkpoints")
     config = replace(config, out=run_dir)
-    reloaded = [s for s in config.seeds if _complete(seed_run_dir(run_dir, s))]
+    reloaded = [
+        s for s in config.seeds if _manifest(seed_run_dir(run_dir, s)).get("status") == "complete"
+    ]
     todo = [s for s in config.seeds if s not in reloaded]
     dist: dict[str, Any] = {
         "ray": None,
@@ -117,10 +124,7 @@ def run_seeds_parallel(
     )
 
     # 4. the stage rewrote the manifest: add where the seeds ran
-    path = run_dir / "manifest.json"
-    data = json.loads(path.read_text())
-    data["dist"] = dist
-    write_json(data, path)
+    write_json({**_manifest(run_dir), "dist": dist}, run_dir / "manifest.json")
     return result
 
 
@@ -182,22 +186,10 @@ def _train_seed(config: TrainOnpolicyConfig, seed: int, out: str) -> SeedRun:
     return SeedRun(seed, socket.gethostname(), os.getpid(), time.perf_counter() - t0, resumed, node)
 
 
-def _complete(directory: Path) -> bool:
+def _manifest(directory: Path) -> dict[str, Any]:
+    """The run's manifest.json ({} when it has none yet)."""
     path = directory / "manifest.json"
-    return path.exists() and json.loads(path.read_text()).get("status") == "complete"
-
-
-def _check_parallel_run(run_dir: Path) -> None:
-    """Refuse to resume with ``--workers`` a run whose checkpoints are not per-seed runs."""
-    path = run_dir / "manifest.json"
-    started_parallel = (run_dir / SEEDS_DIR).is_dir() or (
-        path.exists() and "dist" in json.loads(path.read_text())
-    )
-    if not started_parallel:
-        raise SrolloutError(
-            f"--resume: {run_dir} was started without --workers (its checkpoints are not per-seed "
-            "runs); resume it without --workers"
-        )
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _link_checkpoints(run_dir: Path, config: TrainOnpolicyConfig) -> None:

@@ -8,7 +8,7 @@ docs/artifacts.md (and :data:`ONPOLICY_RENAMES`, :data:`OFFPOLICY_RENAMES`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from srollout.rollout.audit import AUDIT_COLUMNS, NO_AUDIT, AuditMetrics  # noqa: F401
@@ -87,8 +87,25 @@ def upgrade_onpolicy_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return dict(sorted(renamed.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def _namespaced(prefix: str, record: Any) -> dict[str, Any]:
-    return {f"{prefix}/{f.name}": getattr(record, f.name) for f in fields(record)}
+class _Row:
+    """A metrics record whose :meth:`row` is its metrics.parquet row, in field order: the index
+    fields as they are, each namespace record as ``<field>/<name>`` columns (a None value, such as
+    a transformers run's ``rollout/adapter_iteration``, is not written), a record with its own
+    ``columns()`` (judged, audited) as those; a None field writes nothing."""
+
+    def row(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if hasattr(value, "columns"):
+                out.update(value.columns())
+            elif is_dataclass(value):
+                for part in fields(value):
+                    if getattr(value, part.name) is not None:
+                        out[f"{f.name}/{part.name}"] = getattr(value, part.name)
+            elif value is not None:
+                out[f.name] = value
+        return out
 
 
 @dataclass(frozen=True)
@@ -199,8 +216,10 @@ JUDGE_COLUMNS = tuple(CutJudgement(0, 0, 0, 0.0).columns())
 
 
 @dataclass(frozen=True)
-class IterationMetrics:
-    """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row."""
+class IterationMetrics(_Row):
+    """One on-policy iteration of one (seed, arm); :meth:`row` is its metrics.parquet row, its
+    keys in :func:`onpolicy_columns` order, then :data:`JUDGE_COLUMNS` when the cuts were judged,
+    then :data:`AUDIT_COLUMNS` when the gate was audited."""
 
     arm: str
     seed: int
@@ -212,25 +231,6 @@ class IterationMetrics:
     judged: CutJudgement | None = None
     audited: AuditMetrics | None = None
     stops_audited: StopAuditMetrics | None = None
-
-    def row(self) -> dict[str, Any]:
-        """The row; its keys in :func:`onpolicy_columns` order, then :data:`JUDGE_COLUMNS` when
-        the cuts were judged, then :data:`AUDIT_COLUMNS` when the gate was audited."""
-        rollout = _namespaced("rollout", self.rollout)
-        if self.rollout.adapter_iteration is None:
-            del rollout["rollout/adapter_iteration"]
-        return {
-            "arm": self.arm,
-            "seed": self.seed,
-            "iteration": self.iteration,
-            **rollout,
-            **_namespaced("gate", self.gate),
-            **_namespaced("train", self.train),
-            **_namespaced("time", self.time),
-            **(self.judged.columns() if self.judged is not None else {}),
-            **(self.audited.columns() if self.audited is not None else {}),
-            **(self.stops_audited.columns() if self.stops_audited is not None else {}),
-        }
 
 
 def onpolicy_columns() -> list[str]:
@@ -277,7 +277,7 @@ class StepTimes:
 
 
 @dataclass(frozen=True)
-class StepMetrics:
+class StepMetrics(_Row):
     """One off-policy step of one arm; :meth:`row` is its metrics.parquet row."""
 
     arm: str
@@ -286,13 +286,3 @@ class StepMetrics:
     gate: OffpolicyGate
     train: OffpolicyTrain
     time: StepTimes
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "arm": self.arm,
-            "seed": self.seed,
-            "step": self.step,
-            **_namespaced("gate", self.gate),
-            **_namespaced("train", self.train),
-            **_namespaced("time", self.time),
-        }
