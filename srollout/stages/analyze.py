@@ -92,25 +92,16 @@ def correlation_table(signals: pl.DataFrame) -> pl.DataFrame:
     AUROC, σ_r² ranked once per K (the numbers of scipy's spearmanr and mannwhitneyu)."""
     from srollout.core.stats import rank_stats, rankdata
 
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     for (K,), part in sorted(signals.partition_by("K", as_dict=True, maintain_order=True).items()):
         variance = part["reward_var"].to_numpy()
         nonzero = ~part["zero_var"].to_numpy()
         variance_ranks = rankdata(variance)
         for metric in _measured(signals):
             x = part[metric].cast(pl.Float64).fill_null(np.nan).to_numpy()
-            r = rank_stats(x, variance, nonzero, target_ranks=variance_ranks)
-            rows.append(
-                {
-                    "K": K,
-                    "metric": metric,
-                    "n": r.n,
-                    "spearman_rho": r.rho,
-                    "p_value": r.p_value,
-                    "auroc": r.auroc,
-                }
-            )
-    return pl.DataFrame(rows, schema=schemas.CORRELATION.columns)
+            # (K, metric, n, spearman_rho, p_value, auroc): the table's columns in order
+            rows.append((K, metric, *rank_stats(x, variance, nonzero, target_ranks=variance_ranks)))
+    return pl.DataFrame(rows, schema=schemas.CORRELATION.columns, orient="row")
 
 
 def per_task_type_table(signals: pl.DataFrame) -> pl.DataFrame:
