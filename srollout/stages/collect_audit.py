@@ -236,4 +236,3 @@ class CollectAudit:
             start_W=int(rows[0]["gate/stall_W"]) if rows else 0,
             final_W=stops.W if stops is not None else 0,
         )
-
