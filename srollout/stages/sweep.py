@@ -158,8 +158,6 @@ def run_sweep(
     n_folds = (gates or GateFitConfig()).n_folds
     gates = gates if gates is not None and gates.any else None
     stall = stall if stall is not None and stall.stall else None
-    if gates is not None or stall is not None:
-        table.check_folds(n_folds, buffer.n_groups, config.input)
     measured = config.objective == "measured"
     if measured:
         table.require_step_counts(buffer, config)

@@ -36,6 +36,7 @@ from srollout.stages.buffer import Buffer
 from srollout.stages.sweep_table import (
     SHORT,
     SHOWN_CONSOLE,
+    check_folds,
     load_run,
     random_measured_of_cuts,
     require_step_counts,
@@ -290,6 +291,8 @@ def compare_gates(config: SweepConfig, gates: GateFitConfig, sweep: pl.DataFrame
             f"the learned/adaptive gates need at least {need} of each to be fit and judged on "
             "different groups (collect more groups)"
         )
+    if gates.eval_buffer is None:
+        check_folds(gates.n_folds, data.zero_var.size, config.input)
     K_ref = min(config.K)
     folds = assign_folds(data.zero_var, gates.n_folds, config.seed)
     rows: list[dict[str, Any]] = []

@@ -41,7 +41,7 @@ from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import require_complete
-from srollout.stages.sweep_table import SHORT
+from srollout.stages.sweep_table import SHORT, check_folds
 
 STALL_FILE = "stall.parquet"
 GATE_FILE = "gate-stall.json"
@@ -169,6 +169,8 @@ def sweep_stall(
     also score the loop detector at each k0 of the grid (rows ``rule = "loop"``)."""
     Ws, froms = _grids(stall, config.T_max)
     trajs = load_trajectories(config.input) if trajs is None else trajs
+    n_groups = int(trajs.group.max()) + 1 if len(trajs.group) else 0
+    check_folds(n_folds, n_groups, config.input)
     grid = [(W, k0) for W in Ws for k0 in froms]
     stops = {(W, k0): stall_stops(trajs, W, k0) for W, k0 in grid}
     rows = [stop_row("stall", W, k0, trajs, stops[W, k0], config.seed) for W, k0 in grid]
@@ -190,7 +192,7 @@ def sweep_stall(
         held_out_random=random_reference(trajs, held.stop, seed=config.seed),
         crossfit=held,
         gate=StallGate(*chosen) if chosen is not None else None,
-        n_groups=int(trajs.group.max()) + 1 if len(trajs.group) else 0,
+        n_groups=n_groups,
         n_trajs=len(trajs.group),
     )
 

@@ -167,6 +167,15 @@ def test_eval_buffer_alone_is_refused(built_buffer: Path, tmp_path: Path, run_cl
     assert not (tmp_path / "never").exists()
 
 
+def test_more_folds_than_groups_is_one_line(built_buffer: Path, tmp_path: Path, run_cli) -> None:
+    args = [*ARGS[:-4], "--n-folds", "31", "--learned", "--out", tmp_path / "never"]
+    result = run_cli("sweep", built_buffer, *args)
+    assert result.exit_code == 2, result.stderr
+    assert "--n-folds 31 is more than the 30 groups of" in result.stderr
+    assert "give --n-folds 30 or fewer" in result.stderr
+    assert not (tmp_path / "never").exists()
+
+
 def test_too_few_groups_of_a_class_is_one_clear_line(
     hand_buffer: Path, tmp_path: Path, run_cli
 ) -> None:

@@ -97,7 +97,9 @@ def test_what_if_and_sweep_show_the_loop_detector_judged_by_full_outcomes(runs, 
     assert row["setting"].to_list() == ["loop from 1"]
     assert (row["decisions"][0], row["right"][0]) == (stops, right)
     assert row["steps_saved"][0] == pytest.approx(saved / trajs["n_steps"].sum())
-    proc = srollout("sweep", str(ungated), "--stall", "--out", str(tmp_path / "s"))
+    proc = srollout(
+        "sweep", str(ungated), "--stall", "--n-folds", "3", "--out", str(tmp_path / "s")
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pl.read_parquet(tmp_path / "s" / "stall.parquet")
     loops = table.filter(pl.col("rule") == "loop")
