@@ -331,15 +331,6 @@ class TrainOnpolicyConfig:
 
     def resume_key(self) -> dict[str, Any]:
         """Fields that must match for --resume (all but where/how to write and the seed list)."""
-        skip = {
-            "out",
-            "overwrite",
-            "resume",
-            "seeds",
-            "concurrency",
-            "interleave",
-            "base_url",
-            "judge_cuts",
-        }
+        skip = set("out overwrite resume seeds concurrency interleave base_url judge_cuts".split())
         fields = dataclasses.fields(self)
         return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}

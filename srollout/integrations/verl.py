@@ -490,14 +490,10 @@ def _renders_like_template(tokenizer: Any, builder: Any) -> bool:
         return True
 
 
-_VERL_INIT_KEYS = (
-    "trainer_config",
-    "server_manager",
-    "tokenizer",
-    "processor",
-    "dataset_cls",
-    "data_config",
-    "hf_model_type",
+# what verl's AgentLoopBase takes; the other keys of an agent loop's entry are srollout's settings
+_VERL_INIT_KEYS = tuple(
+    "trainer_config server_manager tokenizer processor dataset_cls data_config "
+    "hf_model_type".split()
 )
 
 
