@@ -22,6 +22,7 @@ import polars as pl
 from srollout import schemas
 from srollout.config import GateFitConfig, StallFitConfig, SweepConfig
 from srollout.core.gate import GateRule
+from srollout.core.sweep import GateOutcome
 from srollout.report.markdown import Section, doc_link, figure, write_report
 from srollout.report.tables import to_markdown, to_rich
 from srollout.rundir import Manifest, _jsonable, prepare_run_dir
@@ -33,24 +34,10 @@ from srollout.stages.sweep_table import D_K, TAU_K, choose, cut_mask, sweep_tabl
 GATE_FILE = "gate.json"
 # groups from which sweep shows a bar over its K values (one K of a million groups: ~2 s)
 SWEEP_BAR_FROM = 500_000
-# columns shown in the console and in report.md (sweep.parquet holds them all)
-_SHOWN = (
-    "rule",
-    "K",
-    "d_L",
-    "t_high",
-    "n_cut",
-    "tp",
-    "fp",
-    "precision",
-    "recall",
-    "safe_savings",
-    "raw_savings",
-    "measured_step_savings",
-    "adv_l2_kept",
-    "random_safe_savings",
-    "random_adv_l2_kept",
-)
+# columns shown in the console and in report.md (sweep.parquet holds them all): the gate's outcome
+# and the random cut's beside it
+_SHOWN = ("rule", "K", "d_L", "t_high", *GateOutcome._fields, "random_safe_savings")
+_SHOWN += ("random_adv_l2_kept",)
 
 
 class Interval(NamedTuple):

@@ -28,7 +28,12 @@ from srollout.core.learned_gate import (
     nested_heldout_cuts,
 )
 from srollout.core.stats import bootstrap_ci, ratio_of_sums
-from srollout.core.sweep import choose_operating_point, evaluate_grid, threshold_cuts
+from srollout.core.sweep import (
+    GateOutcome,
+    choose_operating_point,
+    evaluate_grid,
+    threshold_cuts,
+)
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link
 from srollout.report.tables import to_markdown, to_rich
@@ -47,20 +52,8 @@ ADAPTIVE_FILE = "gate-adaptive.json"
 GATES_TABLE = "gates.parquet"
 
 # shown in report.md and the console, with short console headers
-_SHOWN = (
-    "gate",
-    "selection",
-    "K",
-    "n_cut",
-    "tp",
-    "fp",
-    "precision",
-    "recall",
-    "safe_savings",
-    "raw_savings",
-    "measured_step_savings",
-    "share_of_oracle",
-)
+_SHOWN = ("gate", "selection", "K", *(f for f in GateOutcome._fields if f != "adv_l2_kept"))
+_SHOWN += ("share_of_oracle",)
 _CI_FIELDS = (
     "safe_savings",
     "raw_savings",

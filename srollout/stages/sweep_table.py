@@ -298,13 +298,11 @@ def console_line(sweep: pl.DataFrame, index: int | None) -> str | None:
     table = comparison(sweep, index)
     if table is None:
         return None
-    parts = []
-    for r in table.iter_rows(named=True):
-        parts.append(
-            f"{r['cost']}: gate {r['gate']:.3f} vs random cut {r['random cut, same #cuts']:.3f} "
-            f"(× {r['gate / random']:.2f})"
-        )
-    return "measured saving — " + "; ".join(parts)
+    return "measured saving — " + "; ".join(
+        f"{r['cost']}: gate {r['gate']:.3f} vs random cut {r['random cut, same #cuts']:.3f} "
+        f"(× {r['gate / random']:.2f})"
+        for r in table.iter_rows(named=True)
+    )
 
 
 def random_measured_of_cuts(
