@@ -110,6 +110,7 @@ def entry_point(group: str, name: str, what: str) -> tuple[Any, str] | None:
 
 
 NO_SPACE_ERRNOS = (28, 122)  # ENOSPC, EDQUOT (Linux)
+NO_SPACE_TEXTS = ("no space left on device", "disk quota exceeded", "os error 28")
 
 
 def disk_full(err: BaseException) -> bool:
@@ -120,14 +121,10 @@ def disk_full(err: BaseException) -> bool:
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        text = str(current).lower()
         if isinstance(current, OSError) and current.errno in NO_SPACE_ERRNOS:
             return True
-        text = str(current).lower()
-        if (
-            "no space left on device" in text
-            or "disk quota exceeded" in text
-            or "os error 28" in text
-        ):
+        if any(s in text for s in NO_SPACE_TEXTS):
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -135,26 +135,11 @@ class RolloutBar(StageBar):
     groups done, then ``after=("rate",)``: generated tokens per second and the rows in flight,
     fed by the engine's per-tick callback (:meth:`tick`), and ETA."""
 
-    def __init__(
-        self,
-        console: Any,
-        label: str,
-        total: int,
-        *,
-        enabled: bool,
-        completed: int = 0,
-        before: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, console: Any, label: str, total: int, **kw: Any) -> None:
+        """``StageBar``'s arguments (``enabled``, ``completed``, ``before``); the rest is fixed.
+        Not rich's own ETA: it counts the start-up and the first wave as the pace."""
         super().__init__(
-            console,
-            label,
-            total,
-            enabled=enabled,
-            completed=completed,
-            before=before,
-            unit="groups",
-            after=("rate", "eta"),
-            eta=False,  # rich's own estimate counts the start-up and the first wave as the pace
+            console, label, total, unit="groups", after=("rate", "eta"), eta=False, **kw
         )
         self.tokens = 0
         self.first_tick: float | None = None  # the policy's first call: start-up is over

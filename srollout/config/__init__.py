@@ -5,7 +5,7 @@ Each field is documented once, in the ``metadata["help"]`` of the field; the Typ
 Paper defaults: K=10, d_L=0.12, G=8, T_max=30, temperature 0.7, precision floor 0.80.
 """
 
-# One module per group of stages; every name is importable from ``srollout.config``.
+# One module per group of stages; each public name is importable from ``srollout.config``.
 from srollout.config.analysis import (  # noqa: F401
     SWEEP_RULES,
     AnalyzeConfig,
@@ -23,10 +23,6 @@ from srollout.config.common import (  # noqa: F401
     PAPER_PRECISION_FLOOR,
     PAPER_T_MAX,
     PAPER_TEMPERATURE,
-    _check_choice,
-    _check_K,
-    _check_unit,
-    _finite,
     doc,
     help_for,
     parse_grid,
@@ -50,9 +46,6 @@ from srollout.config.rollout import (  # noqa: F401
     DistConfig,
     RolloutOptions,
     ServeConfig,
-    _check_backend,
-    _check_concurrency,
-    _check_group_size,
 )
 from srollout.config.training import (  # noqa: F401
     LOSS_DENOMINATOR_CHOICES,
@@ -60,5 +53,4 @@ from srollout.config.training import (  # noqa: F401
     TRAIN_ARMS,
     TrainOffpolicyConfig,
     TrainOnpolicyConfig,
-    _check_training,
 )

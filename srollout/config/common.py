@@ -4,6 +4,7 @@ text), ``help_for`` (that text, for the CLI), the option checks and parsers."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import field
 from typing import Any
 
@@ -236,7 +237,7 @@ def parse_grid(text: str, option: str) -> tuple[float, ...]:
             if len(parts) != 3:
                 raise SrolloutError(malformed)
             start, stop, step = (float(p) for p in parts)
-            if not step > 0 or stop < start or not all(map(_finite, (start, stop, step))):
+            if not step > 0 or stop < start or not all(map(math.isfinite, (start, stop, step))):
                 raise SrolloutError(malformed)
             n = int((stop - start) / step + 1e-9) + 1
             if n > 100_000:
@@ -244,17 +245,13 @@ def parse_grid(text: str, option: str) -> tuple[float, ...]:
             values = [round(start + i * step, 10) for i in range(n)]
         else:
             values = [float(p) for p in text.split(",")]
-            if not all(map(_finite, values)):
+            if not all(map(math.isfinite, values)):
                 raise SrolloutError(malformed)
     except ValueError:
         raise SrolloutError(malformed) from None
     if len(set(values)) != len(values):
         raise SrolloutError(f"{option}: repeated value in {text!r}")
     return tuple(values)
-
-
-def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

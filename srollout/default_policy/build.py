@@ -25,14 +25,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from srollout.atomic import atomic_write_text
+from srollout.atomic import atomic_dir, atomic_write_text
 from srollout.default_policy.recipe import BuildConfig
 from srollout.default_policy.sft import (
     make_model,
@@ -350,7 +348,7 @@ def demo_examples(
     ``max_context``."""
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     return [
-        _truncate(tokenize_chat(tokenizer, system, turns, im_end), max_context)
+        slice_chat(tokenize_chat(tokenizer, system, turns, im_end), 0, max_context)
         for system, turns in demos
     ]
 
@@ -417,31 +415,16 @@ def dagger_round(
     from srollout.envs.tasks import load_task_set
 
     name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
-    tasks = round_tasks(
-        load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False),
-        cfg,
-        round_idx,
-    )
+    train = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False)
+    tasks = round_tasks(train, cfg, round_idx)
+    rollouts, lm = phase(f"{name}: rollouts") if phase else None, lm_for() if lm_for else None
     won, branches, stats = play_round(
-        model,
-        tokenizer,
-        tasks,
-        system,
-        cfg,
-        round_idx,
-        phase(f"{name}: rollouts") if phase else None,
-        lm=lm_for() if lm_for is not None else None,
+        model, tokenizer, tasks, system, cfg, round_idx, rollouts, lm=lm
     )
     data, tune = round_finetuning(tokenizer, examples, won, branches, cfg, round_idx)
     report = phase(f"{name}: fine-tuning") if phase else None
-    loss = sft(
-        model,
-        data,
-        tune,
-        pad_id,
-        (lambda s, t, _: report(s, t)) if report else None,
-    )
-    return loss, stats
+    on_step = (lambda s, t, _: report(s, t)) if report else None
+    return sft(model, data, tune, pad_id, on_step), stats
 
 
 def build_default_policy(
@@ -491,58 +474,36 @@ def build_default_policy(
     return res._replace(seconds=total)
 
 
-def _truncate(ex: TokenizedChat, max_len: int) -> TokenizedChat:
-    return ex if len(ex.token_ids) <= max_len else slice_chat(ex, 0, max_len)
-
-
-def _portable_tokenizer_config(path: Path, chat_template: str) -> None:
-    """Make tokenizer_config.json loadable by transformers 4.x too (vLLM may pin it): name the
-    generic fast-tokenizer class and embed the chat template (v5 writes it to a .jinja file)."""
-    cfg_path = path / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg["chat_template"] = chat_template
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-
-
 def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> None:
-    """Write into a temp dir next to ``out`` and rename it into place (a concurrent build of the
-    same config that finished first wins; ours is then discarded)."""
+    """Write the model directory through :func:`srollout.atomic.atomic_dir` (a finished build of
+    the same config already at ``out`` wins; ours is then discarded)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out, keep_existing=is_built(out)) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        _portable_tokenizer_config(tmp, tokenizer.chat_template)
+        # loadable by transformers 4.x too (vLLM may pin it): the generic fast-tokenizer class,
+        # and the chat template embedded (v5 writes it to a .jinja file)
+        tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text())
+        tok_cfg.update(
+            tokenizer_class="PreTrainedTokenizerFast", chat_template=tokenizer.chat_template
+        )
+        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
         template = info["config"]["user_template"]
-        if (
-            info.get("system_prompt") or template != USER_TEMPLATE
-        ):  # the ReAct prompt is the default
+        if info.get("system_prompt") or template != USER_TEMPLATE:  # ReAct is the default
             spec = {
                 "system_prompt": info.get("system_prompt") or system_prompt(),
                 "user_template": template,
             }
             (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(spec, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-        if out.exists():
-            if is_built(out):
-                shutil.rmtree(tmp)
-                return
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --- a tiny model for tests and examples (no environment needed) ------------------------------
 TINY_CONFIG = BuildConfig(
     prompt="react",
     template="chatml",
-    seed=0,
     vocab_size=300,
     d_model=64,
     n_layers=1,
@@ -556,8 +517,6 @@ TINY_CONFIG = BuildConfig(
     bf16=False,
     threads=1,
     obs_loss_weight=0.0,
-    correction_rounds=0,
-    user_template="Observation: {observation}",
 )
 
 
@@ -583,13 +542,7 @@ def synthetic_demos(n: int, seed: int = 0) -> list[Demo]:
             else:
                 act, trained = f"go to {seen if step == 0 else dest}", True
                 nxt = f"You arrive at {seen}. On it, you see a {thing}."
-            turns.append(
-                Turn(
-                    user=obs,
-                    assistant=f"Thought: I look for {thing}.\nAction: {act}",
-                    trained=trained,
-                )
-            )
+            turns.append(Turn(obs, f"Thought: I look for {thing}.\nAction: {act}", trained))
             obs = nxt
         demos.append(Demo(system=system, turns=turns))
     return demos

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
@@ -93,6 +94,12 @@ def generate_demonstrations(
     )
     job.policies()  # a bad explore / take / thoughts fails here, before any worker starts
     callback = progress if callable(progress) else None
+    # episode i: its task, and the noise rate of its repetition r = i // len(tasks)
+    items = [
+        (i, tasks[i % len(tasks)], rates[(i // len(tasks)) % len(rates)]) for i in range(n_episodes)
+    ]
+    size = max(1, min(_CHUNK, -(-n_episodes // (4 * max(1, workers)))))  # >= 4 chunks per worker
+    chunks = [items[a : a + size] for a in range(0, n_episodes, size)]
     with Progress(disable=progress is not True) as bar:
         task_id = bar.add_task("demonstrations", total=n_episodes)
 
@@ -101,31 +108,19 @@ def generate_demonstrations(
             if callback is not None:
                 callback(done, n_episodes)
 
-        # episode i: its task, and the noise rate of its repetition r = i // len(tasks)
-        items = [
-            (i, tasks[i % len(tasks)], rates[(i // len(tasks)) % len(rates)])
-            for i in range(n_episodes)
-        ]
-        size = max(
-            1, min(_CHUNK, -(-n_episodes // (4 * max(1, workers))))
-        )  # >= 4 chunks per worker
-        chunks = [items[a : a + size] for a in range(0, n_episodes, size)]
         if workers <= 1 or len(chunks) <= 1:
             return job.play(items, advance)
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import ProcessPoolExecutor
 
-        done, results = 0, {}
+        episodes: list[Episode] = []
         # spawn, not fork: the caller may hold torch threads or open engine state
-        with ProcessPoolExecutor(
-            min(workers, len(chunks)), mp_context=multiprocessing.get_context("spawn")
-        ) as pool:
-            futures = {pool.submit(job.play, chunk): chunk[0][0] for chunk in chunks}
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                done += len(results[futures[fut]])
-                advance(done)
-        return [ep for first in sorted(results) for ep in results[first]]
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=spawn) as pool:
+            for chunk_episodes in pool.map(job.play, chunks):  # in order
+                episodes += chunk_episodes
+                advance(len(episodes))
+        return episodes
 
 
 _CHUNK = 20  # most episodes per unit of work for the worker processes
@@ -157,62 +152,46 @@ class _DemoJob:
         """Play the episodes ``items`` = (index i, task, noise rate); ``advance(n done)`` after
         each."""
         from srollout.envs.alfworld_env import AlfworldEnv
-        from srollout.envs.prompts import parse_response, system_prompt, user_turn
 
         policies = self.policies()
-        system = system_prompt()
         env = AlfworldEnv(expert_plan=True)
         episodes: list[Episode] = []
         try:
             for i, task, rate in items:
-                policy = policies[rate]
-                tseed = episode_seed(self.seed, i)
-                key = TrajKey(f"demo-{i}", 0)
-                obs, info = env.reset(task, tseed)
-                turns: list[Turn] = []
-                success = False
-                for step in range(1, self.max_steps + 1):
-                    req = ActRequest(
-                        key=key,
-                        step=step,
-                        seed=tseed,
-                        system=system,
-                        user=user_turn(obs),
-                        admissible=info.admissible,
-                        expert_plan=info.expert_plan,
-                        observation=obs,
-                    )
-                    text = policy.act([req])[0].text
-                    res = env.step(parse_response(text).action)
-                    turns.append(
-                        Turn(
-                            req.user,
-                            text,
-                            policy.was_noise(key),
-                            res.valid,
-                            tuple(info.admissible),
-                            obs,
-                        )
-                    )
-                    obs, info = res.observation, res
-                    if res.done:
-                        success = True
-                        break
-                policy.finish(key)
-                episodes.append(
-                    Episode(
-                        task.task_id,
-                        task.task_type,
-                        system,
-                        tuple(turns),
-                        success,
-                        len(turns),
-                        tseed,
-                        rate,
-                    )
-                )
+                episodes.append(self.episode(env, policies[rate], i, task, rate))
                 if advance is not None:
                     advance(len(episodes))
         finally:
             env.close()
         return episodes
+
+    def episode(self, env: Any, policy: ExpertPolicy, i: int, task: Task, rate: float) -> Episode:
+        """Demonstration ``i``: ``policy`` (noise rate ``rate``) plays ``task`` on ``env``."""
+        from srollout.envs.prompts import parse_response, system_prompt, user_turn
+
+        system, tseed, key = system_prompt(), episode_seed(self.seed, i), TrajKey(f"demo-{i}", 0)
+        obs, info = env.reset(task, tseed)
+        turns: list[Turn] = []
+        for step in range(1, self.max_steps + 1):
+            req = ActRequest(
+                key=key,
+                step=step,
+                seed=tseed,
+                system=system,
+                user=user_turn(obs),
+                admissible=info.admissible,
+                expert_plan=info.expert_plan,
+                observation=obs,
+            )
+            text = policy.act([req])[0].text
+            res = env.step(parse_response(text).action)
+            noise, admissible = policy.was_noise(key), tuple(info.admissible)
+            turns.append(Turn(req.user, text, noise, res.valid, admissible, obs))
+            obs, info = res.observation, res
+            if res.done:
+                break
+        policy.finish(key)
+        won = bool(turns) and res.done  # the last step ended the episode
+        return Episode(
+            task.task_id, task.task_type, system, tuple(turns), won, len(turns), tseed, rate
+        )

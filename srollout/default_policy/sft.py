@@ -209,13 +209,10 @@ def sft(
                 ids[r, :n] = torch.tensor(ex.token_ids)
                 att[r, n_pre : n_pre + n] = 1
                 lm = torch.tensor(ex.loss_mask)
-                if obs_w <= 0:
-                    obs = torch.zeros(n, dtype=torch.bool)
-                else:
-                    obs = (
-                        ~torch.tensor(ex.action_mask)
-                        if ex.obs_mask is None
-                        else torch.tensor(ex.obs_mask, dtype=torch.bool)
+                obs = torch.zeros(n, dtype=torch.bool)
+                if obs_w > 0:  # everything but the actions, unless the example says otherwise
+                    obs[:] = torch.tensor(
+                        [not a for a in ex.action_mask] if ex.obs_mask is None else ex.obs_mask
                     )
                 lab[r, :n] = torch.where(lm | obs, ids[r, :n], torch.full_like(ids[r, :n], -100))
                 is_obs[r, :n] = obs
@@ -270,7 +267,6 @@ def sft(
     return last_epoch_loss
 
 
-# --- the whole build --------------------------------------------------------------------------
 def slice_chat(ex: TokenizedChat, start: int, stop: int | None) -> TokenizedChat:
     """``ex[start:stop]``, every mask alike."""
     obs = None if ex.obs_mask is None else ex.obs_mask[start:stop]
