@@ -211,22 +211,15 @@ def group_tables(record: GroupRecord, audit: bool = False, shadow: bool = False)
         }
         for k, sig in sorted(record.signals.items())
     ]
+    group_schema = GROUP_SCHEMA
+    if audit:
+        group_row["audited"], group_schema = record.audited, AUDIT_GROUP_SCHEMA
+    elif shadow:
+        group_row["shadow_cut_step"], group_schema = record.shadow_cut_step, SHADOW_GROUP_SCHEMA
+    traj_schema = SHADOW_TRAJ_SCHEMA if shadow else AUDIT_TRAJ_SCHEMA if audit else TRAJ_SCHEMA
     return GroupTables(
-        steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA)
-        if step_rows
-        else pl.DataFrame(schema=STEP_SCHEMA),
-        trajectories=pl.DataFrame(
-            traj_rows,
-            schema=SHADOW_TRAJ_SCHEMA if shadow else AUDIT_TRAJ_SCHEMA if audit else TRAJ_SCHEMA,
-        ),
-        groups=pl.DataFrame([{**group_row, "audited": record.audited}], schema=AUDIT_GROUP_SCHEMA)
-        if audit
-        else pl.DataFrame(
-            [{**group_row, "shadow_cut_step": record.shadow_cut_step}], schema=SHADOW_GROUP_SCHEMA
-        )
-        if shadow
-        else pl.DataFrame([group_row], schema=GROUP_SCHEMA),
-        signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA)
-        if signal_rows
-        else pl.DataFrame(schema=SIGNAL_SCHEMA),
+        steps=pl.DataFrame(step_rows, schema=STEP_SCHEMA),
+        trajectories=pl.DataFrame(traj_rows, schema=traj_schema),
+        groups=pl.DataFrame([group_row], schema=group_schema),
+        signals=pl.DataFrame(signal_rows, schema=SIGNAL_SCHEMA),
     )
