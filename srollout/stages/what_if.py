@@ -175,8 +175,10 @@ def _trajectory_gate(
     config: WhatIfConfig, sweep_config: SweepConfig, trajs: Any
 ) -> tuple[dict, Any]:
 
+    # the grids within T_max (a rule beyond it never fires, and sweep refuses it)
     froms = tuple(k for k in (5, 8, 10, 12, 15) if k <= config.T_max) or (1,)
-    stall = StallFitConfig(stall=True, stall_W_grid=tuple(range(2, 13)), stall_from_grid=froms)
+    Ws = tuple(w for w in range(2, 13) if w <= config.T_max) or (1,)
+    stall = StallFitConfig(stall=True, stall_W_grid=Ws, stall_from_grid=froms)
     result = sweep_stall(sweep_config, stall, n_folds=config.n_folds, trajs=trajs, loops=False)
     gate = result.gate
     setting = f"stall W {gate.W} from {gate.k0}" if gate is not None else "stall (no rule)"
