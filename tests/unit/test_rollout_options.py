@@ -127,7 +127,11 @@ def test_the_run_options_are_fields_of_every_rollout_stage():
         ("ab-rollout", "AbRolloutConfig", {"workers"}),
         ("collect", "CollectConfig", {"workers"}),
         ("serve", "ServeConfig", set()),
-        ("policy build", "BuildConfig", {"out", "replace_shipped", "force", "base", "resume"}),
+        (
+            "policy build",
+            "BuildConfig",
+            {"out", "replace_shipped", "force", "base", "resume", "sft_from"},
+        ),
     ],
 )
 def test_every_field_of_these_configs_is_an_option_declared_once(command, config, own):
