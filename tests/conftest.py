@@ -171,7 +171,7 @@ def run_cli(
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory) -> Path:
     """A ~30k-parameter Qwen2 + BPE tokenizer (real HF directory), built once per test session."""
-    from srollout.default_policy.build import build_tiny_policy
+    from tiny_policy import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("tiny-policy") / "model", seed=0, n_demos=60)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from srollout.atomic import atomic_dir
 from srollout.errors import SrolloutError
 from srollout.policy import shipped
 from srollout.policy.shipped import REBUILD_SHIPPED, SHIPPED_DIR, default_policy
@@ -32,32 +32,20 @@ __all__ = ["REBUILD_SHIPPED", "SHIPPED_DIR", "default_policy", "replace_shipped"
 
 
 def replace_shipped(built: Path) -> Path:
-    """Copy a finished build over the shipped model: into a temp dir beside it, then two renames,
-    so the package never holds half a model. Needs a writable package (a clone, ``pip install
-    -e``)."""
+    """Copy a finished build over the shipped model through :func:`srollout.atomic.atomic_dir`
+    (a temp dir beside it, then a rename), so the package never holds half a model. Needs a
+    writable package (a clone, ``pip install -e``)."""
     from srollout.default_policy.build import is_built
 
-    target, parent = shipped.SHIPPED_DIR, shipped.SHIPPED_DIR.parent
     if not is_built(built):
         raise SrolloutError(f"{built}: not a finished build")
-    if not os.access(parent, os.W_OK):
+    if not os.access(shipped.SHIPPED_DIR.parent, os.W_OK):
         raise SrolloutError(
-            f"{parent}: not writable (an installed wheel); "
+            f"{shipped.SHIPPED_DIR.parent}: not writable (an installed wheel); "
             "rebuild into the cache and pass --model PATH"
         )
-    tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=parent))
-    old = parent / f".model.old-{os.getpid()}"
-    try:
+    with atomic_dir(shipped.SHIPPED_DIR) as tmp:
         for f in sorted(built.iterdir()):
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not target.exists():
-            os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-    return target
+    return shipped.SHIPPED_DIR

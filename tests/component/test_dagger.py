@@ -169,7 +169,9 @@ def test_round_tasks_are_a_fresh_seeded_sample_each_round(tasks):
 
 
 def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
-    from srollout.default_policy.build import TINY_CONFIG, build_from_demos, synthetic_demos
+    from tiny_policy import TINY_CONFIG, synthetic_demos
+
+    from srollout.default_policy.build import build_from_demos
     from srollout.envs.prompts import model_prompt, system_prompt
 
     cfg = dataclasses.replace(
@@ -203,7 +205,9 @@ def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
     ],
 )
 def test_a_bad_build_config_is_refused_before_any_work(field, value, message, tmp_path):
-    from srollout.default_policy.build import TINY_CONFIG, build_default_policy
+    from tiny_policy import TINY_CONFIG
+
+    from srollout.default_policy.build import build_default_policy
     from srollout.errors import SrolloutError
 
     with pytest.raises(SrolloutError, match=re.escape(message)):

@@ -10,7 +10,9 @@ torch = pytest.importorskip("torch")
 
 
 def _setup(template: str):
-    from srollout.default_policy.build import TINY_CONFIG, demo_texts, synthetic_demos
+    from tiny_policy import TINY_CONFIG, synthetic_demos
+
+    from srollout.default_policy.build import demo_texts
     from srollout.default_policy.sft import make_model, train_tokenizer
     from srollout.policy.chat import IM_END, tokenize_chat
 
@@ -166,7 +168,9 @@ def test_options_added_since_v5_keep_the_v5_cache_key_until_they_change_the_buil
 
 
 def test_round_examples_cut_the_won_and_drop_a_branch_too_long_to_keep_its_label():
-    from srollout.default_policy.build import round_examples, synthetic_demos
+    from tiny_policy import synthetic_demos
+
+    from srollout.default_policy.build import round_examples
     from srollout.default_policy.dagger import relabel_branches
     from srollout.policy.chat import IM_END, tokenize_chat
 

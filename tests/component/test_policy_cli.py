@@ -13,7 +13,7 @@ from srollout.errors import SrolloutError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from srollout.default_policy.build import build_tiny_policy
+    from tiny_policy import build_tiny_policy
 
     return build_tiny_policy(tmp_path_factory.mktemp("cli") / "m")
 

@@ -24,7 +24,7 @@ OBS = [
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
-    from srollout.default_policy.build import build_tiny_policy
+    from tiny_policy import build_tiny_policy
 
     torch.set_num_threads(1)
     return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model", seed=0)

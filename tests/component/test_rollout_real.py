@@ -65,7 +65,7 @@ def tasks() -> list[Task]:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from srollout.default_policy.build import build_tiny_policy
+    from tiny_policy import build_tiny_policy
 
     torch.set_num_threads(1)
     return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model")
