@@ -90,12 +90,17 @@ class StageBar:
             if self.plain_lines:
                 self._plain_line()
 
+    def extend(self, n: int) -> None:
+        """``n`` more steps than planned (DAPO's extra rounds)."""
+        if n:
+            self.total += n
+            self.update(total=self.total)
+
     def resumed(self, n: int) -> None:
         """``n`` steps an earlier run finished (``--resume``): taken off the total, so the count
         and the ETA are this run's own work."""
         if n > 0:
-            self.total -= n
-            self.update(total=self.total)
+            self.extend(-n)
 
     def _remaining(self, completed: float, total: float | None, now: float) -> float | None:
         """Seconds left: the time so far per step done, times the steps to go (None before the
@@ -185,12 +190,6 @@ class RolloutBar(StageBar):
         """``n`` more groups done (none: nothing drawn)."""
         if n and self.enabled:
             self.update(advance=n, eta=self._eta_text(n))
-
-    def extend(self, n: int) -> None:
-        """``n`` more groups than planned (DAPO's extra rounds)."""
-        if n:
-            self.total += n
-            self.update(total=self.total)
 
 
 def _clock(seconds: float) -> str:

@@ -17,6 +17,7 @@ from srollout.config.common import (
     check_at_least,
     doc,
 )
+from srollout.core.gate import check_step
 from srollout.errors import SrolloutError
 
 
@@ -115,19 +116,13 @@ class SweepConfig:
         _check_seed(self.seed)
         _check_K(tuple(self.K), "--K")
         _check_choice(self.objective, SWEEP_OBJECTIVES, "--objective")
-        if not self.d_L_grid:
-            raise SrolloutError("--d-L-grid: the grid is empty")
         _check_unit(tuple(self.d_L_grid), "--d-L-grid")
         _check_choice(self.rule, SWEEP_RULES, "--rule")
         if self.rule != "r1":
-            if not self.t_high_grid:
-                raise SrolloutError("--t-high-grid: the grid is empty")
             _check_unit(tuple(self.t_high_grid), "--t-high-grid")
         if self.T_max is None:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
         check_at_least(self, T_max=1)
-        from srollout.core.gate import check_step
-
         for k in self.K:
             check_step(k, self.T_max)
         _check_unit((self.precision_floor,), "--precision-floor")
@@ -256,8 +251,6 @@ class WhatIfConfig:
         _check_unit((self.greso_p,), "--greso-p")
         if self.T_max is None:
             object.__setattr__(self, "T_max", run_T_max(self.input) or PAPER_T_MAX)
-        from srollout.core.gate import check_step
-
         check_step(self.K, self.T_max)
         check_at_least(self, n_folds=2, loop_from=1)
         check_step(

@@ -9,6 +9,7 @@ from dataclasses import field
 from typing import Any
 
 from srollout.core.audit import DEFAULT_FLOOR
+from srollout.core.gate import check_step
 from srollout.errors import SrolloutError
 
 # The paper's operating point and rollout settings (Table "Hyperparameters").
@@ -91,8 +92,6 @@ def check_stall(stall: Any, stall_from: Any, T_max: int) -> None:
         raise SrolloutError(f"--stall-from must be >= 1, got {stall_from}")
     # the default k0 (10) may exceed a short --T-max while the trajectory gate is off
     if stall:
-        from srollout.core.gate import check_step
-
         check_step(stall_from, T_max, "stall_from")
 
 
@@ -135,8 +134,6 @@ def check_loop(loop: Any, T_max: int) -> None:
     if isinstance(loop, bool) or not isinstance(loop, int) or loop < 0:
         raise SrolloutError(f"--loop K0 must be an integer >= 1 (0 turns it off), got {loop!r}")
     if loop:
-        from srollout.core.gate import check_step
-
         check_step(loop, T_max, "loop")
 
 
@@ -181,6 +178,8 @@ def _check_K(values: tuple[int, ...], option: str) -> None:
 
 
 def _check_unit(values: tuple[float, ...], option: str) -> None:
+    if not values:
+        raise SrolloutError(f"{option}: the grid is empty")
     bad = [v for v in values if not 0.0 <= v <= 1.0]
     if bad:
         raise SrolloutError(f"{option}: values must lie in [0, 1], got {bad[0]:g}")

@@ -2,20 +2,12 @@
 
 srollout makes its default policy from the environment alone (no download): noisy-expert
 demonstrations, a BPE tokenizer, a small Qwen2 trained by SFT, optional DAgger rounds. This
-package is that build, a layer above ``policy/``, ``rollout/`` and ``training/``, which it uses:
-
-- :mod:`srollout.default_policy.recipe` — :class:`BuildConfig`, the recipe (its hash names the
-  cache directory, build.json records it);
-- :mod:`srollout.default_policy.demos` — the demonstrations the experts play;
-- :mod:`srollout.default_policy.build` — tokenizer, model, SFT, the cache directory and
-  :func:`build_default_policy` (``srollout policy build``);
-- :mod:`srollout.default_policy.dagger` — the DAgger rounds after SFT;
-- ``model/`` — the shipped build (package data), what ``--model default`` loads.
+package is that build, a layer above ``policy/``, ``rollout/`` and ``training/``, which it uses;
+docs/architecture.md lists its modules, and ``model/`` is the shipped build (package data).
 
 Resolving ``--model default`` needs none of this: it is :mod:`srollout.policy.shipped` (whose
 :func:`default_policy` and :data:`SHIPPED_DIR` are re-exported here).
-:func:`replace_shipped` puts a rebuild in the shipped one's place.
-"""
+:func:`replace_shipped` puts a rebuild in the shipped one's place."""
 
 from __future__ import annotations
 

@@ -311,6 +311,7 @@ def build_from_demos(
 
 def check_build_config(cfg: BuildConfig) -> None:
     """Reject a config the build would only trip over minutes in (after the demonstrations)."""
+    from srollout.config.common import _check_choice
     from srollout.envs.gen import DIFFICULTIES
     from srollout.envs.prompts import check_user_template
     from srollout.policy.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
@@ -323,11 +324,7 @@ def check_build_config(cfg: BuildConfig) -> None:
         ("thoughts", ("none", *THOUGHT_STYLES)),
         ("difficulty", tuple(DIFFICULTIES)),
     ):
-        if getattr(cfg, field) not in allowed:
-            raise SrolloutError(
-                f"BuildConfig.{field}: expected one of {', '.join(allowed)}, got "
-                f"{getattr(cfg, field)!r}"
-            )
+        _check_choice(getattr(cfg, field), allowed, f"BuildConfig.{field}")
     check_user_template(cfg.user_template, "BuildConfig")
     may_be_zero = ("seed", "correction_rounds", "correction_replay", "correction_branches")
     for field in dataclasses.fields(cfg):
