@@ -121,10 +121,9 @@ def disk_full(err: BaseException) -> bool:
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        text = str(current).lower()
         if isinstance(current, OSError) and current.errno in NO_SPACE_ERRNOS:
             return True
-        if any(s in text for s in NO_SPACE_TEXTS):
+        if any(s in str(current).lower() for s in NO_SPACE_TEXTS):
             return True
         current = current.__cause__ or current.__context__
     return False

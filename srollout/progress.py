@@ -141,8 +141,7 @@ class RolloutBar(StageBar):
     fed by the engine's per-tick callback (:meth:`tick`), and ETA."""
 
     def __init__(self, console: Any, label: str, total: int, **kw: Any) -> None:
-        """``StageBar``'s arguments (``enabled``, ``completed``, ``before``); the rest is fixed.
-        Not rich's own ETA: it counts the start-up and the first wave as the pace."""
+        # kw: enabled, completed, before; not rich's ETA, which counts the start-up as the pace
         super().__init__(
             console, label, total, unit="groups", after=("rate", "eta"), eta=False, **kw
         )

@@ -200,10 +200,8 @@ class StallFitConfig:
     )
 
     def __post_init__(self) -> None:
-        for name, grid in (
-            ("--stall-W-grid", self.stall_W_grid),
-            ("--stall-from-grid", self.stall_from_grid),
-        ):
+        grids = {"--stall-W-grid": self.stall_W_grid, "--stall-from-grid": self.stall_from_grid}
+        for name, grid in grids.items():
             if not grid:
                 raise SrolloutError(f"{name}: the grid is empty")
             bad = [v for v in grid if isinstance(v, bool) or not isinstance(v, int) or v < 1]

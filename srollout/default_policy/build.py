@@ -10,13 +10,9 @@ No download can happen, so the default policy is made here from the environment 
    tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
    transformers, peft and vLLM all load it.
 
-The package ships the result (``srollout/default_policy/model/``, which ``--model default``
-resolves to through :mod:`srollout.policy.shipped`, and
-:func:`srollout.default_policy.replace_shipped` replaces); nothing is built on a first run.
-``srollout policy build`` rebuilds it into
-``$SROLLOUT_HOME/models/default-<version>-<config hash>/`` (or over the shipped one with
-``--replace-shipped``), atomically (temp dir, then rename). Same :class:`BuildConfig` (incl. its
-seed) on the same kind of CPU -> same weights.
+The package ships the result (docs/default-policy.md); ``srollout policy build`` rebuilds it
+into :func:`default_policy_dir` (or over the shipped one with ``--replace-shipped``), atomically.
+Same :class:`BuildConfig` (incl. its seed) on the same kind of CPU -> same weights.
 """
 
 from __future__ import annotations
@@ -25,28 +21,22 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from srollout.atomic import atomic_dir, atomic_write_text
+from srollout.config.common import _check_choice
+from srollout.console import make_console
 from srollout.default_policy.recipe import BuildConfig
-from srollout.default_policy.sft import (
-    make_model,
-    sft,
-    slice_chat,
-    train_tokenizer,
-)
+from srollout.default_policy.sft import make_model, sft, slice_chat, train_tokenizer
 from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE, system_prompt
 from srollout.errors import SrolloutError
-from srollout.policy.chat import (
-    CHAT_TEMPLATES,
-    IM_END,
-    TokenizedChat,
-    Turn,
-    tokenize_chat,
-)
+from srollout.home import srollout_home
+from srollout.policy.chat import CHAT_TEMPLATES, IM_END, TokenizedChat, Turn, tokenize_chat
+from srollout.progress import PhaseBars
 
 BUILD_VERSION = "v5"
 # The default policy's own system prompt (BuildConfig.prompt = "short"): the model learns the task
@@ -130,8 +120,6 @@ def effective_config(cfg: BuildConfig) -> BuildConfig:
 def default_policy_dir(cfg: BuildConfig | None = None) -> Path:
     """``$SROLLOUT_HOME/models/default-<version>-<hash>`` (not created); the hash is of the
     effective config (``effective_config``)."""
-    from srollout.home import srollout_home
-
     cfg = effective_config(cfg or BuildConfig())
     return srollout_home() / "models" / f"default-{BUILD_VERSION}-{config_hash(cfg)}"
 
@@ -155,16 +143,13 @@ def build_machine() -> dict[str, Any]:
     import torch
     import transformers
 
-    cpu, flags = platform.processor() or platform.machine(), set()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    cpuinfo = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    cpu = cpuinfo.get("model name") or platform.processor() or platform.machine()
+    flags = set(cpuinfo.get("flags", "").split())
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
     return {
         "cpu": cpu,
@@ -186,11 +171,8 @@ def make_demonstrations(
     """Noisy-expert demonstrations of ``cfg.n_demo_tasks`` tasks of the train set, in ReAct.
 
     progress / games_progress: ``(done, total)`` callbacks for the episodes and for the games a
-    fresh machine must generate first (minutes for the 1000 train tasks; none when cached).
-
-    Each task is played ``cfg.demos_per_task`` times with noise rates ``cfg.noise`` (cycled):
-    a noise step is a random action (often invalid, answered "Nothing happens.") that stays in
-    the context untrained; the expert then recovers from the state it left.
+    fresh machine must generate first (minutes for the 1000 train tasks; none when cached). Each
+    task is played ``cfg.demos_per_task`` times, noise rates ``cfg.noise`` cycled (step 1 above).
     """
     from srollout.default_policy.dagger import demo_response
     from srollout.default_policy.demos import generate_demonstrations
@@ -198,19 +180,15 @@ def make_demonstrations(
     from srollout.envs.tasks import load_task_set
 
     # the standard train set (its own seed 0); cfg.seed drives the episodes' randomness
-    tasks = load_task_set(
-        cfg.task_set,
-        cfg.difficulty,
-        n=cfg.n_demo_tasks,
-        progress=games_progress if games_progress is not None else False,
-    )
+    games = games_progress or False
+    tasks = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=games)
     episodes = generate_demonstrations(
         tasks,
         episodes_per_task=cfg.demos_per_task,
         noise=cfg.noise,
         invalid_fraction=cfg.invalid_fraction,
         seed=cfg.seed,
-        progress=progress if progress is not None else False,
+        progress=progress or False,
         explore=cfg.explore,
         take=cfg.take,
         thoughts="react" if cfg.thoughts == "none" else cfg.thoughts,
@@ -311,7 +289,6 @@ def build_from_demos(
 
 def check_build_config(cfg: BuildConfig) -> None:
     """Reject a config the build would only trip over minutes in (after the demonstrations)."""
-    from srollout.config.common import _check_choice
     from srollout.envs.gen import DIFFICULTIES
     from srollout.envs.prompts import check_user_template
     from srollout.policy.experts import EXPLORE_ORDERS, TAKE_RULES, THOUGHT_STYLES
@@ -360,8 +337,6 @@ def round_finetuning(
 ) -> tuple[list[TokenizedChat], BuildConfig]:
     """What round ``round_idx`` fine-tunes on (:func:`round_examples` plus a seeded sample of
     ``cfg.correction_replay`` of the original ``examples``) and the config it fine-tunes with."""
-    import random
-
     rng = random.Random(f"srollout-dagger-replay:{cfg.seed}:{round_idx}")
     replay = rng.sample(list(examples), min(cfg.correction_replay, len(examples)))
     if 0 < cfg.correction_branches < len(branches):
@@ -430,9 +405,6 @@ def build_default_policy(
     """Build the default policy (demonstrations -> tokenizer -> model -> SFT -> save), each phase
     with the stages' progress bar (:class:`srollout.progress.PhaseBars`); returns where it
     was written and what it cost."""
-    from srollout.console import make_console
-    from srollout.progress import PhaseBars
-
     asked = cfg or BuildConfig()
     check_build_config(asked)
     cfg = effective_config(asked)
@@ -440,15 +412,10 @@ def build_default_policy(
     t0 = time.perf_counter()
     console = make_console()
     if not quiet:
-        why = (
-            ""
-            if cfg.bf16 == asked.bf16
-            else " (this CPU has no native bf16, where bf16 autocast is far slower)"
-        )
-        console.print(
-            f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}",
-            highlight=False,
-        )
+        why = " (this CPU has no native bf16, where bf16 autocast is far slower)"
+        why = "" if cfg.bf16 == asked.bf16 else why
+        text = f"building {out.name}: SFT in {'bf16 autocast' if cfg.bf16 else 'fp32'}{why}"
+        console.print(text, highlight=False)
     units = {"generating games": "games", "demonstrations": "episodes", "SFT": "steps"}
     with PhaseBars(console, enabled=not quiet, unit=units) as bars:
         demos = make_demonstrations(
@@ -463,10 +430,8 @@ def build_default_policy(
         res = build_from_demos(demos, cfg, out, on_step, {"demo_seconds": demo_s}, bars.phase)
     total = time.perf_counter() - t0
     record = json.loads((out / "build.json").read_text())
-    record["wall_clock_seconds"] = {
-        "demonstrations (games included)": round(demo_s),
-        "total": round(total),
-    }
+    wall = {"demonstrations (games included)": round(demo_s), "total": round(total)}
+    record["wall_clock_seconds"] = wall
     atomic_write_text(json.dumps(record, indent=2, default=str) + "\n", out / "build.json")
     return res._replace(seconds=total)
 
@@ -482,11 +447,10 @@ def _save_atomic(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) ->
         tokenizer.save_pretrained(tmp)
         # loadable by transformers 4.x too (vLLM may pin it): the generic fast-tokenizer class,
         # and the chat template embedded (v5 writes it to a .jinja file)
-        tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text())
-        tok_cfg.update(
-            tokenizer_class="PreTrainedTokenizerFast", chat_template=tokenizer.chat_template
-        )
-        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
+        tok_path, chat = tmp / "tokenizer_config.json", tokenizer.chat_template
+        tok_cfg = json.loads(tok_path.read_text())
+        tok_cfg.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=chat)
+        tok_path.write_text(json.dumps(tok_cfg, indent=2) + "\n")
         template = info["config"]["user_template"]
         if info.get("system_prompt") or template != USER_TEMPLATE:  # ReAct is the default
             spec = {

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from srollout.envs.base import Task
+from srollout.envs.prompts import parse_response, system_prompt, user_turn
 from srollout.errors import SrolloutError
 from srollout.policy.base import ActRequest, TrajKey
 from srollout.policy.experts import ExpertPolicy, NoisyExpertPolicy
@@ -89,9 +90,8 @@ def generate_demonstrations(
     inv = invalid_fraction if invalid_fraction is not None else invalid_frac
     if n_episodes is None:
         n_episodes = len(tasks) * (episodes_per_task if episodes_per_task is not None else 1)
-    job = _DemoJob(
-        rates, inv, seed, max_steps, {"explore": explore, "take": take, "thoughts": thoughts}
-    )
+    style = {"explore": explore, "take": take, "thoughts": thoughts}
+    job = _DemoJob(rates, inv, seed, max_steps, style)
     job.policies()  # a bad explore / take / thoughts fails here, before any worker starts
     callback = progress if callable(progress) else None
     # episode i: its task, and the noise rate of its repetition r = i // len(tasks)
@@ -167,8 +167,6 @@ class _DemoJob:
 
     def episode(self, env: Any, policy: ExpertPolicy, i: int, task: Task, rate: float) -> Episode:
         """Demonstration ``i``: ``policy`` (noise rate ``rate``) plays ``task`` on ``env``."""
-        from srollout.envs.prompts import parse_response, system_prompt, user_turn
-
         system, tseed, key = system_prompt(), episode_seed(self.seed, i), TrajKey(f"demo-{i}", 0)
         obs, info = env.reset(task, tseed)
         turns: list[Turn] = []

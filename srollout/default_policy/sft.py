@@ -7,6 +7,7 @@ the supervised fine-tuning loop (:func:`sft`) over tokenized demonstrations.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -38,12 +39,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, template: str = "chat
     # loaded tokenizer split text differently from the one the SFT data was made with.
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    split = pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -69,8 +67,7 @@ def make_model(tokenizer: Any, cfg: BuildConfig) -> Any:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    im_end = tokenizer.convert_tokens_to_ids(IM_END)
-    eot = tokenizer.convert_tokens_to_ids(END_OF_TEXT)
+    im_end, eot = tokenizer.convert_tokens_to_ids([IM_END, END_OF_TEXT])
     heads = max(1, cfg.d_model // cfg.head_dim)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -106,14 +103,12 @@ def make_batches(
 ) -> list[list[int]]:
     """Length-bucketed batches of example indices, each with ≤ ``max_tokens`` padded tokens,
     shuffled deterministically per (seed, epoch)."""
-    import random
-
     rng = random.Random(seed * 1_000_003 + epoch)
     order = sorted(range(len(examples)), key=lambda i: (len(examples[i].token_ids), rng.random()))
     batches: list[list[int]] = []
     cur: list[int] = []
     for i in order:
-        longest = max([len(examples[j].token_ids) for j in cur] + [len(examples[i].token_ids)])
+        longest = len(examples[i].token_ids)  # ``order`` is by length: no earlier one is longer
         if cur and longest * (len(cur) + 1) > max_tokens:
             batches.append(cur)
             cur = []
@@ -153,12 +148,11 @@ def sft(
     ``cfg.obs_loss_weight`` × the mean loss on the observation tokens (everything but actions,
     after the shared system prefix) when that weight is > 0.
 
-    The prefix all examples share (the system turn) is
-    encoded once per step without gradient and given to the batch as ``past_key_values``:
-    the same forward values as encoding it in every row, at a fraction of the cost (only its
-    own representations go untrained, and they carry no loss). AdamW, linear warm-up then
-    cosine decay to 10 % of ``cfg.lr``; bf16 autocast if ``cfg.bf16``.
-    Returns the mean loss of the last epoch; calls ``on_step(step, total, loss)``.
+    The prefix all examples share (the system turn) is encoded once per step without gradient
+    and given to the batch as ``past_key_values``: the same forward values as encoding it in
+    every row, at a fraction of the cost (only its own representations go untrained, and they
+    carry no loss). AdamW, linear warm-up then cosine decay to 10 % of ``cfg.lr``; bf16 autocast
+    if ``cfg.bf16``. Returns the mean loss of the last epoch; calls ``on_step(step, total, loss)``.
 
     Resumable: ``checkpoint(step, optimizer)`` is called after every step (it decides whether to
     save), and ``resume=(step, optimizer_state)`` skips the first ``step`` batches of the
@@ -201,25 +195,23 @@ def sft(
             ids = torch.full((rows, length), pad_id, dtype=torch.long)
             att = torch.zeros((rows, n_pre + length), dtype=torch.long)
             att[:, :n_pre] = 1
-            lab = torch.full((rows, length), -100, dtype=torch.long)
-            is_obs = torch.zeros((rows, length), dtype=torch.bool)
+            # label of position j is token j+1; the prefix's last position predicts ids[:, 0]
+            # (never an action token: the prefix stops before any)
+            target = torch.full((rows, length), -100, dtype=torch.long)
+            obs_target = torch.zeros((rows, length), dtype=torch.bool)
             for r, i in enumerate(batch):
                 ex = rest[i]
                 n = len(ex.token_ids)
                 ids[r, :n] = torch.tensor(ex.token_ids)
                 att[r, n_pre : n_pre + n] = 1
-                lm = torch.tensor(ex.loss_mask)
                 obs = torch.zeros(n, dtype=torch.bool)
                 if obs_w > 0:  # everything but the actions, unless the example says otherwise
                     obs[:] = torch.tensor(
                         [not a for a in ex.action_mask] if ex.obs_mask is None else ex.obs_mask
                     )
-                lab[r, :n] = torch.where(lm | obs, ids[r, :n], torch.full_like(ids[r, :n], -100))
-                is_obs[r, :n] = obs
-            # label of position j is token j+1; the prefix's last position predicts ids[:, 0]
-            # (never an action token: the prefix stops before any)
-            target = torch.cat([lab[:, 1:], torch.full((rows, 1), -100, dtype=torch.long)], dim=1)
-            obs_target = torch.cat([is_obs[:, 1:], torch.zeros((rows, 1), dtype=torch.bool)], dim=1)
+                scored = torch.tensor(ex.loss_mask) | obs
+                target[r, : n - 1] = torch.where(scored[1:], ids[r, 1:n], -100)
+                obs_target[r, : n - 1] = obs[1:]
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -227,15 +219,11 @@ def sft(
                 if n_pre:
                     with torch.no_grad():
                         pre = model.model(input_ids=prefix, use_cache=True).past_key_values
-                    cache = DynamicCache(
-                        ddp_cache_data=[
-                            (
-                                layer.keys.expand(rows, -1, -1, -1).contiguous(),
-                                layer.values.expand(rows, -1, -1, -1).contiguous(),
-                            )
-                            for layer in pre.layers
-                        ]
-                    )
+                    per_row = [  # each layer's prefix keys and values, one copy per row
+                        tuple(t.expand(rows, -1, -1, -1).contiguous() for t in (c.keys, c.values))
+                        for c in pre.layers
+                    ]
+                    cache = DynamicCache(ddp_cache_data=per_row)
                 pos = torch.arange(n_pre, n_pre + length).unsqueeze(0).expand(rows, -1)
                 hidden = model.model(
                     input_ids=ids,
