@@ -55,10 +55,9 @@ class UpdateStats(NamedTuple):
 
 def samples_from_groups(
     groups: Sequence[GroupOutcome],
-    eps: float = 1e-6,
     keep_turns: Callable[[Any, int, Sequence[bool]], list[bool]] | None = None,
 ) -> list[TrainSample]:
-    """GRPO advantages A_i = (r_i - mean) / (std + eps) per group (population std), one
+    """GRPO advantages per group (:func:`srollout.core.grpo.group_advantages`, its eps), one
     TrainSample per trajectory that has tokens (non-LLM policies record none).
     ``keep_turns(group, i, mask)``: the action mask of trajectory i to train on (off-policy's
     sampled turns; its tokens after the last kept one are dropped)."""
@@ -66,7 +65,7 @@ def samples_from_groups(
 
     out: list[TrainSample] = []
     for g in groups:
-        adv = group_advantages(np.asarray(g.rewards, dtype=np.float64), eps=eps)
+        adv = group_advantages(np.asarray(g.rewards, dtype=np.float64))
         for i, (a, ids, mask) in enumerate(zip(adv, g.token_ids, g.action_masks, strict=True)):
             if len(ids) and any(mask):
                 if keep_turns is not None:
