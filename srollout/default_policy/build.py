@@ -172,7 +172,7 @@ def make_demonstrations(
 
     progress / games_progress: ``(done, total)`` callbacks for the episodes and for the games a
     fresh machine must generate first (minutes for the 1000 train tasks; none when cached). Each
-    task is played ``cfg.demos_per_task`` times, noise rates ``cfg.noise`` cycled (step 1 above).
+    task is played ``cfg.demos_per_task`` times, noise rates ``cfg.noise`` cycled (module step 1).
     """
     from srollout.default_policy.dagger import demo_response
     from srollout.default_policy.demos import generate_demonstrations
