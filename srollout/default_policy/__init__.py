@@ -23,21 +23,26 @@ from srollout.policy.shipped import REBUILD_SHIPPED, SHIPPED_DIR, default_policy
 __all__ = ["REBUILD_SHIPPED", "SHIPPED_DIR", "default_policy", "replace_shipped"]
 
 
-def replace_shipped(built: Path) -> Path:
-    """Copy a finished build over the shipped model through :func:`srollout.atomic.atomic_dir`
-    (a temp dir beside it, then a rename), so the package never holds half a model. Needs a
-    writable package (a clone, ``pip install -e``)."""
+def replace_shipped(built: Path, target: Path | None = None, skip: tuple[str, ...] = ()) -> Path:
+    """Copy a finished build over the shipped one (``target``: the default policy's directory,
+    or the SmolLM2 adapter's) through :func:`srollout.atomic.atomic_dir` (a temp dir beside it,
+    then a rename), so the package never holds half a model; files named in ``skip`` stay out.
+    Needs a writable package (a clone, ``pip install -e``)."""
     from srollout.default_policy.build import is_built
 
-    if not is_built(built):
+    target = target or shipped.SHIPPED_DIR
+    finished = (
+        is_built(built) if target == shipped.SHIPPED_DIR else (built / "build.json").is_file()
+    )
+    if not finished:
         raise SrolloutError(f"{built}: not a finished build")
-    if not os.access(shipped.SHIPPED_DIR.parent, os.W_OK):
+    if not os.access(target.parent, os.W_OK):
         raise SrolloutError(
-            f"{shipped.SHIPPED_DIR.parent}: not writable (an installed wheel); "
+            f"{target.parent}: not writable (an installed wheel); "
             "rebuild into the cache and pass --model PATH"
         )
-    with atomic_dir(shipped.SHIPPED_DIR) as tmp:
+    with atomic_dir(target) as tmp:
         for f in sorted(built.iterdir()):
-            if f.is_file():
+            if f.is_file() and f.name not in skip:
                 shutil.copy2(f, tmp / f.name)
-    return shipped.SHIPPED_DIR
+    return target

@@ -120,25 +120,11 @@ def adapter_dir(recipe: AdapterRecipe) -> Path:
 
 
 def replace_shipped_adapter(built: Path) -> Path:
-    """Copy a finished adapter build over the one the package ships (temp dir, then renames)."""
+    """Copy a finished adapter build over the one the package ships (not peft's README.md)."""
+    from srollout.default_policy import replace_shipped
     from srollout.policy.named import SMOLLM2_ADAPTER_DIR
 
-    if not (built / "build.json").is_file():
-        raise SrolloutError(f"{built}: not a finished adapter build")
-    target = SMOLLM2_ADAPTER_DIR
-    if not os.access(target.parent, os.W_OK):
-        raise SrolloutError(f"{target.parent}: not writable (an installed wheel)")
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2.", dir=target.parent))
-    old = target.parent / f".smollm2.old-{os.getpid()}"
-    for f in sorted(built.iterdir()):
-        if f.is_file() and f.name != "README.md":
-            shutil.copy2(f, tmp / f.name)
-    tmp.chmod(0o755)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
-    return target
+    return replace_shipped(Path(built), SMOLLM2_ADAPTER_DIR, skip=("README.md",))
 
 
 def _work_dir(out: Path) -> Path:

@@ -96,3 +96,24 @@ def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
     from srollout.default_policy.adapter_build import _check_sft_from
 
     _check_sft_from(done, recipe, SFT)
+
+
+def test_replace_shipped_adapter_swaps_the_directory_whole_without_peft_readme(
+    tmp_path, monkeypatch
+):
+    from srollout.default_policy.adapter_build import replace_shipped_adapter
+
+    shipped = tmp_path / "pkg" / "smollm2_alfworld"
+    shipped.mkdir(parents=True)
+    (shipped / "old.txt").write_text("a1")
+    monkeypatch.setattr("srollout.policy.named.SMOLLM2_ADAPTER_DIR", shipped)
+    built = tmp_path / "built"
+    built.mkdir()
+    with pytest.raises(SrolloutError, match="not a finished build"):
+        replace_shipped_adapter(built)
+    assert (shipped / "old.txt").read_text() == "a1"
+    for name, text in (("build.json", "{}"), ("adapter_model.safetensors", "w"), ("README.md", "")):
+        (built / name).write_text(text)
+    assert replace_shipped_adapter(built) == shipped
+    assert sorted(p.name for p in shipped.iterdir()) == ["adapter_model.safetensors", "build.json"]
+    assert sorted(p.name for p in shipped.parent.iterdir()) == ["smollm2_alfworld"]  # no temp left
