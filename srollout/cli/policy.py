@@ -176,7 +176,7 @@ def _build_adapter(
                 f"{res.final_loss:.4f}, {res.seconds:.0f} s -> {target}",
                 highlight=False,
             )
-        console.print(f"step 5: the eval collect ({recipe.eval_groups} eval groups)")
+        console.print(f"step 6: the eval collect ({recipe.eval_groups} eval groups)")
         t0 = time.perf_counter()
         config = CollectConfig(**eval_config(target, recipe))
         workers, why = auto_workers(config)  # as `srollout collect` runs it by default

@@ -9,10 +9,11 @@
 3. SFT on the action tokens with the model's own tokenizer and chat template
    (:func:`srollout.default_policy.sft.sft`, bf16 autocast where the CPU has native bf16), the
    adapter and optimizer saved every ``checkpoint_every`` steps so ``--resume`` continues exactly;
-4. the adapter, its recipe, the base file's sha256 and the policy's prompt (srollout.json) written
-   atomically to the output directory.
-
-5. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
+4. ``correction_rounds`` DAgger rounds (:func:`srollout.default_policy.build.dagger_round`,
+   docs/smollm2-alfworld.md), each played on vLLM with the adapter as it stands merged in;
+5. the adapter, its recipe, the base file's sha256 and the policy's prompt (srollout.json) written
+   atomically to the output directory;
+6. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
    default collect (G 8, T_max 30, temperature
    0.7) of ``eval_groups`` tasks of the eval split with the adapter merged on the base, kept
    beside the adapter (``<out>-eval``), its valid actions, success and group labels written into
@@ -26,7 +27,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -139,7 +139,7 @@ def build_adapter(
     quiet: bool = False,
     sft_from: Path | None = None,
 ) -> AdapterBuild:
-    """Train the adapter of ``recipe`` into ``out`` (steps 1-4 of the module docstring).
+    """Train the adapter of ``recipe`` into ``out`` (steps 1-5 of the module docstring).
 
     A work directory beside ``out`` holds the demonstrations and the latest checkpoint; without
     ``resume`` an existing one is refused (one line), with it the build continues from there:
@@ -242,22 +242,18 @@ def build_adapter(
     return AdapterBuild(out, len(demos), n_tokens, state["loss"], seconds)
 
 
+@dataclasses.dataclass
 class _RoundPolicy:
-    """A DAgger round's player: on vLLM where installed, the adapter as it stands merged into
-    the base (``dir``: the round's adapter; the merged copy is dropped by :meth:`close`), else
-    ``None`` (the round plays in process, far slower on SmolLM2's 30 layers)."""
+    """A DAgger round's player: on vLLM where installed, the adapter as it stands (saved into
+    ``dir``) merged into the base (the merged copy is dropped by :meth:`close`), else ``None``
+    (the round plays in process, far slower on SmolLM2's 30 layers)."""
 
-    def __init__(
-        self, model: Any, recipe: AdapterRecipe, base_dir: Path, dir: Path, cfg: BuildConfig
-    ) -> None:
-        self.model, self.recipe, self.base_dir, self.dir, self.cfg = (
-            model,
-            recipe,
-            base_dir,
-            dir,
-            cfg,
-        )
-        self.merged: Path | None = None
+    model: Any
+    recipe: AdapterRecipe
+    base_dir: Path
+    dir: Path
+    cfg: BuildConfig
+    merged: Path | None = None
 
     def __call__(self) -> Any:
         import importlib.util
@@ -268,8 +264,7 @@ class _RoundPolicy:
         from srollout.policy.vllm_backend import VLLMPolicy
 
         shutil.rmtree(self.dir, ignore_errors=True)
-        self.model.peft_config["default"].base_model_name_or_path = self.recipe.base
-        self.model.save_pretrained(str(self.dir), save_embedding_layers=False)
+        _write_adapter(self.model, self.recipe, self.dir)
         self.merged = merged_model(self.base_dir, self.dir, f"{self.recipe.base}-adapter")
         return VLLMPolicy(
             self.merged,
@@ -281,7 +276,7 @@ class _RoundPolicy:
     def close(self) -> None:
         import gc
 
-        gc.collect()  # the round's vLLM engine (its process goes with it)
+        gc.collect()  # the round's vLLM engine
         for path in (self.merged, self.dir):
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)
@@ -395,27 +390,27 @@ def _load_checkpoint(work: Path, model: Any) -> dict[str, Any]:
 
 
 def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) -> None:
-    """The adapter directory, atomically: peft's files (base named by its srollout name, not a
-    cache path), srollout.json (the prompt it was trained with) and build.json."""
+    """The adapter directory, atomically: peft's files, srollout.json (the prompt it was
+    trained with) and build.json."""
+    from srollout.atomic import atomic_dir
     from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.peft_config["default"].base_model_name_or_path = recipe.base
-        model.save_pretrained(str(tmp), save_embedding_layers=False)  # no hub lookup
+    with atomic_dir(out) as tmp:
+        _write_adapter(model, recipe, tmp)
         prompt = {"system_prompt": info["system_prompt"], "user_template": USER_TEMPLATE}
         (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(prompt, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-        tmp.chmod(0o755)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+
+def _write_adapter(model: Any, recipe: AdapterRecipe, path: Path) -> None:
+    """peft's files of ``model``'s adapter into ``path``, its base named by its srollout name
+    (not a cache path); no hub lookup."""
+    model.peft_config["default"].base_model_name_or_path = recipe.base
+    model.save_pretrained(str(path), save_embedding_layers=False)
 
 
 def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
-    """Step 5's collect (as ``CollectConfig`` fields): ``recipe.eval_groups`` groups of the eval
+    """Step 6's collect (as ``CollectConfig`` fields): ``recipe.eval_groups`` groups of the eval
     split at the collect defaults (G 8, T_max 30, temperature 0.7) with ``adapter`` merged on its
     base, on vLLM where it is installed (on SmolLM2's 30 layers the transformers backend's
     per-call KV rebuild costs ~6 GB and most of the time at concurrency 64), written beside it
