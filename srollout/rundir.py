@@ -3,9 +3,7 @@ versions, git revision, timings, ``status``: ``partial`` until the stage finishe
 overwrites an existing directory unless asked (``--overwrite``); ``--resume`` reuses it with its
 partial artifacts. One writer per run directory: an advisory ``flock`` on ``<run>/.srollout.lock``,
 held until the process exits (docs/reliability.md, "One writer per run directory").
-
-A run is *complete* when no gate acted on any of its trajectories (:func:`require_complete`, the one
-definition every reader of outcomes calls): only then are its labels the full outcomes.
+A run is *complete* when no gate acted on it (:func:`require_complete`).
 """
 
 from __future__ import annotations
@@ -350,7 +348,7 @@ def check_resumable(run_dir: Path, stage: str, resume_key: dict[str, Any], what:
             )
 
 
-# --- a complete run (DESIGN.md "Complete runs") -------------------------------------------------
+# --- a complete run -------------------------------------------------------------------------
 
 # ended_by of a trajectory a gate stopped: its reward is only what it had earned by then
 STOPPED_BY_GATE: tuple[str, ...] = ("gate", "stalled")
@@ -361,16 +359,10 @@ UNGATED_ALTERNATIVE = (
 
 
 def require_complete(run: str | Path) -> None:
-    """The one definition of a complete run: no gate acted on any of its trajectories, so every
-    outcome is the full, ungated one that labels are made from. analyze, sweep, what-if and
-    train-offpolicy call it on their input, a collect, an A/B arm or a trainer's log alike.
-
-    A gate acted on a trajectory that ended_by ``gate`` (its group was cut at K) or ``stalled``
-    (the trajectory gate stopped it), on every trajectory of a group cut by a gate (an audited
-    cut too: the run was gated, only a seeded share of its cuts ran on), and on an audited stop
-    (``audited_stop``). ``run``: a run directory; its trajectories.parquet and groups.parquet are
-    read where present (of trajectories only the columns this needs). Raises SrolloutError, one
-    line: the counts and the ungated alternative."""
+    """The one definition of a complete run (docs/artifacts.md, under the groups table): ``run``'s
+    trajectories.parquet and groups.parquet, where present, show no gate acting. An audited cut
+    counts too: the run was gated, only a seeded share of its cuts ran on. Raises SrolloutError,
+    one line: the counts and the ungated alternative."""
     run = Path(run)
     trajs_file, groups_file = run / schemas.TRAJECTORIES.filename, run / schemas.GROUPS.filename
     cut_groups = pl.DataFrame(schema={"group_id": pl.Utf8, "audited": pl.Boolean})

@@ -3,25 +3,14 @@
 ``ExpertPolicy`` plays like a careful person who does not know the room: it visits receptacles
 in a random order (opening closed ones) until it has seen every object the planner's plan
 needs, then follows the plan (``ActRequest.expert_plan[0]``, replanned every step).
-While exploring, its thought carries a scratchpad of the receptacles not checked yet, in the
-order the room description lists them ("Not checked: cabinet 2, drawer 1."): the next list is the
-previous one minus the receptacle just visited, so a small model trained on these
-demonstrations only has to copy from the turn before instead of recalling the whole episode.
 ``NoisyExpertPolicy(eps)`` does the same, but with probability eps plays a noise action instead:
 a random admissible action, or (a fraction ``invalid_frac`` of the time) an invalid one of the
 kinds small models make — "go to" the receptacle it stands at, "take X from" the wrong
 receptacle — so demonstrations contain "Nothing happens." followed by a recovery.
-Two choices shape what a model trained on these demonstrations has to learn:
-
-- ``take``: ``planned`` explores until it has seen the very objects the planner's plan picks, then
-  follows the plan (so it may walk past an object of the needed kind and come back for it later);
-  ``greedy`` takes an object of a kind the plan needs as soon as one is in view and its hands are
-  free, and follows the plan as far as the plan's next real action names only things it has seen.
-  Greedy makes "take" a function of the task and the last observation alone.
-- ``thoughts``: ``react`` writes templated sentences; ``scratchpad`` writes the agent's working
-  memory, ``Find <kind>. Unchecked: <receptacles not visited yet, in the room's listed order>.``,
-  so the next receptacle to check is the first name of the previous thought minus the one just
-  visited, and the kind to look for sits next to the observation it is compared with.
+Two choices shape what a model trained on these demonstrations has to learn, ``take``
+(``planned`` or ``greedy``) and ``thoughts`` (``react`` or ``scratchpad``, the receptacles not
+checked yet in the room's listed order, so the next one to check is copied from the turn before):
+docs/default-policy.md, the recipe's fields.
 
 Responses are ReAct text; every trajectory's randomness comes from ``ActRequest.seed``. The
 default-policy build plays them for its demonstrations (:mod:`srollout.default_policy.demos`).

@@ -1,27 +1,9 @@
 """What srollout learns about a vLLM server it did not start, before its first seeded request.
 
-A vLLM server on a CPU with chunked prefill on (vLLM's default) dies on seeded requests: when a
-seeded prompt is prefilled in more than one engine step, vLLM rewinds that request's own
-``torch.Generator`` for the sample it discards (``gen.set_offset(gen.get_offset() - 4)`` in
-``gpu_model_runner.py``), which a CPU generator cannot do (``RuntimeError: CPU Generator does not
-use offset``); the engine dies (``EngineDeadError``) and the server with it. A prompt is split
-when its uncached tokens exceed what is left of the step's ``max_num_batched_tokens`` (2048 on a
-CPU by default) after the other requests of that step: one long prompt alone, or several ordinary
-prompts sent together, as every rollout step does. Unseeded requests have no generator and never
-trip it; a GPU generator can be rewound.
-
-Read with GET requests only (none reaches the engine), on vLLM 0.32:
-
-- ``/version``: ``{"version": "0.32.0"}``.
-- ``/v1/models``: the served model (``id``, ``root``) and its ``max_model_len``.
-- ``/metrics`` (Prometheus text): ``vllm:cache_config_info``, a gauge whose labels are the
-  engine's CacheConfig (``block_size``, ``enable_prefix_caching``, ``cache_dtype``,
-  ``kv_cache_memory_bytes``, ...). No metric names the device, the dtype or chunked prefill.
-- ``/server_info?config_format=json``: the whole engine config (``device_config.device``,
-  ``scheduler_config.enable_chunked_prefill`` and ``max_num_batched_tokens``,
-  ``model_config.dtype``); served only when the server runs with ``VLLM_SERVER_DEV_MODE=1``
-  (404 otherwise).
-- ``/health``: 200 while the engine lives, 503 once it is dead (and soon no answer at all).
+A vLLM server on a CPU with chunked prefill on (vLLM's default) dies on seeded requests whose
+prompts are split over engine steps (it rewinds ``gen.set_offset(gen.get_offset() - 4)`` in
+``gpu_model_runner.py``, which a CPU generator cannot do). Why, the GET endpoints read (none reaches
+the engine) and what each answer decides: docs/scaling.md, "vLLM servers srollout did not start".
 """
 
 from __future__ import annotations
@@ -157,15 +139,8 @@ def learn(get: Any) -> ServerFacts:
 
 
 def check_seeded(facts: ServerFacts, url: str, *, unchecked_ok: bool = False) -> SeedCheck:
-    """Whether srollout may send seeded requests to the server at ``url``.
-
-    Refused: a CPU server with chunked prefill on (its engine dies on the first seeded prompt
-    split across steps). Unknown device or chunked prefill (no ``/server_info``: the server runs
-    without ``VLLM_SERVER_DEV_MODE=1``, as vLLM's defaults do): refused too, unless
-    ``unchecked_ok`` (``SROLLOUT_UNCHECKED_SERVER=1``), then a warning. Why refuse: guessing wrong
-    kills a server that may be someone else's, and vLLM's defaults (chunked prefill on) are the
-    crashing ones on a CPU; a restart with dev mode, or the env variable, costs a minute.
-    """
+    """Whether srollout may send seeded requests to the server at ``url``; ``unchecked_ok``:
+    ``SROLLOUT_UNCHECKED_SERVER=1``. The decisions and why: docs/scaling.md's table."""
     where = f"the vLLM server at {url}"
     if facts.device == "cpu" and facts.chunked_prefill:
         return SeedCheck(

@@ -1,16 +1,7 @@
 """``collect --audit F --audit-floor P``: the audited gates over a collect's groups: the group
 gate's threshold and the trajectory gate's W (:class:`srollout.rollout.audits.Audit`), each moved
-as train-onpolicy moves it between iterations. What it does and writes: docs/gates.md ("In
-`collect`").
-
-The unit the threshold moves between is a *chunk*: ``2 x (concurrency // G)`` consecutive groups
-by group index (twice the groups the engine holds in flight), fixed when the run starts. Chunk c
-is one engine call at the threshold the audits of chunks 1 .. c-1 chose; the engine drains
-between chunks (the next chunk's gate is not known before), and the run is in one process
-(:data:`ONE_PROCESS`). After each chunk ``audit.json`` (the ledger), then ``audit_chunks.json``;
-``--resume`` keeps the chunks in ``audit_chunks.json``, cuts the ledger back to them and rolls
-every later chunk out again whole (the same seeds and threshold give the same parts, and the
-audit needs their records).
+as train-onpolicy moves it between iterations, chunk by chunk (one engine call a chunk, in one
+process: :data:`ONE_PROCESS`). What it does, writes and resumes: docs/gates.md ("In `collect`").
 """
 
 from __future__ import annotations
