@@ -14,7 +14,9 @@ name (``into``), as ``sweep`` does.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import inspect
 import itertools
 import sys
@@ -223,3 +225,16 @@ def config_values(config_cls: type, options: dict[str, Any]) -> dict[str, Any]:
         if name in values and values[name] is None:
             values[name] = quick_value if quick else config_cls.__dataclass_fields__[name].default
     return values
+
+
+def input_command(app: typer.Typer, name: str, config_cls: type, help: str, stage: str) -> None:
+    """Add ``srollout NAME INPUT``: every field of ``config_cls`` an option but ``input`` (the
+    argument); runs ``stage`` (``module:function``, imported only then) on the config."""
+    names = tuple(f.name for f in dataclasses.fields(config_cls) if f.name != "input")
+
+    @app.command(name, help=help, short_help=help.split("\n")[0])
+    @config_options(config_cls, names, argument="input")
+    def command(options: dict[str, Any]) -> None:
+        module, function = stage.split(":")
+        run = getattr(importlib.import_module(module), function)
+        run(config_cls(**parse_lists(config_cls, options)))

@@ -1,14 +1,9 @@
 """`srollout what-if`: every method side by side on one run's own groups
 (parse options -> WhatIfConfig -> run_what_if)."""
 
-from __future__ import annotations
-
-import dataclasses
-from typing import Any
-
 import typer
 
-from srollout.cli.rollout_options import config_options
+from srollout.cli.rollout_options import input_command
 from srollout.config import WhatIfConfig
 
 HELP = (
@@ -21,13 +16,5 @@ HELP = (
 )
 
 
-OPTIONS = tuple(f.name for f in dataclasses.fields(WhatIfConfig) if f.name != "input")
-
-
 def register(app: typer.Typer) -> None:
-    @app.command("what-if", help=HELP, short_help=HELP.split("\n")[0])
-    @config_options(WhatIfConfig, OPTIONS, argument="input")
-    def what_if(options: dict[str, Any]) -> None:
-        from srollout.stages.what_if import run_what_if
-
-        run_what_if(WhatIfConfig(**options))
+    input_command(app, "what-if", WhatIfConfig, HELP, "srollout.stages.what_if:run_what_if")

@@ -105,6 +105,17 @@ def check_run_dir_options(config: Any) -> None:
         raise SrolloutError("--resume needs --out RUN_DIR (the run to continue)")
 
 
+class Resumable:
+    """A stage config that continues a run with --resume: ``resume_key`` holds the fields that
+    must match the run's (all but ``RESUME_SKIP``: where and how to write, and such)."""
+
+    RESUME_SKIP: frozenset[str] = frozenset()
+
+    def resume_key(self) -> dict[str, Any]:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return {f.name: getattr(self, f.name) for f in fields if f.name not in self.RESUME_SKIP}
+
+
 def check_stall_arms(stall: int, arms: Any) -> None:
     """--stall sets the trajectory gate of the stall arms: refused when none of ``arms`` (ArmSpecs)
     is one (a stall gate.json in --gate: :func:`srollout.stages.rollout_setup.plan_gates`)."""

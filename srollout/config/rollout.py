@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from srollout.config.common import (
     PAPER_K_VALUES,
     PAPER_T_MAX,
     PAPER_TEMPERATURE,
+    Resumable,
     _check_choice,
     _check_K,
     _check_seed,
@@ -30,6 +30,7 @@ from srollout.config.common import (
     stall_field,
     stall_from_field,
 )
+from srollout.core.gate import check_step
 from srollout.errors import SrolloutError
 
 # --- collect (the rollout engine, §3 data collection) ------------------------------------------
@@ -58,6 +59,21 @@ def _check_concurrency(concurrency: int, G: int) -> None:
     from srollout.rollout.settings import check_concurrency
 
     check_concurrency(concurrency, G)
+
+
+def _check_gate(cfg: Any) -> None:
+    """The gate options: --gate's file, or --K / --d-L / --rule / --t-high (None: not given)."""
+    if cfg.gate is not None and not Path(cfg.gate).is_file():
+        raise SrolloutError(f"--gate {cfg.gate}: no such file")
+    if cfg.K is not None:
+        _check_K((cfg.K,), "--K")
+    if cfg.d_L is not None:
+        _check_unit((cfg.d_L,), "--d-L")
+    _check_choice(cfg.rule, GATE_RULES, "--rule")
+    if cfg.t_high is not None:
+        _check_unit((cfg.t_high,), "--t-high")
+    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
+        raise SrolloutError("--rule r3 needs --t-high")
 
 
 def _check_backend(backend: str, base_url: str | None) -> None:
@@ -196,20 +212,9 @@ class RolloutOptions:
         explicit = self.K is not None or self.d_L is not None or self.t_high is not None
         if self.gate is not None and explicit:
             raise SrolloutError("give either --gate gate.json or --K/--d-L/--t-high, not both")
-        if self.gate is not None and not Path(self.gate).is_file():
-            raise SrolloutError(f"--gate {self.gate}: no such file")
+        _check_gate(self)
         if self.K is not None:
-            _check_K((self.K,), "--K")
-            from srollout.core.gate import check_step
-
             check_step(self.K, self.T_max)
-        if self.d_L is not None:
-            _check_unit((self.d_L,), "--d-L")
-        _check_choice(self.rule, GATE_RULES, "--rule")
-        if self.t_high is not None:
-            _check_unit((self.t_high,), "--t-high")
-        if self.rule == "r3" and self.t_high is None and self.gate is None:
-            raise SrolloutError("--rule r3 needs --t-high")
         from srollout.core.audit import check_audit_options
 
         check_audit_options(self.audit, self.audit_floor)
@@ -228,8 +233,11 @@ class RolloutOptions:
 
 
 @dataclass(frozen=True)
-class CollectConfig(RolloutOptions):
+class CollectConfig(RolloutOptions, Resumable):
     """`srollout collect`: roll out G trajectories per task; record steps, outcomes and signals."""
+
+    # base_url: a server may move between runs
+    RESUME_SKIP = frozenset({"out", "overwrite", "resume", "concurrency", "base_url"})
 
     out: Path | None = doc(None, "Run directory to write (default runs/collect-<UTC timestamp>).")
     overwrite: bool = doc(False, "Replace --out if it already exists.")
@@ -274,13 +282,6 @@ class CollectConfig(RolloutOptions):
                 "--shadow cuts nothing, so there is nothing for --audit to audit: give one of them"
             )
 
-    def resume_key(self) -> dict[str, Any]:
-        """Fields that must match for --resume to continue a run (all but where/how to write)."""
-        # base_url: a server may move between runs
-        skip = {"out", "overwrite", "resume", "concurrency", "base_url"}
-        fields = dataclasses.fields(self)
-        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
-
 
 # --- ab-rollout (Tier 1: the matched-seed wall-clock A/B, paper §5.1) --------------------------
 
@@ -292,9 +293,12 @@ AB_ARMS = ("baseline", "gated")
 
 
 @dataclass(frozen=True)
-class AbRolloutConfig(RolloutOptions):
+class AbRolloutConfig(RolloutOptions, Resumable):
     """`srollout ab-rollout`: the same tasks and seeds rolled out with and without the gate
     (:class:`RolloutOptions`, some restated with the A/B's own default or help)."""
+
+    # the report's knobs (n_boot, figures) and --warmup may change on --resume
+    RESUME_SKIP = frozenset("out overwrite resume n_boot figures warmup base_url".split())
 
     groups: int = doc(
         AB_GROUPS,
@@ -419,12 +423,6 @@ class AbRolloutConfig(RolloutOptions):
             raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
         if self.greso_history is not None and not Path(self.greso_history).exists():
             raise SrolloutError(f"--greso-history {self.greso_history}: no such file or directory")
-
-    def resume_key(self) -> dict[str, Any]:
-        """Fields that must match for --resume (all but where/how to write and the report knobs)."""
-        skip = {"out", "overwrite", "resume", "n_boot", "figures", "warmup", "base_url"}
-        fields = dataclasses.fields(self)
-        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from srollout.config.common import (
     PAPER_G,
     PAPER_K,
     PAPER_TEMPERATURE,
+    Resumable,
     _check_choice,
-    _check_K,
     _check_seed,
     _check_unit,
     audit_field,
@@ -27,11 +26,12 @@ from srollout.config.common import (
     stall_from_field,
 )
 from srollout.config.rollout import (
-    GATE_RULES,
     _check_backend,
     _check_concurrency,
+    _check_gate,
     _check_group_size,
 )
+from srollout.core.gate import check_step
 from srollout.errors import SrolloutError
 
 # --- train-offpolicy / train-onpolicy (GRPO with the gate, §5.2–5.4) ---------------------------
@@ -52,15 +52,7 @@ def _check_training(cfg: Any) -> None:
         raise SrolloutError("--denominator constant needs --denominator-constant > 0")
     if cfg.clip_eps is not None and not 0 < cfg.clip_eps < 1:
         raise SrolloutError(f"--clip-eps must lie in (0, 1), got {cfg.clip_eps}")
-    _check_K((cfg.K,), "--K")
-    _check_unit((cfg.d_L,), "--d-L")
-    _check_choice(cfg.rule, GATE_RULES, "--rule")
-    if cfg.rule == "r3" and cfg.t_high is None and cfg.gate is None:
-        raise SrolloutError("--rule r3 needs --t-high")
-    if cfg.t_high is not None:
-        _check_unit((cfg.t_high,), "--t-high")
-    if cfg.gate is not None and not Path(cfg.gate).is_file():
-        raise SrolloutError(f"--gate {cfg.gate}: no such file")
+    _check_gate(cfg)
     from srollout.policy.named import check_model_arg
 
     check_model_arg(cfg.model)
@@ -129,58 +121,33 @@ class TrainOffpolicyConfig:
         _check_training(self)
 
 
-# Presets of `train-onpolicy` (values a run takes unless an option is given explicitly).
+# Presets of `train-onpolicy` (values a run takes unless an option is given explicitly):
+# paper = the paper's Tier 3; default = fits 2 CPU cores with the embedded default policy (both
+# arms of one seed in <= 45 min) and learns, chosen as docs/training.md tells (held-out = `eval`,
+# the paper's valid_seen protocol); tiny = seconds, for tests and a first look (any model).
+_PRESET_FIELDS = ("iterations", "prompts_per_iter", "G", "T_max", "eval_every", "n_eval",
+                  "train_tasks", "K", "lr", "max_new_tokens")  # fmt: skip
+
+
+def _preset(values: tuple, **extra: Any) -> dict[str, Any]:
+    return {**dict(zip(_PRESET_FIELDS, values, strict=True)), **extra}
+
+
 ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's Tier 3: 60 iterations x 10 prompts, G=8, T_max=30, eval every 10 on 50 tasks.
-    "paper": dict(
-        iterations=60,
-        prompts_per_iter=10,
-        G=8,
-        T_max=30,
-        eval_every=10,
-        n_eval=50,
-        train_tasks=1000,
-        K=PAPER_K,
-        lr=5e-5,
-        max_new_tokens=64,
-        denominator="paper",
-    ),
-    # Fits 2 CPU cores with the embedded default policy (both arms of one seed in <= 45 min)
-    # and learns; how it was chosen (seq_mean against the paper's denominator, 2026-11-24):
-    # docs/training.md. Held-out = `eval`, the paper's valid_seen protocol.
-    "default": dict(
-        iterations=40,
-        prompts_per_iter=8,
-        G=8,
-        T_max=20,
-        eval_every=10,
-        n_eval=100,
-        train_tasks=200,
-        K=PAPER_K,
-        lr=2e-4,
-        max_new_tokens=48,
-        denominator="seq_mean",
-    ),
-    # Seconds, for tests and a first look (any model; T_max and K small).
-    "tiny": dict(
-        iterations=3,
-        prompts_per_iter=2,
-        G=4,
-        T_max=4,
-        eval_every=2,
-        n_eval=3,
-        train_tasks=6,
-        K=2,
-        lr=1e-3,
-        max_new_tokens=16,
-        eval_set="heldout",
-    ),
+    "paper": _preset((60, 10, 8, 30, 10, 50, 1000, PAPER_K, 5e-5, 64), denominator="paper"),
+    "default": _preset((40, 8, 8, 20, 10, 100, 200, PAPER_K, 2e-4, 48), denominator="seq_mean"),
+    "tiny": _preset((3, 2, 4, 4, 2, 3, 6, 2, 1e-3, 16), eval_set="heldout"),
 }
 
 
 @dataclass(frozen=True)
-class TrainOnpolicyConfig:
+class TrainOnpolicyConfig(Resumable):
     """`srollout train-onpolicy`: GRPO per seed, baseline vs gated, held-out eval (Tier 3)."""
+
+    # besides where and how to write: the seed list
+    RESUME_SKIP = frozenset(
+        "out overwrite resume seeds concurrency interleave base_url judge_cuts".split()
+    )
 
     seeds: tuple[int, ...] = doc(
         (7, 13, 23, 42), "Seeds (comma list); each runs both arms, one seed after another."
@@ -293,8 +260,6 @@ class TrainOnpolicyConfig:
         sizes = ("iterations", "prompts_per_iter", "eval_every", "n_eval", "train_tasks")
         check_at_least(self, **dict.fromkeys((*sizes, "max_new_tokens", "T_max"), 1))
         _check_group_size(self.G)
-        from srollout.core.gate import check_step
-
         check_step(self.K, self.T_max)
         if not self.temperature >= 0:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
@@ -328,9 +293,3 @@ class TrainOnpolicyConfig:
         given = {k: v for k, v in overrides.items() if v is not None}
         values = {**ONPOLICY_PRESETS[preset], **given}
         return cls(preset=preset, **values)
-
-    def resume_key(self) -> dict[str, Any]:
-        """Fields that must match for --resume (all but where/how to write and the seed list)."""
-        skip = set("out overwrite resume seeds concurrency interleave base_url judge_cuts".split())
-        fields = dataclasses.fields(self)
-        return {f.name: getattr(self, f.name) for f in fields if f.name not in skip}
