@@ -331,9 +331,10 @@ class RolloutWorker:
         self._envs.clear()
 
 
-def default_chunk_groups(settings: RolloutSettings) -> int:
+def default_chunk_groups(settings: Any) -> int:
     """Groups per chunk: twice what a worker holds in flight (``concurrency // G``), so a worker
-    refills its batch from its own chunk while the driver's next chunk is on its way."""
+    refills its batch from its own chunk while the driver's next chunk is on its way. ``settings``:
+    anything with ``concurrency`` and ``G`` (RolloutSettings; collect --audit's CollectConfig)."""
     return 2 * max(1, settings.concurrency // settings.G)
 
 

@@ -19,6 +19,7 @@ from srollout.config import CollectConfig
 from srollout.core.audit import Band
 from srollout.rollout.audits import Audit
 from srollout.rollout.engine import GroupRecord, GroupSpec, RolloutSettings, RolloutSummary
+from srollout.rollout.ray_pool import default_chunk_groups
 
 CHUNKS_FILE = "audit_chunks.json"
 ONE_PROCESS = (
@@ -29,11 +30,6 @@ ONE_PROCESS = (
 RollChunk = Callable[
     [Sequence[GroupSpec], RolloutSettings], tuple[list[GroupRecord], RolloutSummary]
 ]
-
-
-def chunk_size(config: CollectConfig) -> int:
-    """Groups per chunk: twice the groups the engine holds in flight."""
-    return 2 * max(1, config.concurrency // config.G)
 
 
 class AuditSummary(NamedTuple):
@@ -122,7 +118,7 @@ class CollectAudit:
         """The audit of ``run_dir``: a new one, or with ``--resume`` the one its files hold."""
         path = Path(run_dir) / CHUNKS_FILE
         saved = json.loads(path.read_text()) if config.resume and path.exists() else None
-        chunk_groups = int(saved["chunk_groups"]) if saved else chunk_size(config)
+        chunk_groups = int(saved["chunk_groups"]) if saved else default_chunk_groups(config)
         rows = list(saved["chunks"]) if saved else []
         audited = Audit.of(
             config, gate, traj_gate, ckpt_dir=run_dir, iteration=len(rows), resume=config.resume
