@@ -104,6 +104,10 @@ def _seconds(column: str) -> Rule:
 
 
 _FINITE_REWARD = Rule("reward", "a finite reward (not NaN or ±inf)")
+_GROUP_OUTCOME = (
+    Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
+    Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+)
 
 
 @dataclass(frozen=True)
@@ -225,8 +229,7 @@ GROUPS = Artifact(
     (
         Rule("G", "G >= 2 trajectories per group", 2),
         Rule("reward_mean", "a finite mean reward"),
-        Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
-        Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+        *_GROUP_OUTCOME,
         Rule("cut_step", "K >= 1 (null when not cut)", 1, missing=True),
         Rule("shadow_cut_step", "K >= 1 (null when the gate would not cut)", 1, missing=True),
     ),
@@ -249,8 +252,7 @@ SIGNALS = Artifact(
     (
         Rule("K", "K >= 1", 1),
         *(_unit(name, unit, missing) for name, (unit, missing) in AGREEMENT_UNITS.items()),
-        Rule("reward_var", "a population variance >= 0, never NaN", 0.0),
-        Rule("label", "one of " + ", ".join(LABELS), values=LABELS),
+        *_GROUP_OUTCOME,
         Rule(
             "action_logprob_mean",
             "a mean log-probability <= 0 (NaN: the policy gave none)",

@@ -1,16 +1,10 @@
 """The audited gate: a rule gate whose threshold is kept honest while the policy trains. The
 procedure, the bound, why Clopper–Pearson and how θ moves: docs/gates.md ("The audited gate").
 
-Each iteration, a seeded share ``fraction`` of the cuts (:func:`audit_pick`) is rolled on to
-T_max and labelled by its full outcome; the groups the gate let through ran to the end and are
-labelled for free. θ for the next iteration (:func:`next_threshold`) comes from the evidence since
-the ``window``-th latest audited cut (:class:`AuditLedger`): a window counted in audits rather
-than iterations keeps enough evidence when cuts are rare and forgets old evidence as fast as new
-audits come in, which is what tracking drift needs. θ holds while too few audited cuts lie below
-it to clear the floor (``min_n``, :func:`certifiable_n`) unless they already refute it (their
-upper bound below the floor); it tightens when the one-sided Clopper–Pearson lower bound on the
-cuts' precision is below the floor, and loosens over a band of let-through groups whose own bound
-clears it (old cuts and band each clear the floor, so their union does).
+Where each step lives: the seeded pick (:func:`audit_pick`), the window (:class:`AuditLedger`;
+counted in audits rather than iterations, it keeps enough evidence when cuts are rare and forgets
+old evidence as fast as new audits come in, which is what tracking drift needs), the hold /
+refute / tighten / loosen moves (:func:`next_threshold`) and their bounds.
 """
 
 from __future__ import annotations
@@ -154,8 +148,8 @@ def next_threshold(
     confidence: float = DEFAULT_CONFIDENCE,
     min_n: int | None = None,
 ) -> ThresholdStep:
-    """θ for the next iteration from the window's labelled groups (module docstring); ``min_n``
-    defaults to :func:`certifiable_n`."""
+    """θ for the next iteration from the window's labelled groups (docs/gates.md, "How d_L
+    moves"); ``min_n`` defaults to :func:`certifiable_n`."""
     rows = list(labelled)
     min_n = certifiable_n(floor, confidence) if min_n is None else min_n
     below = sorted((r.score, r.zero_var) for r in rows if r.source == "audit" and r.score < theta)

@@ -1,8 +1,7 @@
 """The audited gate as a file: ``{"kind": "audited", ...}`` (issue 35): a base gate (a threshold
 rule or a learned gate) at the threshold an audit chose, with the audit's settings and evidence,
-so the next run starts from the calibrated gate (``--gate gate-audited.json``: with ``--audit``
-the audit goes on from the file's ledger, without it the base gate runs fixed). The file, and
-how a run uses it: docs/gates.md ("The calibrated gate as a file")::
+so the next run starts from the calibrated gate. How a run uses the file, and the checks on
+load: docs/gates.md ("The calibrated gate as a file")::
 
     {"kind": "audited", "version": 1,
      "base": {"kind": "threshold", "rule": "r1", "K": 10, "d_L": 0.087, ...},
@@ -10,9 +9,6 @@ how a run uses it: docs/gates.md ("The calibrated gate as a file")::
      "precision_lb": 0.87,
      "ledger": {"window": 50, "rows": [[iteration, score, zero_var, "audit"|"through"], ...],
                 "thresholds": {"1": 0.12, ...}}}
-
-Every field is checked on load: a missing, NaN or out-of-range one is one line naming the file
-and the field.
 """
 
 from __future__ import annotations

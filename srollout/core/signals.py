@@ -2,28 +2,10 @@
 mid-rollout signal definitions").
 
 A group is G partial trajectories; ``actions[i]`` is the (normalised) action sequence of
-trajectory i in step order. At step K every signal looks at the first K steps only:
-
-- prefixes shorter than K (the trajectory ended before step K) are padded with :data:`END` to
-  length K, so "finished" differs from "still acting" (the convention of the paper's numbers);
-- a_K, the action at step K, is END for a trajectory that ended before step K; o_K, the
-  observation the agent acted on to choose a_K (o_1 = initial observation), likewise.
-
-=========================== ====== ==========================================================
-signal                      symbol definition (all in [0, 1]; 0 = the G trajectories agree)
-=========================== ====== ==========================================================
-prefix_edit_distance_mean   d_K    mean over the C(G,2) pairs of Levenshtein(a_i,1:K, a_j,1:K)
-                                   over actions (one action = one symbol), / the longer length
-                                   (= K after padding)
-action_bigram_jaccard_mean         mean over pairs of 1 - |B_i ∩ B_j| / |B_i ∪ B_j|, B_i the set
-                                   of consecutive action pairs of the padded prefix (two empty
-                                   sets, possible only at K = 1, have distance 0)
-unique_prefix_ratio                #distinct padded prefixes / G
-unique_action_ratio                #distinct a_K / G
-action_entropy                     Shannon entropy of the a_K distribution / log G
-obs_unique_ratio                   #distinct o_K / G (nan when no observations are given)
-termination_fraction        τ_K    #(trajectories with fewer than K actions) / G
-=========================== ====== ==========================================================
+trajectory i in step order. At step K every signal looks at the first K steps only, prefixes
+END-padded to length K (:data:`END`). The seven definitions, in [0, 1] with 0 = the G
+trajectories agree: docs/glossary.md ("signal"). Conventions beyond it: two empty bigram sets
+(possible only at K = 1) have Jaccard distance 0; obs_unique_ratio is nan without observations.
 
 Edit distance: the Levenshtein package (and ``rapidfuzz.process.cdist``, the C++ engine it
 wraps) accepts sequences of hashable items and compares them item by item, so the padded

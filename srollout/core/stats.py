@@ -513,11 +513,9 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     """CI of the share saved, 1 - Σ arm / Σ baseline, with timed runs as the unit of sampling.
 
     baseline, arm: [P] measured wall-clock of P run pairs (the same groups and seeds, one run per
-    arm: a block of one repeat of an A/B). Drift hits a whole run at once, so the tasks inside a
-    run are not independent samples of the timing noise and a bootstrap over tasks is
-    overconfident; the pairs are. With l_p = ln(arm_p / baseline_p), mean l̄ and standard
-    deviation s (ddof 1), the interval on the ratio is R · exp(±t_{P-1} · s / √P) around the
-    ratio of sums R = Σ arm / Σ baseline, and the saving is 1 - ratio. An arm run of zero
+    arm: a block of one repeat of an A/B); why runs and not tasks, and the interval R ·
+    exp(±t_{P-1} · s / √P), s the sd (ddof 1) of l_p = ln(arm_p / baseline_p) and R = Σ arm /
+    Σ baseline: docs/ab-rollout.md ("Noise the task bootstrap does not see"). An arm run of zero
     wall-clock (a GRESO-like arm skipped its whole block) has no log-ratio: the estimate stands,
     the interval is NaN.
     Hand-worked: baseline (10, 10), arm (8, 9): l = (ln 0.8, ln 0.9), s = 0.08329,

@@ -1,20 +1,12 @@
 """Sweep formulas (paper §4.4 Table "ablation", App. "Calibration against random-cut and oracle
 gates", App. "Setting the precision floor"), vectorised over a grid of gates.
 
-For N groups, a gate is a boolean cut vector; with the full (un-gated) zero-variance labels:
-
-- TP = cut zero-variance groups, FP = cut groups with reward variance; precision = TP / cut
-  (nan when nothing is cut), recall = TP / #zero-variance (nan when there is none);
-- safe savings = TP·(T_max − K) / (N·T_max)  (lossless: TPs have advantage 0);
-- raw savings  = cut·(T_max − K) / (N·T_max) (what rollout cost drops by, FPs included);
-- measured step savings = Σ remaining_steps[cut] / Σ total_steps, from the real environment
-  steps of each group (trajectories that end early save nothing), nan without step data;
-- adv_l2_kept = ||A_kept||₂ / ||A_full||₂ over the concatenated advantages of all groups.
-
-An operating point is the row with the largest savings at precision ≥ a floor
-(:func:`choose_operating_point`); the savings it maximises are the *objective*: ``safe`` (the
-paper's formula, the default) or ``measured`` (the measured step savings: the real steps the cut
-groups, TPs and FPs alike, would still have spent; the floor bounds the FPs' harm).
+For N groups, a gate is a boolean cut vector judged against the full (un-gated) zero-variance
+labels: TP, FP, precision, recall, safe, raw and measured step savings and adv_l2_kept are
+docs/glossary.md's (precision nan when nothing is cut, recall nan when no group is zero-variance,
+measured savings nan without step data). An operating point is the row with the largest savings
+at precision ≥ a floor (:func:`choose_operating_point`); the savings it maximises, ``safe`` or
+``measured``: docs/gates.md ("What the operating point maximises").
 
 All shares are fractions (0.113 = 11.3 %).
 """
