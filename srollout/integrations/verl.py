@@ -1,15 +1,9 @@
-"""srollout's gate inside verl: an agent loop whose n sessions of one prompt meet at step K.
-
-verl 0.9.1's default trainer (``trainer.use_v1=true``) starts the n samples of a prompt as n
-``AgentLoopBase.run`` coroutines in one worker's event loop, all created before any of them runs
-(``AgentLoopWorkerTQ._run_prompt``), so one
-:class:`~srollout.integrations.group_barrier.GroupBarrier` per worker process sees a whole group.
-Each session (:class:`SrolloutAgentLoop`) joins its group, plays the episode as srollout's engine
-does (environment steps synchronous in the event loop: ALFWorld is not known to be thread-safe),
-reports each action to the barrier, and stops at once when its group is cut; every session of a
-cut group returns ``reward_score = 0.0`` so that ``filter_groups`` evicts it. Two loops are
-registered: ``srollout_gated`` and ``srollout_ungated`` (no barrier: validation, baseline arm).
-The recipe, the config keys and the ``extra_fields`` each session returns: docs/integrations.md."""
+"""srollout's gate inside verl: an agent loop whose n sessions of one prompt meet at step K
+(one :class:`~srollout.integrations.group_barrier.GroupBarrier` per worker process). Registers
+``srollout_gated`` and ``srollout_ungated`` (no barrier: validation, baseline arm). Why one barrier
+per process sees a whole group, what a session does, the recipe, the config keys and the
+``extra_fields``: docs/integrations.md, "verl". Environment steps run synchronously in the event
+loop: ALFWorld is not known to be thread-safe."""
 
 from __future__ import annotations
 

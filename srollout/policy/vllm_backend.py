@@ -12,7 +12,7 @@ new adapter under a new name and id, so no prefix cache computed with old weight
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +184,48 @@ class TokenConversations:
         return None if conv is None else conv.tokens()
 
 
+def generate_turns(
+    conversations: TokenConversations,
+    requests: list[ActRequest],
+    generate: Callable[[list[dict[str, Any]], list[Any]], Sequence[Any]],
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    top_p: float = 1.0,
+    on_turn: Callable[[ActRequest, int, list[int], list[float]], None] | None = None,
+) -> list[ActResponse]:
+    """One response per request, same order, for an in-process ``vllm.LLM`` (srollout's own or
+    TRL's): each request's whole prompt as token ids with its seeded ``SamplingParams``, then
+    ``generate(prompts, params)`` (one vLLM output per prompt, in order), each turn recorded on its
+    trajectory. ``on_turn(request, n_fed, generated_ids, logprobs)`` sees every turn."""
+    from vllm import SamplingParams
+
+    prompts, params, fed = [], [], []
+    for r in requests:
+        ids, n_new = conversations.prompt(r)
+        fed.append(n_new)
+        prompts.append({"prompt_token_ids": ids})
+        params.append(
+            SamplingParams(
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_new_tokens,
+                seed=step_seed(r.seed, r.step),
+                stop_token_ids=list(conversations.eot_ids),
+                detokenize=False,  # decoded here from the token ids, once
+                logprobs=0,  # the sampled token's own, raw (vLLM's default logprobs_mode)
+            )
+        )
+    responses = []
+    for r, out, n in zip(requests, generate(prompts, params), fed, strict=True):
+        ids = list(out.outputs[0].token_ids)
+        logprobs = sampled_logprobs(out.outputs[0].logprobs, ids)
+        if on_turn is not None:
+            on_turn(r, n, ids, logprobs)
+        responses.append(conversations.record(r, ids, n, logprobs))
+    return responses
+
+
 class VLLMPolicy:
     """A local HF model served by vLLM as a :class:`Policy` (same options as the transformers one).
 
@@ -258,32 +300,16 @@ class VLLMPolicy:
     def act(self, requests: list[ActRequest]) -> list[ActResponse]:
         """One response per request, same order, in one ``LLM.generate`` call (every live
         trajectory of every group in flight is one batch for vLLM's scheduler)."""
-        from vllm import SamplingParams
-
-        prompts, params, fed = [], [], []
-        for r in requests:
-            ids, n_new = self.conversations.prompt(r)
-            fed.append(n_new)
-            prompts.append({"prompt_token_ids": ids})
-            params.append(
-                SamplingParams(
-                    temperature=self.temperature,
-                    top_p=self.top_p,
-                    max_tokens=self.max_new_tokens,
-                    seed=step_seed(r.seed, r.step),
-                    stop_token_ids=list(self.conversations.eot_ids),
-                    detokenize=False,  # decoded here from the token ids, once
-                    logprobs=0,  # the sampled token's own, raw (vLLM's default logprobs_mode)
-                )
-            )
-        outs = self.llm.generate(prompts, params, lora_request=self._lora, use_tqdm=False)
-        responses = []
-        for r, out, n in zip(requests, outs, fed, strict=True):
-            ids = list(out.outputs[0].token_ids)
-            responses.append(
-                self.conversations.record(r, ids, n, sampled_logprobs(out.outputs[0].logprobs, ids))
-            )
-        return responses
+        return generate_turns(
+            self.conversations,
+            requests,
+            lambda prompts, params: self.llm.generate(
+                prompts, params, lora_request=self._lora, use_tqdm=False
+            ),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_new_tokens,
+        )
 
     def force(self, request: ActRequest, text: str) -> None:
         """Record ``text`` as the response to ``request`` without generating (see
