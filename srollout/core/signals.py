@@ -7,19 +7,14 @@ END-padded to length K (:data:`END`). The seven definitions, in [0, 1] with 0 = 
 trajectories agree: docs/glossary.md ("signal"). Conventions beyond it: two empty bigram sets
 (possible only at K = 1) have Jaccard distance 0; obs_unique_ratio is nan without observations.
 
-Edit distance: the Levenshtein package (and ``rapidfuzz.process.cdist``, the C++ engine it
-wraps) accepts sequences of hashable items and compares them item by item, so the padded
-action tuples are passed as they are: one action is one symbol ("go to desk 1" vs "go to desk
-2" is one substitution, not one character). Items are compared by their Python hash, so two
-different actions whose 64-bit string hashes collide would count as equal (odds ~ 2^-64 per
-pair of actions; accepted).
+Edit distance compares whole actions as symbols (:func:`_edit_distance_sum`) by their Python
+hash, so two different actions whose 64-bit string hashes collide would count as equal (odds
+~ 2^-64 per pair of actions; accepted).
 
-Speed: the gate runs these at step K of every group, so :func:`compute_signals` first collapses
-identical padded prefixes (converged groups, the ones the gate cuts, have few distinct prefixes)
-and weighs the pairwise quantities of the distinct ones by their counts; each pairwise quantity
-switches to one vectorised call from a measured number of distinct prefixes on (``_CDIST_FROM``,
-``_NUMPY_JACCARD_FROM``). ``benchmarks/bench_core.py`` measures it against the targets (≤ 50 µs
-per group at G=8, K=10; ≤ 2 ms at G=64) and writes docs/bench/core.md.
+Speed: :func:`compute_signals` collapses identical padded prefixes (converged groups, the ones
+the gate cuts, have few) and weighs the pairwise quantities by their counts, vectorised from
+``_CDIST_FROM`` / ``_NUMPY_JACCARD_FROM`` distinct prefixes on. ``benchmarks/bench_core.py``
+holds it to ≤ 50 µs per group at G=8, K=10 and ≤ 2 ms at G=64 (docs/bench/core.md).
 """
 
 from __future__ import annotations

@@ -63,17 +63,18 @@ def rankdata(x: np.ndarray) -> np.ndarray:
     return scipy_rankdata(np.asarray(x)).astype(np.float64)
 
 
-def _paired_finite(x: ArrayLike, y: ArrayLike, nan_policy: str) -> tuple[np.ndarray, np.ndarray]:
-    a = np.asarray(x, dtype=np.float64).ravel()
-    b = np.asarray(y, dtype=np.float64).ravel()
-    if a.size != b.size:
-        raise SrolloutError(f"paired samples have different lengths ({a.size} vs {b.size})")
-    if nan_policy not in ("omit", "propagate"):
-        raise SrolloutError(f"nan_policy must be 'omit' or 'propagate', got {nan_policy!r}")
-    if nan_policy == "omit":
-        keep = ~(np.isnan(a) | np.isnan(b))
-        a, b = a[keep], b[keep]
-    return a, b
+def _paired(
+    a: ArrayLike, b: ArrayLike, what: str = "samples", empty: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two equally long float64 vectors of paired values (``what`` words the error), refused with
+    the message ``empty`` when they are empty and it is given."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    y = np.asarray(b, dtype=np.float64).ravel()
+    if x.size != y.size:
+        raise SrolloutError(f"paired {what} have different lengths ({x.size} vs {y.size})")
+    if x.size == 0 and empty is not None:
+        raise SrolloutError(empty)
+    return x, y
 
 
 def spearman(x: ArrayLike, y: ArrayLike, nan_policy: str = "omit") -> SpearmanResult:
@@ -83,7 +84,12 @@ def spearman(x: ArrayLike, y: ArrayLike, nan_policy: str = "omit") -> SpearmanRe
     of freedom. nan ρ (and p) when a side is constant or n < 2; p is nan for n < 3.
     nan_policy "omit" drops pairs with a nan (n counts the pairs used); "propagate" returns nan.
     """
-    a, b = _paired_finite(x, y, nan_policy)
+    a, b = _paired(x, y)
+    if nan_policy not in ("omit", "propagate"):
+        raise SrolloutError(f"nan_policy must be 'omit' or 'propagate', got {nan_policy!r}")
+    if nan_policy == "omit":
+        keep = ~(np.isnan(a) | np.isnan(b))
+        a, b = a[keep], b[keep]
     n = int(a.size)
     nan = SpearmanResult(math.nan, math.nan, n)
     if n < 2 or np.isnan(a).any() or np.isnan(b).any() or a.min() == a.max() or b.min() == b.max():
@@ -447,20 +453,6 @@ def paired_bootstrap(
     return PairedBootstrap(diff, low, high, p, int(xa.shape[0]))
 
 
-def _paired_costs(
-    a: ArrayLike, b: ArrayLike, what: str, empty: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Two equally long, non-empty float64 vectors of paired costs (``what`` and ``empty`` word
-    the errors)."""
-    x = np.asarray(a, dtype=np.float64).ravel()
-    y = np.asarray(b, dtype=np.float64).ravel()
-    if x.size != y.size:
-        raise SrolloutError(f"paired {what} have different lengths ({x.size} vs {y.size})")
-    if x.size == 0:
-        raise SrolloutError(empty)
-    return x, y
-
-
 def relative_saving_ci(
     baseline: ArrayLike,
     gated: ArrayLike,
@@ -474,7 +466,7 @@ def relative_saving_ci(
     seeds. This is the paper's "resample the task-level differences and recompute the
     percentage saving" (App. "Bootstrap confidence intervals"), as a fraction.
     """
-    base, gate = _paired_costs(
+    base, gate = _paired(
         baseline, gated, "samples", "relative_saving_ci needs at least one paired task"
     )
     if base.sum() <= 0:
@@ -522,7 +514,7 @@ def run_pair_saving_ci(baseline: ArrayLike, arm: ArrayLike, level: float = 0.95)
     t_1 (97.5 %) = 12.706, half-width 0.7483, R = 0.85 -> ratio [0.4022, 1.7964], saving
     15 % [-79.6 %, 59.8 %].
     """
-    base, mine = _paired_costs(
+    base, mine = _paired(
         baseline, arm, "runs", "run_pair_saving_ci needs at least one pair of timed runs"
     )
     if np.any(base <= 0) or np.any(mine < 0):

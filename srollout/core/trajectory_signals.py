@@ -22,7 +22,7 @@ _SPACE = re.compile(r"\s+")
 
 
 class LoopCounts(NamedTuple):
-    """The loop detector's three signals after one step (table above); ints, or [N, T] int
+    """The loop detector's three signals after one step (docs/gates.md); ints, or [N, T] int
     arrays offline (0 past a trajectory's end)."""
 
     same_pair_run: int = 0
