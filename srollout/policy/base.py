@@ -54,10 +54,9 @@ class ActResponse:
 
     n_prompt_tokens: tokens newly fed to the model for this turn (prefill), 0 for non-LLMs.
     n_gen_tokens: tokens generated for this response, 0 for non-LLMs.
-    logprob_mean, logprob_min: the mean and the minimum, over the response's generated tokens
-        (its end-of-turn token included), of each token's log-probability under the model's own
-        distribution, before temperature and top-p (``log_softmax(logits)[token]``; vLLM's
-        ``raw_logprobs``). NaN for a policy that has none (the planners) or an empty response.
+    logprob_mean, logprob_min: the mean and the minimum of the response's raw token
+        log-probabilities, as docs/artifacts.md defines ``logprob_mean``; NaN for a policy that
+        has none (the planners) or an empty response.
     """
 
     text: str

@@ -126,9 +126,7 @@ class ExpertPolicy:
         explore: ``random`` (the next receptacle to check is drawn from those not checked yet)
         or ``listed`` (the first not checked yet, in the order the room description lists
         them: a pattern a small model can learn by copying).
-        take: ``planned`` or ``greedy`` (see the module docstring).
-        thoughts: ``react`` (templated sentences) or ``scratchpad`` (``Find <kind>. Unchecked:
-        <receptacles>.``)."""
+        take, thoughts: see the module docstring."""
         for what, value, allowed in (
             ("explore", explore, EXPLORE_ORDERS),
             ("take", take, TAKE_RULES),

@@ -2,11 +2,9 @@
 rule's W kept honest while the policy trains (how it works: docs/gates.md, "Audited while
 training"; the statistics and the threshold rule are the group gate's, :mod:`srollout.core.audit`).
 
-In :mod:`srollout.core.audit`'s form "cut iff score < θ": a trajectory's score is minus its
-longest run without a new observation from k0 on, and the rule (W, k0) stops it iff that run
-is >= W, i.e. iff score < θ with θ = 0.5 - W; the rule it runs is W = floor(-θ) + 1, k0 stays.
-The ledger is ``audit-stall.json`` beside ``state.pt``; its window holds the last
-:data:`STOP_WINDOW` audited stops (the group gate's holds 50 cuts)."""
+In :mod:`srollout.core.audit`'s form "cut iff score < θ" (the score as docs/gates.md defines it):
+the rule (W, k0) stops iff score < θ with θ = 0.5 - W, and θ runs as W = floor(-θ) + 1. The
+ledger's window holds the last :data:`STOP_WINDOW` audited stops (the group gate's holds 50)."""
 
 from __future__ import annotations
 

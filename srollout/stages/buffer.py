@@ -156,12 +156,11 @@ def load_buffer(
     return _from_signals(path, path, None, K)
 
 
-def _check_no_nulls(df: pl.DataFrame, columns: Sequence[str], source: Path) -> None:
-    for col in columns:
-        if df[col].null_count():
-            raise SchemaError(
-                f"{source}: column '{col}' has {df[col].null_count()} missing value(s)"
-            )
+def _check_no_nulls(df: pl.DataFrame | pl.LazyFrame, columns: Sequence[str], source: Path) -> None:
+    nulls = df.lazy().select([pl.col(c).null_count() for c in columns]).collect().row(0)
+    for col, n_null in zip(columns, nulls, strict=True):
+        if n_null:
+            raise SchemaError(f"{source}: column '{col}' has {n_null} missing value(s)")
 
 
 # --- from steps -------------------------------------------------------------------------------
@@ -184,11 +183,7 @@ def trajectories_from_steps(
     """
     lazy = steps.lazy()
     names = lazy.collect_schema().names()
-    required = ("group_id", "traj_idx", "step", "action", "reward", "task_type")
-    nulls = lazy.select([pl.col(c).null_count() for c in required]).collect().row(0)
-    for col, n_null in zip(required, nulls, strict=True):
-        if n_null:
-            raise SchemaError(f"{source}: column '{col}' has {n_null} missing value(s)")
+    _check_no_nulls(lazy, ("group_id", "traj_idx", "step", "action", "reward", "task_type"), source)
     if "arm" in names:
         arms = lazy.select(pl.col("arm").unique().sort()).collect()["arm"]
         if arms.len() > 1:
