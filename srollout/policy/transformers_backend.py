@@ -159,13 +159,9 @@ class TransformersPolicy:
         return out  # type: ignore[return-value]
 
     def _buckets(self, requests: list[ActRequest], feeds: list[list[int]]) -> list[list[int]]:
-        """Request indices grouped into batches of similar context length (longest first).
-
-        In a pool that mixes groups at step 1 with groups at step 25, one padded batch would
-        make every row attend over (and copy) the longest row's context: the cost of a tick
-        would follow its oldest group, not its tokens. Each batch holds rows whose context is
-        >= bucket_ratio x its longest row's, at most max_batch_rows of them.
-        """
+        """Request indices in batches of similar context length (longest first; ``bucket_ratio``):
+        in a pool that mixes groups at step 1 with groups at step 25, one padded batch would make
+        every row attend over (and copy) the longest row's context."""
         if self.bucket_ratio <= 0.0:
             idx = list(range(len(requests)))
             return [
@@ -326,14 +322,9 @@ class TransformersPolicy:
         return ids, kv
 
     def _generate(self, keys: list[TrajKey], feeds: list[list[int]]) -> list[ActResponse]:
-        """Generate one response per row; a row leaves the decode batch as soon as it ends.
-
-        Rows live in *slots* 0..n_live-1 of the batch tensors and cache buffers. When a row
-        samples its end-of-turn token (or reaches max_new_tokens) its compact cache is stored
-        and the last live slot is moved into its place, so every later decode step runs on
-        live rows only (a prefix view of the buffers): a call costs in proportion to the
-        tokens its rows generate, not to rows x the longest response.
-        """
+        """Generate one response per row, ragged (module docstring): rows live in *slots*
+        0..n_live-1 of the batch tensors and cache buffers, and a row that ends gives its slot
+        to the last live one."""
         import torch
 
         states = [self._states[k] for k in keys]

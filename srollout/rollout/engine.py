@@ -27,9 +27,8 @@ tick's rows in proportion to the tokens each row generated (evenly when no row g
 e.g. the expert policies); ``env_s`` is that row's own measured ``env.step`` wall-clock. So the
 sum of ``gen_s`` over all rows equals the measured generation time of the run.
 
-Labels: the engine labels a group from what it observed. With the gate off (``collect``'s
-default) that is the full outcome. A cut group's label comes from its truncated rewards and is
-logged only; an A/B judges a gated group by the baseline arm's outcome of the same task and seeds.
+Labels: the engine labels a group from what it observed, the truncated rewards of a cut group
+included (for logging only: docs/artifacts.md, under the groups table).
 """
 
 from __future__ import annotations
@@ -663,11 +662,8 @@ def _step_what(turn: ParsedTurn) -> str:
 
 
 def make_specs(tasks: Sequence[Task], n_groups: int, start: int = 0) -> list[GroupSpec]:
-    """Groups ``start..n_groups-1`` of a run: group i plays ``tasks[i % len(tasks)]``.
-
-    When a run asks for more groups than the task set holds, tasks repeat in order with fresh
-    seeds (the seeds derive from the group index, not the task).
-    """
+    """Groups ``start..n_groups-1`` of a run: group i plays ``tasks[i % len(tasks)]``, so past
+    the task set's end tasks repeat in order, with fresh seeds (seeds derive from the index)."""
     if not tasks:
         raise SrolloutError("the task set is empty")
     return [GroupSpec(index=i, task=tasks[i % len(tasks)]) for i in range(start, n_groups)]

@@ -1,10 +1,6 @@
-"""A finished group's rows as the four Parquet tables of DESIGN.md (steps, trajectories, groups,
-signals): the required columns of :mod:`srollout.schemas` plus the optional ones docs/artifacts.md
-lists in italics (per-trajectory tokens and timings, the group's gate step and counts, ``arm``,
-...).
-
-``reward_var`` and ``label`` come from the rewards the engine observed: the full outcome for an
-ungated group, the truncated one (for logging only) for a cut group.
+"""A finished group's rows as the four Parquet tables (steps, trajectories, groups, signals): the
+required columns of :mod:`srollout.schemas` plus the optional ones docs/artifacts.md lists in
+italics; ``reward_var`` and ``label`` as the engine labels (:mod:`srollout.rollout.engine`).
 """
 
 from __future__ import annotations
