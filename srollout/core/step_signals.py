@@ -1,7 +1,6 @@
 """Signals of a group at step K read from what each step recorded (``steps.parquet``), beside the
-seven agreement signals of :mod:`srollout.core.signals`: ``action_logprob_mean`` (the mean over
-steps t <= K of the step's mean token log-probability, NaN steps skipped) and
-``invalid_action_rate`` (1 − mean(valid) over those steps); docs/artifacts.md, signals.parquet.
+seven agreement signals of :mod:`srollout.core.signals`; defined in docs/artifacts.md
+(signals.parquet).
 
 Each is one function of G lists in step order (``values[i][t]`` = the value at step t+1 of
 trajectory i), over the steps t <= K that happened (no padding); every step weighs the same. A
