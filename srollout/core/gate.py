@@ -4,11 +4,10 @@
 - R3 (OR-rule extension): cut iff d_K < d_L or τ_K >= t_high.
 
 A cut group stops rolling out at step K and is dropped from the GRPO batch. Every gate kind
-implements one contract, :class:`Gate` (its steps, its decision for one group or a batch, its
-scope: a whole group or single trajectories, the one threshold an audit may move). Gates are
-saved as ``gate.json`` (``{"kind": ..., "version": ..., ...}``); :func:`load_gate` dispatches on
-"kind" through a registry: a kind registers with the :func:`gate_kind` decorator, and a kind of
-another package through an entry point of group ``srollout.gates`` (docs/extending.md).
+implements one contract, :class:`Gate`, and is saved as ``gate.json`` (``{"kind": ...,
+"version": ..., ...}``); :func:`load_gate` dispatches on "kind" through a registry: a kind
+registers with the :func:`gate_kind` decorator, and a kind of another package through an entry
+point of group ``srollout.gates`` (docs/extending.md).
 
 Usage inside your own trainer::
 
@@ -57,18 +56,8 @@ class AuditKnob(NamedTuple):
 
 class Gate:
     """The gate contract: what every gate kind implements, and all that the engine, sweep,
-    audit, A/B, on-policy training, TRL and verl use of a gate.
-
-    - ``kind`` (set by :func:`gate_kind`): the "kind" of its gate.json.
-    - ``scope``: "group" (a decision at a check step ends a whole group) or "trajectory"
-      (:meth:`stops`, asked after every step, ends one trajectory).
-    - ``K``: the first step it checks at; :meth:`check_steps`: every one.
-    - :meth:`decide` (at K), :meth:`decide_at` (at any check step; default: :meth:`decide` at
-      K, never elsewhere), :meth:`decide_batch` (N groups from their signals by name; default:
-      :meth:`decide_at` row by row), :meth:`should_cut` (at K, from the raw group).
-    - :meth:`audit_knob`: the one threshold an audit may move (None: the kind cannot be audited).
-    - :meth:`to_dict` / :meth:`from_dict`, and :meth:`save` / :meth:`load` from them.
-    """
+    audit, A/B, on-policy training, TRL and verl use of a gate. Its members and their defaults:
+    docs/extending.md ("A gate kind"); ``kind`` is set by :func:`gate_kind`."""
 
     kind: ClassVar[str] = ""
     scope: ClassVar[str] = "group"
