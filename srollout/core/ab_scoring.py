@@ -39,14 +39,10 @@ def attribute_wall(
 
 
 class Confusion(NamedTuple):
-    """Cuts of one arm judged by the baseline arm (pooled over repeats).
-
-    n: (task, repeat) pairs; zero_var: of them, baseline groups with σ_r = 0; precision = TP/cut
-    (nan without cuts); recall = TP/zero_var (nan when none); own_precision: the same cuts judged
-    by the arm's own truncated rewards (the reference code's mistake, shown for contrast);
-    safe / raw: the paper's step-based savings Σ_TP (T − K_cut) / (n·T) and
-    Σ_cut (T − K_cut) / (n·T).
-    """
+    """Cuts of one arm judged by the baseline arm (pooled over repeats; each number as
+    docs/ab-rollout.md's "What the report says" defines it). n: (task, repeat) pairs; zero_var:
+    of them, baseline groups with σ_r = 0; precision and recall nan without cuts or
+    zero-variance groups; own_precision: judged by the arm's own truncated rewards."""
 
     n: int
     zero_var: int
@@ -237,10 +233,8 @@ class ArmMatch(NamedTuple):
 
 class Saving(NamedTuple):
     """One cost in both arms: totals over tasks (each task's mean over repeats), the share saved
-    1 − arm/baseline, and its CI. Token and step counts are fixed by the seeds, so their CI is a
-    percentile bootstrap over tasks (paired: both arms' values of a task resampled together);
-    wall-clock also carries run-to-run drift, so its CI is over timed-run pairs
-    (:func:`~srollout.core.stats.run_pair_saving_ci`). ``ci_over`` says which."""
+    1 − arm/baseline, and its CI, over tasks or timed-run pairs as ``ci_over`` says (why which:
+    docs/ab-rollout.md, "What the report says")."""
 
     metric: str
     baseline: float
@@ -261,16 +255,11 @@ SAVED_COSTS = (
 
 @dataclass(frozen=True)
 class Comparison:
-    """Everything the report says about one arm against the baseline.
-
-    savings: metric -> Saving (wall_s, n_gen_tokens, n_prompt_tokens, n_steps);
-    ratio: (estimate, low, high) of wall-clock saving ÷ generated-token saving (target ≥ 0.9);
-        the interval is the wall-clock saving's run-pair interval over the (seed-fixed) token
-        saving;
-    task_diff: paired bootstrap of the mean per-task wall-clock, arm − baseline (s);
-    decomposition: seconds saved in generation / environment (steps + resets) / overhead, and the
-    baseline wall they are shares of.
-    """
+    """Everything the report says about one arm against the baseline (docs/ab-rollout.md, "What
+    the report says"): savings, metric -> Saving; ratio, (estimate, low, high) of wall-clock
+    saving ÷ generated-token saving; task_diff, the paired bootstrap of the mean per-task
+    wall-clock, arm − baseline (s); decomposition, the seconds saved by source and the baseline
+    wall they are shares of."""
 
     arm: str
     gate: dict[str, Any] | None
