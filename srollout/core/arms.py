@@ -1,9 +1,7 @@
-"""Training and A/B *arms*: the gate, the trajectory gate, DAPO dynamic sampling and GRESO
-pre-rollout skipping, composable (paper §"Composition with DAPO and GRESO"): GRESO skips a prompt
-*before* its rollout (:class:`GresoSkipper`), the gates act *during* it (``srollout.core.gate``,
-``srollout.core.trajectory_gate``; the ``loop`` arm runs the loop detector in the stall rule's
-place), DAPO drops zero-variance groups *after* it and refills (:func:`dapo_fill`). What each arm
-does: docs/ab-rollout.md and docs/training.md.
+"""Training and A/B *arms* (paper §"Composition with DAPO and GRESO"): GRESO skips a prompt
+*before* its rollout (:class:`GresoSkipper`), the gates act *during* it, DAPO drops zero-variance
+groups *after* it and refills (:func:`dapo_fill`). What each arm does: docs/ab-rollout.md and
+docs/training.md.
 
 An arm is a name from :data:`ARM_NAMES` (its parts joined by ``+``); :func:`parse_arm` turns it into
 an :class:`ArmSpec`. A *skip part* of another package (:func:`skip_part`, or an entry point of group
@@ -50,11 +48,9 @@ class ArmSpec:
     """One arm: ``name`` (one of :data:`ARM_NAMES`), its switches and, once :meth:`with_gate`
     attached them, the gates it applies (None on an arm without them).
 
-    gate: cut groups at step K (they leave the GRPO batch); stall: the stall rule ends trajectories
-    (they keep their reward so far); loop: the loop detector does, in its place; dapo: drop
-    zero-variance groups and refill; greso: skip prompts before the rollout by the skip part
-    ``skip`` (``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso). gate_rule /
-    gate_K: the :class:`srollout.core.gate.Gate` and its step K; traj_gate: the ``StallGate`` or
+    gate, stall, loop, dapo, greso: the parts of the name; skip: the skip part greso runs
+    (``greso=True`` alone means ``skip="greso"``; a ``skip`` implies greso). gate_rule / gate_K:
+    the :class:`srollout.core.gate.Gate` and its step K; traj_gate: the ``StallGate`` or
     ``LoopGate``.
     """
 
@@ -435,6 +431,18 @@ def greso_filter(
     for i, pid in enumerate(prompt_ids):
         (skipped if skipper.should_skip(pid, iteration) else kept).append(i)
     return kept, skipped
+
+
+def greso_outcomes(groups: Iterable[Any]) -> list[tuple[str, bool]]:
+    """(task id, zero-variance) of each group rolled out, what a :class:`Skipper` records: a cut
+    group gave no gradient either, so it counts as zero-variance (``not is_useful``)."""
+    return [(g.spec.task.task_id, not is_useful(g)) for g in groups]
+
+
+def record_outcomes(skipper: Skipper, iteration: int, outcomes: Iterable[Sequence[Any]]) -> None:
+    """Tell ``skipper`` each (task id, zero-variance) of :func:`greso_outcomes` at ``iteration``."""
+    for task_id, zero_var in outcomes:
+        skipper.record(task_id, iteration, bool(zero_var))
 
 
 class ArmRollout(NamedTuple):

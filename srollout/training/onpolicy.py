@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from srollout.core.arms import ArmSpec, extra_round_tasks
+from srollout.core.arms import ArmSpec, extra_round_tasks, greso_outcomes, record_outcomes
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.warmup import warm_up
@@ -370,7 +370,6 @@ class ArmRunner:
         """Run the next iteration, checkpoint it, and return its metrics (``.row()``: the
         metrics.parquet row)."""
         from srollout.core.arms import roll_arm
-        from srollout.core.grpo import is_zero_variance
         from srollout.rollout.engine import GroupSpec
         from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
 
@@ -418,10 +417,7 @@ class ArmRunner:
         records, kept, n_skipped = list(run.generated), list(run.batch), len(run.skipped)
         dapo_hit_cap, n_rounds = run.hit_cap, len(run.rounds) if arm.dapo else 1
         if self.greso is not None:
-            for r in records:  # a cut group gave no gradient: it counts as zero-variance
-                self.greso.record(
-                    r.spec.task.task_id, iteration, r.cut or is_zero_variance(r.rewards)
-                )
+            record_outcomes(self.greso, iteration, greso_outcomes(records))
         judged = self._judge(records)  # before the update: the weights that rolled them out
         # --audit: the cuts and stops it audited ran on inside this iteration's rollout
         audited, stops_audited = self.audit.label(records, iteration)

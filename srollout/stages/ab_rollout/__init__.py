@@ -57,9 +57,11 @@ from srollout.core.arms import (
     DapoRound,
     GresoOutcome,
     Skipper,
+    greso_outcomes,
     is_useful,
     make_skipper,
     parse_arm,
+    record_outcomes,
     roll_arm,
 )
 from srollout.core.gate import describe_gate
@@ -292,7 +294,8 @@ def run_ab_rollout(
     }
     for b in schedule:
         if b not in todo and b.arm.name in skippers:
-            _record_greso(skippers[b.arm.name], b, json.loads(block_file(run_dir, b).read_text()))
+            done = json.loads(block_file(run_dir, b).read_text())
+            record_outcomes(skippers[b.arm.name], b.repeat, done.get("greso_outcomes", []))
     # --audit: one auditor per gated arm, its ledger cut back to the arm's finished timed runs
     auditors = arm_auditors(config, arms, schedule, todo, run_dir)
     iterations = arm_iterations(schedule)
@@ -356,7 +359,7 @@ def run_ab_rollout(
                 data["audit"] = audit_block(auditor, run.records, iterations[block.order])
             write_json(data, block_file(run_dir, block))
             if block.arm.name in skippers:
-                _record_greso(skippers[block.arm.name], block, data)
+                record_outcomes(skippers[block.arm.name], block.repeat, data["greso_outcomes"])
     if distributed:
         manifest.update(dist={"ray": where, "workers": dist.workers})
 
@@ -443,13 +446,8 @@ def block_data(
             for rd, ids in zip(run.rounds, run.round_ids, strict=True)
         ],
     }
-    if block.arm.greso:  # a cut group gave no gradient: it counts as zero-variance
-        data["greso_outcomes"] = [[r.spec.task.task_id, not is_useful(r)] for r in run.records]
+    if block.arm.greso:
+        data["greso_outcomes"] = [list(o) for o in greso_outcomes(run.records)]
     if dist is not None:
         data["dist"] = dist
     return data
-
-
-def _record_greso(skipper: Skipper, block: Block, data: dict[str, Any]) -> None:
-    for task_id, no_gradient in data.get("greso_outcomes", []):
-        skipper.record(task_id, block.repeat, bool(no_gradient))
