@@ -332,9 +332,8 @@ def choose_threshold(
     among those whose precision TP/cut ≥ floor; ties: higher precision, then higher t.
 
     scores, zero_var, gain: [N] (gain default 1: maximise TP; the sweep passes T_max − K). nan
-    scores never cut. Candidates are the distinct finite scores. count_fp: the gain of every cut
-    group counts, FPs' too (the measured objective: gain = the real steps a group spends after
-    K, which a cut saves whatever its label; the floor bounds the FPs' harm).
+    scores never cut. Candidates are the distinct finite scores. count_fp: every cut group's
+    gain counts, FPs' too (the measured objective, docs/gates.md).
     """
     s = np.asarray(scores, dtype=np.float64)
     zv = np.asarray(zero_var, dtype=bool)
@@ -612,8 +611,7 @@ def fit_learned_gate(
     K ∈ gate_Ks and the threshold maximise TP·(T_max − K) on k-fold cross-fitted scores with
     precision ≥ floor (ties: the smaller K); the returned gate's model is refit on all ``groups``.
     signals_by_K[K]: [N, S] (S = 7 classic or 9 all, :data:`FEATURE_SETS`); zero_var: [N].
-    gain_by_K (the measured objective): K -> [N] the real steps each group spent after K; K and
-    the threshold then maximise Σ gain over every cut group (:func:`choose_threshold` count_fp).
+    gain_by_K (the measured objective): K -> [N] the real steps each group spent after K.
     """
     zv_all = np.asarray(zero_var, dtype=bool)
     groups = np.arange(zv_all.size) if groups is None else np.asarray(groups)
