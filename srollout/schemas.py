@@ -204,9 +204,7 @@ TRAJECTORIES = Artifact(
         Rule("shadow_stop_step", "a step >= 1 (null when not stopped)", 1, missing=True),
         Rule("audited_stop", "a step >= 1 (null when not an audited stop)", 1, missing=True),
     ),
-    # written by a shadow run only (collect --shadow): where the trajectory gate would have
-    # stopped it; by an audited run (collect --audit with the trajectory gate): where the gate
-    # stopped a trajectory the audit let run on to its end
+    # written by collect --shadow / --audit only (docs/artifacts.md)
     optional={"shadow_stop_step": pl.Int64, "audited_stop": pl.Int64},
 )
 
@@ -233,8 +231,7 @@ GROUPS = Artifact(
         Rule("cut_step", "K >= 1 (null when not cut)", 1, missing=True),
         Rule("shadow_cut_step", "K >= 1 (null when the gate would not cut)", 1, missing=True),
     ),
-    # written by a run with --audit > 0 only: a cut the audit let run on to T_max; by a shadow
-    # run only (collect --shadow): the step the group gate would have cut it at
+    # written by a run with --audit > 0 / collect --shadow only (docs/artifacts.md)
     optional={"audited": pl.Boolean, "shadow_cut_step": pl.Int64},
 )
 
