@@ -83,11 +83,8 @@ def active_run() -> ActiveRun:
 
 
 def lock_run_dir(out: Path) -> None:
-    """Take ``out``'s writer lock for the rest of this process (re-entrant within a process).
-
-    Raises RunDirBusyError naming the PID of the live process that holds it. A lock file whose
-    process is gone holds no lock: the kernel released it when that process died.
-    """
+    """Take ``out``'s writer lock for the rest of this process (re-entrant within a process), or
+    raise RunDirBusyError naming the PID of the live process that holds it."""
     key = out.resolve()
     held = _LOCKS.get(key)
     if held is not None and not held.closed:

@@ -7,9 +7,8 @@
 Both are entry points of the group ``srollout.envs``. What each adapter settles for every game
 of its library (where an episode ends and is won, one puzzle seed per group, observations that
 hold only the new text, the game's own action syntax, the games refused):
-docs/environments.md. The trajectory's own ``seed`` is not passed on: what the game draws as it
-plays comes from the trajectory's global generators, which the engine swaps in around each call
-(:mod:`srollout.rollout.env_calls`), so a board is the same at any concurrency."""
+docs/environments.md. The trajectory's own ``seed`` is not passed on: the game draws from the
+trajectory's global generators (docs/environments.md, "Seeds")."""
 
 from __future__ import annotations
 

@@ -118,13 +118,10 @@ def next_turn_text(
     user: str,
     generated_end: str | None,
 ) -> str:
-    """Text fed at step t > 1, after the model produced ``prev_assistant``.
-
-    It is what the template puts after the previous assistant content (without
-    ``generated_end``, the end-of-turn text the model itself generated, if any), then the new
-    user turn and the assistant header. Only a 3-message window is rendered: the delta of an
-    incremental template does not depend on older turns, and this keeps each turn O(1).
-    """
+    """The delta (module docstring) fed at step t > 1, after the model produced
+    ``prev_assistant`` and ``generated_end`` (its end-of-turn text, if any). Only a 3-message
+    window is rendered: the delta of an incremental template does not depend on older turns,
+    and this keeps each turn O(1)."""
     window = [
         {"role": "system", "content": system},
         {"role": "user", "content": prev_user},

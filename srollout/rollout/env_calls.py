@@ -1,11 +1,9 @@
 """The engine's calls into environments: each trajectory's own random generators, one error naming
 where a call failed, and the checks on what a call returned.
 
-Randomness: around every ``reset`` and ``step`` of a trajectory the engine swaps in that
-trajectory's state of Python's and NumPy's global generators (first seeded from its environment
-seed) and swaps the process's back after, so a game that seeds or draws from them plays the same for
-the same seed at any ``--concurrency`` or ``--workers``, and nothing outside it sees its draws; a
-class with ``global_rng = False`` is left on the process's own (docs/environments.md, "Seeds").
+Randomness: around every ``reset`` and ``step`` the trajectory's own state of Python's and
+NumPy's global generators is swapped in, and the process's back after (why, and ``global_rng =
+False``: docs/environments.md, "Seeds").
 """
 
 from __future__ import annotations

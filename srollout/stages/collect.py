@@ -251,20 +251,16 @@ def run_collect(
 # --- building blocks the story uses ------------------------------------------------------------
 
 
-# `--workers auto`: Ray workers only when each gets this many groups or more. Measured on 2 cores
-# (docs/benchmarks.md, 2026-11-27): the default collect (100 groups, T_max 30) took 406 s in one
-# process on 2 torch threads and 273 s on 2 Ray workers of 1 thread (1.49x); a worker's start-up
-# (process, imports, policy) costs ~9 s, about 2-3 groups' work, so 16 groups a worker pay for it.
+# `--workers auto`: Ray workers only when each gets this many groups or more, which pay for a
+# worker's ~9 s start-up (2-3 groups' work; measured: docs/scaling.md).
 AUTO_GROUPS_PER_WORKER = 16
 
 
 def auto_workers(config: CollectConfig, env: Any = None) -> tuple[int, str]:
-    """What ``--workers auto`` (collect's default) runs on, and why: one Ray worker per usable
-    core (capped by ``$OMP_NUM_THREADS`` when set) for the language model on the transformers
-    backend, when Ray is installed, ``$RAY_ADDRESS`` is unset and every worker gets at least
-    :data:`AUTO_GROUPS_PER_WORKER` groups; otherwise 1 (this process, torch on every core).
-    With ``--audit``: 1 (:data:`srollout.stages.collect_audit.ONE_PROCESS`). env: ``--env``'s
-    EnvSpec as the plan resolved it (resolved here when None)."""
+    """What ``--workers auto`` (collect's default) runs on, and why (the rule: docs/scaling.md;
+    usable cores capped by ``$OMP_NUM_THREADS`` when set; with ``--audit``: 1,
+    :data:`srollout.stages.collect_audit.ONE_PROCESS`). env: ``--env``'s EnvSpec as the plan
+    resolved it (resolved here when None)."""
     import importlib.util
 
     if config.audit > 0:
@@ -482,11 +478,9 @@ def _run_distributed(
     on_group: Callable[[GroupRecord], None],
     on_tick: Callable[[TickStats], None],
 ) -> RolloutSummary:
-    """Step 4 on ``dist.workers`` Ray workers; the manifest records where it ran and the
-    restarts. Each worker acts as this process would: a policy replica built by
-    :func:`build_policy` from the same options and the plan's model directory (resolved here
-    once, not by every worker), the same environments, ReAct protocol and engine settings
-    (``--concurrency`` is per worker)."""
+    """Step 4 on ``dist.workers`` Ray workers, each as this process would roll out (the plan's
+    model directory, not resolved again by every worker; ``--concurrency`` is per worker); the
+    manifest records where it ran and the restarts."""
     from functools import partial
 
     from srollout.rollout.ray_pool import WorkerRecipe, ray_session, run_groups_distributed
