@@ -29,6 +29,7 @@ from srollout.core.gate import (
     gate_kind,
 )
 from srollout.core.signals import GroupSignals
+from srollout.core.sweep import FLOOR_TOL
 from srollout.errors import SrolloutError
 from srollout.signal_names import SIGNAL_NAMES, STEP_SIGNAL_NAMES
 
@@ -44,9 +45,6 @@ FEATURE_SETS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_L2 = 1.0
 DEFAULT_FOLDS = 5
-
-# Precisions within this of the floor count as on it (as in srollout.core.sweep).
-_FLOOR_TOL = 1e-12
 
 
 # --- the logistic model -----------------------------------------------------------------------
@@ -350,7 +348,7 @@ def choose_threshold(
     # a threshold keeps all of a tied block: only the last index of each block is a candidate
     last = np.r_[s_sorted[1:] != s_sorted[:-1], True]
     precision = tp / cut
-    valid = last & (precision >= precision_floor - _FLOOR_TOL) & (tp > 0)
+    valid = last & (precision >= precision_floor - FLOOR_TOL) & (tp > 0)
     if not valid.any():
         return ThresholdChoice(None, 0, 0, math.nan)
     idx = np.flatnonzero(valid)

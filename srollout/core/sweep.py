@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 from srollout.errors import SrolloutError
 
 # Precisions within this of the floor count as on it (16/20 must pass a 0.80 floor).
-_FLOOR_TOL = 1e-12
+FLOOR_TOL = 1e-12
 
 
 class GateOutcome(NamedTuple):
@@ -363,7 +363,7 @@ def choose_operating_point(
         if p is None or s is None:
             raise SrolloutError(f"sweep row {i} lacks precision or {column}")
         p, s = float(p), float(s)
-        if math.isnan(p) or math.isnan(s) or p < precision_floor - _FLOOR_TOL:
+        if math.isnan(p) or math.isnan(s) or p < precision_floor - FLOOR_TOL:
             continue
         d_l = _field(row, "d_L")
         d_l = math.inf if d_l is None or math.isnan(float(d_l)) else float(d_l)
