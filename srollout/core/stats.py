@@ -538,10 +538,7 @@ def mcnemar(a_success: ArrayLike, b_success: ArrayLike) -> McNemarResult:
     pairs split Binomial(b01 + b10, 1/2). statistic = min(b01, b10); two-sided exact p =
     min(1, 2 · P[X <= min]) (1 when there are no discordant pairs).
     """
-    a = np.asarray(a_success).ravel().astype(bool)
-    b = np.asarray(b_success).ravel().astype(bool)
-    if a.size != b.size:
-        raise SrolloutError(f"paired outcomes have different lengths ({a.size} vs {b.size})")
+    a, b = (v.astype(bool) for v in _paired(a_success, b_success, "outcomes"))
     b01 = int(np.count_nonzero(~a & b))
     b10 = int(np.count_nonzero(a & ~b))
     n = b01 + b10
