@@ -243,16 +243,15 @@ def random_cut_expectation(
     """The random-cut policy at the same cut count, in closed form: the expectation of every field
     over all ways of cutting n_cut of the N groups uniformly without replacement.
 
-    With m = n_cut, Z = #zero-variance: TP is hypergeometric, E[TP] = m·Z/N, E[FP] = m − E[TP];
-    precision TP/m has mean Z/N (nan at m = 0, nothing cut); recall m/N (nan when Z = 0); safe and
-    raw savings E[TP]·(T_max−K)/(N·T_max) and m·(T_max−K)/(N·T_max); each group is cut with
-    probability m/N, so measured savings m/N · Σ remaining / Σ total. adv_l2_kept = sqrt(S/F), S
-    the kept squared norm (the sum of N − m of the N group values s_g drawn without replacement,
-    F = Σ s_g), is not linear: its mean is the second-order (delta-method) expansion
-    sqrt(μ/F)·(1 − Var S / (8 μ²)), μ = E[S] = (N−m)/N·F, Var S = (N−m)·σ_s²·m/(N−1), σ_s² the
-    population variance of s_g (exact, a mean over the N choices, when one group is cut or one
-    is kept; checked against a large simulation in the tests). O(N) whatever m;
-    :func:`random_cut_baseline` is the simulation it replaces. tp and fp are floats.
+    With m = n_cut, Z = #zero-variance: TP is hypergeometric, E[TP] = m·Z/N, and each group is
+    cut with probability m/N, so every field linear in the cut follows (precision Z/N, nan at
+    m = 0; recall m/N, nan when Z = 0). adv_l2_kept = sqrt(S/F), S the kept squared norm (the
+    sum of N − m of the N group values s_g drawn without replacement, F = Σ s_g), is not linear:
+    its mean is the second-order (delta-method) expansion sqrt(μ/F)·(1 − Var S / (8 μ²)),
+    μ = E[S] = (N−m)/N·F, Var S = (N−m)·σ_s²·m/(N−1), σ_s² the population variance of s_g (exact,
+    a mean over the N choices, when one group is cut or one is kept; checked against a large
+    simulation in the tests). O(N) whatever m; :func:`random_cut_baseline` is the simulation it
+    replaces. tp and fp are floats.
     """
     zv = _bool_vector(zero_var, "zero_var")
     N = zv.size
