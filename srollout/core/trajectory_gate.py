@@ -1,9 +1,8 @@
 """The trajectory gate: a rule asked after every step of one trajectory that ends that trajectory
 alone (``ended_by="stalled"``), beside the group gate that ends a whole group at K. Two kinds,
-each a pure rule of :mod:`srollout.core.trajectory_signals`: the **stall** rule (W, k0), file
-``{"kind": "stall", "version": 1, "W": 8, "k0": 10}``, and the **loop** detector (k0), file
-``{"kind": "loop", "version": 1, "k0": 1}``. Definitions, files and use: docs/gates.md ("The
-trajectory gate", "The loop detector").
+each a pure rule of :mod:`srollout.core.trajectory_signals`: the **stall** rule (W, k0) and the
+**loop** detector (k0). Definitions, files and use: docs/gates.md ("The trajectory gate", "The
+loop detector").
 
 Inside your own loop, one tracker per trajectory::
 
