@@ -21,12 +21,9 @@ BASELINE = "baseline"
 def attribute_wall(
     gen_s: np.ndarray, env_s: np.ndarray, reset_s: np.ndarray, n_steps: np.ndarray, wall_s: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Charge one batched run's wall-clock to its groups: (wall_s [N], overhead [N]) per group.
-
-    gen_s / env_s / reset_s: [N] measured seconds per group (generation already split by tokens);
-    n_steps: [N] env steps per group; wall_s: the run's measured wall-clock. The rest
-    (wall − Σ gen − Σ env − Σ reset: batching, parsing, signals, the gate) is shared in proportion
-    to env steps (evenly if no steps). The result sums to ``wall_s``.
+    """Charge one batched run's wall-clock to its groups: (wall_s [N], overhead [N]) per group, as
+    docs/ab-rollout.md ("Per-task wall-clock") says. gen_s / env_s / reset_s / n_steps: [N] per
+    group; wall_s: the run's measured wall-clock. Overhead goes evenly when no group took a step.
     """
     base = gen_s + env_s + reset_s
     rest = wall_s - float(base.sum())

@@ -209,8 +209,7 @@ def best_band(
 @dataclass
 class AuditLedger:
     """The audit's memory: every labelled group, the θ each iteration ran with, and the window
-    :func:`next_threshold` reads: the iterations from the one of the ``window``-th latest audited
-    cut on (all of them while there are fewer audits). Checkpointed as JSON (:meth:`to_dict`)."""
+    :func:`next_threshold` reads (:meth:`recent`). Checkpointed as JSON (:meth:`to_dict`)."""
 
     window: int = DEFAULT_WINDOW
     rows: list[Labelled] = field(default_factory=list)
