@@ -1,6 +1,5 @@
-"""`srollout ab-rollout`: the matched-seed wall-clock A/B (paper Tier 1): the same tasks and seeds
-with and without the gate, and optionally DAPO / GRESO arms (parse options -> AbRolloutConfig ->
-run_ab_rollout)."""
+"""`srollout ab-rollout`: the matched-seed wall-clock A/B (paper Tier 1)
+(parse options -> AbRolloutConfig -> run_ab_rollout)."""
 
 from __future__ import annotations
 

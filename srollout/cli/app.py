@@ -7,6 +7,7 @@ transformers, alfworld, vllm, ray) are imported inside the stages, so ``--help``
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import signal
@@ -28,8 +29,6 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    import importlib
-
     # The order `srollout --help` lists them in: the paper's pipeline, then the helpers `policy`
     # (build/inspect the default policy) and `serve` (a vLLM server).
     pipeline = ("collect", "analyze", "sweep", "what_if", "ab_rollout")
@@ -49,13 +48,8 @@ def _raise_interrupted(signum: int, frame: object) -> None:
 
 
 def main() -> None:
-    """Console-script entry: run the app; known errors become one red line and exit 2.
-
-    SIGINT (Ctrl-C) and SIGTERM raise :class:`Interrupted`: the stage unwinds (atomic writes drop
-    their temp files), the run's manifest records the interruption, one line says how to resume,
-    and the exit code is 128 + the signal number (130, 143). A write that runs out of space is
-    one line and exit 2, wherever it happens.
-    """
+    """Console-script entry: known errors and a full disk become one red line and exit 2; SIGINT
+    and SIGTERM raise :class:`Interrupted` (docs/reliability.md, promises 3 and 4)."""
     import threading
 
     main_thread = threading.current_thread() is threading.main_thread()  # signal.signal needs it
@@ -123,8 +117,6 @@ def _click_errors() -> tuple[type, ...]:
     found: list[type] = []
     for module in ("typer._click.exceptions", "click.exceptions"):
         try:
-            import importlib
-
             found.append(importlib.import_module(module).ClickException)
         except (ImportError, AttributeError):
             continue
@@ -142,8 +134,7 @@ def _usage_line(err: Exception) -> str:
 
 def _drop_empty_run_dir() -> None:
     """A stage refused its input after opening its run directory (a model that will not load,
-    say): remove the directory this call made if it holds no work yet (only the manifest and the
-    lock), so bad input leaves nothing behind. Work already done is never removed."""
+    say): remove it if it holds no work yet (only the manifest and the lock)."""
     import shutil
 
     from srollout.rundir import LOCK_FILE, active_run, release_run_dir
@@ -177,9 +168,7 @@ def _run_dir_out_of_space() -> bool:
 
 
 def _resume_hint() -> str:
-    """The hint after a full disk: "; free space, then continue with `srollout ... --resume
-    --out DIR`" for the run this process was writing (or start again with --overwrite where the
-    stage has no --resume)."""
+    """The hint after a full disk: free space, then :func:`_continue_command`."""
     from srollout.rundir import active_run
 
     run = active_run()
@@ -189,8 +178,7 @@ def _resume_hint() -> str:
 
 
 def _continue_command(run_dir: os.PathLike) -> str:
-    """How to go on with ``run_dir``: the same command line with --resume and --out RUN_DIR (or
-    --overwrite for stages without --resume)."""
+    """The command line again with --resume --out RUN_DIR (--overwrite if it has no --resume)."""
     args = [a for a in sys.argv[1:] if a not in ("--overwrite", "--resume")]
     if not any(a == "--out" or a.startswith("--out=") for a in args):
         args += ["--out", str(run_dir)]

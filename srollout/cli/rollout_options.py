@@ -95,15 +95,9 @@ def option_parameter(
     help: Callable[[str], str] | None = None,
     from_preset: bool = False,
 ) -> inspect.Parameter:
-    """The Typer parameter of ``config_cls``'s field ``name``.
-
-    Default: the field's default, shown in --help; a field whose default is None, and the
-    --quick-sized groups / T_max (their default named in the help, since --quick changes it), show
-    none. A field of tuple type is read as a comma list (a string), and an option also answers to
-    its :data:`ALIASES`; a bool on by default is ``--x/--no-x``. ``from_preset``: the value comes
-    from a preset when the option is not given, so the option defaults to None and shows no default.
-    ``help``: the help text of a field (default: ``help_for(config_cls, name)``).
-    """
+    """The Typer parameter of ``config_cls``'s field ``name`` (``help``, ``from_preset``: see
+    :func:`config_options`). --help shows the field's default, except a default of None and
+    --quick's groups / T_max (named in the help); a bool on by default is ``--x/--no-x``."""
     field = config_cls.__dataclass_fields__[name]
     hint = typing.get_type_hints(config_cls)[name]
     text = help(name) if help is not None else help_for(config_cls, name)

@@ -1,7 +1,5 @@
 """`srollout train-offpolicy BUFFER`: GRPO on a collected buffer, baseline vs gated arm (the paper's
-Tier 2).
-
-Parses options into :class:`srollout.config.TrainOffpolicyConfig` and calls the stage."""
+Tier 2) (parse options -> TrainOffpolicyConfig -> run_train_offpolicy)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ def register(app: typer.Typer) -> None:
         from srollout.report.tables import to_rich
         from srollout.stages.train_offpolicy import run_train_offpolicy, summary_frame
 
-        options = parse_lists(TrainOffpolicyConfig, options)
-        config = TrainOffpolicyConfig(**options)
+        config = TrainOffpolicyConfig(**parse_lists(TrainOffpolicyConfig, options))
         console = make_console()
         _threads()
         result = run_train_offpolicy(config, console=console)

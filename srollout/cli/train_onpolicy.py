@@ -1,7 +1,5 @@
-"""`srollout train-onpolicy --seeds 7,13,23,42`: on-policy GRPO with the gate, per seed, with
-held-out evaluation (the paper's Tier 3). Every option is a field of
-:class:`srollout.config.TrainOnpolicyConfig` (:mod:`srollout.cli.rollout_options`); those left
-out take the value of ``--preset``."""
+"""`srollout train-onpolicy`: on-policy GRPO per seed, baseline vs gated (the paper's Tier 3);
+the options not given take the value of ``--preset`` (parse options -> TrainOnpolicyConfig)."""
 
 from __future__ import annotations
 
@@ -15,27 +13,17 @@ from srollout.config import ONPOLICY_PRESETS, DistConfig, TrainOnpolicyConfig, h
 
 
 def _h(name: str) -> str:
-    preset = {p: v[name] for p, v in ONPOLICY_PRESETS.items() if name in v}
-    suffix = (
-        ("  \\[presets: " + ", ".join(f"{p} {v}" for p, v in preset.items()) + "]")
-        if preset
-        else ""
-    )
-    return help_for(TrainOnpolicyConfig, name) + suffix
+    presets = ", ".join(f"{p} {v[name]}" for p, v in ONPOLICY_PRESETS.items() if name in v)
+    return help_for(TrainOnpolicyConfig, name) + (f"  \\[presets: {presets}]" if presets else "")
 
 
 # `train-onpolicy --help` lists them in field order, then --workers
 OPTIONS = tuple(f.name for f in dataclasses.fields(TrainOnpolicyConfig))
 # the options that take their value from --preset when not given (default None, none shown)
-FROM_PRESET = tuple(
-    n
-    for n in OPTIONS
-    if n
-    not in {
-        "seeds", "preset", "env", "backend", "arms", "interleave", "judge_cuts", "audit",
-        "audit_floor", "out", "overwrite", "resume",
-    }
-)  # fmt: skip
+OWN_DEFAULT = (
+    "seeds preset env backend arms interleave judge_cuts audit audit_floor out overwrite resume"
+)
+FROM_PRESET = tuple(n for n in OPTIONS if n not in OWN_DEFAULT.split())
 
 
 def register(app: typer.Typer) -> None:
@@ -69,14 +57,12 @@ def register(app: typer.Typer) -> None:
         config = TrainOnpolicyConfig.from_preset(**parse_lists(TrainOnpolicyConfig, options))
         console = make_console()
         _threads()
-        # --- --workers (srollout.stages.train_onpolicy_seeds) ---
         if DistConfig(workers=workers).workers > 1:
             from srollout.stages.train_onpolicy_seeds import run_seeds_parallel
 
             result = run_seeds_parallel(config, workers, console=console)
         else:
             result = run_train_onpolicy(config, console=console)
-        # --- end --workers ---
         console.print(
             to_rich(
                 result.aggregate,

@@ -5,9 +5,8 @@ Each field is documented once, in the ``metadata["help"]`` of the field; the Typ
 Paper defaults: K=10, d_L=0.12, G=8, T_max=30, temperature 0.7, precision floor 0.80.
 """
 
-# One module per group of stages; each public name is importable from ``srollout.config``.
+# One module per group of stages; the configs and the paper's defaults are importable from here.
 from srollout.config.analysis import (  # noqa: F401
-    SWEEP_RULES,
     AnalyzeConfig,
     GateFitConfig,
     StallFitConfig,
@@ -32,15 +31,8 @@ from srollout.config.common import (  # noqa: F401
 )
 from srollout.config.rollout import (  # noqa: F401
     AB_ARMS,
-    AB_BLOCKS,
-    AB_GROUPS,
-    COLLECT_BACKENDS,
-    COLLECT_POLICIES,
-    DIFFICULTY_HELP,
-    GATE_RULES,
     QUICK_GROUPS,
     QUICK_T_MAX,
-    ROLLOUT_POLICIES,
     AbRolloutConfig,
     CollectConfig,
     DistConfig,
@@ -48,7 +40,6 @@ from srollout.config.rollout import (  # noqa: F401
     ServeConfig,
 )
 from srollout.config.training import (  # noqa: F401
-    LOSS_DENOMINATOR_CHOICES,
     ONPOLICY_PRESETS,
     TRAIN_ARMS,
     TrainOffpolicyConfig,

@@ -23,9 +23,7 @@ PAPER_K_VALUES = (5, 10, 15, 20)
 
 
 def doc(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field with its help text attached."""
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
+    """A dataclass field with its help text attached (a tuple, not a list, for a sequence)."""
     return field(default=default, metadata={"help": help}, **kw)
 
 
@@ -96,9 +94,7 @@ def check_stall(stall: Any, stall_from: Any, T_max: int) -> None:
 
 
 def check_run_dir_options(config: Any) -> None:
-    """--out / --overwrite / --resume of a stage that writes a run directory, checked once for
-    every such stage: --resume continues the run in --out (so it needs one) and never with
-    --overwrite."""
+    """--out / --overwrite / --resume of a stage that writes a run directory."""
     if config.overwrite and config.resume:
         raise SrolloutError("--overwrite and --resume exclude each other")
     if config.resume and config.out is None:
@@ -174,10 +170,7 @@ def check_loop_arms(loop: int, stall: int, stall_from: int, arms: Any, audit: fl
 
 def help_for(config_cls: type, name: str) -> str:
     """The help text of ``config_cls.name`` (used by the CLI option of the same name)."""
-    for f in dataclasses.fields(config_cls):
-        if f.name == name:
-            return f.metadata.get("help", "")
-    raise KeyError(f"{config_cls.__name__} has no field {name}")
+    return config_cls.__dataclass_fields__[name].metadata.get("help", "")
 
 
 def _check_K(values: tuple[int, ...], option: str) -> None:

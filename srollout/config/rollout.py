@@ -38,16 +38,9 @@ from srollout.errors import SrolloutError
 COLLECT_POLICIES = ("lm", "expert", "noisy-expert")
 COLLECT_BACKENDS = ("transformers", "vllm", "vllm-server")
 GATE_RULES = ("r1", "r3")
-ROLLOUT_POLICIES = COLLECT_POLICIES
 # `--quick`: a one-minute look (groups and T_max not given explicitly take these).
 QUICK_GROUPS = 8
 QUICK_T_MAX = 15
-
-
-DIFFICULTY_HELP = (
-    "Room size of the generated task sets: small (<= 6 receptacles; the default policy's), medium "
-    "(10), large (16) or full (the whole FloorPlan); official splits have their own rooms."
-)
 
 
 def _check_group_size(G: int) -> None:
@@ -86,15 +79,9 @@ def _check_backend(backend: str, base_url: str | None) -> None:
 
 @dataclass(frozen=True)
 class RolloutOptions:
-    """The rollout options shared by every stage that rolls groups out (``collect``,
-    ``ab-rollout``): sizes, sampling, who acts, the model, the task set, the gate, the recorded
-    signals, the concurrency, and their checks. A stage's config extends it, restating a field only
-    to give it its own default or help. The CLI declares them once
-    (``srollout.cli.rollout_options``) and ``srollout.stages.rollout_setup`` builds tasks,
-    policy, environments and gate from them.
-    ``TrainOnpolicyConfig`` does not extend it: its rollout fields come from a preset, with a
-    concrete K and d_L and no seed, policy kind or task set of this kind.
-    """
+    """The rollout options of ``collect`` and ``ab-rollout``, and their checks; a stage's config
+    extends it, restating a field only for its own default or help. ``TrainOnpolicyConfig`` does
+    not: its rollout fields come from a preset, with a concrete K and d_L."""
 
     groups: int = doc(
         100,
@@ -133,7 +120,12 @@ class RolloutOptions:
         "Task set to draw groups from: train, eval or heldout (generated), or "
         "an official ALFWorld split when $ALFWORLD_DATA is set.",
     )
-    difficulty: str = doc("small", DIFFICULTY_HELP)
+    difficulty: str = doc(
+        "small",
+        "Room size of the generated task sets: small (<= 6 receptacles; the default policy's), "
+        "medium (10), large (16) or full (the whole FloorPlan); official splits have their own "
+        "rooms.",
+    )
     policy: str = doc(
         "lm",
         "Who acts: lm (the model), expert (the planner) or noisy-expert (the "
@@ -181,7 +173,7 @@ class RolloutOptions:
         self._check_rollout()
 
     def _check_rollout(self) -> None:
-        """Sizes, sampling, who acts, the model, the gate (--gate or --K/--d-L/--rule/--t-high)."""
+        """Every rollout option; the gate is --gate or --K/--d-L/--rule/--t-high."""
         _check_seed(self.seed)
         check_at_least(self, groups=1)
         _check_group_size(self.G)
@@ -190,7 +182,7 @@ class RolloutOptions:
             raise SrolloutError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
-        _check_choice(self.policy, ROLLOUT_POLICIES, "--policy")
+        _check_choice(self.policy, COLLECT_POLICIES, "--policy")
         _check_backend(self.backend, self.base_url)
         _check_unit((self.eps,), "--eps")
         from srollout.envs.gen import DIFFICULTIES
@@ -222,6 +214,8 @@ class RolloutOptions:
         # once (srollout.stages.rollout_setup.plan_gates)
         check_stall(self.stall, self.stall_from, self.T_max)
         check_loop(self.loop, self.T_max)
+        _check_K(tuple(self.signal_K), "--signal-K")
+        _check_concurrency(self.concurrency, self.G)
 
     @property
     def gate_given(self) -> bool:
@@ -259,8 +253,6 @@ class CollectConfig(RolloutOptions, Resumable):
 
     def __post_init__(self) -> None:
         self._check_rollout()
-        _check_K(tuple(self.signal_K), "--signal-K")
-        _check_concurrency(self.concurrency, self.G)
         check_run_dir_options(self)
         if self.loop and self.stall:
             raise SrolloutError("give either --stall W or --loop K0: one trajectory gate per run")
@@ -396,8 +388,6 @@ class AbRolloutConfig(RolloutOptions, Resumable):
             raise SrolloutError(
                 f"--blocks must lie in [1, --groups={self.groups}], got {self.blocks}"
             )
-        _check_K(tuple(self.signal_K), "--signal-K")
-        _check_concurrency(self.concurrency, self.G)
         check_run_dir_options(self)
         from srollout.core.arms import parse_arms
 
@@ -419,18 +409,14 @@ class AbRolloutConfig(RolloutOptions, Resumable):
                 "--audit audits a gated arm's cuts and a stall arm's stops: --arms has neither "
                 "(add gated, stall, or one of their combinations)"
             )
-        if not 0.0 <= self.greso_p_explore <= 1.0:
-            raise SrolloutError(f"--greso-p-explore must lie in [0, 1], got {self.greso_p_explore}")
+        _check_unit((self.greso_p_explore,), "--greso-p-explore")
         if self.greso_history is not None and not Path(self.greso_history).exists():
             raise SrolloutError(f"--greso-history {self.greso_history}: no such file or directory")
 
 
 @dataclass(frozen=True)
 class DistConfig:
-    """`--workers N` (collect, train-onpolicy): scale out on Ray (extra `dist`).
-
-    Not part of a run's resume key.
-    """
+    """`--workers N`: scale out on Ray (extra `dist`); not part of a run's resume key."""
 
     workers: int = doc(
         1,
@@ -451,8 +437,7 @@ class DistConfig:
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """`srollout serve`: a vLLM OpenAI-compatible server for a model (the server side of
-    ``--backend vllm-server``)."""
+    """`srollout serve`: a vLLM server, the server side of ``--backend vllm-server``."""
 
     model: str = doc("default", "`default` or a local Hugging Face model directory.")
     host: str = doc("127.0.0.1", "Address to listen on.")
