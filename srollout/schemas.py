@@ -91,11 +91,10 @@ def _logprob(column: str) -> Rule:
     return Rule(column, "a log-probability <= 0 (NaN: the policy has none)", hi=0.0, missing=True)
 
 
-# The policy's own log-probabilities of a step's response (srollout.policy.base.ActResponse):
-# written since 2026-11-27, optional for tables made before.
+# Optional for tables made before them: the policy's own log-probabilities of a step's response
+# (srollout.policy.base.ActResponse, since 2026-11-27) and the trajectory's own signals after the
+# step (srollout.core.trajectory_signals, since 2026-12-01).
 STEP_LOGPROB_COLUMNS: tuple[str, ...] = ("logprob_mean", "logprob_min")
-# The trajectory's own signals after the step (srollout.core.trajectory_signals): written since
-# 2026-12-01, optional for tables made before.
 STEP_TRAJECTORY_COLUMNS: tuple[str, ...] = ("steps_since_new", "rejected_run")
 
 

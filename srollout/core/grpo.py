@@ -168,9 +168,7 @@ def sequence_weights(
 
 def zero_advantage_fraction(advantages: Sequence[np.ndarray], atol: float = 1e-8) -> float:
     """Share of trajectories (over all groups) whose advantage is 0 (|A_i| <= atol); nan if none.
-
-    advantages: one [G_g] array per group in the batch.
-    """
+    advantages: one [G_g] array per group in the batch."""
     flat = [np.asarray(a, dtype=np.float64).ravel() for a in advantages]
     n = sum(a.size for a in flat)
     if n == 0:

@@ -366,7 +366,7 @@ def choose_threshold(
 class RowTable(NamedTuple):
     """Training rows for the pooled model: one row per (group, K).
 
-    X: [n, 8] raw features, y: [n] zero_var of the row's group, group: [n] index of the group in
+    X: [n, S + 1] raw features, y: [n] zero_var of the row's group, group: [n] index of the group in
     0..N−1, K: [n] the row's step."""
 
     X: np.ndarray
@@ -382,7 +382,7 @@ class RowTable(NamedTuple):
 def row_table(
     signals_by_K: Mapping[int, ArrayLike], zero_var: ArrayLike, Ks: Sequence[int]
 ) -> RowTable:
-    """Pool the N groups' signals at each K of ``Ks``: signals_by_K[K] is [N, 7] (groups order)."""
+    """Pool the N groups' signals at each K of ``Ks``: signals_by_K[K] is [N, S] (groups order)."""
     zv = np.asarray(zero_var, dtype=bool)
     parts = []
     for K in Ks:

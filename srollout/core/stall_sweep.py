@@ -4,10 +4,8 @@ GRPO batch, and a held-out choice of the stall rule under a precision floor. Eve
 judged by the trajectories' full outcomes; the definitions (stop, false stop, measured saving,
 the batch, the random reference) are docs/gates.md's ("The trajectory gate", Offline).
 
-Shapes: N trajectories, T = the longest one's steps. ``since_new`` [N, T] is
-:func:`srollout.core.trajectory_signals.steps_since_new` padded with −1 past each trajectory's end;
-the loop detector's :class:`~srollout.core.trajectory_signals.LoopCounts` are three [N, T] int
-arrays padded with 0. Each rule's body is its elementwise function in
+Shapes: N trajectories, T = the longest one's steps, padded past each trajectory's end
+(:class:`Trajectories`, :func:`loop_stops`). Each rule's body is its elementwise function in
 :mod:`srollout.core.trajectory_signals`, applied here to every step at once.
 """
 
