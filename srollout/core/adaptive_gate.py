@@ -1,8 +1,7 @@
 """An adaptive-K gate: check a group at several steps K_1 < K_2 < ... and cut it at the first step
 K_j where the pooled model of :mod:`srollout.core.learned_gate` gives P(zero-variance) ≥ t_j
-(t_j chosen in step order among the groups not yet cut, each under the floor). The thresholds,
-the savings and the engine contract (``check_steps`` / ``decide_at``; ``decide`` alone cuts at
-K_1 only): docs/gates.md ("The adaptive-K gate").
+(:func:`choose_step_thresholds`). The thresholds, the savings and the engine contract
+(``decide`` alone cuts at K_1 only): docs/gates.md ("The adaptive-K gate").
 """
 
 from __future__ import annotations

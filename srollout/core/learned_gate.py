@@ -514,10 +514,8 @@ class PooledGate(Gate):
 @gate_kind("learned")
 @dataclass(frozen=True)
 class LearnedGate(PooledGate):
-    """Cut at step K iff the logistic model's P(zero-variance | signals at K, K) ≥ threshold.
-
-    threshold None: never cut (no threshold cleared the precision floor). ``meta`` holds the
-    training metadata written to gate.json (groups, folds, floor, held-out precision ...)."""
+    """Cut at step K iff the logistic model's P(zero-variance | signals at K, K) ≥ threshold
+    (None: never cut; no threshold cleared the precision floor)."""
 
     model: LogisticModel
     K: int = 10

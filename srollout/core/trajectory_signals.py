@@ -4,10 +4,7 @@ the stall rule and the loop detector. Each rule is ONE elementwise function (:fu
 ([N, T], offline); every other form calls it. The signals, what "the same observation" means and
 the rules are defined in docs/artifacts.md (steps.parquet) and docs/gates.md ("The trajectory
 gate", "The loop detector"); examples hand-worked in tests/unit/test_trajectory_signals.py.
-
-A trajectory gate is asked after every step but its last, so offline a rule's stop is its first
-firing step t < n_steps (:func:`srollout.core.stall_sweep.first_stops`). Shapes: a trajectory of
-T steps gives lists of length T, element t−1 the value after step t.
+Shapes: a trajectory of T steps gives lists of length T, element t−1 the value after step t.
 """
 
 from __future__ import annotations
