@@ -331,7 +331,7 @@ def _field(row: Any, name: str) -> Any:
     return getattr(row, name, None)
 
 
-# objective -> the savings column an operating point maximises
+# objective -> the savings column an operating point maximises ("safe": the paper's)
 OBJECTIVES: dict[str, str] = {"safe": "safe_savings", "measured": "measured_step_savings"}
 
 
@@ -340,12 +340,10 @@ def choose_operating_point(
 ) -> int | None:
     """Index of the operating point: the largest savings among rows with precision >= floor.
 
-    rows: a sequence of mappings or objects with ``precision`` and the objective's column (and
-    optionally ``d_L``), or a table with ``to_dicts()`` (a Polars DataFrame). objective: a key of
-    :data:`OBJECTIVES` — ``safe`` maximises safe_savings (the paper), ``measured`` maximises
-    measured_step_savings (rows where it is nan never qualify). Ties: higher precision, then
-    smaller d_L, then the earlier row. None when no row clears the floor (rows with nan precision
-    — nothing cut — never do).
+    rows: a sequence of mappings or objects with ``precision`` and the objective's column
+    (:data:`OBJECTIVES`; nan never qualifies) and optionally ``d_L``, or a table with
+    ``to_dicts()`` (a Polars DataFrame). Ties: higher precision, then smaller d_L, then the earlier
+    row. None when no row clears the floor (rows with nan precision — nothing cut — never do).
     """
     if not 0.0 <= precision_floor <= 1.0:
         raise SrolloutError(f"precision floor must be in [0, 1], got {precision_floor}")
