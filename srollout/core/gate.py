@@ -297,12 +297,8 @@ class GateRule(Gate):
     def should_cut(
         self, actions: Sequence[Sequence[str]], observations: Sequence[Sequence[str]] | None = None
     ) -> bool:
-        """Decide from the raw group: G action lists (see ``compute_signals``), only the first K
-        used.
-
-        Computes only what the rule reads (d_K, and τ_K for r3); ``observations`` are validated
-        when given, for gates that will read them. Decided by :meth:`decide_arrays`.
-        """
+        """Decide from the raw group (G action lists, only the first K used), computing only what
+        the rule reads (d_K, and τ_K for r3); ``observations`` are validated when given."""
         if observations is not None:
             return self.decide(compute_signals(actions, self.K, observations))
         tau_K = termination_fraction(actions, self.K) if self.rule == "r3" else None
