@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from srollout.core.gate import Gate
+from srollout.core.grpo import is_zero_variance
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
+from srollout.integrations.trl_sampling import check_sampling, sample_batch
 from srollout.rollout.engine import (
     GroupRecord,
     GroupSpec,
@@ -168,8 +170,6 @@ class GatedRollout:
                 "task ids must be unique: the rollout function finds a task by its id"
             )
         self.settings(1)  # validates G, T_max and the gate's K now, not at the first training step
-        from srollout.integrations.trl_sampling import check_sampling
-
         check_sampling(self)
         self._greso = self._skipper()
         if self.log_dir is not None:
@@ -336,33 +336,27 @@ class GatedRollout:
         step = int(trainer.state.global_step) + 1  # the optimizer step these rollouts feed
         if model.training and self._log is not None and not self._log_open:
             self._open_log(trainer, step - 1)
-        sampled = None
-        if model.training and self.sampling:
-            from srollout.integrations.trl_sampling import sample_batch
-
-            sampled = sample_batch(
-                self,
-                tasks,
-                lambda specs: self.roll(specs, model, tokenizer, policy),
-                step,
-                self._greso,
-            )
-            slots, records = list(sampled.slots), list(sampled.generated)
-        else:
-            slots = records = self.rollout(tasks, model, tokenizer, policy=policy)
+        sampled = sample_batch(  # evaluation calls are never filtered
+            self,
+            tasks,
+            lambda specs: self.roll(specs, model, tokenizer, policy),
+            step,
+            self._greso if model.training else None,
+            dynamic=model.training and self.dynamic_sampling,
+        )
+        slots, records = list(sampled.slots), list(sampled.generated)
         out, counts = self.to_trl(
             slots, tokenizer, logprobs_of=getattr(policy, "logprobs_of", None)
         )
-        if sampled is not None:  # the groups rolled out and discarded cost as much as the kept
-            kept = {id(r) for r in slots if r is not None}
-            for record in records:
-                if id(record) not in kept:
-                    _count_group(counts, record, self.T_max)
-            counts.extra_groups = sampled.extra_groups
-            counts.refill_rounds = sampled.rounds - 1
-            counts.skipped = sampled.skipped
-            counts.unfilled = sampled.unfilled
-            counts.dropped = len(records) - len(kept)
+        kept = {id(r) for r in slots if r is not None}
+        for record in records:  # the groups rolled out and discarded cost as much as the kept
+            if id(record) not in kept:
+                _count_group(counts, record, self.T_max)
+        counts.extra_groups = sampled.extra_groups
+        counts.refill_rounds = sampled.rounds - 1
+        counts.skipped = sampled.skipped
+        counts.unfilled = sampled.unfilled
+        counts.dropped = len(records) - len(kept)
         self.last, self.last_records = counts, records
         if model.training and self._log is not None:
             in_batch = {id(r) for r in slots if r is not None and not r.cut}
@@ -375,15 +369,6 @@ class GatedRollout:
         return out
 
     # --- the work -------------------------------------------------------------------------------
-    def rollout(
-        self, tasks: Sequence[Task], model: Any, tokenizer: Any, policy: Any = None
-    ) -> list[GroupRecord]:
-        """Roll out one group per task with ``policy`` (default: ``model`` itself through
-        transformers, in eval mode, restored after); the records in task order."""
-        specs = [GroupSpec(index=self._next_group + i, task=t) for i, t in enumerate(tasks)]
-        self._next_group += len(tasks)
-        return self.roll(specs, model, tokenizer, policy)
-
     @property
     def sampling(self) -> bool:
         """Whether training calls run dynamic sampling (DAPO's refill and/or GRESO's skip)."""
@@ -392,7 +377,9 @@ class GatedRollout:
     def roll(
         self, specs: Sequence[GroupSpec], model: Any, tokenizer: Any, policy: Any = None
     ) -> list[GroupRecord]:
-        """Roll out the groups ``specs`` (their indices fix the seeds); records in spec order."""
+        """Roll out the groups ``specs`` (their indices fix the seeds) with ``policy`` (default:
+        ``model`` itself through transformers, in eval mode, restored after); records in spec
+        order."""
         from srollout.policy.transformers_backend import TransformersPolicy
         from srollout.rollout.react import ReactPrompter
 
@@ -522,10 +509,15 @@ def _merge_log_at_end(log: Any) -> Any:
 
 
 def _count_group(counts: RolloutCounts, record: GroupRecord, T_max: int) -> None:
-    """Add what one rolled-out group cost (and its shadow decisions) to ``counts``."""
+    """Add what one rolled-out group cost, and its shadow decisions (each scored by the group's
+    full outcome), to ``counts``."""
     counts.groups += 1
     counts.cut += int(record.cut)
-    _count_shadow(counts, record)
+    if record.shadow_cut_step is not None:
+        counts.shadow_cuts += 1
+        counts.shadow_cuts_right += int(is_zero_variance(record.rewards))
+        cut = record.shadow_cut_step
+        counts.shadow_cut_steps += sum(max(0, len(t.steps) - cut) for t in record.trajs)
     for traj in record.trajs:
         counts.env_steps += len(traj.steps)
         counts.gen_tokens += traj.n_gen_tokens
@@ -533,18 +525,6 @@ def _count_group(counts: RolloutCounts, record: GroupRecord, T_max: int) -> None
         if record.cut and traj.ended_by == "gate":
             counts.trajectories_cut += 1
             counts.steps_saved_max += T_max - int(record.cut_step)
-
-
-def _count_shadow(counts: RolloutCounts, record: GroupRecord) -> None:
-    """Add one group's shadow decisions to ``counts``, each scored by its full outcome."""
-    from srollout.core.grpo import is_zero_variance
-
-    if record.shadow_cut_step is not None:
-        counts.shadow_cuts += 1
-        counts.shadow_cuts_right += int(is_zero_variance(record.rewards))
-        cut = record.shadow_cut_step
-        counts.shadow_cut_steps += sum(max(0, len(t.steps) - cut) for t in record.trajs)
-    for traj in record.trajs:
         if traj.shadow_stop is not None:
             counts.shadow_stops += 1
             counts.shadow_stops_right += int(not traj.success)

@@ -1,11 +1,7 @@
-"""Dynamic sampling inside one TRL ``rollout_func`` call: DAPO's filter and refill and GRESO's
-skip, composed with the gates (:class:`srollout.integrations.trl.GatedRollout`).
-
-TRL trains on exactly the fixed batch of G-row blocks it gets back, so what changes is what each
-block holds: GRESO skips a task before rollout (:class:`srollout.core.arms.GresoSkipper`), DAPO
-drops zero-variance or cut groups and refills their slots from tasks outside the batch for up to
-``max_refill_rounds`` rounds (:func:`srollout.core.arms.dapo_fill`); a slot left empty is G masked
-rows with reward None (advantage 0). docs/integrations.md says what TRL's logs then show."""
+"""Dynamic sampling inside one TRL ``rollout_func`` call: DAPO's filter and refill
+(:func:`srollout.core.arms.dapo_fill`) and GRESO's skip (a :class:`srollout.core.arms.Skipper`),
+composed with the gates (:class:`srollout.integrations.trl.GatedRollout`). What a slot then holds
+and what TRL logs: docs/integrations.md, "Dynamic sampling in TRL"."""
 
 from __future__ import annotations
 
@@ -13,8 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from srollout.core.arms import Skipper, dapo_fill, extra_round_tasks, greso_filter
-from srollout.core.grpo import is_zero_variance
+from srollout.core.arms import (
+    Skipper,
+    dapo_fill,
+    extra_round_tasks,
+    greso_filter,
+    greso_outcomes,
+    record_outcomes,
+)
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.rollout.engine import GroupRecord, GroupSpec
@@ -68,11 +70,15 @@ def sample_batch(
     roll: Callable[[list[GroupSpec]], list[GroupRecord]],
     call: int,
     skipper: Skipper | None,
+    dynamic: bool | None = None,
 ) -> SampledBatch:
     """Fill the ``len(tasks)`` slots of training call ``call`` (1, 2, ...): GRESO's skip, the
-    rollouts (``roll(specs)``, records in spec order) and DAPO's refill. Group indices (so seeds)
-    are ``rollout._next_group`` onward: one per slot, then one per refill group."""
-    check_pool(rollout, tasks)
+    rollouts (``roll(specs)``, records in spec order) and DAPO's refill (``dynamic``, default
+    ``rollout.dynamic_sampling``; neither: one group per slot). Group indices (so seeds) are
+    ``rollout._next_group`` onward: one per slot, then one per refill group."""
+    dynamic = rollout.dynamic_sampling if dynamic is None else dynamic
+    if dynamic:
+        check_pool(rollout, tasks)
     first = rollout._next_group
     specs = [GroupSpec(index=first + i, task=t) for i, t in enumerate(tasks)]
     rollout._next_group += len(specs)
@@ -81,7 +87,7 @@ def sample_batch(
         keep, _ = greso_filter(skipper, [s.task.task_id for s in specs], call)
     skipped = len(specs) - len(keep)
     slots: list[GroupRecord | None]
-    if rollout.dynamic_sampling:
+    if dynamic:
         index = {t.task_id: i for i, t in enumerate(rollout.tasks)}
         used = {index[t.task_id] for t in tasks}
 
@@ -107,8 +113,7 @@ def sample_batch(
         by_slot = dict(zip(keep, generated, strict=True))
         slots = [by_slot.get(i) for i in range(len(specs))]
         extra, rounds = 0, 1
-    if skipper is not None:  # a cut group gave no gradient either: it counts as zero-variance
-        for r in generated:
-            skipper.record(r.spec.task.task_id, call, r.cut or is_zero_variance(r.rewards))
-    unfilled = sum(s is None for s in slots) - (0 if rollout.dynamic_sampling else skipped)
+    if skipper is not None:
+        record_outcomes(skipper, call, greso_outcomes(generated))
+    unfilled = sum(s is None for s in slots) - (0 if dynamic else skipped)
     return SampledBatch(tuple(slots), tuple(generated), extra, rounds, skipped, unfilled)

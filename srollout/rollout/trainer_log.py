@@ -1,11 +1,7 @@
-"""The Parquet log a trainer writes as it trains: every group its rollout function played, in the
-tables of DESIGN.md's contract, so ``srollout analyze``, ``sweep`` and ``what-if`` read a user's
-own run like a ``collect``.
-
-Layout (``manifest.json``, one atomic part per training call under ``parts/step-<8 digits>/``,
-the merged tables), the extra columns ``trainer_step`` and ``in_batch``, and how a resumed
-trainer's log keeps every finished step once: docs/artifacts.md ("A trainer's log"). Nothing is
-held in memory between calls."""
+"""The Parquet log a trainer writes as it trains: every group its rollout function played, in
+collect's tables, so ``srollout analyze``, ``sweep`` and ``what-if`` read a user's own run like a
+``collect``. Nothing is held in memory between calls. Layout, the extra columns and resume:
+docs/artifacts.md ("A trainer's log")."""
 
 from __future__ import annotations
 
