@@ -280,13 +280,11 @@ class SrolloutAgentLoop(AgentLoopBase):
         env = AlfworldEnv(expert_plan=False)
         log = None
         if self.gated and self.settings.log_dir is not None:
-            step = kwargs.get("global_steps")
             from srollout.rollout.trainer_log import SessionLog
 
+            index = member.index if member is not None else int(kwargs.get("session_id") or 0)
             log = SessionLog(
-                str(kwargs.get("uid", "u")),
-                member.index if member is not None else int(kwargs.get("session_id") or 0),
-                int(step) if step is not None else 0,
+                str(kwargs.get("uid", "u")), index, int(kwargs.get("global_steps") or 0)
             )
         try:
             output = await self._play(env, task, member, sampling_params, log)
