@@ -325,3 +325,17 @@ def test_srollout_core_needs_only_numpy_and_levenshtein_as_the_readme_says():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+MAX_MODULE_LINES = 700
+MAX_PACKAGE_LINES = 30_000  # issue 59's bound: `find srollout -name '*.py' | xargs cat | wc -l`
+
+
+def test_no_module_is_over_700_lines_and_the_package_stays_within_its_size():
+    sizes = {str(p.relative_to(ROOT.parent)): p.read_text().count("\n") for p in ROOT.rglob("*.py")}
+    big = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {big}"
+    total = sum(sizes.values())
+    assert 20_000 < total <= MAX_PACKAGE_LINES, (
+        f"srollout/ is {total} lines, over {MAX_PACKAGE_LINES}: merge before adding"
+    )
