@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
@@ -444,7 +445,7 @@ def as_threshold(t: Any, what: str) -> float | None:
     return float(t)
 
 
-class PooledGate(Gate):
+class PooledGate(Gate, ABC):
     """What the learned and adaptive gates share: the pooled logistic model ``model`` with its
     training ``meta``; the decision at a check step K, P(zero-variance | signals at K, K) >=
     :meth:`threshold_at` (K), for one group or N groups; and the gate.json form (the
@@ -453,9 +454,9 @@ class PooledGate(Gate):
     model: LogisticModel
     meta: Mapping[str, Any]
 
+    @abstractmethod
     def threshold_at(self, K: int) -> float | None:
         """The threshold at check step K (None: never cut there)."""
-        raise NotImplementedError
 
     def proba(self, signals: GroupSignals, K: int | None = None) -> float:
         """P(zero-variance) of one group from its signals at step K (default the first)."""
