@@ -63,17 +63,20 @@ class AdapterRecipe:
         obs_loss_weight=0.0,
         batch_tokens=2048,
         max_context=4096,
+        correction_rounds=1,
+        correction_tasks=64,
+        correction_G=2,
+        correction_beta=0.3,
+        correction_epochs=1,
+        correction_lr=5e-4,
+        correction_relabel=True,
+        correction_branches=250,
+        correction_replay=100,
     )
     r: int = 8
     alpha: int = 16
-    targets: tuple[str, ...] = (
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
+    targets: tuple[str, ...] = tuple(
+        "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj".split()
     )
     checkpoint_every: int = 5
     eval_groups: int = 40
@@ -289,6 +292,10 @@ def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None
     if not info_file.is_file():
         raise SrolloutError(f"--sft-from {path}: not a finished adapter build (no build.json)")
     done = json.loads(info_file.read_text())["recipe"]
+    if done["sft"].get("correction_rounds"):
+        raise SrolloutError(
+            f"--sft-from {path}: it has DAgger rounds on its SFT; give an SFT-only build"
+        )
 
     def sft_part(r: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -391,13 +398,15 @@ def _load_checkpoint(work: Path, model: Any) -> dict[str, Any]:
 
 def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) -> None:
     """The adapter directory, atomically: peft's files, srollout.json (the prompt it was
-    trained with) and build.json."""
+    trained with; rollouts in bf16 where the CPU has it, ``model_files.model_dtype``) and
+    build.json."""
     from srollout.atomic import atomic_dir
     from srollout.envs.prompts import MODEL_PROMPT_FILE, USER_TEMPLATE
 
     with atomic_dir(out) as tmp:
         _write_adapter(model, recipe, tmp)
         prompt = {"system_prompt": info["system_prompt"], "user_template": USER_TEMPLATE}
+        prompt["dtype"] = "bfloat16"
         (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(prompt, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
 

@@ -35,10 +35,11 @@ def named_model(name: str) -> Path:
 
 
 def adapter_digest(adapter: Path) -> str:
-    """16 hex of the sha256 of an adapter's weights and config."""
+    """16 hex of the sha256 of an adapter's weights, config and srollout.json."""
     digest = hashlib.sha256()
-    for part in ("adapter_config.json", "adapter_model.safetensors"):
-        digest.update((Path(adapter) / part).read_bytes())
+    for part in ("adapter_config.json", "adapter_model.safetensors", "srollout.json"):
+        if (Path(adapter) / part).is_file():  # srollout.json: the prompt and dtype, optional
+            digest.update((Path(adapter) / part).read_bytes())
     return digest.hexdigest()[:16]
 
 

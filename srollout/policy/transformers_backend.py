@@ -40,6 +40,7 @@ from srollout.policy.base import (
     logprob_summary,
 )
 from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids, first_turn_text
+from srollout.policy.model_files import model_dtype
 
 
 @dataclass
@@ -102,7 +103,7 @@ class TransformersPolicy:
         kv_reuse: bool = True,
         max_batch_rows: int = 64,
         bucket_ratio: float = 0.0,
-        dtype: str = "float32",
+        dtype: str | None = None,
         model: Any = None,
         tokenizer: Any = None,
     ) -> None:
@@ -124,8 +125,9 @@ class TransformersPolicy:
         if not 0.0 <= bucket_ratio <= 1.0:
             raise SrolloutError(f"bucket_ratio must be in [0, 1], got {bucket_ratio}")
         self.bucket_ratio = float(bucket_ratio)
+        self.dtype = dtype or model_dtype(model_path)  # float32, or bf16 where the model asks
         if model is None or tokenizer is None:
-            model, tokenizer = load_model(model_path, adapter_path, device=device, dtype=dtype)
+            model, tokenizer = load_model(model_path, adapter_path, device=device, dtype=self.dtype)
         # decode steps attend over the grouped KV heads as they are (no repeat_kv copy per step)
         use_packed_attention(model)
         self.model = model
@@ -217,7 +219,9 @@ class TransformersPolicy:
             raise SrolloutError(
                 "cannot change the adapter while trajectories are live; finish them first"
             )
-        self.model, _ = load_model(self.model_path, adapter_path, device=str(self.device))
+        self.model, _ = load_model(
+            self.model_path, adapter_path, device=str(self.device), dtype=self.dtype
+        )
         self._prefixes.clear()  # computed with the old weights
         self.name = f"transformers:{self.model_path.name}+{Path(adapter_path).name}"
 

