@@ -42,6 +42,7 @@ def _build_help(name: str) -> str:
     BUILD_OPTIONS,
     order=("out", "replace_shipped", "base", "resume", "sft_from", *BUILD_OPTIONS, "force"),
     help=_build_help,
+    from_preset=[n for n in BUILD_OPTIONS if "correction_" in n],  # None: the recipe's
 )
 def build(
     options: dict[str, Any],
@@ -91,7 +92,7 @@ def build(
         is_built,
     )
 
-    values = parse_lists(BuildConfig, options)
+    values = {k: v for k, v in parse_lists(BuildConfig, options).items() if v is not None}
     values["user_template"] = values["user_template"].replace("\\n", "\n")
     cfg = BuildConfig(**values)
     check_build_config(cfg)  # before the cache lookup: a bad option is named, not hashed
@@ -139,21 +140,15 @@ def _build_adapter(
         replace_shipped_adapter,
     )
 
-    values = parse_lists(BuildConfig, options)
-    free = {k for k in values if k in ("seed", "threads") or k.startswith("correction_")}
-    changed = [
-        "--" + k.replace("_", "-")
-        for k, v in values.items()
-        if k not in free and v != getattr(_D, k)
-    ]
-    if changed:
+    values = {k: v for k, v in parse_lists(BuildConfig, options).items() if v is not None}
+    given = {k: v for k, v in values.items() if v != getattr(_D, k) or "correction_" in k}
+    free = {k: v for k, v in given.items() if k in ("seed", "threads") or "correction_" in k}
+    if changed := ["--" + k.replace("_", "-") for k in given if k not in free]:
         raise SrolloutError(
             f"--base {base}: the adapter has its own recipe; {', '.join(changed)} do not apply "
             "(only --seed, --threads and the --correction-* DAgger options)"
         )
-    recipe = recipe_for(
-        base, **{k: v for k, v in values.items() if k in free and v != getattr(_D, k)}
-    )
+    recipe = recipe_for(base, **free)
     target = out or adapter_dir(recipe)
     console = make_console()
     import json

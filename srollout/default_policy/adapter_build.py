@@ -215,6 +215,7 @@ def build_adapter(
             played.close()
             save(rounds=[*state["rounds"], stats._asdict()], loss=loss)
     seconds = earlier + time.perf_counter() - t0
+    n_adapter = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
     info = {
         "builder": f"srollout adapter {ADAPTER_BUILD_VERSION}",
         "base": recipe.base,
@@ -224,12 +225,8 @@ def build_adapter(
         "recipe": dataclasses.asdict(dataclasses.replace(recipe, sft=cfg)),
         "precision": "bf16 autocast" if cfg.bf16 else "fp32",
         "built_on": build_machine(),
-        "n_params_base": sum(
-            p.numel() for n, p in peft_model.named_parameters() if "lora_" not in n
-        ),
-        "n_params_adapter": sum(
-            p.numel() for n, p in peft_model.named_parameters() if "lora_" in n
-        ),
+        "n_params_base": sum(p.numel() for p in peft_model.parameters()) - n_adapter,
+        "n_params_adapter": n_adapter,
         "n_demos": len(demos),
         "n_tokens": n_tokens,
         "n_loss_tokens": sum(sum(e.loss_mask) for e in examples),
@@ -305,11 +302,8 @@ def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None
 
     mine = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(recipe, sft=cfg))))
     if sft_part(done) != sft_part(mine):
-        diff = sorted(
-            k
-            for k in {**sft_part(mine)["sft"], **sft_part(done)["sft"]}
-            if sft_part(mine)["sft"].get(k) != sft_part(done)["sft"].get(k)
-        ) or ["base / LoRA shape"]
+        a, b = sft_part(mine)["sft"], sft_part(done)["sft"]
+        diff = sorted(k for k in {**a, **b} if a.get(k) != b.get(k)) or ["base / LoRA shape"]
         raise SrolloutError(
             f"--sft-from {path}: its SFT recipe differs from this one ({', '.join(diff)})"
         )
@@ -380,14 +374,9 @@ def _load_checkpoint(work: Path, model: Any) -> dict[str, Any]:
 
     from srollout.training.lora import load_adapter_state
 
-    state: dict[str, Any] = {
-        "phase": "sft",
-        "resume": None,
-        "rounds": [],
-        "seconds": 0.0,
-        "sft_loss": None,
-        "loss": float("nan"),
-    }
+    state: dict[str, Any] = dict(
+        phase="sft", resume=None, rounds=[], seconds=0.0, sft_loss=None, loss=float("nan")
+    )
     path = work / "checkpoint.pt"
     if path.is_file():
         saved = torch.load(path, weights_only=False)
@@ -405,8 +394,7 @@ def _save(model: Any, recipe: AdapterRecipe, out: Path, info: dict[str, Any]) ->
 
     with atomic_dir(out) as tmp:
         _write_adapter(model, recipe, tmp)
-        prompt = {"system_prompt": info["system_prompt"], "user_template": USER_TEMPLATE}
-        prompt["dtype"] = "bfloat16"
+        prompt = dict(system_prompt=SMOLLM2_PROMPT, user_template=USER_TEMPLATE, dtype="bfloat16")
         (tmp / MODEL_PROMPT_FILE).write_text(json.dumps(prompt, indent=2) + "\n")
         (tmp / "build.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
 

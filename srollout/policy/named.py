@@ -61,12 +61,8 @@ def merged_model(base: Path, adapter: Path, name: str) -> Path:
         return out
     with atomic_dir(out, keep_existing=True) as tmp:
         _merge(base, adapter, tmp)
-        record = {
-            "name": name,
-            "base": str(base),
-            "adapter": str(adapter),
-            "adapter_sha256_16": adapter_digest(adapter),
-        }
+        record = dict(name=name, base=str(base), adapter=str(adapter))
+        record["adapter_sha256_16"] = adapter_digest(adapter)
         (tmp / NAMED_FILE).write_text(json.dumps(record, indent=2) + "\n")
         check_model_dir(tmp)
     return out
@@ -80,9 +76,8 @@ def _merge(base: Path, adapter: Path, out: Path) -> None:
     model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     model.save_pretrained(str(out))
     AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(out))
-    for extra in ("srollout.json",):
-        if (adapter / extra).is_file():
-            shutil.copy2(adapter / extra, out / extra)
+    if (adapter / "srollout.json").is_file():
+        shutil.copy2(adapter / "srollout.json", out / "srollout.json")
 
 
 def check_model_arg(model: str | Path | None) -> None:

@@ -137,6 +137,30 @@ def test_adapter_build_options_are_checked_before_any_work(args, message, tmp_pa
     assert not (tmp_path / "a").exists() and not (tmp_path / ".a.work").exists()
 
 
+@pytest.mark.parametrize(
+    "args, rounds, beta",
+    [([], 1, 0.3), (["--correction-rounds", "0", "--correction-beta", "0.5"], 0, 0.5)],
+)
+def test_an_adapter_build_takes_a_dagger_option_given_even_at_the_configs_default(
+    args, rounds, beta, tmp_path, monkeypatch
+):
+    # the shipped recipe has 1 round at beta 0.3; 0 rounds (SFT only) and beta 0.5 are
+    # BuildConfig's defaults, and given, they still win over the recipe's
+    seen = []
+
+    def fake_build(recipe, *a, **k):
+        seen.append(recipe)
+        raise SrolloutError("stop here")
+
+    monkeypatch.setattr("srollout.default_policy.adapter_build.build_adapter", fake_build)
+    args = ["build", "--base", "smollm2-135m", "--out", str(tmp_path / "a"), *args]
+    res = CliRunner().invoke(policy_app, args)
+    assert "stop here" in str(res.exception), res.output
+    (recipe,) = seen
+    assert (recipe.sft.correction_rounds, recipe.sft.correction_beta) == (rounds, beta)
+    assert recipe.sft.correction_branches == 250  # not given: the recipe's
+
+
 def test_build_takes_the_recipe_options_dagger_included(tmp_path, monkeypatch):
     import json
 
