@@ -88,11 +88,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from srollout.default_policy.build import (
-        demo_examples,
-        make_demonstrations,
-        round_finetuning,
-    )
+    from srollout.default_policy.build import demo_examples, make_demonstrations, round_finetuning
     from srollout.default_policy.dagger import play_round, round_tasks
     from srollout.default_policy.sft import sft
     from srollout.envs.prompts import model_prompt

@@ -7,12 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from srollout.cli.rollout_options import (
-    ROLLOUT_OPTIONS,
-    RUN_OPTIONS,
-    config_options,
-    config_values,
-)
+from srollout.cli.rollout_options import ROLLOUT_OPTIONS, RUN_OPTIONS, config_options, config_values
 from srollout.config import CollectConfig, DistConfig, help_for
 from srollout.errors import SrolloutError
 

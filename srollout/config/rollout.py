@@ -108,9 +108,10 @@ class RolloutOptions:
     )
     adapter: Path | None = doc(None, "LoRA adapter directory (peft) to load on top of --model.")
     backend: str = doc(
-        "transformers",
-        "LM backend: transformers, vllm (in this process; `make "
-        "setup-vllm`) or vllm-server (a running server at --base-url).",
+        "auto",
+        "LM backend: transformers, vllm (in this process; `make setup-vllm`), vllm-server (a "
+        "running server at --base-url) or auto: vllm for the smollm2 models where installed "
+        "(their fastest), else transformers.",
     )
     base_url: str | None = doc(
         None, "URL of the vLLM server for --backend vllm-server, e.g. http://127.0.0.1:8000."
@@ -183,6 +184,10 @@ class RolloutOptions:
         if not 0.0 < self.top_p <= 1.0:
             raise SrolloutError(f"--top-p must lie in (0, 1], got {self.top_p}")
         _check_choice(self.policy, COLLECT_POLICIES, "--policy")
+        if self.backend == "auto":  # resolved here, so a run's manifest names the backend it used
+            from srollout.policy.named import default_backend
+
+            object.__setattr__(self, "backend", default_backend(self.model))
         _check_backend(self.backend, self.base_url)
         _check_unit((self.eps,), "--eps")
         from srollout.envs.gen import DIFFICULTIES

@@ -22,13 +22,7 @@ from srollout.core.grpo import is_zero_variance
 from srollout.envs.base import Task
 from srollout.errors import SrolloutError
 from srollout.integrations.trl_sampling import check_sampling, sample_batch
-from srollout.rollout.engine import (
-    GroupRecord,
-    GroupSpec,
-    Prompter,
-    RolloutSettings,
-    run_groups,
-)
+from srollout.rollout.engine import GroupRecord, GroupSpec, Prompter, RolloutSettings, run_groups
 from srollout.rollout.trainer_log import LOG_K
 
 # The rollout_func contract this module was written against and tested with.

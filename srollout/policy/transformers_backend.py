@@ -32,13 +32,7 @@ from typing import Any
 
 from srollout.errors import SrolloutError, one_line
 from srollout.policy.attention import use_packed_attention
-from srollout.policy.base import (
-    ActRequest,
-    ActResponse,
-    TrajectoryTokens,
-    TrajKey,
-    logprob_summary,
-)
+from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey, logprob_summary
 from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids, first_turn_text
 from srollout.policy.model_files import model_dtype
 

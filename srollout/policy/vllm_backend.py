@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from srollout.errors import NotAvailableError, SrolloutError
-from srollout.policy.base import (
-    ActRequest,
-    ActResponse,
-    TrajectoryTokens,
-    TrajKey,
-    logprob_summary,
-)
+from srollout.policy.base import ActRequest, ActResponse, TrajectoryTokens, TrajKey, logprob_summary
 from srollout.policy.chat import Conversation, encode_text, end_of_turn_ids
 from srollout.policy.model_files import model_dtype
 

@@ -60,9 +60,7 @@ from srollout.rollout.env_calls import (
     reset_result,
 )
 from srollout.rollout.seeding import traj_seeds
-from srollout.rollout.settings import (  # noqa: F401  (the engine's settings, importable here)
-    RolloutSettings,
-)
+from srollout.rollout.settings import RolloutSettings  # noqa: F401  (the engine's settings, importable here)
 from srollout.schemas import StepRow
 
 if TYPE_CHECKING:

@@ -28,12 +28,7 @@ from srollout.core.learned_gate import (
     nested_heldout_cuts,
 )
 from srollout.core.stats import bootstrap_ci, ratio_of_sums
-from srollout.core.sweep import (
-    GateOutcome,
-    choose_operating_point,
-    evaluate_grid,
-    threshold_cuts,
-)
+from srollout.core.sweep import GateOutcome, choose_operating_point, evaluate_grid, threshold_cuts
 from srollout.errors import SrolloutError
 from srollout.report.markdown import Section, doc_link
 from srollout.report.tables import to_markdown, to_rich

@@ -12,11 +12,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from srollout.rollout.audit import AUDIT_COLUMNS, NO_AUDIT, AuditMetrics  # noqa: F401
-from srollout.rollout.stop_audit import (  # noqa: F401
-    NO_STOP_AUDIT,
-    STOP_AUDIT_COLUMNS,
-    StopAuditMetrics,
-)
+from srollout.rollout.stop_audit import NO_STOP_AUDIT, STOP_AUDIT_COLUMNS, StopAuditMetrics  # noqa: F401
 
 # The names before namespacing (old -> new). On-policy rows also held ``step``, always equal to
 # ``iteration``: it is dropped. Off-policy's ``n_groups`` counted the groups in the batch.

@@ -7,13 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from srollout.report.onpolicy import (
-    arms_frame,
-    mean_std,
-    paired_test,
-    per_seed,
-    success_by_eval,
-)
+from srollout.report.onpolicy import arms_frame, mean_std, paired_test, per_seed, success_by_eval
 from srollout.stages.train_offpolicy import sample_plan
 
 

@@ -22,11 +22,7 @@ import corridor_env  # noqa: E402
 from corridor_env import Corridor, Prompter, SeededWalker, roll, steps_of, tasks  # noqa: E402
 
 from srollout.rollout.engine import RolloutSettings, make_specs  # noqa: E402
-from srollout.rollout.ray_pool import (  # noqa: E402
-    WorkerRecipe,
-    ray_session,
-    run_groups_distributed,
-)
+from srollout.rollout.ray_pool import WorkerRecipe, ray_session, run_groups_distributed  # noqa: E402
 from srollout.rollout.records import group_tables  # noqa: E402
 
 SETTINGS = RolloutSettings(G=3, T_max=8, seed=11, concurrency=6, signal_K=(2, 4))

@@ -180,3 +180,20 @@ def test_a_tuple_field_is_read_as_a_comma_list():
         parse_lists(TrainOnpolicyConfig, {"seeds": "7,-1"})
     with pytest.raises(Exception, match="--K: expected integers separated by commas"):
         parse_lists(AnalyzeConfig, {"K": "5,x"})
+
+
+def test_backend_auto_is_vllm_for_the_smollm2_models_where_installed(tmp_path, monkeypatch):
+    # resolved in the config, so the manifest names the backend a run used
+    import importlib.util
+
+    installed = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: name == "vllm" or installed(name))
+    out = tmp_path / "run"
+    assert CollectConfig(model="smollm2-alfworld", out=out).backend == "vllm"
+    assert CollectConfig(model="smollm2-135m", out=out).backend == "vllm"
+    assert CollectConfig(out=out).backend == "transformers"  # the default policy: in process
+    assert CollectConfig(model="smollm2-alfworld", out=out, backend="transformers").backend == (
+        "transformers"
+    )
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no vLLM
+    assert CollectConfig(model="smollm2-alfworld", out=out).backend == "transformers"

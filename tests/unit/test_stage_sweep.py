@@ -10,12 +10,7 @@ import pytest
 from srollout.config import SweepConfig
 from srollout.core.stats import ratio_of_sums
 from srollout.stages.buffer import load_buffer
-from srollout.stages.sweep import (
-    bootstrap_operating_point,
-    choose,
-    cut_mask,
-    sweep_table,
-)
+from srollout.stages.sweep import bootstrap_operating_point, choose, cut_mask, sweep_table
 
 
 @pytest.mark.parametrize("rule", ["r1", "r3"])

@@ -39,11 +39,7 @@ from srollout.core.learned_gate import (
     fit_learned_gate,
 )
 from srollout.core.signals import GroupSignals
-from srollout.core.sweep import (
-    choose_operating_point,
-    measured_share,
-    random_measured_share,
-)
+from srollout.core.sweep import choose_operating_point, measured_share, random_measured_share
 from srollout.errors import SrolloutError
 from srollout.stages.buffer import load_buffer
 from srollout.stages.sweep import run_sweep
