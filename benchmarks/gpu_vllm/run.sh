@@ -60,7 +60,8 @@ grep -q "seeded again" /tmp/step.log && export VLLM_USE_V2_MODEL_RUNNER=0 || {
 }
 # 2. SmolLM2-135M-Instruct + the shipped ALFWorld adapter (issue 61 item 4), once converted:
 # the ungated default collect (100 groups, G 8, T_max 30), then the Tier 1 A/B on matched seeds,
-# arms baseline, stall (W 8 from step 10) and loop. The A/B keeps T_max 30 (--quick's 15 leaves
+# arms baseline, stall (W 4 from step 8: sweep --stall's held-out choice on the CPU's 100-group
+# collect, docs/results.md) and loop. The A/B keeps T_max 30 (--quick's 15 leaves
 # the stall rule 5 steps to fire in) and plays 8 tasks twice per arm instead.
 for i in $(seq 1 $(( BUDGET - ($(date +%s) - T0) ))); do [ -f /tmp/prep.done ] && break; sleep 1; done
 el "SmolLM2 conversion and merge: $(cat /tmp/prep.done 2>/dev/null || echo 'not finished')"
@@ -69,7 +70,8 @@ if grep -q "^rc=0 " /tmp/prep.done 2>/dev/null; then
   step sm-collect 210 python3 -m srollout.cli.app collect --model smollm2-alfworld --backend vllm \
     --groups 100 --out /tmp/runs/sm
   step sm-ab 140 python3 -m srollout.cli.app ab-rollout --model smollm2-alfworld --backend vllm \
-    --arms baseline,stall,loop --groups 8 --repeats 2 --no-figures --out /tmp/runs/sm-ab
+    --arms baseline,stall,loop --stall 4 --stall-from 8 --groups 8 --repeats 2 --no-figures \
+    --out /tmp/runs/sm-ab
 else
   el "SKIP the SmolLM2 steps: no converted model"
 fi

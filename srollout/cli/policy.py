@@ -69,8 +69,8 @@ def build(
     sft_from: Path | None = typer.Option(  # noqa: B008
         None,
         "--sft-from",
-        help="With --base: take the SFT phase from this finished adapter build of the same SFT "
-        "recipe (e.g. the shipped one) and run only the DAgger rounds.",
+        help="With --base: take the SFT phase, and any DAgger rounds of the same settings, from "
+        "this finished adapter build of the same SFT recipe, and run only the rounds still to do.",
     ),
 ) -> None:
     """Rebuild the default policy (demonstrations -> BPE tokenizer -> Qwen2 -> SFT) from its recipe

@@ -284,14 +284,19 @@ class _RoundPolicy:
 
 def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None:
     """Refuse (one line) an ``sft_from`` build whose base, LoRA shape or SFT fields differ from
-    ``recipe``'s (the DAgger fields may differ: they are what the new build adds)."""
+    ``recipe``'s (the DAgger fields may differ: they are what the new build adds), or that has
+    DAgger rounds on it of other settings or more than ``recipe`` asks for (with fewer rounds of
+    the same settings, the build goes on from its last one)."""
     info_file = path / "build.json"
     if not info_file.is_file():
         raise SrolloutError(f"--sft-from {path}: not a finished adapter build (no build.json)")
     done = json.loads(info_file.read_text())["recipe"]
-    if done["sft"].get("correction_rounds"):
+    mine = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(recipe, sft=cfg))))
+    n = done["sft"].get("correction_rounds", 0)
+    if n and (n > cfg.correction_rounds or _round_settings(done) != _round_settings(mine)):
         raise SrolloutError(
-            f"--sft-from {path}: it has DAgger rounds on its SFT; give an SFT-only build"
+            f"--sft-from {path}: it has {n} DAgger round(s) on it; go on from it only with more "
+            "rounds of the same --correction-* settings, or give an SFT-only build"
         )
 
     def sft_part(r: dict[str, Any]) -> dict[str, Any]:
@@ -300,7 +305,6 @@ def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None
             "sft": {k: v for k, v in r["sft"].items() if not k.startswith("correction_")},
         }
 
-    mine = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(recipe, sft=cfg))))
     if sft_part(done) != sft_part(mine):
         a, b = sft_part(mine)["sft"], sft_part(done)["sft"]
         diff = sorted(k for k in {**a, **b} if a.get(k) != b.get(k)) or ["base / LoRA shape"]
@@ -309,8 +313,12 @@ def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None
         )
 
 
+def _round_settings(recipe: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in recipe["sft"].items() if "correction_" in k and "rounds" not in k}
+
+
 def _load_sft_from(path: Path, model: Any, state: dict[str, Any]) -> None:
-    """Put ``path``'s adapter weights into ``model`` and mark the SFT phase done."""
+    """Put ``path``'s adapter weights into ``model``; mark its SFT and its rounds done."""
     from safetensors.torch import load_file
 
     from srollout.training.lora import load_adapter_state
@@ -321,7 +329,8 @@ def _load_sft_from(path: Path, model: Any, state: dict[str, Any]) -> None:
     state.update(
         phase="dagger",
         sft_loss=done.get("sft_final_loss", done.get("final_loss")),
-        loss=done.get("sft_final_loss", done.get("final_loss")),
+        loss=done.get("final_loss"),
+        rounds=list(done.get("dagger_rounds", [])),
         seconds=float(done.get("seconds", 0)),
         sft_from=f"{path.name} ({done.get('builder')}, {done.get('built_on', {}).get('date')})",
     )

@@ -76,6 +76,13 @@ def test_sft_then_a_dagger_round_from_an_earlier_sft(recipe, tmp_path):
     moved = max(float((after[k] - before[k]).abs().max()) for k in before)
     assert moved > 1e-4  # the round fine-tuned the adapter (lr 1e-3, one step at least)
 
+    # a second round goes on from the first build's: round 1 is kept, not played again
+    two = dataclasses.replace(recipe, sft=dataclasses.replace(SFT, correction_rounds=2))
+    third = build_adapter(two, tmp_path / "more", quiet=True, sft_from=second.path)
+    info3 = json.loads((third.path / "build.json").read_text())
+    assert len(info3["dagger_rounds"]) == 2 and info3["dagger_rounds"][0] == r
+    assert _weights(third.path).keys() == after.keys()
+
 
 def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
     done = tmp_path / "done"
@@ -96,11 +103,17 @@ def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
     from srollout.default_policy.adapter_build import _check_sft_from
 
     _check_sft_from(done, recipe, SFT)
-    # a build with DAgger rounds on it (the shipped adapter) is no SFT phase
+    # rounds of this recipe's settings on it: the build goes on from them; more rounds than the
+    # recipe asks for, or rounds of other settings, are refused
     record["recipe"]["sft"]["correction_rounds"] = 1
     (done / "build.json").write_text(json.dumps(record))
-    with pytest.raises(SrolloutError, match="it has DAgger rounds on its SFT; give an SFT-only"):
-        _check_sft_from(done, recipe, SFT)
+    _check_sft_from(done, recipe, SFT)
+    for field, value in (("correction_rounds", 2), ("correction_beta", 0.9)):
+        bad = json.loads(json.dumps(record))
+        bad["recipe"]["sft"][field] = value
+        (done / "build.json").write_text(json.dumps(bad))
+        with pytest.raises(SrolloutError, match=r"it has [12] DAgger round\(s\) on it; go on from"):
+            _check_sft_from(done, recipe, SFT)
 
 
 def test_replace_shipped_adapter_swaps_the_directory_whole_without_peft_readme(
