@@ -41,6 +41,8 @@ def model_dtype(model_dir: str | Path) -> str:
     (SmolLM2 in bf16: twice the tokens per second, docs/smollm2-alfworld.md)."""
     f = Path(model_dir) / "srollout.json"
     asked = _read_json(f, "").get("dtype", "float32") if f.is_file() else "float32"
+    if asked not in ("float32", "bfloat16"):
+        raise SrolloutError(f"{f}: dtype {asked!r}: give float32 or bfloat16")
     return "bfloat16" if asked == "bfloat16" and native_bf16() else "float32"
 
 

@@ -98,6 +98,9 @@ def test_a_model_runs_in_bf16_only_where_its_srollout_json_asks_and_the_cpu_has_
     assert model_files.model_dtype(tmp_path) == "bfloat16"
     monkeypatch.setattr(model_files, "native_bf16", lambda: False)  # emulated bf16 is slow
     assert model_files.model_dtype(tmp_path) == "float32"
+    (tmp_path / "srollout.json").write_text(json.dumps({"system_prompt": "x", "dtype": "fp16"}))
+    with pytest.raises(SrolloutError, match=r"srollout.json: dtype 'fp16': give float32 or bf"):
+        model_files.model_dtype(tmp_path)
     (tmp_path / "srollout.json").write_text("{")
     with pytest.raises(SrolloutError, match=r"srollout.json: not valid JSON"):
         model_files.model_dtype(tmp_path)
