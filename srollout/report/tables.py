@@ -89,11 +89,7 @@ def to_rich(
 
     header, rows = _cells(df, columns, digits)
     table = Table(
-        title=title,
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 0),
-        show_edge=False,
+        title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False
     )
     numeric = {c for c in header if df.schema[c].is_numeric()}
     names = headers or {}

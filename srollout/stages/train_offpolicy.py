@@ -105,7 +105,7 @@ def run_train_offpolicy(
     from srollout.training.lora import LoraSettings, make_optimizer
     from srollout.training.loss import action_turn_spans
     from srollout.training.model import gate_description, load_trainable
-    from srollout.training.update import grpo_update
+    from srollout.training.update import config_update
 
     gate, K = resolve_gate(
         config.gate, K=config.K, d_L=config.d_L, rule=config.rule, t_high=config.t_high
@@ -145,17 +145,7 @@ def run_train_offpolicy(
                 trainable = models[arm]
                 kept = [g for g in planned if arm == "baseline" or not g.cut]
                 samples = step_samples(kept, config.seed, step, k_turns)
-                stats = grpo_update(
-                    trainable.model,
-                    optimizers[arm],
-                    samples,
-                    denominator=config.denominator,
-                    constant=config.denominator_constant,
-                    clip_eps=config.clip_eps,
-                    kl_coef=config.kl_coef,
-                    micro_batch=config.micro_batch,
-                    pad_id=trainable.pad_id,
-                )
+                stats = config_update(config, trainable, optimizers[arm], samples)
                 # rollout cost of this step's groups as the buffer measured it: a cut group only to
                 # K
                 rollout_s = sum(

@@ -59,12 +59,24 @@ def pad_batch(
     return PaddedBatch(ids, attn, amask[:, 1:])
 
 
+# Causal LMs whose logits are lm_head(last_hidden_state), unscaled (read in transformers 5.19)
+HEAD_ON_HIDDEN = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
+
+
 def token_logprobs(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:
-    """log p(x_{t+1} | x_<=t) for every position: [N, L-1] float32 (zeros off the target mask)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+    """log p(x_{t+1} | x_<=t) at the target positions: [N, L-1] float32 (zeros off the mask).
+    For :data:`HEAD_ON_HIDDEN` models (peft-wrapped or not) the head runs on the M targets alone:
+    [M, V] logits, not [N, L-1, V] (on SmolLM2 less memory and time: docs/benchmarks.md)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kw = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
+    mask = batch.target_mask
+    if type(base).__name__ not in HEAD_ON_HIDDEN:
+        logp = torch.log_softmax(model(**kw).logits[:, :-1].float(), dim=-1)
+        return logp.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) * mask
+    logits = base.lm_head(base.model(**kw).last_hidden_state[:, :-1][mask])  # [M, V]
     logp = torch.log_softmax(logits.float(), dim=-1)
-    picked = logp.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return picked * batch.target_mask
+    picked = logp.gather(-1, batch.input_ids[:, 1:][mask].unsqueeze(-1)).squeeze(-1)
+    return torch.zeros(mask.shape, dtype=picked.dtype).masked_scatter(mask, picked)
 
 
 @dataclass(frozen=True)

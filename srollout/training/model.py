@@ -22,17 +22,26 @@ class TrainableModel(NamedTuple):
     pad_id: int
 
 
+# The trainer runs on CPU; above this many parameters the activations a backward pass keeps fill
+# its memory (SmolLM2-135M: ~2.4 MB a token, docs/benchmarks.md), so the layers recompute them
+CHECKPOINT_ABOVE = 50_000_000
+
+
 def load_trainable(
     path: Path, lora: LoraSettings, seed: int, adapter: str | Path | None = None
 ) -> TrainableModel:
     """Load the model in ``path`` (a directory :func:`srollout.policy.resolve_model` gave: the
     stage resolves it once) in float32 on CPU, merge an existing ``adapter`` into it (the policy
-    a buffer was collected with), and attach a fresh LoRA adapter seeded by ``seed``."""
+    a buffer was collected with), and attach a fresh LoRA adapter seeded by ``seed``. A model
+    over :data:`CHECKPOINT_ABOVE` parameters has its decoder layers marked for gradient
+    checkpointing (:func:`srollout.training.update.recomputing`)."""
     from srollout.policy.transformers_backend import load_model
 
     base, tokenizer = load_model(path, adapter)
     if adapter is not None:
         base = base.merge_and_unload()
+    if sum(p.numel() for p in base.parameters()) > CHECKPOINT_ABOVE:
+        base.gradient_checkpointing_enable({"use_reentrant": False})
     peft_model = attach_lora(base, lora, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return TrainableModel(peft_model, tokenizer, Path(path), int(pad if pad is not None else 0))

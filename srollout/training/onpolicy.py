@@ -371,7 +371,7 @@ class ArmRunner:
         metrics.parquet row)."""
         from srollout.core.arms import roll_arm
         from srollout.rollout.engine import GroupSpec
-        from srollout.training.update import GroupOutcome, grpo_update, samples_from_groups
+        from srollout.training.update import GroupOutcome, config_update, samples_from_groups
 
         config, spec, trainable, arm = self.config, self.spec, self.trainable, self.spec.arm
         iteration, prompts = self.iteration + 1, config.prompts_per_iter
@@ -430,17 +430,7 @@ class ArmRunner:
             )
             for r in kept
         ]
-        stats = grpo_update(
-            trainable.model,
-            self.optimizer,
-            samples_from_groups(outcomes),
-            denominator=config.denominator,
-            constant=config.denominator_constant,
-            clip_eps=config.clip_eps,
-            kl_coef=config.kl_coef,
-            micro_batch=config.micro_batch,
-            pad_id=trainable.pad_id,
-        )
+        stats = config_update(config, trainable, self.optimizer, samples_from_groups(outcomes))
         # 3. sync: transformers policies share the updated module (no KV cache may outlive the
         # update); a vLLM engine gets the updated adapter, so the next iteration samples from it
         sync_start = time.perf_counter()

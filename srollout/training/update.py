@@ -8,7 +8,8 @@ but occupy a slot of N (the dilution of §5.4) and cost a forward and backward p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -74,6 +75,33 @@ def samples_from_groups(
     return out
 
 
+@contextmanager
+def recomputing(model: Any) -> Iterator[None]:
+    """The decoder layers marked for gradient checkpointing (:func:`load_trainable`) recompute
+    their activations in the backward pass while this lasts. transformers recomputes a layer only
+    in training mode, so only the layers' own flags are set: every dropout below them stays off,
+    and a rollout that shares the module afterwards keeps its KV cache."""
+    from transformers.modeling_layers import GradientCheckpointingLayer as Layer
+
+    layers = [m for m in model.modules() if isinstance(m, Layer) and m.gradient_checkpointing]
+    for layer in layers:
+        layer.training = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.training = False
+
+
+def config_update(config: Any, trainable: Any, optimizer: Any, samples: Sequence[TrainSample]):
+    """:func:`grpo_update` of a :class:`~srollout.training.model.TrainableModel` with a training
+    config's loss settings (both training stages)."""
+    c = config
+    return grpo_update(trainable.model, optimizer, samples, denominator=c.denominator,
+                       constant=c.denominator_constant, clip_eps=c.clip_eps, kl_coef=c.kl_coef,
+                       micro_batch=c.micro_batch, pad_id=trainable.pad_id)  # fmt: skip
+
+
 def grpo_update(
     model: Any,
     optimizer: Any,
@@ -109,39 +137,40 @@ def grpo_update(
     n_action = [_n_targets(s.action_mask) for s in samples]
     weights = sequence_weights(denominator, n_action, constant=constant)
     loss_sum, kl_sum, clip_sum, logp_sum, tokens = 0.0, 0.0, 0.0, 0.0, 0
-    for start in range(0, n, max(1, micro_batch)):
-        chunk = samples[start : start + max(1, micro_batch)]
-        ids = [s.token_ids for s in chunk]
-        masks = [s.action_mask for s in chunk]
-        old = ref = None
-        if clip_eps is not None or kl_coef > 0.0:
-            batch = pad_batch(ids, masks, pad_id)
-            with torch.no_grad():
-                if clip_eps is not None:
-                    old = token_logprobs(model, batch)
-                if kl_coef > 0.0:
-                    with model.disable_adapter():
-                        ref = token_logprobs(model, batch)
-        out = grpo_loss(
-            model,
-            ids,
-            masks,
-            [s.advantage for s in chunk],
-            denominator=denominator,
-            constant=constant,
-            clip_eps=clip_eps,
-            old_logprobs=old,
-            kl_coef=kl_coef,
-            ref_logprobs=ref,
-            pad_id=pad_id,
-            seq_weights=weights[start : start + len(chunk)],
-        )
-        out.loss.backward()
-        loss_sum += float(out.loss.detach())
-        kl_sum += out.kl * out.n_tokens
-        clip_sum += out.clip_frac * out.n_tokens
-        logp_sum += out.mean_logp * out.n_tokens
-        tokens += out.n_tokens
+    with recomputing(model):  # the layers load_trainable marked, if any
+        for start in range(0, n, max(1, micro_batch)):
+            chunk = samples[start : start + max(1, micro_batch)]
+            ids = [s.token_ids for s in chunk]
+            masks = [s.action_mask for s in chunk]
+            old = ref = None
+            if clip_eps is not None or kl_coef > 0.0:
+                batch = pad_batch(ids, masks, pad_id)
+                with torch.no_grad():
+                    if clip_eps is not None:
+                        old = token_logprobs(model, batch)
+                    if kl_coef > 0.0:
+                        with model.disable_adapter():
+                            ref = token_logprobs(model, batch)
+            out = grpo_loss(
+                model,
+                ids,
+                masks,
+                [s.advantage for s in chunk],
+                denominator=denominator,
+                constant=constant,
+                clip_eps=clip_eps,
+                old_logprobs=old,
+                kl_coef=kl_coef,
+                ref_logprobs=ref,
+                pad_id=pad_id,
+                seq_weights=weights[start : start + len(chunk)],
+            )
+            out.loss.backward()
+            loss_sum += float(out.loss.detach())
+            kl_sum += out.kl * out.n_tokens
+            clip_sum += out.clip_frac * out.n_tokens
+            logp_sum += out.mean_logp * out.n_tokens
+            tokens += out.n_tokens
     grad = grad_l2_norm(params)
     if max_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)

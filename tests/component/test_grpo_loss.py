@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from srollout.training.loss import (
+    HEAD_ON_HIDDEN,
     action_turn_spans,
     grad_l2_norm,
     grpo_loss,
@@ -18,11 +21,16 @@ from srollout.training.loss import (
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+@pytest.fixture(scope="module", params=["qwen2", "gpt2"])
+def model(request):
+    """Qwen2: the head runs on the target positions alone (HEAD_ON_HIDDEN); GPT-2: the full
+    logits path."""
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
+    if request.param == "gpt2":
+        cfg = GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=128)
+        return GPT2LMHeadModel(cfg).eval()
     cfg = Qwen2Config(
         vocab_size=50,
         hidden_size=32,
@@ -37,10 +45,7 @@ def model():
 
 # two trajectories of different length: prompt/observation tokens (False) and actions (True)
 TOKENS = [[1, 5, 6, 7, 8, 9, 10, 11], [1, 5, 12, 13, 14]]
-MASK = [
-    [False, False, True, True, False, False, True, True],
-    [False, False, False, True, True],
-]
+MASK = [[False, False, True, True, False, False, True, True], [False, False, False, True, True]]
 
 
 def _manual_logp_sums(model, tokens, mask):
@@ -90,14 +95,20 @@ def test_observation_tokens_get_zero_gradient(model):
     def hook(_module, _inp, output):
         output.register_hook(keep)
 
-    handle = model.lm_head.register_forward_hook(hook)
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(hook)
     try:
         out = grpo_loss(model, TOKENS, MASK, [1.0, -1.0])
         out.loss.backward()
     finally:
         handle.remove()
         model.zero_grad()
-    g = grads["logits"]  # [N, L, V]; position t predicts token t+1
+    g = grads["logits"]
+    if type(model).__name__ in HEAD_ON_HIDDEN:  # [M, V]: the 6 targets, every one with gradient
+        assert g.shape == (6, 50)
+        assert all(float(row.abs().sum()) > 0 for row in g)
+        return
+    # [N, L, V]; position t predicts token t+1
     for i, m in enumerate(MASK):
         for t in range(len(TOKENS[i]) - 1):
             row_norm = float(g[i, t].abs().sum())
@@ -107,6 +118,33 @@ def test_observation_tokens_get_zero_gradient(model):
                 assert row_norm == 0.0, (i, t)
         # padding positions of the shorter trajectory get no gradient either
         assert float(g[i, len(TOKENS[i]) - 1 :].abs().sum()) == 0.0
+
+
+def test_head_on_targets_equals_full_logits_with_lora(model):
+    """The LoRA-wrapped model's log-probs and adapter gradients are those of the full logits."""
+    from peft import LoraConfig, get_peft_model
+
+    if type(model).__name__ not in HEAD_ON_HIDDEN:
+        pytest.skip("the full path is the reference")
+    torch.manual_seed(1)
+    peft_model = get_peft_model(
+        copy.deepcopy(model),
+        LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    batch = pad_batch(TOKENS, MASK)
+    fast = token_logprobs(peft_model, batch)
+    fast.sum().backward()
+    g_fast = [p.grad.clone() for p in peft_model.parameters() if p.requires_grad]
+    peft_model.zero_grad()
+    logits = peft_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    full = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None])
+    full = full.squeeze(-1) * batch.target_mask
+    full.sum().backward()
+    g_full = [p.grad.clone() for p in peft_model.parameters() if p.requires_grad]
+    assert torch.allclose(fast, full, atol=1e-5)
+    assert bool((fast[~batch.target_mask] == 0).all())
+    for a, b in zip(g_fast, g_full, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_zero_variance_group_contributes_zero_gradient(model):

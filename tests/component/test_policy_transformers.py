@@ -134,6 +134,21 @@ def test_finished_rows_leave_the_decode_batch(tiny_model):
         assert sum(tokens.action_mask) == sum(n for _, n in together[k])
 
 
+def test_the_head_runs_on_each_rows_last_position_only(tiny_model):
+    # a call's first forward feeds whole observations, yet the vocabulary head sees at most one
+    # position a row ([rows, <= rows, H]: logits_to_keep), and every later one a single position
+    policy = _policy(tiny_model, temperature=1.0)
+    seen = []
+    head = policy.model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, inp, _o: seen.append(tuple(inp[0].shape[:2])))
+    try:
+        _ragged_calls(policy, KEYS, n_steps=2)
+    finally:
+        handle.remove()
+    assert seen and all(positions <= rows for rows, positions in seen), seen
+    assert max(positions for _, positions in seen) > 1  # rows' feeds ended at different columns
+
+
 def test_rows_are_batched_by_context_length(tiny_model):
     # STAGGER puts rows at steps 1-3 in one call: with bucket_ratio 0.9 the long-context rows
     # and the fresh ones go to separate batches; the trajectories are the same either way

@@ -157,10 +157,7 @@ def test_one_lora_grpo_step_trains_the_adapter_not_the_base(smollm2_dirs):
         "g0", [1.0, 0.0], [c.token_ids for c in chats], [c.action_mask for c in chats]
     )
     stats = grpo_update(
-        tm.model,
-        make_optimizer(tm.model, lr=1e-3),
-        samples_from_groups([group]),
-        pad_id=tm.pad_id,
+        tm.model, make_optimizer(tm.model, lr=1e-3), samples_from_groups([group]), pad_id=tm.pad_id
     )
     assert stats.stepped and stats.n_traj == 2 and stats.grad_l2 > 0
     after = adapter_state(tm.model)

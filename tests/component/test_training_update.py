@@ -148,3 +148,43 @@ def test_kl_and_clipping_run_and_kl_starts_at_zero():
 def test_truncate_after_last_action():
     ids, mask = truncate_after_last_action([1, 2, 3, 4, 5], [False, True, False, True, False])
     assert ids == [1, 2, 3, 4] and mask == [False, True, False, True]
+
+
+def test_checkpointed_layers_recompute_in_the_update_alone_and_give_the_same_step():
+    """A model marked for gradient checkpointing (as load_trainable marks one over 50M
+    parameters) runs each decoder layer twice in an update (forward, then the recompute of the
+    backward pass) and ends with the same weights; outside the update its layers are in eval
+    mode again, so a rollout on the shared module keeps its KV cache."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    samples = samples_from_groups(MIXED + ZERO_VAR)
+    after, calls = [], []
+    for checkpointed in (False, True):
+        model = _model()
+        if checkpointed:
+            model.get_base_model().gradient_checkpointing_enable({"use_reentrant": False})
+        layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        seen: list[int] = []
+        for m in layers:  # count forward runs (a recompute runs forward, not the module's hooks)
+            m.forward = lambda *a, _f=m.forward, _s=seen, **k: (_s.append(1), _f(*a, **k))[1]
+        grpo_update(model, make_optimizer(model, lr=1e-2), samples, micro_batch=16)
+        calls.append(len(seen))
+        after.append(torch.cat([p.detach().flatten() for p in trainable_parameters(model)]))
+        assert not any(m.training for m in model.modules())
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True)
+        assert out.past_key_values is not None and out.past_key_values.get_seq_length() == 3
+    assert calls == [2, 4]  # 2 layers, one micro-batch: once each, then twice each
+    assert torch.allclose(after[0], after[1], atol=1e-6)
+
+
+def test_load_trainable_checkpoints_only_models_over_the_bound(tiny_policy, monkeypatch):
+    from srollout.training import model as model_mod
+
+    def marked() -> bool:
+        tm = model_mod.load_trainable(tiny_policy, OFFPOLICY_LORA, seed=0)
+        return any(getattr(m, "gradient_checkpointing", False) for m in tm.model.modules())
+
+    assert not marked()  # ~30k parameters: nothing worth recomputing
+    monkeypatch.setattr(model_mod, "CHECKPOINT_ABOVE", 0)
+    assert marked()

@@ -238,13 +238,7 @@ def _assert_one_line_error(result, *fragments: str) -> None:
         (("--d-L-grid", "0.18:0.05:0.01"), ("malformed grid",)),
         (("--d-L-grid", "0.05:0.18:0"), ("malformed grid",)),
         (("--d-L-grid", "a,b"), ("malformed grid 'a,b'",)),
-        (
-            ("--rule", "r3", "--t-high-grid", "0.8:1.0"),
-            (
-                "--t-high-grid",
-                "malformed grid",
-            ),
-        ),
+        (("--rule", "r3", "--t-high-grid", "0.8:1.0"), ("--t-high-grid", "malformed grid")),
         (("--rule", "r2"), ("--rule", "r1, r3, both", "'r2'")),
         (("--K", "40"), ("--K 40 is larger than --T-max 30",)),
         (("--K", "12"), ("--K 12 is outside the data", "10 steps")),

@@ -339,12 +339,7 @@ def run_ab_rollout(
                 block = audited_block(block, auditor)
                 roll = functools.partial(roller.roll, audit=auditor)
             run = run_block(
-                block,
-                roll,
-                config,
-                tasks,
-                skippers.get(block.arm.name),
-                workers=roller.workers,
+                block, roll, config, tasks, skippers.get(block.arm.name), workers=roller.workers
             )
             show.advance(len(run.skipped))
             # written after the clock stopped: disk I/O is no part of any arm's time

@@ -89,10 +89,7 @@ class Roller:
             )
 
     def roll(
-        self,
-        specs: Sequence[GroupSpec],
-        arm: ArmSpec,
-        audit: Audit | None = None,
+        self, specs: Sequence[GroupSpec], arm: ArmSpec, audit: Audit | None = None
     ) -> tuple[list[GroupRecord], RolloutSummary]:
         """One timed engine call of ``arm`` (its gates as the arm carries them) over ``specs``;
         ``audit``: the arm's audit, whose gates and draws the call runs with
