@@ -112,7 +112,7 @@ def report_lines(totals: dict, label: str) -> list[str]:
         f"= {saving('rows'):.1%} saved; rollout wall-clock {b['wall_s']:.1f} s vs "
         f"{g['wall_s']:.1f} s = {saving('wall_s'):.1%} saved: **wall-clock saving / token saving = "
         f"{saving('wall_s') / tok:.2f}**; generation time {b['gen_s']:.1f} s vs {g['gen_s']:.1f} "
-        f"s: generation saving / token saving = {saving('gen_s') / tok:.2f}.",
+        f"s: generation saving / token saving = {saving('gen_s') / tok:.2f}."
     ]
     runs = totals.get("wall_runs")
     if runs and len(runs["baseline"]) >= 2:
