@@ -182,20 +182,12 @@ def evaluate_grid(
 
 
 def evaluate_cuts(
-    cut: ArrayLike,
-    zero_var: ArrayLike,
-    K: int,
-    T_max: int,
-    remaining_steps: ArrayLike | None = None,
-    total_steps: ArrayLike | None = None,
-    advantages: Sequence[ArrayLike] | None = None,
-    adv_sq: ArrayLike | None = None,
+    cut: ArrayLike, zero_var: ArrayLike, K: int, T_max: int, *steps: Any, **named: Any
 ) -> GateOutcome:
-    """One gate's outcome: cut bool[N] against zero_var bool[N]; see :func:`evaluate_grid`."""
+    """One gate's outcome: cut bool[N] against zero_var bool[N]; ``steps`` / ``named``:
+    :func:`evaluate_grid`'s remaining_steps, total_steps, advantages and adv_sq."""
     c = _bool_vector(cut, "cut")
-    return evaluate_grid(
-        c[None, :], zero_var, K, T_max, remaining_steps, total_steps, advantages, adv_sq
-    ).row(0)
+    return evaluate_grid(c[None, :], zero_var, K, T_max, *steps, **named).row(0)
 
 
 def threshold_cuts(

@@ -10,15 +10,15 @@
    (:func:`srollout.default_policy.sft.sft`, bf16 autocast where the CPU has native bf16), the
    adapter and optimizer saved every ``checkpoint_every`` steps so ``--resume`` continues exactly;
 4. ``correction_rounds`` DAgger rounds (:func:`srollout.default_policy.build.dagger_round`,
-   docs/smollm2-alfworld.md), each played on vLLM with the adapter as it stands merged in;
+   docs/smollm2-alfworld.md), each played on vLLM with the adapter as it stands merged in, the
+   play kept and the fine-tuning checkpointed, so ``--resume`` goes on within a round too;
 5. the adapter, its recipe, the base file's sha256 and the policy's prompt (srollout.json) written
    atomically to the output directory;
 6. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
-   default collect (G 8, T_max 30, temperature
-   0.7) of ``eval_groups`` tasks of the eval split with the adapter merged on the base, kept
-   beside the adapter (``<out>-eval``), its valid actions, success and group labels written into
-   build.json (``figures``); the collect resumes too, and a finished build without figures gets
-   them on the next run of the command.
+   default collect (G 8, T_max 30, temperature 0.7) of ``eval_groups`` tasks of the eval split
+   with the adapter merged on the base, kept beside the adapter (``<out>-eval``), its valid
+   actions, success and group labels written into build.json (``figures``); the collect resumes
+   too, and a finished build without figures gets them on the next run of the command.
 """
 
 from __future__ import annotations
@@ -191,6 +191,10 @@ def build_adapter(
             state.update(fields, seconds=earlier + time.perf_counter() - t0)
             _save_checkpoint(work, peft_model, state)
 
+        def checkpoint(step: int, opt: Any) -> None:  # within the SFT or a round's fine-tuning
+            if step % recipe.checkpoint_every == 0:
+                save(resume=(step, opt.state_dict()))
+
         if state["phase"] == "sft":
             from srollout.default_policy.sft import sft
 
@@ -199,10 +203,6 @@ def build_adapter(
             def on_step(step: int, total: int, loss: float) -> None:
                 sft_bar(step, total, f"loss {loss:.3f}")
 
-            def checkpoint(step: int, opt: Any) -> None:
-                if step % recipe.checkpoint_every == 0:
-                    save(resume=(step, opt.state_dict()))
-
             loss = sft(
                 inner, examples, cfg, pad, on_step, resume=state["resume"], checkpoint=checkpoint
             )
@@ -210,10 +210,12 @@ def build_adapter(
         for r in range(len(state["rounds"]), cfg.correction_rounds):
             played = _RoundPolicy(peft_model, recipe, base_dir, work / f"round-{r + 1}", cfg)
             loss, stats = dagger_round(
-                inner, tokenizer, examples, SMOLLM2_PROMPT, cfg, r, bars.phase, pad, played
-            )
+                inner, tokenizer, examples, SMOLLM2_PROMPT, cfg, r, bars.phase, pad, played,
+                played_file=work / f"round-{r + 1}.played.pkl", resume=state["resume"],
+                checkpoint=checkpoint,
+            )  # fmt: skip
             played.close()
-            save(rounds=[*state["rounds"], stats._asdict()], loss=loss)
+            save(rounds=[*state["rounds"], stats._asdict()], loss=loss, resume=None)
     seconds = earlier + time.perf_counter() - t0
     n_adapter = sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
     info = {

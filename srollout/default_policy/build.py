@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from srollout.atomic import atomic_dir, atomic_write_text
+from srollout.atomic import atomic_dir, atomic_file, atomic_write_text
 from srollout.config.common import _check_choice
 from srollout.console import make_console
 from srollout.default_policy.recipe import BuildConfig
@@ -367,27 +367,40 @@ def dagger_round(
     phase: Callable[[str], Callable[[int, int], None]] | None,
     pad_id: int,
     lm_for: Callable[[], Any] | None = None,
+    *,
+    played_file: Path | None = None,
+    resume: tuple[int, Any] | None = None,
+    checkpoint: Callable[[int, Any], None] | None = None,
 ) -> tuple[float, Any]:
     """One DAgger round (srollout.default_policy.dagger) on ``model`` in place: play, label,
     fine-tune on the won trajectories, the relabelled branches (at most
     ``cfg.correction_branches`` where set) and ``cfg.correction_replay`` of the original
     ``examples``. ``model`` may be a LoRA-wrapped causal LM: only trainable weights move.
     ``lm_for()``: the policy the model plays through this round (default: in process).
+    Resumable: the play is kept in ``played_file``; ``resume`` / ``checkpoint``: :func:`sft`'s.
     Returns the fine-tuning's last-epoch loss and the round's counts."""
+    import pickle
+
     from srollout.default_policy.dagger import play_round, round_tasks
     from srollout.envs.tasks import load_task_set
 
     name = f"DAgger round {round_idx + 1}/{cfg.correction_rounds}"
-    train = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False)
-    tasks = round_tasks(train, cfg, round_idx)
-    rollouts, lm = phase(f"{name}: rollouts") if phase else None, lm_for() if lm_for else None
-    won, branches, stats = play_round(
-        model, tokenizer, tasks, system, cfg, round_idx, rollouts, lm=lm
-    )
+    if played_file is not None and played_file.is_file():
+        won, branches, stats = pickle.loads(played_file.read_bytes())
+    else:
+        train = load_task_set(cfg.task_set, cfg.difficulty, n=cfg.n_demo_tasks, progress=False)
+        tasks = round_tasks(train, cfg, round_idx)
+        rollouts, lm = phase(f"{name}: rollouts") if phase else None, lm_for() if lm_for else None
+        won, branches, stats = play_round(
+            model, tokenizer, tasks, system, cfg, round_idx, rollouts, lm=lm
+        )
+        if played_file is not None:
+            blob = pickle.dumps((won, branches, stats))
+            atomic_file(played_file, lambda tmp: Path(tmp).write_bytes(blob))
     data, tune = round_finetuning(tokenizer, examples, won, branches, cfg, round_idx)
     report = phase(f"{name}: fine-tuning") if phase else None
     on_step = (lambda s, t, _: report(s, t)) if report else None
-    return sft(model, data, tune, pad_id, on_step), stats
+    return sft(model, data, tune, pad_id, on_step, resume=resume, checkpoint=checkpoint), stats
 
 
 def build_default_policy(

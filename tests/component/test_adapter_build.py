@@ -135,3 +135,51 @@ def test_replace_shipped_adapter_swaps_the_directory_whole_without_peft_readme(
     assert replace_shipped_adapter(built) == shipped
     assert sorted(p.name for p in shipped.iterdir()) == ["adapter_model.safetensors", "build.json"]
     assert sorted(p.name for p in shipped.parent.iterdir()) == ["smollm2_alfworld"]  # no temp left
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_build_killed_in_a_rounds_fine_tuning_resumes_without_playing_again(
+    recipe, tmp_path, monkeypatch
+):
+    from srollout.default_policy import build as build_mod
+    from srollout.default_policy import dagger
+
+    small = dataclasses.replace(SFT, batch_tokens=256)  # a round's fine-tuning of several steps
+    recipe = dataclasses.replace(recipe, sft=small)
+    sft_only = dataclasses.replace(recipe, sft=dataclasses.replace(small, correction_rounds=0))
+    first = build_adapter(sft_only, tmp_path / "sft", quiet=True)
+    whole = build_adapter(recipe, tmp_path / "whole", quiet=True, sft_from=first.path)
+
+    real_sft, real_play, plays = build_mod.sft, dagger.play_round, []
+
+    def killed(*args, checkpoint, **kw):  # the process dies right after the round's 2nd save
+        def save_then_die(step, opt):
+            checkpoint(step, opt)
+            if step == 2:
+                raise _Crash
+
+        return real_sft(*args, checkpoint=save_then_die, **kw)
+
+    monkeypatch.setattr(dagger, "play_round", lambda *a, **k: plays.append(1) or real_play(*a, **k))
+    monkeypatch.setattr(build_mod, "sft", killed)
+    with pytest.raises(_Crash):
+        build_adapter(recipe, tmp_path / "again", quiet=True, sft_from=first.path)
+    assert plays == [1] and (tmp_path / ".again.work" / "round-1.played.pkl").is_file()
+    monkeypatch.setattr(build_mod, "sft", real_sft)
+    again = build_adapter(recipe, tmp_path / "again", quiet=True, sft_from=first.path, resume=True)
+    assert plays == [1]  # the play was read back, not played again
+    info, info_whole = (json.loads((b.path / "build.json").read_text()) for b in (again, whole))
+    assert info["dagger_rounds"][0]["seconds"] and len(info["dagger_rounds"]) == 1
+    # the same adapter and seeds play the same round, and the resumed fine-tuning ends where
+    # the whole one did
+    counts = [
+        {k: v for k, v in i["dagger_rounds"][0].items() if k != "seconds"}
+        for i in (info, info_whole)
+    ]
+    assert counts[0] == counts[1]
+    a, b = _weights(again.path), _weights(whole.path)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
