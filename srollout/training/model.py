@@ -22,8 +22,7 @@ class TrainableModel(NamedTuple):
     pad_id: int
 
 
-# The trainer runs on CPU; above this many parameters the activations a backward pass keeps fill
-# its memory (SmolLM2-135M: ~2.4 MB a token, docs/benchmarks.md), so the layers recompute them
+# above this, activations fill a CPU's memory: the layers recompute them (docs/benchmarks.md)
 CHECKPOINT_ABOVE = 50_000_000
 
 
@@ -32,9 +31,8 @@ def load_trainable(
 ) -> TrainableModel:
     """Load the model in ``path`` (a directory :func:`srollout.policy.resolve_model` gave: the
     stage resolves it once) in float32 on CPU, merge an existing ``adapter`` into it (the policy
-    a buffer was collected with), and attach a fresh LoRA adapter seeded by ``seed``. A model
-    over :data:`CHECKPOINT_ABOVE` parameters has its decoder layers marked for gradient
-    checkpointing (:func:`srollout.training.update.recomputing`)."""
+    a buffer was collected with), and attach a fresh LoRA adapter seeded by ``seed``. Over
+    :data:`CHECKPOINT_ABOVE` parameters, gradient checkpointing (training.update.recomputing)."""
     from srollout.policy.transformers_backend import load_model
 
     base, tokenizer = load_model(path, adapter)

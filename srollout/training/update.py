@@ -77,10 +77,8 @@ def samples_from_groups(
 
 @contextmanager
 def recomputing(model: Any) -> Iterator[None]:
-    """The decoder layers marked for gradient checkpointing (:func:`load_trainable`) recompute
-    their activations in the backward pass while this lasts. transformers recomputes a layer only
-    in training mode, so only the layers' own flags are set: every dropout below them stays off,
-    and a rollout that shares the module afterwards keeps its KV cache."""
+    """Layers marked for gradient checkpointing (load_trainable) recompute while this lasts: only
+    their own training flags are set (dropout stays off; a later rollout keeps its KV cache)."""
     from transformers.modeling_layers import GradientCheckpointingLayer as Layer
 
     layers = [m for m in model.modules() if isinstance(m, Layer) and m.gradient_checkpointing]
