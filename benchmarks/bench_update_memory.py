@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--paths", default="ckpt,head,full", help="which ways, in this order")
     ap.add_argument("--one", choices=["ckpt", "head", "full"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -103,7 +104,7 @@ def main() -> None:
     )
     print("| path | peak RSS (GB) | step (s) | loss |")
     print("|---|---|---|---|", flush=True)
-    for path in ("ckpt", "head", "full"):
+    for path in a.paths.split(","):
         cmd = [sys.executable, __file__, "--one", path] + sys.argv[1:]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:  # -9: the kernel's OOM killer (dmesg says at what RSS)

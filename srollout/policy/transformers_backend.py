@@ -392,9 +392,9 @@ class TransformersPolicy:
                 for s in reversed(ended):
                     i = slot_row[s]
                     if self.kv_reuse:
-                        cols = [*range(p_max - past_len[i], p_max + len(feeds[i]))]
-                        cols += range(p_max + n_max, p_max + n_max + len(generated[i]) - 1)
-                        self._store_row(states[i], cache, s, cols)
+                        real = [*range(p_max - past_len[i], p_max + len(feeds[i]))]
+                        real += range(p_max + n_max, p_max + n_max + len(generated[i]) - 1)
+                        self._store_row(states[i], cache, s, real)
                     n_live -= 1
                     if s != n_live:
                         self._move_slot(cache, n_live, s, filled)
