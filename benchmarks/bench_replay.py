@@ -90,6 +90,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument(
+        "--device", default="cpu", help="transformers backend only: cpu, or cuda on a GPU"
+    )
+    parser.add_argument("--dtype", default=None, help="transformers backend only: bfloat16, ...")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "replay.md")
     args = parser.parse_args()
 
@@ -112,7 +116,15 @@ def main() -> None:
             seed=args.seed,
         )  # fmt: skip
         plan = plan_rollout(config)  # the stage below is handed the same plan
-        policy = build_policy(config, plan.model_dir)
+        if args.backend == "transformers" and (args.device != "cpu" or args.dtype):
+            from srollout.policy.transformers_backend import TransformersPolicy
+
+            policy = TransformersPolicy(
+                plan.model_dir, config.adapter, temperature=config.temperature,
+                top_p=config.top_p, device=args.device, dtype=args.dtype,
+            )  # fmt: skip
+        else:
+            policy = build_policy(config, plan.model_dir)
         settings = RolloutSettings(
             G=config.G, T_max=config.T_max, seed=config.seed, concurrency=config.concurrency
         )
@@ -150,13 +162,15 @@ def main() -> None:
     gen_tps = s.n_gen_tokens / s.gen_s
     replay_tps = r["tokens"] / r["wall_s"]
     other = s.wall_s - s.gen_s - s.env_s - s.reset_s
+    device = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
+    device += f" ({getattr(policy, 'dtype', 'the engine default')})"
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cpu = next(
         (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
          if ln.startswith("model name")), platform.processor(),
     )  # fmt: skip
     text = (
-        f"## {stamp} — backend `{args.backend}`, {cpu}, {os.cpu_count()} cores, torch "
+        f"## {stamp} — backend `{args.backend}` on {device}, {cpu}, {os.cpu_count()} cores, torch "
         f"{torch.__version__} on {args.threads} thread(s), load {load[0]:.1f} before / "
         f"{load_after[0]:.1f} after\n\n"
         f"Command: `python benchmarks/bench_replay.py {' '.join(sys.argv[1:])}` — model "

@@ -56,7 +56,7 @@ step() {
 VLLM_USE_V2_MODEL_RUNNER=0 step probe-v1 60 python3 benchmarks/gpu_vllm/probe.py
 grep -q "seeded again" /tmp/step.log && export VLLM_USE_V2_MODEL_RUNNER=0 || {
   step probe-v2 90 python3 benchmarks/gpu_vllm/probe.py
-  grep -q "seeded again" /tmp/step.log || { el "generate still hangs: the rest skipped"; BUDGET=0; }
+  grep -q "seeded again" /tmp/step.log || { el "generate still hangs: vLLM steps skipped"; NOVLLM=1; }
 }
 # 2. SmolLM2-135M-Instruct + the shipped ALFWorld adapter (issue 61 item 4), once converted:
 # the ungated default collect (100 groups, G 8, T_max 30), then the Tier 1 A/B on matched seeds,
@@ -66,12 +66,20 @@ grep -q "seeded again" /tmp/step.log && export VLLM_USE_V2_MODEL_RUNNER=0 || {
 for i in $(seq 1 $(( BUDGET - ($(date +%s) - T0) ))); do [ -f /tmp/prep.done ] && break; sleep 1; done
 el "SmolLM2 conversion and merge: $(cat /tmp/prep.done 2>/dev/null || echo 'not finished')"
 tail -3 /tmp/prep.log; cat /tmp/prep.log >> "$OUT/steps.log"
-if grep -q "^rc=0 " /tmp/prep.done 2>/dev/null; then
-  step sm-collect 210 python3 -m srollout.cli.app collect --model smollm2-alfworld --backend vllm \
+if grep -q "^rc=0 " /tmp/prep.done 2>/dev/null && [ -n "$NOVLLM" ]; then
+  # vLLM never answered: the same model through srollout's transformers backend on the GPU
+  step sm-hf-cuda 240 python3 benchmarks/bench_replay.py --backend transformers --device cuda \
+    --dtype bfloat16 --model smollm2-alfworld --groups 32 --threads 8 --out "$OUT/replay-sm-hf.md"
+  BUDGET=0
+elif grep -q "^rc=0 " /tmp/prep.done 2>/dev/null; then
+  step sm-collect 180 python3 -m srollout.cli.app collect --model smollm2-alfworld --backend vllm \
     --groups 100 --out /tmp/runs/sm
-  step sm-ab 140 python3 -m srollout.cli.app ab-rollout --model smollm2-alfworld --backend vllm \
+  step sm-ab 120 python3 -m srollout.cli.app ab-rollout --model smollm2-alfworld --backend vllm \
     --arms baseline,stall,loop --stall 4 --stall-from 8 --groups 8 --repeats 2 --no-figures \
     --out /tmp/runs/sm-ab
+  # srollout's own backend on the GPU, the same model: the engine's share of its throughput
+  step sm-hf-cuda 110 python3 benchmarks/bench_replay.py --backend transformers --device cuda \
+    --dtype bfloat16 --model smollm2-alfworld --groups 16 --threads 8 --out "$OUT/replay-sm-hf.md"
 else
   el "SKIP the SmolLM2 steps: no converted model"
 fi
