@@ -1,8 +1,6 @@
 """The default policy's model half: its byte-level BPE tokenizer, the small Qwen2 it trains, and
-the supervised fine-tuning loop (:func:`sft`) over tokenized demonstrations.
-
-:mod:`srollout.default_policy.build` makes the demonstrations and drives a build through these.
-"""
+the supervised fine-tuning loop (:func:`sft`) over tokenized demonstrations, which
+:mod:`srollout.default_policy.build` makes, driving a build through these."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from srollout.default_policy.recipe import BuildConfig
+from srollout.errors import SrolloutError
 from srollout.policy.chat import (
     CHAT_TEMPLATES,
     END_OF_TEXT,
@@ -146,22 +145,23 @@ def sft(
 ) -> float:
     """Teacher-forced next-token loss on the loss-masked (assistant, non-noise) tokens, plus
     ``cfg.obs_loss_weight`` × the mean loss on the observation tokens (everything but actions,
-    after the shared system prefix) when that weight is > 0.
-
-    The prefix all examples share (the system turn) is encoded once per step without gradient
-    and given to the batch as ``past_key_values``: the same forward values as encoding it in
-    every row, at a fraction of the cost (only its own representations go untrained, and they
-    carry no loss). AdamW, linear warm-up then cosine decay to 10 % of ``cfg.lr``; bf16 autocast
-    if ``cfg.bf16``. Returns the mean loss of the last epoch; calls ``on_step(step, total, loss)``.
-
-    Resumable: ``checkpoint(step, optimizer)`` is called after every step (it decides whether to
-    save), and ``resume=(step, optimizer_state)`` skips the first ``step`` batches of the
-    (seeded, hence identical) plan and continues with that optimizer state.
-    """
+    after the shared system prefix) when that weight is > 0; the head runs on the scored tokens
+    alone (:func:`~srollout.training.loss.head_split`). The prefix all examples share (the system
+    turn, which carries no loss) is encoded once per step without gradient and given to the batch
+    as ``past_key_values``. AdamW, linear warm-up then cosine decay to 10 % of ``cfg.lr``; bf16
+    autocast if ``cfg.bf16``. Returns the mean loss of the last epoch; calls ``on_step(step,
+    total, loss)``. Resumable: ``checkpoint(step, optimizer)`` is called after every step (it
+    decides whether to save); ``resume=(step, optimizer_state)`` skips the first ``step`` batches
+    of the (seeded, hence identical) plan and continues with that optimizer state."""
     import torch
     import torch.nn.functional as F
     from transformers import DynamicCache
 
+    from srollout.training.loss import head_split
+
+    if (split := head_split(model)) is None:
+        raise SrolloutError(f"sft: {type(model).__name__} has no lm_head over a body to split")
+    body, head = split
     torch.manual_seed(cfg.seed)
     obs_w = cfg.obs_loss_weight
     n_pre = shared_prefix_len(examples)
@@ -218,14 +218,14 @@ def sft(
                 cache = None
                 if n_pre:
                     with torch.no_grad():
-                        pre = model.model(input_ids=prefix, use_cache=True).past_key_values
+                        pre = body(input_ids=prefix, use_cache=True).past_key_values
                     per_row = [  # each layer's prefix keys and values, one copy per row
                         tuple(t.expand(rows, -1, -1, -1).contiguous() for t in (c.keys, c.values))
                         for c in pre.layers
                     ]
                     cache = DynamicCache(ddp_cache_data=per_row)
                 pos = torch.arange(n_pre, n_pre + length).unsqueeze(0).expand(rows, -1)
-                hidden = model.model(
+                hidden = body(
                     input_ids=ids,
                     attention_mask=att,
                     position_ids=pos,
@@ -233,7 +233,7 @@ def sft(
                     use_cache=cache is not None,
                 ).last_hidden_state
                 keep = target != -100
-                logits = model.lm_head(hidden[keep])  # only where there is a loss: [n_loss, V]
+                logits = head(hidden[keep])  # only where there is a loss: [n_loss, V]
             ce = F.cross_entropy(logits.float(), target[keep], reduction="none")
             on_obs = obs_target[keep]
             loss = ce[~on_obs].mean() if bool((~on_obs).any()) else ce.sum() * 0.0

@@ -27,12 +27,9 @@ from srollout.core.grpo import sequence_weights
 
 @dataclass(frozen=True)
 class PaddedBatch:
-    """Right-padded tensors for a batch of N trajectories of max length L.
-
-    input_ids: [N, L] long; attention_mask: [N, L] long (1 on real tokens);
-    target_mask: [N, L-1] bool, True where position t+1 is an action token that counts
-    (the logit at t predicts the token at t+1).
-    """
+    """Right-padded tensors for a batch of N trajectories of max length L: input_ids [N, L] long;
+    attention_mask [N, L] long (1 on real tokens); target_mask [N, L-1] bool, True where position
+    t+1 is an action token that counts (the logit at t predicts the token at t+1)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -63,17 +60,22 @@ def pad_batch(
 HEAD_ON_HIDDEN = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"}
 
 
-def token_logprobs(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:
-    """log p(x_{t+1} | x_<=t) at the target positions: [N, L-1] float32 (zeros off the mask).
-    For :data:`HEAD_ON_HIDDEN` models (peft-wrapped or not) the head runs on the M targets alone:
-    [M, V] logits, not [N, L-1, V] (on SmolLM2 less memory and time: docs/benchmarks.md)."""
+def head_split(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(body, lm_head) of a :data:`HEAD_ON_HIDDEN` model, peft-wrapped or not, else None: the
+    head can then run on chosen positions alone (the GRPO loss's and the SFT's one place)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return (base.model, base.lm_head) if type(base).__name__ in HEAD_ON_HIDDEN else None
+
+
+def token_logprobs(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:
+    """log p(x_{t+1} | x_<=t) at the target positions: [N, L-1] float32 (zeros off the mask); the
+    head on the M targets alone where :func:`head_split` can ([M, V] logits: docs/benchmarks.md)."""
     kw = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False}
-    mask = batch.target_mask
-    if type(base).__name__ not in HEAD_ON_HIDDEN:
+    mask, split = batch.target_mask, head_split(model)
+    if split is None:
         logp = torch.log_softmax(model(**kw).logits[:, :-1].float(), dim=-1)
         return logp.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1) * mask
-    logits = base.lm_head(base.model(**kw).last_hidden_state[:, :-1][mask])  # [M, V]
+    logits = split[1](split[0](**kw).last_hidden_state[:, :-1][mask])  # [M, V]
     logp = torch.log_softmax(logits.float(), dim=-1)
     picked = logp.gather(-1, batch.input_ids[:, 1:][mask].unsqueeze(-1)).squeeze(-1)
     return torch.zeros(mask.shape, dtype=picked.dtype).masked_scatter(mask, picked)

@@ -75,6 +75,18 @@ def test_sft_loss_is_action_ce_plus_weighted_observation_ce(obs_w):
     assert noise_tokens > 0  # the synthetic demos do hold noise turns
 
 
+def test_sft_refuses_a_model_whose_head_it_cannot_split_in_one_line():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from srollout.default_policy.sft import sft
+    from srollout.errors import SrolloutError
+
+    cfg, tok, examples, _ = _setup("compact")
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=cfg.vocab_size, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(SrolloutError, match=r"^sft: GPT2LMHeadModel has no lm_head over a body"):
+        sft(gpt2, examples, cfg, tok.pad_token_id)
+
+
 def test_an_obs_mask_keeps_its_examples_observations_out_of_the_loss():
     # a DAgger branch teaches its last action only: obs_mask all False on two of the six
     # examples; the reported loss must be the reference that skips their observation tokens,

@@ -13,6 +13,7 @@ from srollout.training.loss import (
     action_turn_spans,
     grad_l2_norm,
     grpo_loss,
+    head_split,
     pad_batch,
     subsample_turns,
     token_logprobs,
@@ -145,6 +146,19 @@ def test_head_on_targets_equals_full_logits_with_lora(model):
     assert bool((fast[~batch.target_mask] == 0).all())
     for a, b in zip(g_fast, g_full, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_head_split_is_the_base_models_body_and_head_through_a_lora_wrapper(model):
+    from peft import LoraConfig, get_peft_model
+
+    if type(model).__name__ not in HEAD_ON_HIDDEN:
+        assert head_split(model) is None
+        return
+    wrapped = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"]))
+    inner = wrapped.get_base_model()
+    assert head_split(model) == (model.model, model.lm_head)
+    body, head = head_split(wrapped)
+    assert body is inner.model and head is inner.lm_head
 
 
 def test_zero_variance_group_contributes_zero_gradient(model):
