@@ -15,10 +15,9 @@
 5. the adapter, its recipe, the base file's sha256 and the policy's prompt (srollout.json) written
    atomically to the output directory;
 6. the eval figures (:func:`eval_config`, :func:`record_eval`; the CLI runs the collect): a
-   default collect (G 8, T_max 30, temperature 0.7) of ``eval_groups`` tasks of the eval split
-   with the adapter merged on the base, kept beside the adapter (``<out>-eval``), its valid
-   actions, success and group labels written into build.json (``figures``); the collect resumes
-   too, and a finished build without figures gets them on the next run of the command.
+   default collect (G 8, T_max 30, temperature 0.7) of ``eval_groups`` eval tasks, the adapter
+   merged on the base, kept beside it (``<out>-eval``), its valid actions, success and group
+   labels in build.json (``figures``); it resumes, and a build without figures gets them later.
 """
 
 from __future__ import annotations
@@ -285,19 +284,18 @@ class _RoundPolicy:
 
 def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None:
     """Refuse (one line) an ``sft_from`` build whose base, LoRA shape or SFT fields differ from
-    ``recipe``'s (the DAgger fields may differ: they are what the new build adds), or that has
-    DAgger rounds on it of other settings or more than ``recipe`` asks for (with fewer rounds of
-    the same settings, the build goes on from its last one)."""
+    ``recipe``'s (DAgger fields may: they are what the new build adds), or with more DAgger rounds
+    on it than asked, or rounds this recipe would have played otherwise (else it goes on)."""
     info_file = path / "build.json"
     if not info_file.is_file():
         raise SrolloutError(f"--sft-from {path}: not a finished adapter build (no build.json)")
     done = json.loads(info_file.read_text())["recipe"]
     mine = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(recipe, sft=cfg))))
     n = done["sft"].get("correction_rounds", 0)
-    if n and (n > cfg.correction_rounds or _round_settings(done) != _round_settings(mine)):
+    if n and (n > cfg.correction_rounds or _round_settings(done, n) != _round_settings(mine, n)):
         raise SrolloutError(
             f"--sft-from {path}: it has {n} DAgger round(s) on it; go on from it only with more "
-            "rounds of the same --correction-* settings, or give an SFT-only build"
+            "rounds whose --correction-* settings play those the same, or give an SFT-only build"
         )
 
     def sft_part(r: dict[str, Any]) -> dict[str, Any]:
@@ -314,8 +312,11 @@ def _check_sft_from(path: Path, recipe: AdapterRecipe, cfg: BuildConfig) -> None
         )
 
 
-def _round_settings(recipe: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in recipe["sft"].items() if "correction_" in k and "rounds" not in k}
+def _round_settings(recipe: dict[str, Any], n: int) -> dict[str, Any]:
+    """The settings of the first n rounds: each round's beta, not the schedule that gives it."""
+    out = {k: v for k, v in recipe["sft"].items() if "correction_" in k and "rounds" not in k}
+    b, decay = out.pop("correction_beta"), out.pop("correction_beta_decay", 1.0)
+    return out | {"betas": [b * decay**r for r in range(n)]}
 
 
 def _load_sft_from(path: Path, model: Any, state: dict[str, Any]) -> None:

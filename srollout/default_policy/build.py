@@ -6,9 +6,8 @@ No download can happen, so the default policy is made here from the environment 
    "Nothing happens." answers, but carry no loss, so the model learns to recover);
 2. a byte-level BPE tokenizer trained on that text, with ChatML special tokens and template;
 3. a small ``Qwen2ForCausalLM`` trained by supervised fine-tuning on the assistant tokens;
-4. saved as an ordinary Hugging Face model directory (config.json, model.safetensors,
-   tokenizer.json, tokenizer_config.json with the chat template, generation_config.json), so
-   transformers, peft and vLLM all load it.
+4. saved as an ordinary Hugging Face model directory (config, weights, tokenizer and its chat
+   template, generation config), so transformers, peft and vLLM all load it.
 
 The package ships the result (docs/default-policy.md); ``srollout policy build`` rebuilds it
 into :func:`default_policy_dir` (or over the shipped one with ``--replace-shipped``), atomically.
@@ -67,16 +66,16 @@ class BuildResult(NamedTuple):
     seconds: float
 
 
-# --- cache location ---------------------------------------------------------------------------
-# Build options added after v5, with the value that builds exactly what v5 built (checked:
-# the same demonstrations episode for episode). At that value they stay out of the hash, so a
-# v5 model already in a cache stays the default policy; set otherwise they name a new model.
+# Cache location. Build options added after v5, with the value that builds exactly what v5 built
+# (the same demonstrations episode for episode): at that value they stay out of the hash, so a v5
+# model already in a cache stays the default policy; set otherwise they name a new model.
 _NEUTRAL_SINCE_V5 = {
     "take": "planned",
     "user_template": "Observation: {observation}",
     "correction_rounds": 0,
     "correction_relabel": False,
     "correction_branches": 0,
+    "correction_beta_decay": 1.0,
 }
 
 
@@ -300,10 +299,10 @@ def check_build_config(cfg: BuildConfig) -> None:
         if type(value) is int and value < 1 and field.name not in may_be_zero:
             flag = "--" + field.name.replace("_", "-")
             raise SrolloutError(f"BuildConfig.{field.name} ({flag}) must be >= 1, got {value}")
-    if cfg.correction_rounds < 0 or not 0 <= cfg.correction_beta <= 1:
-        raise SrolloutError(
-            "BuildConfig: correction_rounds must be >= 0 and correction_beta in [0, 1]"
-        )
+    betas = (cfg.correction_beta, cfg.correction_beta_decay)
+    if cfg.correction_rounds < 0 or not all(0 <= b <= 1 for b in betas):
+        msg = "correction_rounds must be >= 0 and correction_beta in [0, 1] (its decay too)"
+        raise SrolloutError(f"BuildConfig: {msg}")
 
 
 def demo_examples(

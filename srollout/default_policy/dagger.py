@@ -1,8 +1,7 @@
 """DAgger rounds for the default policy: the SFT model plays, the expert labels and steps in.
 
-Why and how, in four steps (play a β-mixture, keep the won trajectories, relabel off-label
-states, fine-tune with replay): docs/default-policy.md ("A DAgger round"). Everything is seeded
-from ``BuildConfig.seed`` and the round index: same config, same rounds."""
+Why and how (play a β-mixture, β × decay^round; keep the won trajectories; relabel off-label
+states; fine-tune with replay): docs/default-policy.md ("A DAgger round"); all seeded."""
 
 from __future__ import annotations
 
@@ -174,7 +173,7 @@ def play_round(
     mix = MixturePolicy(
         lm,
         ExpertPolicy(seed=cfg.seed, explore=cfg.explore, take=cfg.take),
-        cfg.correction_beta,
+        cfg.correction_beta * cfg.correction_beta_decay**round_idx,
         cfg.thoughts,
     )
     G = cfg.correction_G

@@ -90,6 +90,7 @@ class BuildConfig:
     correction_beta: float = doc(
         0.5, "Probability that the expert, not the model, plays a step of a DAgger rollout."
     )
+    correction_beta_decay: float = doc(1.0, "Round r (from 0) plays with beta x decay^r.")
     correction_temperature: float = doc(
         0.7, "Sampling temperature of the model's steps in a DAgger rollout."
     )

@@ -116,6 +116,28 @@ def test_sft_from_a_build_of_another_sft_recipe_is_refused(recipe, tmp_path):
             _check_sft_from(done, recipe, SFT)
 
 
+def test_a_beta_schedule_goes_on_from_rounds_it_would_have_played_the_same(recipe, tmp_path):
+    # SFT's correction_beta is 0.5 here: round r plays with 0.5 x decay^r. A build of one round
+    # (recorded before the decay existed) goes on under decay 0, whose round 1 is the same; a
+    # build of two rounds at decay 1 does not (its round 2 had beta 0.5, not 0)
+    from srollout.default_policy.adapter_build import _check_sft_from
+
+    done = tmp_path / "done"
+    done.mkdir()
+    record = {"recipe": json.loads(json.dumps(dataclasses.asdict(recipe)))}
+    del record["recipe"]["sft"]["correction_beta_decay"]
+    decay0 = dataclasses.replace(SFT, correction_rounds=3, correction_beta_decay=0.0)
+    for rounds, ok in ((1, True), (2, False)):
+        record["recipe"]["sft"]["correction_rounds"] = rounds
+        (done / "build.json").write_text(json.dumps(record))
+        if ok:
+            _check_sft_from(done, recipe, decay0)
+        else:
+            with pytest.raises(SrolloutError, match=r"it has 2 DAgger round\(s\) on it"):
+                _check_sft_from(done, recipe, decay0)
+    assert SFT.correction_beta == 0.5 and SFT.correction_beta_decay == 1.0
+
+
 def test_replace_shipped_adapter_swaps_the_directory_whole_without_peft_readme(
     tmp_path, monkeypatch
 ):

@@ -202,6 +202,7 @@ def test_the_build_runs_its_rounds_and_records_them(home, tmp_path):
         ("take", "eager", "BuildConfig.take: expected one of planned, greedy"),
         ("user_template", "Obs: {obs}", "`user_template` must be a string with {observation}"),
         ("correction_beta", 1.5, "correction_beta in [0, 1]"),
+        ("correction_beta_decay", -0.5, "correction_beta in [0, 1] (its decay too)"),
     ],
 )
 def test_a_bad_build_config_is_refused_before_any_work(field, value, message, tmp_path):
