@@ -42,11 +42,10 @@ SMOLLM2_PROMPT = (
 
 @dataclasses.dataclass(frozen=True)
 class AdapterRecipe:
-    """How a LoRA adapter for a named base model is trained (build.json records it).
-
-    base: the model the adapter goes on; sft: the demonstrations and SFT settings (the default
-    policy's recipe fields); r / alpha / targets: the LoRA shape; checkpoint_every: SFT steps
-    between resumable checkpoints."""
+    """How a LoRA adapter for a named base model is trained (build.json records it). base: the
+    model the adapter goes on; sft: the demonstrations and SFT settings (the default policy's
+    recipe fields); r / alpha / targets: the LoRA shape; checkpoint_every: SFT steps between
+    resumable checkpoints."""
 
     base: str = "smollm2-135m"
     sft: BuildConfig = BuildConfig(
@@ -62,7 +61,8 @@ class AdapterRecipe:
         obs_loss_weight=0.0,
         batch_tokens=2048,
         max_context=4096,
-        correction_rounds=1,
+        correction_rounds=2,
+        correction_beta_decay=0.0,
         correction_tasks=64,
         correction_G=2,
         correction_beta=0.3,
