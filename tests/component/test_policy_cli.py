@@ -137,15 +137,25 @@ def test_adapter_build_options_are_checked_before_any_work(args, message, tmp_pa
     assert not (tmp_path / "a").exists() and not (tmp_path / ".a.work").exists()
 
 
+AT_DEFAULTS = [
+    "--correction-rounds",
+    "0",
+    "--correction-beta",
+    "0.5",
+    "--correction-beta-decay",
+    "1",
+]
+
+
 @pytest.mark.parametrize(
-    "args, rounds, beta",
-    [([], 1, 0.3), (["--correction-rounds", "0", "--correction-beta", "0.5"], 0, 0.5)],
+    "args, rounds, beta, decay", [([], 2, 0.3, 0.0), (AT_DEFAULTS, 0, 0.5, 1.0)]
 )
 def test_an_adapter_build_takes_a_dagger_option_given_even_at_the_configs_default(
-    args, rounds, beta, tmp_path, monkeypatch
+    args, rounds, beta, decay, tmp_path, monkeypatch
 ):
-    # the shipped recipe has 1 round at beta 0.3; 0 rounds (SFT only) and beta 0.5 are
-    # BuildConfig's defaults, and given, they still win over the recipe's
+    # the shipped recipe has 2 rounds from beta 0.3 (decay 0: the model alone in round 2); 0
+    # rounds (SFT only), beta 0.5 and decay 1 are BuildConfig's defaults, and given, they still
+    # win over the recipe's
     seen = []
 
     def fake_build(recipe, *a, **k):
@@ -157,7 +167,12 @@ def test_an_adapter_build_takes_a_dagger_option_given_even_at_the_configs_defaul
     res = CliRunner().invoke(policy_app, args)
     assert "stop here" in str(res.exception), res.output
     (recipe,) = seen
-    assert (recipe.sft.correction_rounds, recipe.sft.correction_beta) == (rounds, beta)
+    sft = recipe.sft
+    assert (sft.correction_rounds, sft.correction_beta, sft.correction_beta_decay) == (
+        rounds,
+        beta,
+        decay,
+    )
     assert recipe.sft.correction_branches == 250  # not given: the recipe's
 
 
