@@ -117,10 +117,10 @@ def main() -> None:
         )  # fmt: skip
         plan = plan_rollout(config)  # the stage below is handed the same plan
         if args.backend == "transformers" and (args.device != "cpu" or args.dtype):
-            from srollout.policy.transformers_backend import TransformersPolicy
+            from srollout.policy import make_policy  # build_policy's, on another device or dtype
 
-            policy = TransformersPolicy(
-                plan.model_dir, config.adapter, temperature=config.temperature,
+            policy = make_policy(
+                model_dir=plan.model_dir, adapter=config.adapter, temperature=config.temperature,
                 top_p=config.top_p, device=args.device, dtype=args.dtype,
             )  # fmt: skip
         else:
